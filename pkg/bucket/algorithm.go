@@ -1,0 +1,274 @@
+package bucket
+
+// This file holds the five algorithms as pure functions of (state, now, cost)
+// in integer nanoseconds. The Redis scripts in redisbucket mirror them line
+// for line; the conformance suite checks that both agree.
+//
+// Buckets are kept scaled so that nothing is ever divided until a time is
+// reported: a rate of Count per Per is reduced to amount units per period
+// nanoseconds, and an excess (or a token count) e is stored as e·period. One
+// nanosecond drains `amount` scaled units; one job unit weighs `period`.
+
+// state is what a store keeps for one key of a rate or window algorithm. The
+// sliding log keeps its entries apart (logEntry).
+type state struct {
+	x int64 // leaky: scaled excess; token: scaled tokens; fixed: count; sliding window: packed counts
+	t int64 // leaky, token: time of the last update; windows: start of the current window
+}
+
+type logEntry struct {
+	t, n int64 // time admitted, units
+}
+
+// never is the RetryAfter of a job that no amount of waiting can admit (its
+// cost exceeds what the limit can ever grant).
+const never = -1
+
+// tierResult is one tier's answer and the state to store if the job is not
+// rejected overall.
+type tierResult struct {
+	verdict    Verdict
+	next       state
+	at         int64 // the decision time, never before the state's last update
+	notBefore  int64 // ns; at unless queued
+	remaining  int64
+	retryAfter int64 // ns; 0 unless excess or rejected; never
+	resetAfter int64 // ns until the key's state is empty again (also its TTL)
+}
+
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) == (b < 0) {
+		q++
+	}
+	return q
+}
+
+func floorMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// step decides one job of cost n at time now for a rate or window algorithm.
+// fresh is true for a key without state. The caller has validated n ≥ 1.
+func (l *Limit) step(st state, fresh bool, now, n int64) tierResult {
+	switch l.alg {
+	case LeakyBucket:
+		return l.leaky(st, fresh, now, n)
+	case TokenBucket:
+		return l.token(st, fresh, now, n)
+	case FixedWindow:
+		return l.fixed(st, fresh, now, n)
+	default:
+		return l.slidingWindow(st, fresh, now, n)
+	}
+}
+
+// leaky is nginx limit_req generalised to a cost n: the job's first unit is
+// "in service" as nginx's request is, its other n−1 units are excess:
+//
+//	e' = max(0, e − Δt·r + 1) + n − 1     (a key without state: e' = n − 1)
+//
+// For n = 1 this is DESIGN §1's max(0, e − Δt·r + n) exactly; for n > 1 it
+// keeps a remembered idle key and a forgotten one deciding alike (see
+// docs/admission.md).
+func (l *Limit) leaky(st state, fresh bool, now, n int64) tierResult {
+	p, a := l.period, l.amount
+	var x int64
+	if !fresh {
+		if now < st.t {
+			now = st.t // the clock stepped back: no time has passed
+		}
+		x = st.x + p // the first unit, before leaking
+		if dt := now - st.t; dt >= ceilDiv(x, a) {
+			x = 0
+		} else {
+			x -= dt * a
+		}
+	}
+	r := tierResult{at: now, notBefore: now}
+	if n-1 > l.burst {
+		// No state can ever take the job.
+		r.verdict, r.retryAfter = Rejected, never
+		r.resetAfter = l.leakyReset(x - p)
+		return r
+	}
+	x += (n - 1) * p
+	if bp := l.burst * p; x > bp {
+		r.verdict = Rejected
+		r.retryAfter = ceilDiv(x-bp, a)
+		r.resetAfter = l.leakyReset(x - n*p)
+		return r
+	}
+	r.next = state{x: x, t: now}
+	r.remaining = (l.burst*p - x) / p
+	r.resetAfter = l.leakyReset(x)
+	if dp := l.delay * p; x > dp {
+		r.verdict = Queued
+		r.notBefore = now + ceilDiv(x-dp, a)
+	}
+	return r
+}
+
+// leakyReset is the time until a stored excess x no longer affects any
+// decision: max(0, x − Δt·r + 1) = 0.
+func (l *Limit) leakyReset(x int64) int64 {
+	return max(0, ceilDiv(x+l.period, l.amount))
+}
+
+func (l *Limit) token(st state, fresh bool, now, n int64) tierResult {
+	p, a := l.period, l.amount
+	full := l.burst * p
+	k := full
+	if !fresh {
+		if now < st.t {
+			now = st.t
+		}
+		k = st.x
+		if dt := now - st.t; dt >= ceilDiv(full-k, a) {
+			k = full
+		} else {
+			k += dt * a
+		}
+	}
+	r := tierResult{at: now, notBefore: now, next: state{x: k, t: now}}
+	switch {
+	case n > l.burst:
+		r.verdict, r.retryAfter = Excess, never
+	case k >= n*p:
+		k -= n * p
+		r.next.x = k
+	default:
+		r.verdict = Excess
+		r.retryAfter = ceilDiv(n*p-k, a)
+	}
+	r.remaining = k / p
+	r.resetAfter = ceilDiv(full-k, a)
+	return r
+}
+
+func (l *Limit) fixed(st state, fresh bool, now, n int64) tierResult {
+	w := l.window
+	start := now - floorMod(now, w)
+	var count int64
+	if !fresh && st.t >= start {
+		// The same window, or a later one if the clock stepped back.
+		start, count = st.t, st.x
+		now = max(now, start)
+	}
+	r := tierResult{at: now, notBefore: now, next: state{x: count, t: start}, resetAfter: start + w - now}
+	switch {
+	case n > l.count:
+		r.verdict, r.retryAfter = Excess, never
+	case count+n <= l.count:
+		count += n
+		r.next.x = count
+	default:
+		r.verdict = Excess
+		r.retryAfter = start + w - now
+	}
+	r.remaining = l.count - count
+	return r
+}
+
+func packCounts(cur, prev int64) int64  { return cur | prev<<32 }
+func unpackCounts(x int64) (cur, prev int64) { return x & (1<<32 - 1), x >> 32 }
+
+// slidingWindow is the sliding-window counter: p·(W−elapsed) + (c+n)·W ≤ L·W.
+func (l *Limit) slidingWindow(st state, fresh bool, now, n int64) tierResult {
+	w, lim := l.window, l.count
+	start := now - floorMod(now, w)
+	var c, p int64
+	if !fresh {
+		switch {
+		case st.t >= start:
+			start = st.t
+			now = max(now, start)
+			c, p = unpackCounts(st.x)
+		case st.t == start-w:
+			p, _ = unpackCounts(st.x)
+		}
+	}
+	el := now - start
+	r := tierResult{at: now, notBefore: now}
+	switch {
+	case n > lim:
+		r.verdict, r.retryAfter = Excess, never
+	case c+n <= lim && p*(w-el)+(c+n)*w <= lim*w:
+		c += n
+	default:
+		r.verdict = Excess
+		r.retryAfter = slidingWait(lim, w, el, c, p, n)
+	}
+	r.next = state{x: packCounts(c, p), t: start}
+	r.remaining = max(0, (lim*w-p*(w-el))/w-c)
+	switch {
+	case c > 0:
+		r.resetAfter = start + 2*w - now
+	case p > 0:
+		r.resetAfter = start + w - now
+	}
+	return r
+}
+
+// slidingWait is how long a job of cost n ≤ lim waits until the sliding
+// window admits it, if nothing else is admitted meanwhile.
+func slidingWait(lim, w, el, c, p, n int64) int64 {
+	if free := lim - c - n; free >= 0 && p > 0 {
+		// Later in this window: p·(W−el') ≤ free·W.
+		if e := w - free*w/p; e < w {
+			return e - el
+		}
+	}
+	// In the next window the current count becomes the previous one.
+	e := int64(0)
+	if c > 0 {
+		e = max(0, w-(lim-n)*w/c)
+	}
+	return w - el + e
+}
+
+// slidingLog decides against the log of admitted jobs, oldest first. It
+// returns the result and how many leading entries have left the window; the
+// caller drops them and, if the job is admitted, appends {now, n}.
+func (l *Limit) slidingLog(log []logEntry, now, n int64) (r tierResult, expired int) {
+	if len(log) > 0 {
+		now = max(now, log[len(log)-1].t)
+	}
+	for expired < len(log) && log[expired].t <= now-l.window {
+		expired++
+	}
+	live := log[expired:]
+	var count int64
+	for _, e := range live {
+		count += e.n
+	}
+	r.at, r.notBefore = now, now
+	switch {
+	case n > l.count:
+		r.verdict, r.retryAfter = Excess, never
+	case count+n <= l.count:
+		count += n
+	default:
+		r.verdict = Excess
+		need := count + n - l.count
+		for _, e := range live {
+			need -= e.n
+			if need <= 0 {
+				r.retryAfter = e.t + l.window - now
+				break
+			}
+		}
+	}
+	r.remaining = l.count - count
+	switch {
+	case r.verdict == Admitted:
+		r.resetAfter = l.window
+	case len(live) > 0:
+		r.resetAfter = live[len(live)-1].t + l.window - now
+	}
+	return r, expired
+}

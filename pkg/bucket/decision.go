@@ -1,0 +1,182 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Verdict is what a limit (or a set of tiers) says about one job. Verdicts
+// are ordered from best to worst; a multi-tier decision takes the worst.
+type Verdict uint8
+
+const (
+	// Admitted: run the job now.
+	Admitted Verdict = iota
+	// Queued: a leaky bucket accepts the job but it must not start before
+	// Decision.NotBefore.
+	Queued
+	// Excess: the limit would refuse the job now. The caller queues it in
+	// the backlog if the backlog has room for the key, else rejects it.
+	// Excess never consumes from the limit that said it.
+	Excess
+	// Rejected: a leaky bucket's burst is full. Nothing was consumed.
+	Rejected
+)
+
+var verdictNames = [...]string{"admitted", "queued", "excess", "rejected"}
+
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return "Verdict(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Decision is the answer for one job over all its tiers. A denial is a
+// value, not an error.
+type Decision struct {
+	// Verdict is the worst verdict of the tiers.
+	Verdict Verdict
+	// At is the store's clock when it decided (Redis TIME for the Redis
+	// store).
+	At time.Time
+	// NotBefore is the earliest start: the latest not-before of all tiers;
+	// At when nothing delays the job.
+	NotBefore time.Time
+	// Tier is the index of the tier that bounds the answer: the one that
+	// gave the worst verdict, and among those the fewest remaining units.
+	// Rate-limit headers describe this tier.
+	Tier int
+	// Remaining is the fewest units any tier would still accept now after
+	// this job (0 when it was refused).
+	Remaining int64
+	// RetryAfter is, for Rejected and Excess, how long until the refusing
+	// tiers would accept the job if nothing else arrived meanwhile; negative
+	// (Never) if they never can because the cost is larger than the limit.
+	// Zero otherwise.
+	RetryAfter time.Duration
+	// ResetAfter is how long until every tier is back to its empty state.
+	ResetAfter time.Duration
+}
+
+// Never is the RetryAfter of a job whose cost exceeds what the limit can ever
+// grant.
+const Never time.Duration = never
+
+// ErrInvalidCost is returned for a cost below 1.
+var ErrInvalidCost = errors.New("bucket: invalid cost")
+
+// ErrTooManyTiers is returned for a decision over more than MaxTiers tiers or
+// over none.
+var ErrTooManyTiers = fmt.Errorf("bucket: a decision takes 1 to %d tiers", MaxTiers)
+
+// checkRequest validates what every store checks before deciding.
+func checkRequest(tiers []Tier, cost int64) error {
+	if len(tiers) == 0 || len(tiers) > MaxTiers {
+		return fmt.Errorf("%w, got %d", ErrTooManyTiers, len(tiers))
+	}
+	if cost < 1 {
+		return fmt.Errorf("%w: %d (want ≥ 1)", ErrInvalidCost, cost)
+	}
+	for i := range tiers {
+		if !tiers[i].Limit.valid {
+			return fmt.Errorf("%w: tier %d (key %.40q) has no valid limit; build it with Spec.Build or a New* constructor",
+				ErrInvalidLimit, i, tiers[i].Key)
+		}
+	}
+	return nil
+}
+
+// TierResult is one tier's part of a decision, as a store reports it. It is
+// exported for stores outside this package (redisbucket); callers of a Store
+// see only the combined Decision.
+type TierResult struct {
+	Verdict    Verdict
+	NotBefore  int64 // Unix ns
+	Remaining  int64
+	RetryAfter int64 // ns; negative: never
+	ResetAfter int64 // ns
+}
+
+// Combine folds per-tier results into one Decision taken at now (Unix ns):
+// the worst verdict, the latest not-before, the fewest remaining units. It is
+// the one place where tiers are combined, for every store.
+func Combine(now int64, tiers []TierResult) Decision {
+	d := Decision{At: time.Unix(0, now), NotBefore: time.Unix(0, now), Tier: -1}
+	notBefore, reset := now, int64(0)
+	for i, t := range tiers {
+		notBefore = max(notBefore, t.NotBefore)
+		reset = max(reset, t.ResetAfter)
+		switch {
+		case d.Tier < 0 || t.Verdict > d.Verdict:
+			d.Verdict, d.Tier, d.Remaining = t.Verdict, i, t.Remaining
+		case t.Verdict == d.Verdict && t.Remaining < d.Remaining:
+			d.Tier, d.Remaining = i, t.Remaining
+		}
+		d.Remaining = min(d.Remaining, t.Remaining)
+	}
+	d.NotBefore = time.Unix(0, notBefore)
+	d.ResetAfter = time.Duration(reset)
+	if d.Verdict >= Excess {
+		d.Remaining = 0
+		for _, t := range tiers {
+			if t.Verdict < Excess {
+				continue
+			}
+			if t.RetryAfter < 0 {
+				d.RetryAfter = Never
+				break
+			}
+			d.RetryAfter = max(d.RetryAfter, time.Duration(t.RetryAfter))
+		}
+	}
+	return d
+}
+
+func (r *tierResult) export() TierResult {
+	return TierResult{Verdict: r.verdict, NotBefore: r.notBefore, Remaining: r.remaining,
+		RetryAfter: r.retryAfter, ResetAfter: r.resetAfter}
+}
+
+// Bucket is the state of one key under one Limit, for callers that keep
+// state themselves (a store keeps its own). The zero value is a key never
+// seen. A Bucket is not safe for concurrent use.
+type Bucket struct {
+	st    state
+	used  bool
+	log   []logEntry // sliding_log only
+	limit Algorithm
+}
+
+// Decide decides one job of the given cost at now against b and updates b
+// unless the job is rejected. It is the pure form of the algorithm; time is a
+// parameter. It reports an error only for an invalid limit or cost, or when
+// b was last used with a limit of another algorithm.
+func (l Limit) Decide(b *Bucket, now time.Time, cost int64) (Decision, error) {
+	if err := checkRequest([]Tier{{Limit: l}}, cost); err != nil {
+		return Decision{}, err
+	}
+	if b.used && b.limit != l.alg {
+		return Decision{}, fmt.Errorf("%w: bucket holds %s state, limit is %s", ErrInvalidLimit, b.limit, l.alg)
+	}
+	t := now.UnixNano()
+	var r tierResult
+	if l.alg == SlidingLog {
+		var expired int
+		r, expired = l.slidingLog(b.log, t, cost)
+		if r.verdict == Admitted {
+			b.log = append(b.log[expired:], logEntry{t: r.at, n: cost})
+		}
+	} else {
+		r = l.step(b.st, !b.used, t, cost)
+		if r.verdict != Rejected {
+			b.st = r.next
+		}
+	}
+	if r.verdict != Rejected {
+		b.used, b.limit = true, l.alg
+	}
+	return Combine(t, []TierResult{r.export()}), nil
+}
