@@ -27,13 +27,9 @@ const never = -1
 // tierResult is one tier's answer and the state to store if the job is not
 // rejected overall.
 type tierResult struct {
-	verdict    Verdict
-	next       state
+	TierResult       // ResetAfter is also the key's time to live
+	next       state // to store unless the decision is rejected
 	at         int64 // the decision time, never before the state's last update
-	notBefore  int64 // ns; at unless queued
-	remaining  int64
-	retryAfter int64 // ns; 0 unless excess or rejected; never
-	resetAfter int64 // ns until the key's state is empty again (also its TTL)
 }
 
 func ceilDiv(a, b int64) int64 {
@@ -42,6 +38,16 @@ func ceilDiv(a, b int64) int64 {
 		q++
 	}
 	return q
+}
+
+// drainTime is the time the bucket needs to drain (or refill) x scaled units:
+// ⌈x/amount⌉ ns, without a division for the common amount of 1 (any rate
+// whose count divides its period, such as 10/s).
+func (l *Limit) drainTime(x int64) int64 {
+	if l.amount == 1 {
+		return x
+	}
+	return ceilDiv(x, l.amount)
 }
 
 func floorMod(a, b int64) int64 {
@@ -54,16 +60,17 @@ func floorMod(a, b int64) int64 {
 
 // step decides one job of cost n at time now for a rate or window algorithm.
 // fresh is true for a key without state. The caller has validated n ≥ 1.
-func (l *Limit) step(st state, fresh bool, now, n int64) tierResult {
+func (l *Limit) step(r *tierResult, st state, fresh bool, now, n int64) {
+	*r = tierResult{}
 	switch l.alg {
 	case LeakyBucket:
-		return l.leaky(st, fresh, now, n)
+		l.leaky(r, st, fresh, now, n)
 	case TokenBucket:
-		return l.token(st, fresh, now, n)
+		l.token(r, st, fresh, now, n)
 	case FixedWindow:
-		return l.fixed(st, fresh, now, n)
+		l.fixed(r, st, fresh, now, n)
 	default:
-		return l.slidingWindow(st, fresh, now, n)
+		l.slidingWindow(r, st, fresh, now, n)
 	}
 }
 
@@ -75,7 +82,7 @@ func (l *Limit) step(st state, fresh bool, now, n int64) tierResult {
 // For n = 1 this is DESIGN §1's max(0, e − Δt·r + n) exactly; for n > 1 it
 // keeps a remembered idle key and a forgotten one deciding alike (see
 // docs/admission.md).
-func (l *Limit) leaky(st state, fresh bool, now, n int64) tierResult {
+func (l *Limit) leaky(r *tierResult, st state, fresh bool, now, n int64) {
 	p, a := l.period, l.amount
 	var x int64
 	if !fresh {
@@ -83,43 +90,43 @@ func (l *Limit) leaky(st state, fresh bool, now, n int64) tierResult {
 			now = st.t // the clock stepped back: no time has passed
 		}
 		x = st.x + p // the first unit, before leaking
-		if dt := now - st.t; dt >= ceilDiv(x, a) {
+		if dt := now - st.t; dt >= l.drainTime(x) {
 			x = 0
 		} else {
 			x -= dt * a
 		}
 	}
-	r := tierResult{at: now, notBefore: now}
+	r.at, r.NotBefore = now, now
 	if n-1 > l.burst {
 		// No state can ever take the job.
-		r.verdict, r.retryAfter = Rejected, never
-		r.resetAfter = l.leakyReset(x - p)
-		return r
+		r.Verdict, r.RetryAfter = Rejected, never
+		r.ResetAfter = l.leakyReset(x - p)
+		return
 	}
 	x += (n - 1) * p
 	if bp := l.burst * p; x > bp {
-		r.verdict = Rejected
-		r.retryAfter = ceilDiv(x-bp, a)
-		r.resetAfter = l.leakyReset(x - n*p)
-		return r
+		r.Verdict = Rejected
+		r.RetryAfter = l.drainTime(x - bp)
+		r.ResetAfter = l.leakyReset(x - n*p)
+		return
 	}
 	r.next = state{x: x, t: now}
-	r.remaining = (l.burst*p - x) / p
-	r.resetAfter = l.leakyReset(x)
+	r.Remaining = (l.burst*p - x) / p
+	r.ResetAfter = l.leakyReset(x)
 	if dp := l.delay * p; x > dp {
-		r.verdict = Queued
-		r.notBefore = now + ceilDiv(x-dp, a)
+		r.Verdict = Queued
+		r.NotBefore = now + l.drainTime(x-dp)
 	}
-	return r
+	return
 }
 
 // leakyReset is the time until a stored excess x no longer affects any
 // decision: max(0, x − Δt·r + 1) = 0.
 func (l *Limit) leakyReset(x int64) int64 {
-	return max(0, ceilDiv(x+l.period, l.amount))
+	return max(0, l.drainTime(x+l.period))
 }
 
-func (l *Limit) token(st state, fresh bool, now, n int64) tierResult {
+func (l *Limit) token(r *tierResult, st state, fresh bool, now, n int64) {
 	p, a := l.period, l.amount
 	full := l.burst * p
 	k := full
@@ -128,29 +135,29 @@ func (l *Limit) token(st state, fresh bool, now, n int64) tierResult {
 			now = st.t
 		}
 		k = st.x
-		if dt := now - st.t; dt >= ceilDiv(full-k, a) {
+		if dt := now - st.t; dt >= l.drainTime(full-k) {
 			k = full
 		} else {
 			k += dt * a
 		}
 	}
-	r := tierResult{at: now, notBefore: now, next: state{x: k, t: now}}
+	r.at, r.NotBefore, r.next = now, now, state{x: k, t: now}
 	switch {
 	case n > l.burst:
-		r.verdict, r.retryAfter = Excess, never
+		r.Verdict, r.RetryAfter = Excess, never
 	case k >= n*p:
 		k -= n * p
 		r.next.x = k
 	default:
-		r.verdict = Excess
-		r.retryAfter = ceilDiv(n*p-k, a)
+		r.Verdict = Excess
+		r.RetryAfter = l.drainTime(n*p - k)
 	}
-	r.remaining = k / p
-	r.resetAfter = ceilDiv(full-k, a)
-	return r
+	r.Remaining = k / p
+	r.ResetAfter = l.drainTime(full - k)
+	return
 }
 
-func (l *Limit) fixed(st state, fresh bool, now, n int64) tierResult {
+func (l *Limit) fixed(r *tierResult, st state, fresh bool, now, n int64) {
 	w := l.window
 	start := now - floorMod(now, w)
 	var count int64
@@ -159,26 +166,26 @@ func (l *Limit) fixed(st state, fresh bool, now, n int64) tierResult {
 		start, count = st.t, st.x
 		now = max(now, start)
 	}
-	r := tierResult{at: now, notBefore: now, next: state{x: count, t: start}, resetAfter: start + w - now}
+	r.at, r.NotBefore, r.next, r.ResetAfter = now, now, state{x: count, t: start}, start+w-now
 	switch {
 	case n > l.count:
-		r.verdict, r.retryAfter = Excess, never
+		r.Verdict, r.RetryAfter = Excess, never
 	case count+n <= l.count:
 		count += n
 		r.next.x = count
 	default:
-		r.verdict = Excess
-		r.retryAfter = start + w - now
+		r.Verdict = Excess
+		r.RetryAfter = start + w - now
 	}
-	r.remaining = l.count - count
-	return r
+	r.Remaining = l.count - count
+	return
 }
 
-func packCounts(cur, prev int64) int64  { return cur | prev<<32 }
+func packCounts(cur, prev int64) int64       { return cur | prev<<32 }
 func unpackCounts(x int64) (cur, prev int64) { return x & (1<<32 - 1), x >> 32 }
 
 // slidingWindow is the sliding-window counter: p·(W−elapsed) + (c+n)·W ≤ L·W.
-func (l *Limit) slidingWindow(st state, fresh bool, now, n int64) tierResult {
+func (l *Limit) slidingWindow(r *tierResult, st state, fresh bool, now, n int64) {
 	w, lim := l.window, l.count
 	start := now - floorMod(now, w)
 	var c, p int64
@@ -193,25 +200,25 @@ func (l *Limit) slidingWindow(st state, fresh bool, now, n int64) tierResult {
 		}
 	}
 	el := now - start
-	r := tierResult{at: now, notBefore: now}
+	r.at, r.NotBefore = now, now
 	switch {
 	case n > lim:
-		r.verdict, r.retryAfter = Excess, never
+		r.Verdict, r.RetryAfter = Excess, never
 	case c+n <= lim && p*(w-el)+(c+n)*w <= lim*w:
 		c += n
 	default:
-		r.verdict = Excess
-		r.retryAfter = slidingWait(lim, w, el, c, p, n)
+		r.Verdict = Excess
+		r.RetryAfter = slidingWait(lim, w, el, c, p, n)
 	}
 	r.next = state{x: packCounts(c, p), t: start}
-	r.remaining = max(0, (lim*w-p*(w-el))/w-c)
+	r.Remaining = max(0, (lim*w-p*(w-el))/w-c)
 	switch {
 	case c > 0:
-		r.resetAfter = start + 2*w - now
+		r.ResetAfter = start + 2*w - now
 	case p > 0:
-		r.resetAfter = start + w - now
+		r.ResetAfter = start + w - now
 	}
-	return r
+	return
 }
 
 // slidingWait is how long a job of cost n ≤ lim waits until the sliding
@@ -234,7 +241,8 @@ func slidingWait(lim, w, el, c, p, n int64) int64 {
 // slidingLog decides against the log of admitted jobs, oldest first. It
 // returns the result and how many leading entries have left the window; the
 // caller drops them and, if the job is admitted, appends {now, n}.
-func (l *Limit) slidingLog(log []logEntry, now, n int64) (r tierResult, expired int) {
+func (l *Limit) slidingLog(r *tierResult, log []logEntry, now, n int64) (expired int) {
+	*r = tierResult{}
 	if len(log) > 0 {
 		now = max(now, log[len(log)-1].t)
 	}
@@ -246,29 +254,29 @@ func (l *Limit) slidingLog(log []logEntry, now, n int64) (r tierResult, expired 
 	for _, e := range live {
 		count += e.n
 	}
-	r.at, r.notBefore = now, now
+	r.at, r.NotBefore = now, now
 	switch {
 	case n > l.count:
-		r.verdict, r.retryAfter = Excess, never
+		r.Verdict, r.RetryAfter = Excess, never
 	case count+n <= l.count:
 		count += n
 	default:
-		r.verdict = Excess
+		r.Verdict = Excess
 		need := count + n - l.count
 		for _, e := range live {
 			need -= e.n
 			if need <= 0 {
-				r.retryAfter = e.t + l.window - now
+				r.RetryAfter = e.t + l.window - now
 				break
 			}
 		}
 	}
-	r.remaining = l.count - count
+	r.Remaining = l.count - count
 	switch {
-	case r.verdict == Admitted:
-		r.resetAfter = l.window
+	case r.Verdict == Admitted:
+		r.ResetAfter = l.window
 	case len(live) > 0:
-		r.resetAfter = live[len(live)-1].t + l.window - now
+		r.ResetAfter = live[len(live)-1].t + l.window - now
 	}
-	return r, expired
+	return expired
 }

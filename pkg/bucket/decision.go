@@ -104,40 +104,84 @@ type TierResult struct {
 // the worst verdict, the latest not-before, the fewest remaining units. It is
 // the one place where tiers are combined, for every store.
 func Combine(now int64, tiers []TierResult) Decision {
-	d := Decision{At: time.Unix(0, now), NotBefore: time.Unix(0, now), Tier: -1}
-	notBefore, reset := now, int64(0)
-	for i, t := range tiers {
-		notBefore = max(notBefore, t.NotBefore)
-		reset = max(reset, t.ResetAfter)
-		switch {
-		case d.Tier < 0 || t.Verdict > d.Verdict:
-			d.Verdict, d.Tier, d.Remaining = t.Verdict, i, t.Remaining
-		case t.Verdict == d.Verdict && t.Remaining < d.Remaining:
-			d.Tier, d.Remaining = i, t.Remaining
-		}
-		d.Remaining = min(d.Remaining, t.Remaining)
+	var c combiner
+	c.start(now)
+	for i := range tiers {
+		c.add(i, &tiers[i])
 	}
-	d.NotBefore = time.Unix(0, notBefore)
-	d.ResetAfter = time.Duration(reset)
-	if d.Verdict >= Excess {
-		d.Remaining = 0
-		for _, t := range tiers {
-			if t.Verdict < Excess {
-				continue
-			}
-			if t.RetryAfter < 0 {
-				d.RetryAfter = Never
-				break
-			}
-			d.RetryAfter = max(d.RetryAfter, time.Duration(t.RetryAfter))
-		}
-	}
+	var d Decision
+	c.finish(&d)
 	return d
 }
 
-func (r *tierResult) export() TierResult {
-	return TierResult{Verdict: r.verdict, NotBefore: r.notBefore, Remaining: r.remaining,
-		RetryAfter: r.retryAfter, ResetAfter: r.resetAfter}
+// single sets d from the one tier of a single-tier decision: what Combine
+// computes for one tier, without the folding (the memory store's hot path;
+// the conformance suite checks it against Combine).
+func (d *Decision) single(now int64, t *TierResult) {
+	// Field by field: a composite literal would build a temporary and copy
+	// it, a measurable part of a memory decision.
+	d.Verdict = t.Verdict
+	d.At = time.Unix(0, now)
+	d.NotBefore = d.At
+	if t.NotBefore > now {
+		d.NotBefore = time.Unix(0, t.NotBefore)
+	}
+	d.Tier = 0
+	d.Remaining = t.Remaining
+	d.RetryAfter = 0
+	d.ResetAfter = time.Duration(max(0, t.ResetAfter))
+	if t.Verdict >= Excess {
+		d.Remaining = 0
+		d.RetryAfter = time.Duration(t.RetryAfter)
+	}
+}
+
+// combiner folds tiers one at a time (stores fold without building a slice).
+type combiner struct {
+	now, notBefore, reset, retry int64
+	verdict                      Verdict
+	tier                         int
+	remaining, fewest            int64
+}
+
+func (c *combiner) start(now int64) {
+	*c = combiner{now: now, notBefore: now, tier: -1}
+}
+
+func (c *combiner) add(i int, t *TierResult) {
+	c.notBefore = max(c.notBefore, t.NotBefore)
+	c.reset = max(c.reset, t.ResetAfter)
+	switch {
+	case c.tier < 0 || t.Verdict > c.verdict:
+		c.verdict, c.tier, c.remaining = t.Verdict, i, t.Remaining
+	case t.Verdict == c.verdict && t.Remaining < c.remaining:
+		c.tier, c.remaining = i, t.Remaining
+	}
+	if i == 0 || t.Remaining < c.fewest {
+		c.fewest = t.Remaining
+	}
+	if t.Verdict >= Excess && c.retry >= 0 {
+		if t.RetryAfter < 0 {
+			c.retry = never
+		} else {
+			c.retry = max(c.retry, t.RetryAfter)
+		}
+	}
+}
+
+func (c *combiner) finish(d *Decision) {
+	*d = Decision{
+		Verdict:    c.verdict,
+		At:         time.Unix(0, c.now),
+		NotBefore:  time.Unix(0, c.notBefore),
+		Tier:       c.tier,
+		Remaining:  c.fewest,
+		ResetAfter: time.Duration(c.reset),
+	}
+	if c.verdict >= Excess {
+		d.Remaining = 0
+		d.RetryAfter = time.Duration(c.retry)
+	}
 }
 
 // Bucket is the state of one key under one Limit, for callers that keep
@@ -164,19 +208,18 @@ func (l Limit) Decide(b *Bucket, now time.Time, cost int64) (Decision, error) {
 	t := now.UnixNano()
 	var r tierResult
 	if l.alg == SlidingLog {
-		var expired int
-		r, expired = l.slidingLog(b.log, t, cost)
-		if r.verdict == Admitted {
+		expired := l.slidingLog(&r, b.log, t, cost)
+		if r.Verdict == Admitted {
 			b.log = append(b.log[expired:], logEntry{t: r.at, n: cost})
 		}
 	} else {
-		r = l.step(b.st, !b.used, t, cost)
-		if r.verdict != Rejected {
+		l.step(&r, b.st, !b.used, t, cost)
+		if r.Verdict != Rejected {
 			b.st = r.next
 		}
 	}
-	if r.verdict != Rejected {
+	if r.Verdict != Rejected {
 		b.used, b.limit = true, l.alg
 	}
-	return Combine(t, []TierResult{r.export()}), nil
+	return Combine(t, []TierResult{r.TierResult}), nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // DefaultMaxKeys is the number of keys a Memory store tracks by default.
@@ -21,7 +22,8 @@ var ErrInvalidOption = errors.New("bucket: invalid option")
 type MemoryOption func(*Memory) error
 
 // WithMaxKeys bounds the number of tracked keys (default 1,000,000). When the
-// bound is reached the least recently used key is evicted; an evicted key
+// bound is reached a key not used recently is evicted (CLOCK, the
+// second-chance approximation of least recently used); an evicted key
 // behaves as a key never seen.
 func WithMaxKeys(n int) MemoryOption {
 	return func(m *Memory) error {
@@ -40,7 +42,7 @@ func WithClock(now func() time.Time) MemoryOption {
 		if now == nil {
 			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
 		}
-		m.now = now
+		m.now = func() int64 { return now().UnixNano() }
 		return nil
 	}
 }
@@ -48,20 +50,23 @@ func WithClock(now func() time.Time) MemoryOption {
 // Memory is the in-process Store. It is safe for concurrent use: keys are
 // spread over shards by a seeded hash, each shard with its own lock.
 //
-// Each key costs about 48 bytes whatever its length, because the store keeps
+// Each key costs about 42 bytes whatever its length, because the store keeps
 // a 64-bit seeded hash of (group, algorithm, key) instead of the key: two
 // distinct keys share a bucket with probability about n²/2⁶⁵ (3·10⁻⁸ for a
 // million keys), and the seed is random per store so nobody can aim for a
 // collision. A sliding_log key also keeps its log (16 bytes per admitted
 // job in the window).
 //
-// A key is forgotten once its state is back to empty (no decision could tell
-// it from a key never seen), and the least recently used key is evicted when
-// the store is full. The bound is exact but for one case: a key landing in a
-// shard that holds no key while the store is full is let in.
+// A key is forgotten once its state has been back to empty (no decision
+// could tell it from a key never seen) for a second, and a key not used
+// recently is evicted when the store is full (CLOCK: a hand sweeps each
+// shard, a used key gets a second chance). A decision on a known key writes
+// only that key's entry, so concurrent callers do not trade cache lines. The
+// bound is exact but for one case: a key landing in a shard that holds no
+// key while the store is full is let in.
 type Memory struct {
 	seed    maphash.Seed
-	now     func() time.Time
+	now     func() int64 // Unix ns
 	maxKeys int
 	shift   uint // 64 − log2(number of shards)
 	shards  []shard
@@ -70,7 +75,8 @@ type Memory struct {
 
 // NewMemory returns an empty memory store.
 func NewMemory(opts ...MemoryOption) (*Memory, error) {
-	m := &Memory{seed: maphash.MakeSeed(), now: time.Now, maxKeys: DefaultMaxKeys}
+	m := &Memory{seed: maphash.MakeSeed(), maxKeys: DefaultMaxKeys}
+	m.now = new(wallClock).now
 	for _, o := range opts {
 		if err := o(m); err != nil {
 			return nil, err
@@ -97,23 +103,31 @@ func NewMemory(opts ...MemoryOption) (*Memory, error) {
 
 // Decide decides at the store's clock. It never returns an error for a
 // valid request; ctx is not used (nothing blocks).
-func (m *Memory) Decide(_ context.Context, group string, tiers []Tier, cost int64) (Decision, error) {
-	return m.DecideAt(m.now(), group, tiers, cost)
+func (m *Memory) Decide(_ context.Context, group string, tiers []Tier, cost int64) (d Decision, err error) {
+	err = m.decide(&d, m.now(), group, tiers, cost)
+	return d, err
 }
 
 // DecideAt decides at the given time: the form for simulations, where time
 // is a parameter.
-func (m *Memory) DecideAt(now time.Time, group string, tiers []Tier, cost int64) (Decision, error) {
+func (m *Memory) DecideAt(now time.Time, group string, tiers []Tier, cost int64) (d Decision, err error) {
+	err = m.decide(&d, now.UnixNano(), group, tiers, cost)
+	return d, err
+}
+
+func (m *Memory) decide(d *Decision, t int64, group string, tiers []Tier, cost int64) error {
 	if err := CheckRequest(tiers, cost); err != nil {
-		return Decision{}, err
+		return err
 	}
-	t := now.UnixNano()
+	if len(tiers) == 1 {
+		m.decideOne(d, t, group, &tiers[0], cost)
+		return nil
+	}
 	var (
 		hashes  [MaxTiers]uint64
 		order   [MaxTiers]uint8 // shard indexes, sorted, distinct
 		nLocked int
 		results [MaxTiers]tierResult
-		exports [MaxTiers]TierResult
 		expired [MaxTiers]int
 	)
 	for i := range tiers {
@@ -134,55 +148,48 @@ func (m *Memory) DecideAt(now time.Time, group string, tiers []Tier, cost int64)
 	for _, s := range order[:nLocked] {
 		m.shards[s].mu.Lock()
 	}
-	rejected := false
+	var c combiner
+	c.start(t)
 	for i := range tiers {
-		sh := m.shardOf(hashes[i])
-		l := &tiers[i].Limit
-		idx, ok := sh.lookup(hashes[i])
-		if l.alg == SlidingLog {
-			var log []logEntry
-			if ok {
-				log = sh.logs[idx]
-			}
-			results[i], expired[i] = l.slidingLog(log, t, cost)
-		} else {
-			var st state
-			if ok {
-				st = sh.entries[idx].st
-			}
-			results[i] = l.step(st, !ok, t, cost)
-		}
-		exports[i] = results[i].export()
-		rejected = rejected || results[i].verdict == Rejected
+		expired[i] = m.shardOf(hashes[i]).decide(&results[i], hashes[i], &tiers[i].Limit, t, cost)
+		c.add(i, &results[i].TierResult)
 	}
+	rejected := c.verdict == Rejected
 	for i := range tiers {
-		sh := m.shardOf(hashes[i])
-		if rejected {
-			// Nothing changes, but the key was used: a key that keeps
-			// being rejected must not be the one evicted.
-			if idx, ok := sh.lookup(hashes[i]); ok {
-				sh.unlink(idx)
-				sh.pushFront(idx)
-			}
-			continue
-		}
-		sh.commit(hashes[i], &tiers[i].Limit, &results[i], expired[i], cost)
+		m.shardOf(hashes[i]).apply(hashes[i], &tiers[i].Limit, &results[i], expired[i], cost, rejected)
 	}
 	for _, s := range order[:nLocked] {
-		m.shards[s].sweep(t)
 		m.shards[s].mu.Unlock()
 	}
-	return Combine(t, exports[:len(tiers)]), nil
+	c.finish(d)
+	return nil
 }
 
+// decideOne is decide for the common single tier: one lock, no arrays.
+func (m *Memory) decideOne(d *Decision, t int64, group string, tier *Tier, cost int64) {
+	h := m.hash(group, tier)
+	sh := m.shardOf(h)
+	sh.mu.Lock()
+	var r tierResult
+	expired := sh.decide(&r, h, &tier.Limit, t, cost)
+	sh.apply(h, &tier.Limit, &r, expired, cost, r.Verdict == Rejected)
+	sh.mu.Unlock()
+	d.single(t, &r.TierResult)
+}
+
+// hash identifies (group, algorithm, key): the seeded hash of the key — the
+// part a client controls — mixed with an FNV-1a of the group (a queue name
+// from configuration) and the algorithm by a multiply-xorshift. Cheaper than
+// one streamed hash over the three.
 func (m *Memory) hash(group string, t *Tier) uint64 {
-	var h maphash.Hash
-	h.SetSeed(m.seed)
-	h.WriteString(group)
-	h.WriteByte(0)
-	h.WriteByte(byte(t.Limit.alg))
-	h.WriteString(t.Key)
-	return h.Sum64()
+	g := uint64(14695981039346656037) ^ uint64(t.Limit.alg)
+	for i := 0; i < len(group); i++ {
+		g = (g ^ uint64(group[i])) * 1099511628211
+	}
+	h := maphash.String(m.seed, t.Key) ^ g*0x9e3779b97f4a7c15
+	h ^= h >> 29
+	h *= 0xbf58476d1ce4e5b9
+	return h ^ h>>32
 }
 
 func (m *Memory) shardOf(h uint64) *shard {
@@ -210,34 +217,50 @@ func (m *Memory) Stats() MemoryStats {
 	return s
 }
 
-// nilIdx marks the end of an LRU or free list.
-const nilIdx = ^uint32(0)
-
-// entry is one key: 40 bytes.
+// entry is one key: 32 bytes.
 type entry struct {
-	h          uint64
-	st         state
-	expire     int64  // Unix ns when the state is empty again
-	prev, next uint32 // LRU neighbours (most recent first), or the free list
+	h  uint64
+	st state // for a free entry, st.x links the free list
+	// mark is the Unix ns at which the state is empty again, with refBit
+	// set when the key was used since the clock hand last passed; free for
+	// an entry on the free list.
+	mark int64
 }
 
-// shard is an open-addressing hash table (linear probing, no tombstones)
-// over a slab of entries kept in LRU order.
+const (
+	refBit   = int64(1) << 62
+	free     = int64(-1)
+	maxStamp = refBit - 1 // times beyond 2116 are clamped
+)
+
+func (e *entry) expire() int64 { return e.mark &^ refBit }
+
+// shardState is an open-addressing hash table (linear probing, no
+// tombstones) over a slab of entries, evicted in CLOCK order: a hand sweeps
+// the slab, giving every used entry a second chance.
+type shardState struct {
+	mu      sync.Mutex
+	lastH   uint64   // the key decide looked up last, while no insert or
+	lastIdx uint32   // remove has happened since: apply reuses it instead
+	lastOK  bool     // of probing again
+	table   []uint32 // entry index + 1; 0 is an empty slot
+	entries []entry
+	freeIdx uint32 // head of the free list
+	hand    uint32 // the CLOCK hand
+	n       uint32
+	max     uint32
+	keys    *atomic.Int64 // the store's count of keys
+	maxKeys int64
+	logs    map[uint32][]logEntry // sliding_log entries by entry index
+
+	evictions, forgotten uint64
+}
+
+// shard pads shardState to whole cache lines so that two shards' locks never
+// share one.
 type shard struct {
-	mu        sync.Mutex
-	table     []uint32 // entry index + 1; 0 is an empty slot
-	entries   []entry
-	free      uint32 // head of the free list
-	head      uint32 // most recently used
-	tail      uint32 // least recently used
-	n         uint32
-	max       uint32
-	keys      *atomic.Int64 // the store's count of keys
-	maxKeys   int64
-	logs      map[uint32][]logEntry // sliding_log entries by entry index
-	evictions uint64
-	forgotten uint64
-	_         [64]byte // keep neighbouring shards' locks off one cache line
+	shardState
+	_ [64 - unsafe.Sizeof(shardState{})%64]byte
 }
 
 func (s *shard) lookup(h uint64) (uint32, bool) {
@@ -256,11 +279,53 @@ func (s *shard) lookup(h uint64) (uint32, bool) {
 	}
 }
 
-// commit stores a tier's new state (or forgets the key when that state is
-// empty) and marks the key most recently used.
-func (s *shard) commit(h uint64, l *Limit, r *tierResult, expired int, cost int64) {
+// find is lookup that reuses decide's probe when it is still valid.
+func (s *shard) find(h uint64) (uint32, bool) {
+	if s.lastH == h && s.lastOK {
+		return s.lastIdx, true
+	}
+	return s.lookup(h)
+}
+
+// decide computes one tier's result from the key's state.
+func (s *shard) decide(r *tierResult, h uint64, l *Limit, t, cost int64) (expired int) {
 	idx, ok := s.lookup(h)
-	if r.resetAfter <= 0 {
+	s.lastH, s.lastIdx, s.lastOK = h, idx, ok
+	if l.alg == SlidingLog {
+		var log []logEntry
+		if ok {
+			log = s.logs[idx]
+		}
+		return l.slidingLog(r, log, t, cost)
+	}
+	var st state
+	if ok {
+		st = s.entries[idx].st
+	}
+	l.step(r, st, !ok, t, cost)
+	return 0
+}
+
+// apply commits a tier's result, or, when the decision was rejected, only
+// marks the key used: a key that keeps being rejected must not be the one
+// evicted.
+func (s *shard) apply(h uint64, l *Limit, r *tierResult, expired int, cost int64, rejected bool) {
+	if !rejected {
+		s.commit(h, l, r, expired, cost)
+		return
+	}
+	if idx, ok := s.find(h); ok {
+		if e := &s.entries[idx]; e.mark&refBit == 0 {
+			e.mark |= refBit
+		}
+	}
+}
+
+// commit stores a tier's new state (or forgets the key when that state is
+// empty) and marks the key used.
+func (s *shard) commit(h uint64, l *Limit, r *tierResult, expired int, cost int64) {
+	idx, ok := s.find(h)
+	if r.ResetAfter <= 0 {
 		if ok {
 			s.remove(idx)
 			s.forgotten++
@@ -268,14 +333,11 @@ func (s *shard) commit(h uint64, l *Limit, r *tierResult, expired int, cost int6
 		return
 	}
 	if !ok {
-		idx = s.insert(h)
-	} else {
-		s.unlink(idx)
+		idx = s.insert(h, r.at)
 	}
 	e := &s.entries[idx]
 	e.st = r.next
-	e.expire = r.at + r.resetAfter
-	s.pushFront(idx)
+	e.mark = min(r.at+r.ResetAfter, maxStamp) | refBit
 	if l.alg == SlidingLog {
 		if s.logs == nil {
 			s.logs = make(map[uint32][]logEntry)
@@ -286,25 +348,34 @@ func (s *shard) commit(h uint64, l *Limit, r *tierResult, expired int, cost int6
 		} else {
 			log = nil // evicted meanwhile by another tier of this decision
 		}
-		if r.verdict == Admitted {
+		if r.Verdict == Admitted {
 			log = append(log, logEntry{t: r.at, n: cost})
 		}
 		s.logs[idx] = log
 	}
 }
 
-func (s *shard) insert(h uint64) uint32 {
+// forgetAfter is how long a key stays after its state is empty again: a key
+// in use is not dropped and re-created between two of its jobs.
+const forgetAfter = int64(time.Second)
+
+// sweepPerInsert is how many entries the hand visits per new key: idle keys
+// leave at least as fast as new ones come, without a background goroutine.
+const sweepPerInsert = 4
+
+func (s *shard) insert(h uint64, now int64) uint32 {
+	s.sweep(now)
 	if s.n > 0 && (s.n >= s.max || s.keys.Load() >= s.maxKeys) {
-		s.evictions++
-		s.remove(s.tail)
+		s.evict()
 	}
 	if (s.n+1)*4 > uint32(len(s.table))*3 {
 		s.grow()
 	}
 	var idx uint32
-	if s.hasFree() {
-		idx = s.free
-		s.free = s.entries[idx].next
+	if int(s.n) < len(s.entries) {
+		// Every entry not in use is on the free list.
+		idx = s.freeIdx
+		s.freeIdx = uint32(s.entries[idx].st.x)
 	} else {
 		if len(s.entries) == cap(s.entries) {
 			// Grow the slab by doubling, but never past the shard's bound.
@@ -316,7 +387,7 @@ func (s *shard) insert(h uint64) uint32 {
 		idx = uint32(len(s.entries))
 		s.entries = s.entries[:idx+1]
 	}
-	s.entries[idx] = entry{h: h, prev: nilIdx, next: nilIdx}
+	s.entries[idx] = entry{h: h}
 	mask := uint64(len(s.table) - 1)
 	i := h & mask
 	for s.table[i] != 0 {
@@ -325,13 +396,52 @@ func (s *shard) insert(h uint64) uint32 {
 	s.table[i] = idx + 1
 	s.n++
 	s.keys.Add(1)
+	s.lastOK = false
 	return idx
 }
 
-// hasFree reports whether the free list holds an entry: the slab only grows,
-// and every entry not in use is on the list.
-func (s *shard) hasFree() bool {
-	return int(s.n) < len(s.entries)
+// advance moves the hand to the next slab entry.
+func (s *shard) advance() {
+	s.hand++
+	if int(s.hand) >= len(s.entries) {
+		s.hand = 0
+	}
+}
+
+// sweep visits a few entries at the hand: it forgets those whose state has
+// been empty for forgetAfter and takes away the second chance of the rest.
+func (s *shard) sweep(now int64) {
+	for range min(sweepPerInsert, len(s.entries)) {
+		e := &s.entries[s.hand]
+		switch {
+		case e.mark == free:
+		case e.expire() <= now-forgetAfter:
+			s.remove(s.hand)
+			s.forgotten++
+		default:
+			e.mark &^= refBit
+		}
+		s.advance()
+	}
+}
+
+// evict removes the first entry at or after the hand without a second
+// chance (CLOCK): one not used since the hand last passed it.
+func (s *shard) evict() {
+	for range 2*len(s.entries) + 1 {
+		e := &s.entries[s.hand]
+		switch {
+		case e.mark == free:
+		case e.mark&refBit != 0:
+			e.mark &^= refBit
+		default:
+			s.remove(s.hand)
+			s.evictions++
+			s.advance()
+			return
+		}
+		s.advance()
+	}
 }
 
 func (s *shard) grow() {
@@ -349,13 +459,10 @@ func (s *shard) grow() {
 		}
 		s.table[i] = v
 	}
-	if len(old) == 0 {
-		s.head, s.tail, s.free = nilIdx, nilIdx, nilIdx
-	}
 }
 
-// remove deletes entry idx from the table, the LRU list and the logs, and
-// puts it on the free list.
+// remove deletes entry idx from the table and the logs and puts it on the
+// free list.
 func (s *shard) remove(idx uint32) {
 	mask := uint64(len(s.table) - 1)
 	i := s.entries[idx].h & mask
@@ -372,50 +479,12 @@ func (s *shard) remove(idx uint32) {
 		}
 	}
 	s.table[i] = 0
-	s.unlink(idx)
 	if s.logs != nil {
 		delete(s.logs, idx)
 	}
-	s.entries[idx] = entry{next: s.free}
-	s.free = idx
+	s.entries[idx] = entry{st: state{x: int64(s.freeIdx)}, mark: free}
+	s.freeIdx = idx
 	s.n--
 	s.keys.Add(-1)
-}
-
-func (s *shard) unlink(idx uint32) {
-	e := &s.entries[idx]
-	if e.prev != nilIdx {
-		s.entries[e.prev].next = e.next
-	} else {
-		s.head = e.next
-	}
-	if e.next != nilIdx {
-		s.entries[e.next].prev = e.prev
-	} else {
-		s.tail = e.prev
-	}
-	e.prev, e.next = nilIdx, nilIdx
-}
-
-func (s *shard) pushFront(idx uint32) {
-	e := &s.entries[idx]
-	e.prev, e.next = nilIdx, s.head
-	if s.head != nilIdx {
-		s.entries[s.head].prev = idx
-	} else {
-		s.tail = idx
-	}
-	s.head = idx
-}
-
-// sweep forgets up to two least recently used keys whose state is empty at
-// now, so that idle keys leave without a background goroutine.
-func (s *shard) sweep(now int64) {
-	for range 2 {
-		if s.n == 0 || s.entries[s.tail].expire > now {
-			return
-		}
-		s.remove(s.tail)
-		s.forgotten++
-	}
+	s.lastOK = false
 }
