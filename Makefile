@@ -1,0 +1,76 @@
+# Spillway developer tasks. `make` (or `make help`) lists them.
+# Everything here is plain `go` commands; read a target to see what CI runs.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO ?= go
+
+# Extra flags for `go test` in test/race/cover, e.g. GOTESTFLAGS='-run TestFoo -v'.
+GOTESTFLAGS ?=
+
+# Benchmarks: BENCH_ARGS replaces the flags, BENCH_PKGS the packages, e.g.
+#   make bench BENCH_ARGS="-run '^$$' -bench Leaky -benchmem -count 10"
+BENCH_ARGS ?= -run '^$$' -bench . -benchmem -count 5
+BENCH_PKGS ?= ./pkg/... $(if $(wildcard internal/bucketbench),./internal/bucketbench/...)
+
+# How long each fuzz target runs in `make fuzz`; FUZZ_PKGS is where targets are looked for.
+FUZZTIME ?= 10m
+FUZZ_PKGS ?= ./pkg/... ./internal/...
+# Each fuzz target's run inside `make test` (CI): enough to catch a crash
+# on the seed corpus and its neighbours, short enough for every run.
+CI_FUZZTIME ?= 10s
+
+# golangci-lint v2, pinned; built and cached by `go run` on first use.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+COVERPROFILE ?= coverage.out
+
+.PHONY: help test race bench fuzz fuzz-short lint cover tidy
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
+		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@printf '\nVariables: GOTESTFLAGS BENCH_ARGS BENCH_PKGS FUZZTIME FUZZ_PKGS GOLANGCI_LINT_VERSION\n'
+
+test: ## What CI runs: go vet, race tests of pkg/ and internal/, the commands, a short fuzz of every target
+	$(GO) vet ./...
+	$(GO) test -count=1 -race $(GOTESTFLAGS) ./pkg/... ./internal/...
+	$(GO) test -count=1 $(GOTESTFLAGS) ./cmd/...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
+
+race: ## Every package under the race detector
+	$(GO) test -race $(GOTESTFLAGS) ./...
+
+bench: ## Benchmarks of pkg/ and internal/bucketbench (override BENCH_ARGS, BENCH_PKGS)
+	$(GO) test $(BENCH_ARGS) $(BENCH_PKGS)
+
+fuzz: ## Run every Fuzz* target in FUZZ_PKGS for FUZZTIME each (default 10m)
+	@set -euo pipefail; \
+	pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' $(FUZZ_PKGS)); \
+	found=0; \
+	for pkg in $$pkgs; do \
+		list=$$($(GO) test -list '^Fuzz' "$$pkg"); \
+		for target in $$(grep '^Fuzz' <<<"$$list" || true); do \
+			found=$$((found + 1)); \
+			echo "==> $$pkg $$target for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
+		done; \
+	done; \
+	echo "fuzz: ran $$found target(s)"
+
+fuzz-short: ## Same as fuzz with FUZZTIME=30s
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=30s
+
+lint: ## golangci-lint v2 (pinned: GOLANGCI_LINT_VERSION) with .golangci.yml
+	$(GOLANGCI_LINT) run ./...
+
+cover: ## Tests with coverage; writes $(COVERPROFILE) and prints the total
+	$(GO) test -count=1 -covermode=atomic -coverprofile=$(COVERPROFILE) $(GOTESTFLAGS) ./...
+	@$(GO) tool cover -func=$(COVERPROFILE) | tail -n 1
+	@echo "HTML report: go tool cover -html=$(COVERPROFILE)"
+
+tidy: ## go mod tidy, then check that go.mod and go.sum are consistent
+	$(GO) mod tidy
+	$(GO) mod verify
