@@ -1,0 +1,52 @@
+// Package bucket decides whether a job is admitted now, queued until a
+// not-before time, or refused, per client key, with the five algorithms of
+// Spillway's admission contract (DESIGN §1). It uses the standard library
+// only: the Redis store lives in the sub-package redisbucket, so a user of
+// the algorithms does not link go-redis.
+//
+// # Algorithms
+//
+//   - LeakyBucket (the default; nginx limit_req): rate r, burst b, delay d.
+//     A job of cost n leaves excess e' = max(0, e − Δt·r + 1) + n − 1 (a key
+//     never seen: n − 1). e' > b: Rejected, nothing changes. e' ≤ d:
+//     Admitted. Otherwise Queued with NotBefore = t + (e' − d)/r.
+//   - TokenBucket: capacity b refilled at r, starting full; n tokens or
+//     Excess.
+//   - FixedWindow: at most L units per window W aligned to the Unix epoch.
+//   - SlidingLog: at most L units admitted in (t − W, t].
+//   - SlidingWindow: the counter approximation p·(W − elapsed) + (c + n)·W ≤
+//     L·W, in integers.
+//
+// Excess is not a refusal: the caller queues the job in the backlog if the
+// backlog has room for the key and rejects it otherwise.
+//
+// # Exactness
+//
+// Time is integer Unix nanoseconds and nothing accumulates floating-point
+// error. A rate is kept in lowest terms (10/s is 1 unit per 100 ms), and a
+// bucket's level is scaled by that period, so for every rate whose count
+// divides its period the results agree with the formulas to the nanosecond;
+// for other rates (3/s) a not-before is rounded up, never early. Limits are
+// validated so that every scaled quantity stays below 2^53: the Redis store
+// computes in Lua doubles and gets the same numbers.
+//
+// # Tiers
+//
+// A decision takes one to MaxTiers tiers, each a Limit and a key. The verdict
+// is the worst (Rejected > Excess > Queued > Admitted), NotBefore the latest,
+// and the tiers are updated all or nothing: if any tier rejects, no tier's
+// state changes.
+//
+// # Stores
+//
+// A Store keeps the state per key and decides at its own clock. Memory is
+// the in-process store; redisbucket.Store shares state between processes.
+// Both pass the conformance suite in buckettest, so they decide alike. For
+// state you keep yourself, Limit.Decide is the pure algorithm with time as a
+// parameter.
+//
+// # Which function to use
+//
+// Most callers build limits once with Spec.Build (from configuration
+// strings) and call Store.Decide per job.
+package bucket
