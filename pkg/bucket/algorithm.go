@@ -117,7 +117,6 @@ func (l *Limit) leaky(r *tierResult, st state, fresh bool, now, n int64) {
 		r.Verdict = Queued
 		r.NotBefore = now + l.drainTime(x-dp)
 	}
-	return
 }
 
 // leakyReset is the time until a stored excess x no longer affects any
@@ -154,7 +153,6 @@ func (l *Limit) token(r *tierResult, st state, fresh bool, now, n int64) {
 	}
 	r.Remaining = k / p
 	r.ResetAfter = l.drainTime(full - k)
-	return
 }
 
 func (l *Limit) fixed(r *tierResult, st state, fresh bool, now, n int64) {
@@ -178,7 +176,6 @@ func (l *Limit) fixed(r *tierResult, st state, fresh bool, now, n int64) {
 		r.RetryAfter = start + w - now
 	}
 	r.Remaining = l.count - count
-	return
 }
 
 func packCounts(cur, prev int64) int64       { return cur | prev<<32 }
@@ -218,7 +215,6 @@ func (l *Limit) slidingWindow(r *tierResult, st state, fresh bool, now, n int64)
 	case p > 0:
 		r.ResetAfter = start + w - now
 	}
-	return
 }
 
 // slidingWait is how long a job of cost n ≤ lim waits until the sliding

@@ -12,16 +12,15 @@ import (
 // DESIGN §1 in exact rational arithmetic (math/big): slow and obviously
 // right. The fuzz target compares the integer algorithms with it.
 type model struct {
-	alg          bucket.Algorithm
-	r            *big.Rat // units per nanosecond
-	b, d, lim    int64
-	w            int64
-	seen         bool
-	e            *big.Rat // leaky excess / token level
-	last         int64
-	win, c, p    int64 // fixed / sliding window
-	log          [][2]int64
-	wantNotAfter int64
+	alg       bucket.Algorithm
+	r         *big.Rat // units per nanosecond
+	b, d, lim int64
+	w         int64
+	seen      bool
+	e         *big.Rat // leaky excess / token level
+	last      int64
+	win, c, p int64 // fixed / sliding window
+	log       [][2]int64
 }
 
 func newModel(l bucket.Limit) *model {
