@@ -1,0 +1,441 @@
+-- Spillway bucket decisions: the five algorithms of pkg/bucket/algorithm.go,
+-- line for line, in exact arithmetic on doubles. See doc.go ("Scripts",
+-- "Exactness").
+--
+-- KEYS: one per tier of every decision, in order.
+-- ARGV[1]: little-endian doubles:
+--   header:           ndecisions, clock (0: read TIME; 1: decisions carry their time), ttl extra (ms)
+--   each decision:    cost, ntiers, seconds, nanoseconds (ignored without clock)
+--   each tier:        algorithm, p1, p2, p3, p4
+--     0 leaky_bucket   amount, period, burst, delay
+--     1 token_bucket   amount, period, burst, 0
+--     2 fixed_window   limit, window (ns), 0, 0
+--     3 sliding_log    limit, window (ns), 0, 0
+--     4 sliding_window limit, window (ns), 0, 0
+-- Reply: one string of little-endian doubles:
+--   each decision:    status (0: decided; k > 0: tier k's key holds data this
+--                     script did not write; nothing was changed), seconds, nanoseconds
+--   each tier (status 0 only): verdict, not-before seconds, not-before nanoseconds,
+--                     remaining, retry-after (ns, -1: never), reset-after (ns)
+--
+-- Every integer stays below 2^53 (pkg/bucket validates the limits for it), so
+-- doubles hold them exactly. A time is a pair (seconds, nanoseconds), never a
+-- count of nanoseconds since 1970, which would not be exact.
+
+local E9 = 1000000000
+local FAR = 9e15 -- "very long ago" in ns: longer than any bucket takes to drain or fill, < 2^53
+local ADMITTED, QUEUED, EXCESS, REJECTED = 0, 1, 2, 3
+
+local floor = math.floor
+local pack, unpack = struct.pack, struct.unpack
+local rcall, rpcall = redis.call, redis.pcall
+
+-- fdiv is floor(a / b), exact for integers |a|, b < 2^53, b > 0: the quotient
+-- of doubles may be one off near an integer, so check it.
+local function fdiv(a, b)
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    return q - 1
+  elseif r >= b then
+    return q + 1
+  end
+  return q
+end
+
+-- cdiv is ceil(a / b), Go's ceilDiv for b > 0.
+local function cdiv(a, b)
+  return -fdiv(-a, b)
+end
+
+local function fmod(a, b)
+  return a - fdiv(a, b) * b
+end
+
+-- since is the time from (bs, bn) to (as, an) in ns; beyond ±FAR it is ±FAR.
+local function since(as, an, bs, bn)
+  local ds = as - bs
+  if ds >= 9000000 then
+    return FAR
+  elseif ds <= -9000000 then
+    return -FAR
+  end
+  return ds * E9 + (an - bn)
+end
+
+-- add is (s, n) + d ns, d ≥ 0.
+local function add(s, n, d)
+  local q = fdiv(d, E9)
+  n = n + (d - q * E9)
+  if n >= E9 then
+    return s + q + 1, n - E9
+  end
+  return s + q, n
+end
+
+-- windowStart is t − (t mod w) for t = s·1e9 + n and w ≤ 240 h, aligned to
+-- the Unix epoch: s mod w, then nine times ·10 mod w, then + n mod w. Each
+-- product stays below 10·w < 2^53.
+local function windowStart(s, n, w)
+  local r = fmod(s, w)
+  for _ = 1, 9 do
+    r = fmod(r * 10, w)
+  end
+  r = fmod(r + n, w)
+  local q = fdiv(r, E9)
+  s, n = s - q, n - (r - q * E9)
+  if n < 0 then
+    return s - 1, n + E9
+  end
+  return s, n
+end
+
+-- load reads a state string of size bytes: the string, nil for a key never
+-- seen, or false when the key holds something else.
+local function load(key, size)
+  local v = rpcall('GET', key)
+  if not v then
+    return nil
+  end
+  if type(v) ~= 'string' or #v ~= size then
+    return false
+  end
+  return v
+end
+
+-- Each algorithm fills r[1..7] = verdict, not-before (seconds, nanoseconds),
+-- remaining, retry-after, reset-after and the state to store unless the
+-- decision is rejected (false: nothing to store), for a job of cost n at
+-- (s, ns). It returns false if the key holds foreign data.
+
+local function leaky(key, s, ns, n, a, p, burst, delay, r)
+  local v = load(key, 24)
+  if v == false then
+    return false
+  end
+  local x = 0
+  if v then
+    local lx, ls, ln = unpack('<ddd', v)
+    local dt = since(s, ns, ls, ln)
+    if dt < 0 then
+      s, ns, dt = ls, ln, 0 -- the clock stepped back: no time has passed
+    end
+    x = lx + p -- the first unit, before leaking
+    if dt >= cdiv(x, a) then
+      x = 0
+    else
+      x = x - dt * a
+    end
+  end
+  r[2], r[3], r[4], r[5] = s, ns, 0, 0
+  if n - 1 > burst then
+    r[1], r[5], r[6] = REJECTED, -1, cdiv(x, a)
+    return true
+  end
+  local before = x
+  x = x + (n - 1) * p
+  local bp = burst * p
+  if x > bp then
+    r[1], r[5], r[6] = REJECTED, cdiv(x - bp, a), cdiv(before, a)
+    return true
+  end
+  r[1], r[4], r[6] = ADMITTED, fdiv(bp - x, p), cdiv(x + p, a)
+  local dp = delay * p
+  if x > dp then
+    r[1] = QUEUED
+    r[2], r[3] = add(s, ns, cdiv(x - dp, a))
+  end
+  r[7] = pack('<ddd', x, s, ns)
+  return true
+end
+
+local function token(key, s, ns, n, a, p, burst, _, r)
+  local v = load(key, 24)
+  if v == false then
+    return false
+  end
+  local full = burst * p
+  local k = full
+  if v then
+    local lk, ls, ln = unpack('<ddd', v)
+    local dt = since(s, ns, ls, ln)
+    if dt < 0 then
+      s, ns, dt = ls, ln, 0
+    end
+    k = lk
+    if dt >= cdiv(full - k, a) then
+      k = full
+    else
+      k = k + dt * a
+    end
+  end
+  r[1], r[2], r[3], r[5] = ADMITTED, s, ns, 0
+  if n > burst then
+    r[1], r[5] = EXCESS, -1
+  elseif k >= n * p then
+    k = k - n * p
+  else
+    r[1], r[5] = EXCESS, cdiv(n * p - k, a)
+  end
+  r[4], r[6] = fdiv(k, p), cdiv(full - k, a)
+  r[7] = pack('<ddd', k, s, ns)
+  return true
+end
+
+local function fixed(key, s, ns, n, lim, w, _, _, r)
+  local v = load(key, 24)
+  if v == false then
+    return false
+  end
+  local ws, wn = windowStart(s, ns, w)
+  local count = 0
+  if v then
+    local c, ts, tn = unpack('<ddd', v)
+    if since(ts, tn, ws, wn) >= 0 then
+      -- The same window, or a later one if the clock stepped back.
+      ws, wn, count = ts, tn, c
+      if since(s, ns, ws, wn) < 0 then
+        s, ns = ws, wn
+      end
+    end
+  end
+  local el = since(s, ns, ws, wn)
+  r[1], r[2], r[3], r[5], r[6] = ADMITTED, s, ns, 0, w - el
+  if n > lim then
+    r[1], r[5] = EXCESS, -1
+  elseif count + n <= lim then
+    count = count + n
+  else
+    r[1], r[5] = EXCESS, w - el
+  end
+  r[4] = lim - count
+  r[7] = pack('<ddd', count, ws, wn)
+  return true
+end
+
+-- slidingWait mirrors bucket.slidingWait.
+local function slidingWait(lim, w, el, c, p, n)
+  local free = lim - c - n
+  if free >= 0 and p > 0 then
+    local e = w - fdiv(free * w, p)
+    if e < w then
+      return e - el
+    end
+  end
+  local e = 0
+  if c > 0 then
+    e = math.max(0, w - fdiv((lim - n) * w, c))
+  end
+  return w - el + e
+end
+
+local function sliding(key, s, ns, n, lim, w, _, _, r)
+  local v = load(key, 32)
+  if v == false then
+    return false
+  end
+  local ws, wn = windowStart(s, ns, w)
+  local c, p = 0, 0
+  if v then
+    local sc, sp, ts, tn = unpack('<dddd', v)
+    local d = since(ts, tn, ws, wn)
+    if d >= 0 then
+      ws, wn, c, p = ts, tn, sc, sp
+      if since(s, ns, ws, wn) < 0 then
+        s, ns = ws, wn
+      end
+    elseif d == -w then
+      p = sc
+    end
+  end
+  local el = since(s, ns, ws, wn)
+  r[1], r[2], r[3], r[5] = ADMITTED, s, ns, 0
+  if n > lim then
+    r[1], r[5] = EXCESS, -1
+  elseif c + n <= lim and p * (w - el) <= (lim - c - n) * w then
+    c = c + n
+  else
+    r[1], r[5] = EXCESS, slidingWait(lim, w, el, c, p, n)
+  end
+  r[4] = math.max(0, fdiv(lim * w - p * (w - el), w) - c)
+  if c > 0 then
+    r[6] = 2 * w - el
+  elseif p > 0 then
+    r[6] = w - el
+  else
+    r[6] = 0
+  end
+  r[7] = pack('<dddd', c, p, ws, wn)
+  return true
+end
+
+-- The sliding log is a list: a header (the sum of the costs of its entries,
+-- one double), then one entry per admitted job, oldest first: seconds,
+-- nanoseconds, cost (three doubles). Expired entries are dropped when a job
+-- is admitted, as the Go code does.
+local CHUNK = 128
+
+local function slog(key, s, ns, n, lim, w, _, _, r)
+  local len = rpcall('LLEN', key)
+  if type(len) ~= 'number' then
+    return false
+  end
+  local count, expired, live = 0, 0, 0
+  local ls, ln
+  if len > 0 then
+    local h, last = rcall('LINDEX', key, 0), rcall('LINDEX', key, -1)
+    if len < 2 or #h ~= 8 or #last ~= 24 then
+      return false
+    end
+    local sum = unpack('<d', h)
+    ls, ln = unpack('<ddd', last)
+    if since(s, ns, ls, ln) < 0 then
+      s, ns = ls, ln
+    end
+    -- Entries at or before now − w have left the window: a prefix.
+    local gone, i, more = 0, 1, true
+    while more and i < len do
+      local items = rcall('LRANGE', key, i, i + CHUNK - 1)
+      for j = 1, #items do
+        local e = items[j]
+        if #e ~= 24 then
+          return false
+        end
+        local es, en, ec = unpack('<ddd', e)
+        if since(s, ns, es, en) < w then
+          more = false
+          break
+        end
+        expired, gone = expired + 1, gone + ec
+      end
+      i = i + CHUNK
+    end
+    count = sum - gone
+    live = len - 1 - expired
+  end
+  r[1], r[2], r[3], r[5] = ADMITTED, s, ns, 0
+  if n > lim then
+    r[1], r[5] = EXCESS, -1
+  elseif count + n <= lim then
+    count = count + n
+  else
+    r[1] = EXCESS
+    -- Wait until enough of the oldest live entries have left.
+    local need, i = count + n - lim, 1 + expired
+    while need > 0 and i < len do
+      local items = rcall('LRANGE', key, i, i + CHUNK - 1)
+      for j = 1, #items do
+        local e = items[j]
+        if #e ~= 24 then
+          return false
+        end
+        local es, en, ec = unpack('<ddd', e)
+        need = need - ec
+        if need <= 0 then
+          r[5] = w - since(s, ns, es, en)
+          break
+        end
+      end
+      i = i + CHUNK
+    end
+  end
+  r[4] = lim - count
+  if r[1] == ADMITTED then
+    r[6] = w
+    r[7] = {len, expired, pack('<ddd', s, ns, n), pack('<d', count)}
+  elseif live > 0 then
+    r[6] = w - since(s, ns, ls, ln)
+  else
+    r[6] = 0
+  end
+  return true
+end
+
+local ALGORITHMS = {[0] = leaky, [1] = token, [2] = fixed, [3] = slog, [4] = sliding}
+
+-- commit stores a tier's new state with a TTL of its reset-after, rounded up
+-- to milliseconds, plus extra; a state that is empty again is deleted.
+local function commit(key, r, extra)
+  local val, alg = r[7], r[8]
+  if r[6] <= 0 then
+    rcall('DEL', key) -- nothing to keep: the key decides as a new one
+    return
+  end
+  local ttl = cdiv(r[6], 1000000) + extra
+  if alg ~= 3 then
+    rcall('PSETEX', key, ttl, val)
+    return
+  end
+  if not val then
+    return -- not admitted: the log is unchanged
+  end
+  local len, expired, entry, header = val[1], val[2], val[3], val[4]
+  if len == 0 then
+    rcall('RPUSH', key, header, entry)
+  elseif expired > 0 then
+    rcall('LTRIM', key, expired + 1, -1)
+    rcall('RPUSH', key, entry)
+    rcall('LPUSH', key, header)
+  else
+    rcall('RPUSH', key, entry)
+    rcall('LSET', key, 0, header)
+  end
+  rcall('PEXPIRE', key, ttl)
+end
+
+local blob = ARGV[1]
+local nd, clock, extra, pos = unpack('<ddd', blob)
+local now_s, now_n = 0, 0
+if clock == 0 then
+  if redis.replicate_commands then
+    redis.replicate_commands() -- Redis < 5: allow writes after TIME (a no-op since)
+  end
+  local t = rcall('TIME')
+  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
+end
+
+local out = {}
+local res = {} -- per tier: {verdict, nbs, nbn, remaining, retry, reset, state, algorithm}, reused
+local ki = 0 -- KEYS index before the decision's first tier
+for _ = 1, nd do
+  local cost, nt, s, ns
+  cost, nt, s, ns, pos = unpack('<dddd', blob, pos)
+  if clock == 0 then
+    s, ns = now_s, now_n
+  end
+  local status, rejected = 0, false
+  for t = 1, nt do
+    local alg, p1, p2, p3, p4
+    alg, p1, p2, p3, p4, pos = unpack('<ddddd', blob, pos)
+    if status == 0 then
+      local r = res[t]
+      if not r then
+        r = {0, 0, 0, 0, 0, 0, false, 0}
+        res[t] = r
+      end
+      r[7], r[8] = false, alg
+      if ALGORITHMS[alg](KEYS[ki + t], s, ns, cost, p1, p2, p3, p4, r) then
+        rejected = rejected or r[1] == REJECTED
+      else
+        status = t
+      end
+    end
+  end
+  if status ~= 0 then
+    out[#out + 1] = pack('<ddd', status, s, ns)
+  else
+    if not rejected then
+      for t = 1, nt do
+        commit(KEYS[ki + t], res[t], extra)
+      end
+    end
+    local r = res[1]
+    out[#out + 1] = pack('<ddddddddd', 0, s, ns, r[1], r[2], r[3], r[4], r[5], r[6])
+    for t = 2, nt do
+      r = res[t]
+      out[#out + 1] = pack('<dddddd', r[1], r[2], r[3], r[4], r[5], r[6])
+    end
+  end
+  ki = ki + nt
+end
+return table.concat(out)

@@ -1,0 +1,130 @@
+// Package redisbucket is the Redis bucket.Store: admission state shared by
+// every admitter, decided by one Lua script at Redis TIME.
+//
+// It lives apart from pkg/bucket so that users of the algorithms and the
+// memory store do not link go-redis. The algorithms are those of pkg/bucket,
+// transcribed into the script; the conformance suite (pkg/bucket/buckettest)
+// holds both to the same answers, to the nanosecond.
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	store, err := redisbucket.New(client)
+//	...
+//	d, err := store.Decide(ctx, "email", []bucket.Tier{{Key: "0:" + apiKey, Limit: limit}}, 1)
+//
+// New takes the narrow [Client] interface, so a *redis.Client, a
+// *redis.ClusterClient and a *redis.Ring all work. A [Store] is safe for
+// concurrent use and holds nothing that needs closing.
+//
+// # Keys and hash tags
+//
+// A tier's state lives under
+//
+//	<prefix>{<group>}:<algorithm>:<tier key>
+//
+// for example spillway:bucket:{email}:leaky_bucket:0:alice. The prefix
+// defaults to [DefaultPrefix] ([WithPrefix] changes it; it may not hold
+// braces). The group — the admitter passes the queue name — is the Redis
+// Cluster hash tag: every tier of a decision, and every decision of a group,
+// lands in one slot, which is what lets one script update them all
+// atomically and lets concurrent decisions of a group share one script run.
+// A group may not hold '{' or '}' ([ErrInvalidGroup]); the empty group is
+// written as the tag "{", which no other group can produce. Tier keys are
+// arbitrary bytes. The algorithm is part of the key, so a tier that changes
+// algorithm starts afresh.
+//
+// Every key gets a TTL whenever it is written: the time until its state is
+// empty again (the Decision's ResetAfter for that tier), rounded up to the
+// millisecond, plus one millisecond. A key whose state is empty again is
+// deleted. A key that expired decides exactly as the state it held would
+// have, so TTLs change no answer; they only stop idle clients from holding
+// memory.
+//
+// The leaky and token buckets and the windows keep a short binary string per
+// key (SET with PX); the sliding log keeps a list: a header holding the sum
+// of its entries, then one entry per admitted job, oldest first. Its memory
+// grows with the limit, as the algorithm's does.
+//
+// # Clock
+//
+// By default the script reads Redis TIME once per run, so all admitters share
+// one clock however far their own clocks drift. [WithClock] injects a clock
+// instead — `spillctl simulate --store redis` and the tests use it: the time
+// of each decision (Unix seconds and nanoseconds) travels with it, the script
+// never calls TIME, and TTLs get five extra minutes of grace, because the
+// injected clock and the server's need not advance alike.
+//
+// A clock that steps back is handled as the Go algorithms handle it: no time
+// has passed.
+//
+// # Scripts
+//
+// There is one script, decide.lua, embedded with go:embed. Limits travel as
+// arguments (algorithm and parameters per tier), so a new limit needs no new
+// script. The store calls EVALSHA; when Redis answers NOSCRIPT (after SCRIPT
+// FLUSH, a restart or a failover) it sends the same run as EVAL, which also
+// caches the script again. A NOSCRIPT run did not execute, so the retry
+// applies nothing twice, and SCRIPT FLUSH never surfaces as an error, also
+// for runs inside a pipeline.
+//
+// The script uses only commands of Redis 3.2 and later, and the struct
+// library every Redis embeds; it is tested against Redis 7.
+//
+// Arguments and replies are packed little-endian doubles (struct.pack in
+// the script, encoding/binary in Go): one bulk string each way instead of a
+// reply element per number.
+//
+// A decision is all-or-nothing: the script computes every tier before it
+// writes any, and writes none if any tier rejects. The script returns each
+// tier's verdict, not-before, remaining units, retry-after and reset-after;
+// Go folds them with bucket.Combine, the one place tiers are combined for
+// every store.
+//
+// # Coalescing
+//
+// Concurrent decisions share round trips. A caller that finds a free slot
+// (at most [WithMaxInFlight] round trips run at once, default 2) sends its
+// own decision at once, on its own goroutine, together with whatever
+// decisions are waiting — so a lone caller pays no hand-off. Callers that
+// find every slot busy queue. When a round trip ends, its sender takes the
+// oldest waiting decisions (at most [WithMaxBatch], default 64) and hands
+// them to the first of their callers, who sends them while the sender
+// returns.
+//
+// A batch becomes one script run per group — decisions of one group share a
+// hash tag, so one run may touch all their keys, also in a cluster — and the
+// runs of several groups go in one pipeline. Within a run, decisions are
+// decided one after the other in arrival order, each all-or-nothing, exactly
+// as if sent one by one.
+//
+// If a script run fails as a whole (Redis out of memory, say), every
+// decision of the run gets the error, although those decided before the
+// failure are applied: Redis does not roll a script back.
+//
+// A waiting caller whose context ends returns at once with an error wrapping
+// ctx.Err(). If its decision was still queued, nothing happened; if it had
+// already been taken into a batch, the decision may be applied (its units
+// taken) although the caller got an error — the error says which. A caller
+// sending a batch that carries other callers' decisions finishes the round
+// trip (bounded by [WithTimeout] and the client's timeouts) before it looks
+// at its own context.
+//
+// go-redis retries a command after some network errors (Options.MaxRetries,
+// default 3). A decision is not idempotent: a retried run whose first
+// attempt reached Redis is applied twice. Set MaxRetries to -1 if that
+// matters more than riding out a dropped connection.
+//
+// # Exactness
+//
+// Lua numbers are doubles. pkg/bucket bounds every limit so that each scaled
+// quantity (burst × period, limit × window, ...) stays below 2^53, where
+// doubles hold integers exactly, and the script divides with a floor
+// division that checks and corrects the quotient. Times are never counted in
+// nanoseconds since 1970, which a double cannot hold exactly: a time is a
+// pair (seconds, nanoseconds), an elapsed time is computed from two pairs
+// only when it is below 9·10^15 ns (about 104 days; anything longer is
+// "longer than any bucket needs"), and the start of a window aligned to the
+// Unix epoch is found by reducing seconds modulo the window and then
+// multiplying by ten, nine times, modulo the window (windows are at most 240
+// hours, so every product stays below 2^53). The answers are therefore those
+// of bucket.Limit.Decide, to the nanosecond.
+package redisbucket
