@@ -19,6 +19,8 @@ import (
 
 const benchKeys = 1000
 
+// keyNames are the benchmarks' client keys, shared by the memory and Redis
+// benchmarks.
 var keyNames = func() []string {
 	k := make([]string, benchKeys)
 	for i := range k {

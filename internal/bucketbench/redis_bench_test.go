@@ -27,14 +27,6 @@ import (
 //
 //	go test -run '^$' -bench Redis -count 3 ./internal/bucketbench/
 
-var redisKeyNames = func() []string {
-	k := make([]string, 1000)
-	for i := range k {
-		k[i] = fmt.Sprintf("client-%04d", i)
-	}
-	return k
-}()
-
 // runRedisCallers runs op b.N times split over callers goroutines, caller i
 // starting at key i·(keys/callers), and reports latency percentiles.
 func runRedisCallers(b *testing.B, callers int, op func(key int) error) {
@@ -42,8 +34,11 @@ func runRedisCallers(b *testing.B, callers int, op func(key int) error) {
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Go(func() {
-			for range 4 {
-				if err := op(i); err != nil {
+			// Long enough that neither store is measured against a
+			// server or a CPU still warming up: whichever runs first
+			// would otherwise pay for it.
+			for j := range 500 / callers {
+				if err := op((i + j) % len(keyNames)); err != nil {
 					b.Error(err)
 				}
 			}
@@ -61,7 +56,7 @@ func runRedisCallers(b *testing.B, callers int, op func(key int) error) {
 		}
 		lat[i] = make([]time.Duration, 0, n)
 		wg.Go(func() {
-			k := i * (len(redisKeyNames) / callers)
+			k := i * (len(keyNames) / callers)
 			for range n {
 				start := time.Now()
 				if err := op(k); err != nil {
@@ -69,7 +64,7 @@ func runRedisCallers(b *testing.B, callers int, op func(key int) error) {
 					return
 				}
 				lat[i] = append(lat[i], time.Since(start))
-				if k++; k == len(redisKeyNames) {
+				if k++; k == len(keyNames) {
 					k = 0
 				}
 			}
@@ -112,7 +107,7 @@ func BenchmarkRedis(b *testing.B) {
 				b.Fatal(err)
 			}
 			runRedisCallers(b, callers, func(k int) error {
-				tiers := [1]bucket.Tier{{Key: redisKeyNames[k], Limit: limit}}
+				tiers := [1]bucket.Tier{{Key: keyNames[k], Limit: limit}}
 				d, err := store.Decide(ctx, "bench", tiers[:], 1)
 				if err == nil && d.Verdict != bucket.Admitted {
 					err = fmt.Errorf("spillway: %s for key %d", d.Verdict, k)
@@ -123,8 +118,8 @@ func BenchmarkRedis(b *testing.B) {
 		b.Run(fmt.Sprintf("store=redis_rate/callers=%d", callers), func(b *testing.B) {
 			limiter := redis_rate.NewLimiter(newBenchClient(b, srv))
 			prefix := redistest.KeyPrefix(b)
-			keys := make([]string, len(redisKeyNames))
-			for i, k := range redisKeyNames {
+			keys := make([]string, len(keyNames))
+			for i, k := range keyNames {
 				keys[i] = prefix + k
 			}
 			rl := redis_rate.PerSecond(1_000_000)
