@@ -1,0 +1,48 @@
+package queue
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidQueueName is wrapped by the error for a queue name that cannot
+// be used in stream names and subjects.
+var ErrInvalidQueueName = errors.New("queue: invalid queue name")
+
+// MaxQueueNameLen bounds a queue name (it appears in stream names, subjects
+// and metric labels).
+const MaxQueueNameLen = 64
+
+// ValidateQueueName accepts 1 to 64 characters from [A-Za-z0-9_-]: the
+// characters that are safe in a JetStream stream name, a subject token, a
+// URL path segment and a Prometheus label value alike.
+func ValidateQueueName(name string) error {
+	if name == "" || len(name) > MaxQueueNameLen {
+		return fmt.Errorf("%w %.80q: want 1 to %d characters", ErrInvalidQueueName, name, MaxQueueNameLen)
+	}
+	for i, c := range name {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("%w %.80q: character %q at byte %d; use ASCII letters, digits, '_' and '-'", ErrInvalidQueueName, name, c, i)
+		}
+	}
+	return nil
+}
+
+// keyEncoding is base32 in lower case without padding: only [a-z2-7].
+var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// KeyTokenLen is the length of every key token.
+const KeyTokenLen = 26
+
+// KeyToken turns a client key into the subject token that stands for it:
+// the first 128 bits of its SHA-256 in lower-case base32 (26 characters of
+// [a-z2-7]). Whatever the key holds — '.', '*', '>', spaces, NUL, invalid
+// UTF-8, megabytes — the token is one valid subject token, and the key
+// itself never appears in a subject (nor in anything that logs subjects).
+// Two keys share a token with probability about n²/2¹²⁹.
+func KeyToken(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return keyEncoding.EncodeToString(sum[:16])
+}

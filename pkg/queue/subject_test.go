@@ -1,0 +1,75 @@
+package queue_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+func TestValidateQueueName(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"email", "EMAIL_2", "a", "x-y", strings.Repeat("q", 64)} {
+		if err := queue.ValidateQueueName(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for bad, says := range map[string]string{
+		"":                      "want 1 to 64",
+		strings.Repeat("q", 65): "want 1 to 64",
+		"a.b":                   "character '.' at byte 1",
+		"a*":                    "character '*' at byte 1",
+		"a>":                    "character '>' at byte 1",
+		"a b":                   "character ' ' at byte 1",
+		"xä":                    "character 'ä' at byte 1",
+		"\xff":                  "character '�' at byte 0",
+	} {
+		err := queue.ValidateQueueName(bad)
+		if !errors.Is(err, queue.ErrInvalidQueueName) || !strings.Contains(err.Error(), says) {
+			t.Errorf("%q: %v, want an error saying %q", bad, err, says)
+		}
+	}
+}
+
+func TestKeyTokenIsOneSafeToken(t *testing.T) {
+	t.Parallel()
+	seen := map[string]string{}
+	for _, key := range []string{"", "a", "a.b", "a.*.>", "with space", "nul\x00byte", "\xff\xfe", strings.Repeat("k", 1<<20), "A", "a "} {
+		tok := queue.KeyToken(key)
+		checkToken(t, key, tok)
+		if other, dup := seen[tok]; dup {
+			t.Errorf("keys %.20q and %.20q share token %s", key, other, tok)
+		}
+		seen[tok] = key
+	}
+	if queue.KeyToken("client-42") != queue.KeyToken("client-42") {
+		t.Fatal("a key's token must be stable")
+	}
+}
+
+func checkToken(t *testing.T, key, tok string) {
+	t.Helper()
+	if len(tok) != queue.KeyTokenLen {
+		t.Fatalf("key %.20q: token %q has %d characters, want %d", key, tok, len(tok), queue.KeyTokenLen)
+	}
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if !('a' <= c && c <= 'z' || '2' <= c && c <= '7') {
+			t.Fatalf("key %.20q: token %q has %q", key, tok, c)
+		}
+	}
+	if strings.Contains(tok, key) && key != "" && len(key) > 3 {
+		t.Fatalf("token %q contains the key %q", tok, key)
+	}
+}
+
+// FuzzKeyToken: every key, however hostile, becomes one safe token.
+func FuzzKeyToken(f *testing.F) {
+	for _, s := range []string{"", "a.b", "*", ">", " ", "\x00", "\xff", "ключ", "a.b.*.>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		checkToken(t, key, queue.KeyToken(key))
+	})
+}
