@@ -1,0 +1,136 @@
+// Package queuetest starts a real NATS server with JetStream for one test:
+// embedded in the test process, on a random port of 127.0.0.1, its store in
+// the test's temporary directory, shut down in t.Cleanup. Tests never use a
+// shared NATS server, so they run in parallel and may kill their own.
+//
+//	srv := queuetest.Start(t)
+//	js := srv.JetStream(t) // a connection closed in t.Cleanup
+//
+// Restart stops the server and starts it again on the same port and store,
+// so a test can check what JetStream kept across a crash.
+package queuetest
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Server is an embedded NATS server with JetStream.
+type Server struct {
+	mu   sync.Mutex
+	srv  *server.Server
+	port int
+	dir  string
+}
+
+// Start starts a server for tb and shuts it down in tb.Cleanup.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	s := &Server{dir: tb.TempDir()}
+	s.start(tb, -1)
+	tb.Cleanup(s.Shutdown)
+	return s
+}
+
+func (s *Server) start(tb testing.TB, port int) {
+	tb.Helper()
+	opts := &server.Options{
+		Host:      "127.0.0.1",
+		Port:      port,
+		JetStream: true,
+		StoreDir:  s.dir,
+		NoLog:     true,
+		NoSigs:    true,
+		// The server's own limits stay at their defaults; tests that need
+		// others set them on their streams.
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		tb.Fatalf("queuetest: configuring nats-server: %v", err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		tb.Fatalf("queuetest: nats-server on 127.0.0.1 did not accept connections within 10s")
+	}
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		srv.Shutdown()
+		tb.Fatalf("queuetest: nats-server listens on %v, not TCP", srv.Addr())
+	}
+	s.mu.Lock()
+	s.srv, s.port = srv, addr.Port
+	s.mu.Unlock()
+}
+
+// URL is the client URL, nats://127.0.0.1:PORT.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return "nats://127.0.0.1:" + strconv.Itoa(s.port)
+}
+
+// StoreDir is where JetStream keeps its files.
+func (s *Server) StoreDir() string { return s.dir }
+
+// Shutdown stops the server and waits until it has stopped (a crash as far
+// as clients are concerned; JetStream's file store stays).
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	srv := s.srv
+	s.srv = nil
+	s.mu.Unlock()
+	if srv != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}
+}
+
+// Restart shuts the server down and starts it again on the same port with
+// the same store.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.Shutdown()
+	s.mu.Lock()
+	port := s.port
+	s.mu.Unlock()
+	s.start(tb, port)
+}
+
+// Connect returns a client connection, closed in tb.Cleanup. It reconnects
+// forever, so it survives Restart.
+func (s *Server) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	opts = append([]nats.Option{
+		nats.Name(tb.Name()),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(20 * time.Millisecond),
+	}, opts...)
+	nc, err := nats.Connect(s.URL(), opts...)
+	if err != nil {
+		tb.Fatalf("queuetest: connecting to %s: %v", s.URL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream returns a JetStream context on a new connection.
+func (s *Server) JetStream(tb testing.TB) jetstream.JetStream {
+	tb.Helper()
+	js, err := jetstream.New(s.Connect(tb))
+	if err != nil {
+		tb.Fatalf("queuetest: %v", err)
+	}
+	return js
+}
+
+// String names the server in test logs.
+func (s *Server) String() string { return fmt.Sprintf("nats-server %s (store %s)", s.URL(), s.dir) }
