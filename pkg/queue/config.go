@@ -1,0 +1,166 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrInvalidConfig is wrapped by every error of Config.Validate.
+var ErrInvalidConfig = errors.New("queue: invalid config")
+
+// Defaults of a Config's zero fields.
+const (
+	DefaultCapacity        = 10_000
+	DefaultDuplicateWindow = 2 * time.Minute
+)
+
+// Config describes one queue's streams. The zero value of every field but
+// Name takes its documented default.
+type Config struct {
+	// Name is the queue's name (ValidateQueueName).
+	Name string
+	// Capacity bounds the backlog: jobs waiting in total (default 10,000).
+	Capacity int64
+	// PerKeyCapacity bounds one key's jobs in the backlog (default 0: only
+	// Capacity bounds a key).
+	PerKeyCapacity int64
+	// Replicas of every stream (default 1; 3 on a 3-node cluster).
+	Replicas int
+	// Memory keeps the streams in memory instead of files (default false:
+	// file storage, which survives a server restart). For tests only.
+	Memory bool
+	// DuplicateWindow is how long a job id is remembered, so that a
+	// retried publish is stored once (default 2m).
+	DuplicateWindow time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Capacity == 0 {
+		c.Capacity = DefaultCapacity
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	return c
+}
+
+// Validate reports the first field that cannot be used, naming it.
+func (c Config) Validate() error {
+	if err := ValidateQueueName(c.Name); err != nil {
+		return fmt.Errorf("%w: name: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.Capacity < 0:
+		return fmt.Errorf("%w: queue %s: capacity %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.Name, c.Capacity, DefaultCapacity)
+	case c.PerKeyCapacity < 0:
+		return fmt.Errorf("%w: queue %s: per_key_capacity %d: must be ≥ 0", ErrInvalidConfig, c.Name, c.PerKeyCapacity)
+	case c.PerKeyCapacity > c.withDefaults().Capacity:
+		return fmt.Errorf("%w: queue %s: per_key_capacity %d is larger than capacity %d", ErrInvalidConfig, c.Name, c.PerKeyCapacity, c.withDefaults().Capacity)
+	case c.Replicas < 0 || c.Replicas > 5:
+		return fmt.Errorf("%w: queue %s: replicas %d: want 1 to 5", ErrInvalidConfig, c.Name, c.Replicas)
+	case c.DuplicateWindow < 0:
+		return fmt.Errorf("%w: queue %s: duplicate_window %v: must be positive", ErrInvalidConfig, c.Name, c.DuplicateWindow)
+	}
+	return nil
+}
+
+// Destination is a stream of a queue that jobs are published to.
+type Destination uint8
+
+const (
+	// Ready holds admitted jobs, run as fast as workers allow.
+	Ready Destination = iota
+	// Backlog is the bounded FIFO of queued jobs, drained at the leak rate.
+	Backlog
+	// Dead holds jobs that failed for good.
+	Dead
+)
+
+var destinationNames = [...]string{"ready", "backlog", "dead"}
+
+func (d Destination) String() string {
+	if int(d) < len(destinationNames) {
+		return destinationNames[d]
+	}
+	return fmt.Sprintf("Destination(%d)", d)
+}
+
+// StreamName is the JetStream stream of a queue's destination:
+// SPILLWAY_<queue>_READY, _BACKLOG or _DEAD.
+func StreamName(queue string, d Destination) string {
+	switch d {
+	case Backlog:
+		return "SPILLWAY_" + queue + "_BACKLOG"
+	case Dead:
+		return "SPILLWAY_" + queue + "_DEAD"
+	}
+	return "SPILLWAY_" + queue + "_READY"
+}
+
+// Subject is where a job of key lands: spillway.<destination>.<queue>.<key
+// token>. One subject per key is what makes the per-key capacity a
+// JetStream limit.
+func Subject(queue string, d Destination, key string) string {
+	return "spillway." + d.String() + "." + queue + "." + KeyToken(key)
+}
+
+// StreamConfig is the JetStream configuration of a queue's destination.
+//
+// Ready and backlog streams use work-queue retention: a job leaves when a
+// worker acks it. The backlog's bounds are JetStream's own — MaxMsgs,
+// MaxMsgsPerSubject with Discard New per subject — so a full backlog refuses
+// the publish itself, with no check-then-publish race between admitters
+// (docs/jetstream-backlog.md: observed on nats-server 2.9 and 2.15). Dead
+// letters are kept until purged (limits retention).
+func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
+	c = c.withDefaults()
+	sc := jetstream.StreamConfig{
+		Name:        StreamName(c.Name, d),
+		Description: fmt.Sprintf("Spillway queue %s: %s jobs", c.Name, d),
+		Subjects:    []string{"spillway." + d.String() + "." + c.Name + ".*"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+		Duplicates:  c.DuplicateWindow,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxAge:      0,
+	}
+	if c.Memory {
+		sc.Storage = jetstream.MemoryStorage
+	}
+	switch d {
+	case Backlog:
+		sc.MaxMsgs = c.Capacity
+		sc.Discard = jetstream.DiscardNew
+		if c.PerKeyCapacity > 0 {
+			sc.MaxMsgsPerSubject = c.PerKeyCapacity
+			sc.DiscardNewPerSubject = true
+		}
+	case Dead:
+		sc.Retention = jetstream.LimitsPolicy
+	}
+	return sc
+}
+
+// EnsureStreams creates a queue's three streams, or updates them to cfg:
+// it is idempotent, and safe for several processes to call at once.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	for _, d := range []Destination{Ready, Backlog, Dead} {
+		sc := cfg.StreamConfig(d)
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("queue: stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}

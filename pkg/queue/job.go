@@ -1,0 +1,119 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+)
+
+// Header names of a job message. The payload is the message body, untouched.
+const (
+	HeaderJobID      = "Spillway-Job-Id"
+	HeaderQueue      = "Spillway-Queue"
+	HeaderKey        = "Spillway-Key"
+	HeaderCost       = "Spillway-Cost"
+	HeaderEnqueuedAt = "Spillway-Enqueued-At"
+	HeaderNotBefore  = "Spillway-Not-Before"
+	HeaderAttempt    = "Spillway-Attempt"
+)
+
+// ErrInvalidJob is wrapped by the error for a job that cannot be published
+// or a message that is not a job.
+var ErrInvalidJob = errors.New("queue: invalid job")
+
+// Job is one unit of work: an opaque payload and what Spillway knows of it.
+type Job struct {
+	ID         string // a UUIDv7 (NewJobID); also the Nats-Msg-Id, so a retried publish is stored once
+	Queue      string
+	Key        string // the client key; travels in a header, never in a subject
+	Cost       int64  // units the job took from its limits (≥ 1)
+	Payload    []byte
+	EnqueuedAt time.Time
+	NotBefore  time.Time // zero: may start at once
+	Attempt    int       // tries so far (0 before the first)
+	// Header holds further headers to carry, such as W3C traceparent.
+	// Spillway's own names and Nats-* are set by the publisher.
+	Header nats.Header
+}
+
+// NewJobID returns a new UUIDv7: unique, and ordered by creation time.
+func NewJobID() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("queue: job id: %w", err)
+	}
+	return id.String(), nil
+}
+
+// message builds the NATS message for j on destination d.
+func (j *Job) message(d Destination) (*nats.Msg, error) {
+	if err := ValidateQueueName(j.Queue); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if j.ID == "" {
+		return nil, fmt.Errorf("%w: no id (use NewJobID)", ErrInvalidJob)
+	}
+	if j.Cost < 1 {
+		return nil, fmt.Errorf("%w %s: cost %d: must be ≥ 1", ErrInvalidJob, j.ID, j.Cost)
+	}
+	m := nats.NewMsg(Subject(j.Queue, d, j.Key))
+	for k, vs := range j.Header {
+		for _, v := range vs {
+			m.Header.Add(k, v)
+		}
+	}
+	m.Header.Set(nats.MsgIdHdr, j.ID)
+	m.Header.Set(HeaderJobID, j.ID)
+	m.Header.Set(HeaderQueue, j.Queue)
+	m.Header.Set(HeaderKey, j.Key)
+	m.Header.Set(HeaderCost, strconv.FormatInt(j.Cost, 10))
+	m.Header.Set(HeaderEnqueuedAt, j.EnqueuedAt.UTC().Format(time.RFC3339Nano))
+	if !j.NotBefore.IsZero() {
+		m.Header.Set(HeaderNotBefore, j.NotBefore.UTC().Format(time.RFC3339Nano))
+	}
+	m.Header.Set(HeaderAttempt, strconv.Itoa(j.Attempt))
+	m.Data = j.Payload
+	return m, nil
+}
+
+// ParseJob reads a job back from a message's headers and body. The error
+// names the header that is missing or malformed.
+func ParseJob(h nats.Header, data []byte) (Job, error) {
+	j := Job{ID: h.Get(HeaderJobID), Queue: h.Get(HeaderQueue), Key: h.Get(HeaderKey), Payload: data}
+	if j.ID == "" {
+		return Job{}, fmt.Errorf("%w: header %s is missing", ErrInvalidJob, HeaderJobID)
+	}
+	if err := ValidateQueueName(j.Queue); err != nil {
+		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, HeaderQueue, err)
+	}
+	var err error
+	if j.Cost, err = strconv.ParseInt(h.Get(HeaderCost), 10, 64); err != nil || j.Cost < 1 {
+		return Job{}, fmt.Errorf("%w %s: header %s %q: want an integer ≥ 1", ErrInvalidJob, j.ID, HeaderCost, h.Get(HeaderCost))
+	}
+	if j.Attempt, err = strconv.Atoi(h.Get(HeaderAttempt)); err != nil || j.Attempt < 0 {
+		return Job{}, fmt.Errorf("%w %s: header %s %q: want an integer ≥ 0", ErrInvalidJob, j.ID, HeaderAttempt, h.Get(HeaderAttempt))
+	}
+	if j.EnqueuedAt, err = time.Parse(time.RFC3339Nano, h.Get(HeaderEnqueuedAt)); err != nil {
+		return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderEnqueuedAt, h.Get(HeaderEnqueuedAt))
+	}
+	if nb := h.Get(HeaderNotBefore); nb != "" {
+		if j.NotBefore, err = time.Parse(time.RFC3339Nano, nb); err != nil {
+			return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderNotBefore, nb)
+		}
+	}
+	for k, vs := range h {
+		switch k {
+		case HeaderJobID, HeaderQueue, HeaderKey, HeaderCost, HeaderEnqueuedAt, HeaderNotBefore, HeaderAttempt, nats.MsgIdHdr:
+			continue
+		}
+		if j.Header == nil {
+			j.Header = nats.Header{}
+		}
+		j.Header[k] = append([]string(nil), vs...)
+	}
+	return j, nil
+}

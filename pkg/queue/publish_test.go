@@ -1,0 +1,260 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+)
+
+type bundle struct {
+	js  jetstream.JetStream
+	pub *queue.Publisher
+	cfg queue.Config
+}
+
+func setup(t *testing.T, cfg queue.Config) (context.Context, *bundle) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	js := queuetest.Start(t).JetStream(t)
+	if err := queue.EnsureStreams(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := queue.NewPublisher(js, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, &bundle{js: js, pub: pub, cfg: cfg}
+}
+
+func newJob(t *testing.T, q, key string) *queue.Job {
+	t.Helper()
+	id, err := queue.NewJobID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &queue.Job{ID: id, Queue: q, Key: key, Cost: 1, Payload: []byte("payload of " + id), EnqueuedAt: time.Now()}
+}
+
+func stored(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// publishAll publishes jobs concurrently and counts the outcomes.
+func publishAll(ctx context.Context, b *bundle, d queue.Destination, jobs []*queue.Job) (ok, full, keyFull int, other []error) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			_, err := b.pub.Publish(ctx, d, j)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, queue.ErrKeyQueueFull):
+				keyFull++
+			case errors.Is(err, queue.ErrQueueFull):
+				full++
+			default:
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	return ok, full, keyFull, other
+}
+
+// Publishing capacity + K jobs stores exactly capacity and refuses K with
+// ErrQueueFull: JetStream enforces the bound, nothing is dropped silently.
+func TestBacklogCapacityIsExact(t *testing.T) {
+	t.Parallel()
+	const capacity, extra = 200, 37
+	ctx, b := setup(t, queue.Config{Name: "email", Capacity: capacity})
+	var jobs []*queue.Job
+	for i := range capacity + extra {
+		jobs = append(jobs, newJob(t, "email", fmt.Sprint("client-", i%17)))
+	}
+	ok, full, keyFull, other := publishAll(ctx, b, queue.Backlog, jobs)
+	if len(other) > 0 {
+		t.Fatalf("unexpected errors: %v", other)
+	}
+	if ok != capacity || full != extra || keyFull != 0 {
+		t.Fatalf("%d stored, %d queue full, %d key full; want %d, %d, 0", ok, full, keyFull, capacity, extra)
+	}
+	if n := stored(t, ctx, b.js, queue.StreamName("email", queue.Backlog)); n != capacity {
+		t.Fatalf("the stream holds %d jobs, want %d", n, capacity)
+	}
+	t.Logf("capacity %d + %d: %d stored, %d × ErrQueueFull, 0 silent drops", capacity, extra, ok, full)
+}
+
+// The per-key cap refuses one key's excess with ErrKeyQueueFull and leaves
+// other keys alone.
+func TestBacklogPerKeyCapacity(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, queue.Config{Name: "email", Capacity: 100, PerKeyCapacity: 5})
+	var noisy, quiet []*queue.Job
+	for range 12 {
+		noisy = append(noisy, newJob(t, "email", "noisy.neighbour.*"))
+	}
+	for range 5 {
+		quiet = append(quiet, newJob(t, "email", "quiet"))
+	}
+	ok, full, keyFull, other := publishAll(ctx, b, queue.Backlog, noisy)
+	if len(other) > 0 || ok != 5 || keyFull != 7 || full != 0 {
+		t.Fatalf("noisy key: %d stored, %d key full, %d queue full, errors %v; want 5, 7, 0", ok, keyFull, full, other)
+	}
+	ok, full, keyFull, other = publishAll(ctx, b, queue.Backlog, quiet)
+	if len(other) > 0 || ok != 5 || keyFull+full != 0 {
+		t.Fatalf("quiet key after the noisy one: %d stored, %d refused, errors %v; want all 5 stored", ok, keyFull+full, other)
+	}
+	if n := stored(t, ctx, b.js, queue.StreamName("email", queue.Backlog)); n != 10 {
+		t.Fatalf("the stream holds %d jobs, want 10", n)
+	}
+}
+
+// The same job id published 5 times is stored once.
+func TestRetriedPublishIsStoredOnce(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, queue.Config{Name: "email"})
+	j := newJob(t, "email", "k")
+	var dups int
+	for range 5 {
+		s, err := b.pub.Publish(ctx, queue.Ready, j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Duplicate {
+			dups++
+		}
+	}
+	if n := stored(t, ctx, b.js, queue.StreamName("email", queue.Ready)); n != 1 || dups != 4 {
+		t.Fatalf("5 publishes of one id: %d stored, %d acknowledged as duplicates; want 1 and 4", n, dups)
+	}
+}
+
+// A job read back from its stream is the job that was published, and the
+// raw key appears in no subject.
+func TestJobRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, queue.Config{Name: "email"})
+	key := "tenant.42 *>\x00\xff"
+	j := newJob(t, "email", key)
+	j.Cost, j.Attempt = 3, 2
+	j.NotBefore = time.Date(2026, 11, 22, 12, 0, 0, 123456789, time.UTC)
+	j.Header = nats.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+	s, err := b.pub.Publish(ctx, queue.Backlog, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := b.js.Stream(ctx, queue.StreamName("email", queue.Backlog))
+	raw, err := st.GetMsg(ctx, s.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(raw.Subject, "tenant") || raw.Subject != queue.Subject("email", queue.Backlog, key) {
+		t.Fatalf("subject %q", raw.Subject)
+	}
+	got, err := queue.ParseJob(raw.Header, raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != j.ID || got.Key != key || got.Cost != 3 || got.Attempt != 2 || !got.NotBefore.Equal(j.NotBefore) ||
+		!got.EnqueuedAt.Equal(j.EnqueuedAt) || string(got.Payload) != string(j.Payload) || got.Header.Get("Traceparent") != j.Header.Get("Traceparent") {
+		t.Fatalf("read back %+v\nwant %+v", got, j)
+	}
+}
+
+// EnsureStreams is idempotent and applies a changed capacity.
+func TestEnsureStreamsIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, queue.Config{Name: "email", Capacity: 10})
+	for _, c := range []int64{10, 20} {
+		if err := queue.EnsureStreams(ctx, b.js, queue.Config{Name: "email", Capacity: c}); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := b.js.Stream(ctx, queue.StreamName("email", queue.Backlog))
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.MaxMsgs != c || info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Discard != jetstream.DiscardNew {
+			t.Fatalf("backlog config %+v, want MaxMsgs %d, work queue, discard new", info.Config, c)
+		}
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cfg  queue.Config
+		says string
+	}{
+		{queue.Config{}, "name"},
+		{queue.Config{Name: "a.b"}, "character '.'"},
+		{queue.Config{Name: "q", Capacity: -1}, "capacity -1"},
+		{queue.Config{Name: "q", PerKeyCapacity: -1}, "per_key_capacity -1"},
+		{queue.Config{Name: "q", Capacity: 5, PerKeyCapacity: 6}, "per_key_capacity 6 is larger than capacity 5"},
+		{queue.Config{Name: "q", Replicas: 7}, "replicas 7"},
+		{queue.Config{Name: "q", DuplicateWindow: -time.Second}, "duplicate_window"},
+	} {
+		err := c.cfg.Validate()
+		if !errors.Is(err, queue.ErrInvalidConfig) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%+v: %v, want an error saying %q", c.cfg, err, c.says)
+		}
+	}
+}
+
+func TestParseJobNamesTheHeader(t *testing.T) {
+	t.Parallel()
+	good := func() nats.Header {
+		return nats.Header{queue.HeaderJobID: {"id"}, queue.HeaderQueue: {"q"}, queue.HeaderCost: {"1"},
+			queue.HeaderAttempt: {"0"}, queue.HeaderEnqueuedAt: {"2026-11-22T12:00:00Z"}}
+	}
+	if _, err := queue.ParseJob(good(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, bad := range map[string]string{
+		queue.HeaderJobID: "", queue.HeaderQueue: "a.b", queue.HeaderCost: "0", queue.HeaderAttempt: "-1",
+		queue.HeaderEnqueuedAt: "yesterday", queue.HeaderNotBefore: "soon",
+	} {
+		h := good()
+		h.Set(name, bad)
+		if _, err := queue.ParseJob(h, nil); !errors.Is(err, queue.ErrInvalidJob) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s %q: %v, want an error naming the header", name, bad, err)
+		}
+	}
+}
+
+// FuzzParseJob: no header set panics the parser.
+func FuzzParseJob(f *testing.F) {
+	f.Add("id", "q", "1", "0", "2026-11-22T12:00:00Z", "", "key")
+	f.Add("", "a.b", "x", "-1", "bad", "bad", "\xff")
+	f.Fuzz(func(t *testing.T, id, q, cost, attempt, enq, nb, key string) {
+		h := nats.Header{queue.HeaderJobID: {id}, queue.HeaderQueue: {q}, queue.HeaderCost: {cost},
+			queue.HeaderAttempt: {attempt}, queue.HeaderEnqueuedAt: {enq}, queue.HeaderNotBefore: {nb}, queue.HeaderKey: {key}}
+		j, err := queue.ParseJob(h, []byte("p"))
+		if err == nil && (j.ID == "" || j.Cost < 1 || j.Attempt < 0) {
+			t.Fatalf("accepted %+v", j)
+		}
+	})
+}
