@@ -16,8 +16,10 @@ var (
 	ErrKeyQueueFull = errors.New("queue: backlog full for this key")
 )
 
-// DefaultMaxInFlight bounds a Publisher's publishes awaiting their PubAck.
-const DefaultMaxInFlight = 256
+// DefaultMaxInFlight bounds a Publisher's publishes awaiting their PubAck:
+// jetstream's own default bound on pending async publishes, so that the
+// publisher pipelines as deeply as raw async publishing does.
+const DefaultMaxInFlight = 4000
 
 // Publisher stores jobs in a queue's streams. Publishes are asynchronous on
 // the wire — many await their acknowledgement at once, so throughput is not
