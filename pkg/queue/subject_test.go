@@ -43,8 +43,10 @@ func TestKeyTokenIsOneSafeToken(t *testing.T) {
 		}
 		seen[tok] = key
 	}
-	if queue.KeyToken("client-42") != queue.KeyToken("client-42") {
-		t.Fatal("a key's token must be stable")
+	// Pinned: changing the token scheme would move every key's jobs to a
+	// new subject, splitting backlogs that already exist.
+	if got := queue.KeyToken("client-42"); got != "gzkeqp3ihasmue25mixcyj3np4" {
+		t.Fatalf("KeyToken(client-42) = %s, want the pinned gzkeqp3ihasmue25mixcyj3np4", got)
 	}
 }
 
@@ -55,7 +57,7 @@ func checkToken(t *testing.T, key, tok string) {
 	}
 	for i := 0; i < len(tok); i++ {
 		c := tok[i]
-		if !('a' <= c && c <= 'z' || '2' <= c && c <= '7') {
+		if (c < 'a' || c > 'z') && (c < '2' || c > '7') {
 			t.Fatalf("key %.20q: token %q has %q", key, tok, c)
 		}
 	}
