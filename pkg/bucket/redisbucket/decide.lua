@@ -103,23 +103,39 @@ local function load(key, size)
   return v
 end
 
+-- loadLevel reads a leaky or token bucket's state (level, last update). It
+-- returns false for foreign data; otherwise the stored level (nil for a key
+-- never seen), the decision time and the time since the last update — a
+-- clock that stepped back counts as no time passing.
+local function loadLevel(key, s, ns)
+  local v = load(key, 24)
+  if v == false then
+    return false
+  end
+  if not v then
+    return nil, s, ns, 0
+  end
+  local level, ls, ln = unpack('<ddd', v)
+  local dt = since(s, ns, ls, ln)
+  if dt < 0 then
+    return level, ls, ln, 0
+  end
+  return level, s, ns, dt
+end
+
 -- Each algorithm fills r[1..7] = verdict, not-before (seconds, nanoseconds),
 -- remaining, retry-after, reset-after and the state to store unless the
 -- decision is rejected (false: nothing to store), for a job of cost n at
 -- (s, ns). It returns false if the key holds foreign data.
 
 local function leaky(key, s, ns, n, a, p, burst, delay, r)
-  local v = load(key, 24)
-  if v == false then
+  local lx, dt
+  lx, s, ns, dt = loadLevel(key, s, ns)
+  if lx == false then
     return false
   end
   local x = 0
-  if v then
-    local lx, ls, ln = unpack('<ddd', v)
-    local dt = since(s, ns, ls, ln)
-    if dt < 0 then
-      s, ns, dt = ls, ln, 0 -- the clock stepped back: no time has passed
-    end
+  if lx then
     x = lx + p -- the first unit, before leaking
     if dt >= cdiv(x, a) then
       x = 0
@@ -150,18 +166,14 @@ local function leaky(key, s, ns, n, a, p, burst, delay, r)
 end
 
 local function token(key, s, ns, n, a, p, burst, _, r)
-  local v = load(key, 24)
-  if v == false then
+  local lk, dt
+  lk, s, ns, dt = loadLevel(key, s, ns)
+  if lk == false then
     return false
   end
   local full = burst * p
   local k = full
-  if v then
-    local lk, ls, ln = unpack('<ddd', v)
-    local dt = since(s, ns, ls, ln)
-    if dt < 0 then
-      s, ns, dt = ls, ln, 0
-    end
+  if lk then
     k = lk
     if dt >= cdiv(full - k, a) then
       k = full
