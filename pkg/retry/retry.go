@@ -53,6 +53,10 @@ func (p Policy) withDefaults() Policy {
 	return p
 }
 
+// Attempts is how many times a job is tried in all: MaxAttempts, or its
+// default.
+func (p Policy) Attempts() int { return p.withDefaults().MaxAttempts }
+
 // Validate reports the first field that cannot be used, naming it.
 func (p Policy) Validate() error {
 	switch {

@@ -55,6 +55,12 @@ func TestNextWalksTheScheduleThenGivesUp(t *testing.T) {
 	if attempt != 4 || fmt.Sprint(delays) != "[100ms 200ms 400ms]" {
 		t.Fatalf("dead after attempt %d with delays %v, want after 4 with [100ms 200ms 400ms]", attempt, delays)
 	}
+	if got := p.Attempts(); got != 4 {
+		t.Errorf("Attempts() = %d, want 4", got)
+	}
+	if got := (retry.Policy{}).Attempts(); got != retry.DefaultMaxAttempts {
+		t.Errorf("zero policy: Attempts() = %d, want the default %d", got, retry.DefaultMaxAttempts)
+	}
 }
 
 func TestJitterStaysWithinItsFraction(t *testing.T) {
