@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
@@ -34,8 +36,19 @@ type Config struct {
 	// file storage, which survives a server restart). For tests only.
 	Memory bool
 	// DuplicateWindow is how long a job id is remembered, so that a
-	// retried publish is stored once (default 2m).
+	// retried publish is stored once (default 2m). It also bounds how late
+	// a worker that crashed while moving a due job from the backlog to READY
+	// can be caught repeating the move.
 	DuplicateWindow time.Duration
+	// LeakRate is how many backlog jobs start per unit of time in total,
+	// across every worker process (no default: a worker refuses a queue
+	// without one, since its backlog would never drain).
+	LeakRate bucket.Rate
+	// MaxAge is how long a job may wait in the backlog; an older job is
+	// moved to the dead-letter stream instead of starting (default 0: no
+	// limit). It is deliberately not JetStream's MaxAge, which would delete
+	// the job without a trace.
+	MaxAge time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -67,6 +80,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: queue %s: replicas %d: want 1 to 5", ErrInvalidConfig, c.Name, c.Replicas)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("%w: queue %s: duplicate_window %v: must be positive", ErrInvalidConfig, c.Name, c.DuplicateWindow)
+	case c.LeakRate.Count < 0 || c.LeakRate.Per < 0 || (c.LeakRate.Count > 0) != (c.LeakRate.Per > 0):
+		return fmt.Errorf("%w: queue %s: leak_rate %s: want COUNT/UNIT such as 50/s", ErrInvalidConfig, c.Name, c.LeakRate)
+	case c.MaxAge < 0:
+		return fmt.Errorf("%w: queue %s: max_age %v: must be positive (0: no limit)", ErrInvalidConfig, c.Name, c.MaxAge)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 )
 
 type bundle struct {
+	srv *queuetest.Server
 	js  jetstream.JetStream
 	pub *queue.Publisher
 	cfg queue.Config
@@ -26,7 +27,8 @@ func setup(t *testing.T, cfg queue.Config) (context.Context, *bundle) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	js := queuetest.Start(t).JetStream(t)
+	srv := queuetest.Start(t)
+	js := srv.JetStream(t)
 	if err := queue.EnsureStreams(ctx, js, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +36,7 @@ func setup(t *testing.T, cfg queue.Config) (context.Context, *bundle) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ctx, &bundle{js: js, pub: pub, cfg: cfg}
+	return ctx, &bundle{srv: srv, js: js, pub: pub, cfg: cfg}
 }
 
 func newJob(t *testing.T, q, key string) *queue.Job {

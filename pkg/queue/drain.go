@@ -1,0 +1,460 @@
+package queue
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// How the backlog drains (DESIGN §2):
+//
+//   - Every worker pulls backlog jobs, headers only, and holds them — with
+//     heartbeats — until it releases them. The backlog consumer allows the
+//     whole backlog to be held at once, so every job is seen by some worker
+//     and a job that is not due yet never hides a due one.
+//   - A held job is a candidate once it is due (its not-before has passed)
+//     and it is the first of its key that this worker holds. Candidates go
+//     in order of due time.
+//   - Before its release a candidate must be its key's head in the stream
+//     (a get of the key's first message): so an earlier job of the key held
+//     by another worker goes first, and per-key FIFO holds across
+//     processes.
+//   - It then books a start from the Pacer — shared by all workers — sleeps
+//     until the booked time, copies the job to READY (Nats-Msg-Id = job id)
+//     and acks it in the backlog. A crash between the copy and the ack makes
+//     the next holder copy it again, which JetStream's duplicate window
+//     turns into nothing.
+//   - A job older than the queue's MaxAge goes to DEAD instead, taking no
+//     start.
+
+// pipeline is how many bookings a worker holds at once: one waiting for
+// its time while the next candidate is checked, so that one worker alone
+// keeps the pacer's chain of starts unbroken.
+const pipeline = 2
+
+// maxBatch bounds one backlog pull.
+const maxBatch = 256
+
+type drainer struct {
+	w       *Worker
+	cons    jetstream.Consumer
+	stream  jetstream.Stream
+	recheck time.Duration // wait before checking again a key held up elsewhere
+	maxHeld int
+
+	mu    sync.Mutex
+	held  map[uint64]*heldJob   // by backlog sequence
+	keys  map[string][]*heldJob // by subject, in sequence order
+	heads dueHeap
+	wake  chan struct{} // a new candidate may be due sooner
+	room  chan struct{} // a held job left
+
+	slots     chan struct{}
+	releasing sync.WaitGroup
+}
+
+// heldJob is a backlog job this worker holds.
+type heldJob struct {
+	msg       jetstream.Msg
+	seq       uint64
+	subject   string
+	job       Job // from the headers; no payload
+	due       time.Time
+	releasing bool
+	inHeap    bool
+}
+
+func newDrainer(w *Worker, cons jetstream.Consumer, stream jetstream.Stream) *drainer {
+	period := w.cfg.Queue.LeakRate.Per / time.Duration(w.cfg.Queue.LeakRate.Count)
+	return &drainer{
+		w: w, cons: cons, stream: stream,
+		recheck: min(max(period, 10*time.Millisecond), time.Second),
+		maxHeld: int(w.cfg.Queue.Capacity),
+		held:    make(map[uint64]*heldJob),
+		keys:    make(map[string][]*heldJob),
+		wake:    make(chan struct{}, 1),
+		room:    make(chan struct{}, 1),
+		slots:   make(chan struct{}, pipeline),
+	}
+}
+
+// run drains until ctx ends, then hands every job it holds back.
+func (d *drainer) run(ctx context.Context) {
+	var loops sync.WaitGroup
+	loops.Go(func() { d.fetch(ctx) })
+	loops.Go(func() { d.beat(ctx) })
+	d.schedule(ctx)
+	loops.Wait()
+	d.releasing.Wait()
+	d.handBackAll()
+}
+
+// fetch pulls backlog jobs while this worker holds fewer than maxHeld.
+func (d *drainer) fetch(ctx context.Context) {
+	var failures int
+	for ctx.Err() == nil {
+		d.mu.Lock()
+		room := d.maxHeld - len(d.held)
+		d.mu.Unlock()
+		if room <= 0 {
+			select {
+			case <-d.room:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		batch, err := d.cons.Fetch(min(room, maxBatch), jetstream.FetchMaxWait(d.w.cfg.FetchWait))
+		if err == nil {
+			for msg := range batch.Messages() {
+				d.add(ctx, msg)
+			}
+			err = batch.Error()
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			failures++
+			d.w.log.Warn("pulling backlog jobs failed; retrying", "error", err, "failures", failures)
+			_ = sleep(ctx, backoff(failures))
+			continue
+		}
+		failures = 0
+	}
+}
+
+// add holds a delivered backlog job.
+func (d *drainer) add(ctx context.Context, msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		d.w.log.Error("a backlog delivery has no JetStream metadata", "subject", msg.Subject(), "error", err)
+		return
+	}
+	job, err := ParseJob(msg.Headers(), nil)
+	if err != nil {
+		d.deadLetter(ctx, msg, meta.Sequence.Stream, "invalid job", err)
+		return
+	}
+	h := &heldJob{msg: msg, seq: meta.Sequence.Stream, subject: msg.Subject(), job: job, due: job.NotBefore}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old := d.held[h.seq]; old != nil {
+		// Delivered again (our heartbeats were late): keep the newer
+		// delivery's reply subject, and its place.
+		old.msg = msg
+		return
+	}
+	d.held[h.seq] = h
+	q := d.keys[h.subject]
+	i, _ := slices.BinarySearchFunc(q, h.seq, func(x *heldJob, seq uint64) int { return cmpSeq(x.seq, seq) })
+	d.keys[h.subject] = slices.Insert(q, i, h)
+	if i == 0 {
+		d.pushLocked(h)
+	}
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// pushLocked makes h a candidate and wakes the scheduler.
+func (d *drainer) pushLocked(h *heldJob) {
+	if h.inHeap {
+		return
+	}
+	h.inHeap = true
+	heap.Push(&d.heads, h)
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// schedule releases candidates, each at a start booked from the pacer.
+func (d *drainer) schedule(ctx context.Context) {
+	for {
+		select {
+		case d.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		h := d.next(ctx)
+		if h == nil {
+			return
+		}
+		if !d.tryRelease(ctx, h) {
+			<-d.slots
+		}
+	}
+}
+
+// next waits for a due candidate and takes it from the heap. It returns nil
+// when ctx ends.
+func (d *drainer) next(ctx context.Context) *heldJob {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		h := d.peekLocked()
+		var wait time.Duration
+		if h != nil {
+			if wait = time.Until(h.due); wait <= 0 {
+				heap.Pop(&d.heads)
+				h.inHeap = false
+				d.mu.Unlock()
+				return h
+			}
+		}
+		d.mu.Unlock()
+		var tick <-chan time.Time
+		if h != nil {
+			timer.Reset(wait)
+			tick = timer.C
+		}
+		select {
+		case <-tick:
+		case <-d.wake:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// peekLocked drops heap entries that are no longer candidates and returns
+// the first one that is.
+func (d *drainer) peekLocked() *heldJob {
+	for d.heads.Len() > 0 {
+		h := d.heads[0]
+		if d.held[h.seq] == h && !h.releasing && d.keys[h.subject][0] == h {
+			return h
+		}
+		heap.Pop(&d.heads)
+		h.inHeap = false
+	}
+	return nil
+}
+
+// tryRelease checks that h heads its key in the stream, books its start
+// and releases it in the background. It reports whether a release is under
+// way (holding a pipeline slot).
+func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
+	if max := d.w.cfg.Queue.MaxAge; max > 0 {
+		if waited := time.Since(h.job.EnqueuedAt); waited > max {
+			d.expire(ctx, h, waited)
+			return false
+		}
+	}
+	raw, err := d.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(h.subject))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		d.forget(h) // gone: another worker released it after our hold lapsed
+		return false
+	case err != nil:
+		if ctx.Err() == nil {
+			d.w.log.Warn("reading a backlog key's first job failed; trying again", "job", h.job.ID, "error", err)
+			d.retryLater(h, time.Second)
+		}
+		return false
+	case raw.Sequence != h.seq:
+		d.retryLater(h, d.recheck) // an earlier job of the key goes first
+		return false
+	}
+	wait, err := d.w.cfg.Pacer.Reserve(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.w.log.Warn("booking a backlog start failed; trying again", "job", h.job.ID, "error", err)
+			d.retryLater(h, time.Second)
+		}
+		return false
+	}
+	d.mu.Lock()
+	h.releasing = true
+	d.mu.Unlock()
+	d.releasing.Go(func() {
+		defer func() { <-d.slots }()
+		d.release(ctx, h, raw, wait)
+	})
+	return true
+}
+
+// release waits for h's start, copies it to READY and acks it.
+func (d *drainer) release(ctx context.Context, h *heldJob, raw *jetstream.RawStreamMsg, wait time.Duration) {
+	if err := sleep(ctx, wait); err != nil {
+		d.unrelease(h, 0) // stopping: handed back with the rest
+		return
+	}
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	m := nats.NewMsg("spillway." + Ready.String() + "." + d.w.cfg.Queue.Name + "." + h.subject[strings.LastIndexByte(h.subject, '.')+1:])
+	for k, vs := range raw.Header {
+		if !strings.HasPrefix(k, "Nats-Expected-") {
+			m.Header[k] = vs
+		}
+	}
+	m.Header.Set(nats.MsgIdHdr, h.job.ID)
+	m.Data = raw.Data
+	stored, err := d.w.js.PublishMsg(sctx, m, jetstream.WithExpectStream(StreamName(d.w.cfg.Queue.Name, Ready)))
+	if err != nil {
+		d.w.log.Warn("moving a due backlog job to READY failed; trying again", "job", h.job.ID, "error", err)
+		d.unrelease(h, time.Second)
+		return
+	}
+	if err := ack(sctx, h.msg); err != nil {
+		// It is in READY. Left in the backlog, it is delivered again after
+		// the ack wait and its copy is then a duplicate, stored once.
+		d.w.log.Warn("backlog job moved to READY but its backlog ack failed", "job", h.job.ID, "error", err)
+	}
+	d.forget(h)
+	d.w.observe(Event{Kind: Released, Job: &h.job, Sequence: stored.Sequence, Waited: time.Since(h.job.EnqueuedAt)})
+}
+
+// expire moves a job that waited longer than MaxAge to DEAD.
+func (d *drainer) expire(ctx context.Context, h *heldJob, waited time.Duration) {
+	reason := fmt.Sprintf("expired in backlog (waited %v, max_age %v)", waited.Round(time.Millisecond), d.w.cfg.Queue.MaxAge)
+	if d.deadLetter(ctx, h.msg, h.seq, reason, nil) {
+		d.forget(h)
+		d.w.observe(Event{Kind: DeadLettered, Job: &h.job, Reason: reason, Waited: waited})
+		return
+	}
+	d.retryLater(h, time.Second)
+}
+
+// deadLetter moves backlog message seq, read in full, to DEAD and acks
+// it. It reports success.
+func (d *drainer) deadLetter(ctx context.Context, msg jetstream.Msg, seq uint64, reason string, cause error) bool {
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	raw, err := d.stream.GetMsg(sctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true // already gone
+	}
+	if err == nil {
+		dl := deadLetter{
+			queue: d.w.cfg.Queue.Name, subject: raw.Subject, stream: StreamName(d.w.cfg.Queue.Name, Backlog), seq: seq,
+			header: raw.Header, data: raw.Data, reason: reason, err: cause,
+		}
+		err = dl.publish(sctx, d.w.js, time.Now())
+	}
+	if err == nil {
+		err = ack(sctx, msg)
+	}
+	if err != nil {
+		d.w.log.Error("dead-lettering a backlog job failed; it stays in the backlog", "stream_seq", seq, "reason", reason, "error", err)
+		return false
+	}
+	return true
+}
+
+// retryLater makes h a candidate again after wait.
+func (d *drainer) retryLater(h *heldJob, wait time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held[h.seq] != h {
+		return
+	}
+	if t := time.Now().Add(wait); t.After(h.due) {
+		h.due = t
+	}
+	d.pushLocked(h)
+}
+
+// unrelease returns a job whose release did not happen to the candidates.
+func (d *drainer) unrelease(h *heldJob, wait time.Duration) {
+	d.mu.Lock()
+	h.releasing = false
+	d.mu.Unlock()
+	d.retryLater(h, wait)
+}
+
+// forget drops h; the next job of its key becomes a candidate.
+func (d *drainer) forget(h *heldJob) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held[h.seq] != h {
+		return
+	}
+	delete(d.held, h.seq)
+	q := slices.DeleteFunc(d.keys[h.subject], func(x *heldJob) bool { return x == h })
+	if len(q) == 0 {
+		delete(d.keys, h.subject)
+	} else {
+		d.keys[h.subject] = q
+		d.pushLocked(q[0])
+	}
+	select {
+	case d.room <- struct{}{}:
+	default:
+	}
+}
+
+// beat sends heartbeats for every held job every AckWait/3.
+func (d *drainer) beat(ctx context.Context) {
+	t := time.NewTicker(d.w.cfg.AckWait / 3)
+	defer t.Stop()
+	var msgs []jetstream.Msg
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		msgs = msgs[:0]
+		d.mu.Lock()
+		for _, h := range d.held {
+			msgs = append(msgs, h.msg)
+		}
+		d.mu.Unlock()
+		for _, m := range msgs {
+			_ = m.InProgress() // a lost beat is covered by the next one
+		}
+	}
+}
+
+// handBackAll naks every held job, so other workers get them at once.
+func (d *drainer) handBackAll() {
+	d.mu.Lock()
+	left := make([]*heldJob, 0, len(d.held))
+	for _, h := range d.held {
+		left = append(left, h)
+	}
+	clear(d.held)
+	clear(d.keys)
+	d.heads = d.heads[:0]
+	d.mu.Unlock()
+	for _, h := range left {
+		if err := h.msg.Nak(); err != nil {
+			d.w.log.Warn("handing a backlog job back failed; it is delivered again after the ack wait", "job", h.job.ID, "error", err)
+		}
+	}
+}
+
+// dueHeap orders candidates by due time, then by backlog sequence.
+type dueHeap []*heldJob
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)   { *h = append(*h, x.(*heldJob)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}

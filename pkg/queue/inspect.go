@@ -1,0 +1,107 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
+)
+
+// Info is what a queue looks like now: read from JetStream, so it is the
+// same whichever process asks.
+type Info struct {
+	Queue string
+	// Ready is the number of admitted jobs not yet finished: waiting,
+	// running or waiting for a retry.
+	Ready int64
+	// Backlog is the number of queued jobs waiting for their start.
+	Backlog int64
+	// Capacity and PerKeyCapacity are the backlog's bounds.
+	Capacity       int64
+	PerKeyCapacity int64
+	// Fill is Backlog/Capacity, 0 to 1.
+	Fill float64
+	// Dead is the number of jobs in the dead-letter stream.
+	Dead int64
+	// OldestAge is how long the oldest job of the backlog has waited
+	// (0 when it is empty).
+	OldestAge time.Duration
+	// InFlight is the ready consumer's delivered, unacknowledged jobs:
+	// running, or waiting for a retry. MaxAckPending is its bound.
+	InFlight      int
+	MaxAckPending int
+	// Redelivered counts ready jobs delivered more than once and not yet
+	// finished.
+	Redelivered int
+	// BacklogHeld is how many backlog jobs workers hold for release;
+	// BacklogPullers is how many pull requests wait on the backlog: 0 with
+	// jobs waiting means no worker is draining it.
+	BacklogHeld    int
+	BacklogPullers int
+	ReadyPullers   int
+	// LeakRate is the backlog's drain rate from the queue's config.
+	LeakRate bucket.Rate
+	// EstimatedDrain is how long the backlog takes to drain at LeakRate if
+	// nothing more arrives: Backlog / LeakRate.
+	EstimatedDrain time.Duration
+}
+
+// Inspect reads a queue's state from its streams and consumers. cfg
+// supplies what JetStream does not keep (the leak rate). A queue whose
+// workers never ran has no consumers yet: their figures are 0.
+func Inspect(ctx context.Context, js jetstream.JetStream, cfg Config) (Info, error) {
+	if err := cfg.Validate(); err != nil {
+		return Info{}, err
+	}
+	info := Info{Queue: cfg.Name, LeakRate: cfg.LeakRate}
+	streams := [...]Destination{Ready, Backlog, Dead}
+	var states [len(streams)]*jetstream.StreamInfo
+	for i, d := range streams {
+		s, err := js.Stream(ctx, StreamName(cfg.Name, d))
+		if err != nil {
+			return Info{}, fmt.Errorf("queue: inspecting %s: stream %s: %w", cfg.Name, StreamName(cfg.Name, d), err)
+		}
+		states[i] = s.CachedInfo()
+	}
+	info.Ready = int64(states[0].State.Msgs)
+	info.Backlog = int64(states[1].State.Msgs)
+	info.Dead = int64(states[2].State.Msgs)
+	info.Capacity = states[1].Config.MaxMsgs
+	info.PerKeyCapacity = max(0, states[1].Config.MaxMsgsPerSubject)
+	if info.Capacity > 0 {
+		info.Fill = float64(info.Backlog) / float64(info.Capacity)
+	}
+	if info.Backlog > 0 && !states[1].State.FirstTime.IsZero() {
+		info.OldestAge = max(0, time.Since(states[1].State.FirstTime))
+	}
+	if info.LeakRate.Count > 0 {
+		info.EstimatedDrain = time.Duration(info.Backlog) * info.LeakRate.Per / time.Duration(info.LeakRate.Count)
+	}
+	if c, err := consumerInfo(ctx, js, StreamName(cfg.Name, Ready), ReadyConsumer); err != nil {
+		return Info{}, err
+	} else if c != nil {
+		info.InFlight, info.MaxAckPending, info.Redelivered, info.ReadyPullers = c.NumAckPending, c.Config.MaxAckPending, c.NumRedelivered, c.NumWaiting
+	}
+	if c, err := consumerInfo(ctx, js, StreamName(cfg.Name, Backlog), BacklogConsumer); err != nil {
+		return Info{}, err
+	} else if c != nil {
+		info.BacklogHeld, info.BacklogPullers = c.NumAckPending, c.NumWaiting
+	}
+	return info, nil
+}
+
+// consumerInfo is nil, without error, for a consumer that does not exist.
+func consumerInfo(ctx context.Context, js jetstream.JetStream, stream, name string) (*jetstream.ConsumerInfo, error) {
+	c, err := js.Consumer(ctx, stream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: consumer %s on %s: %w", name, stream, err)
+	}
+	return c.CachedInfo(), nil
+}

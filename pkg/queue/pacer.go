@@ -1,0 +1,90 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
+)
+
+// Pacer spaces the starts of a queue's backlog jobs at its leak rate.
+// Workers that share one Pacer — one store, such as Redis — share one leak
+// rate, however many processes they run in.
+type Pacer interface {
+	// Reserve books the next start and says how long the caller must wait
+	// before it may start one job. A booking that is not used is lost: the
+	// rate is an upper bound.
+	Reserve(ctx context.Context) (time.Duration, error)
+}
+
+// PacerGroup is the bucket.Store group that pacers keep their state in.
+const PacerGroup = "spillway-pacer"
+
+// pacerAhead bounds the bookings outstanding at once. Each worker process
+// holds at most a couple, so this is only a guard against a store full of
+// abandoned bookings; past it Reserve waits.
+const pacerAhead = 1024
+
+// StorePacer paces with a leaky bucket of delay 0 in a bucket.Store
+// (DESIGN §1: e' = max(0, e − Δt·r + 1), start at t + e'/r). The first
+// booking after a pause starts at once; each following one starts exactly
+// 1/r after the one before it, as long as it is made before that time.
+// A Redis store decides with Redis TIME, so bookings made by processes on
+// different machines share one clock. Safe for concurrent use.
+type StorePacer struct {
+	store bucket.Store
+	tiers []bucket.Tier
+}
+
+// NewPacer paces the backlog of queue at rate, keeping its state in store:
+// a bucket.Memory paces one process; a redisbucket.Store paces every
+// process that uses the same Redis.
+func NewPacer(store bucket.Store, queue string, rate bucket.Rate) (*StorePacer, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: pacer: nil store", ErrInvalidConfig)
+	}
+	if err := ValidateQueueName(queue); err != nil {
+		return nil, fmt.Errorf("%w: pacer: %w", ErrInvalidConfig, err)
+	}
+	lim, err := bucket.NewLeakyBucket(rate, pacerAhead, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: queue %s: leak_rate: %w", ErrInvalidConfig, queue, err)
+	}
+	return &StorePacer{store: store, tiers: []bucket.Tier{{Key: queue, Limit: lim}}}, nil
+}
+
+// Reserve books the next start of the queue's backlog.
+func (p *StorePacer) Reserve(ctx context.Context) (time.Duration, error) {
+	for {
+		d, err := p.store.Decide(ctx, PacerGroup, p.tiers, 1)
+		if err != nil {
+			return 0, fmt.Errorf("queue: pacer: %w", err)
+		}
+		switch d.Verdict {
+		case bucket.Admitted:
+			return 0, nil
+		case bucket.Queued:
+			return d.NotBefore.Sub(d.At), nil
+		}
+		// More than pacerAhead bookings are outstanding: wait for one.
+		if err := sleep(ctx, max(d.RetryAfter, time.Millisecond)); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,351 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+// Handler runs one job. Returning nil marks it done; an error retries it
+// on the Retry policy's schedule, retry.After(err, d) no sooner than d, and
+// retry.Permanent(err) sends it to the dead-letter stream at once. A panic
+// counts as an error. ctx ends when the worker's grace period at stop runs
+// out. j.Attempt is this try's number, from 1.
+type Handler func(ctx context.Context, j *Job) error
+
+// Durable consumer names, one of each per queue, shared by every worker.
+const (
+	ReadyConsumer   = "spillway-ready"
+	BacklogConsumer = "spillway-backlog"
+)
+
+// Defaults of a WorkerConfig's zero fields.
+const (
+	DefaultConcurrency = 16
+	DefaultAckWait     = 30 * time.Second
+	DefaultGracePeriod = 30 * time.Second
+	// DefaultFetchWait is how long one pull request waits for jobs. It
+	// bounds how long a stopping worker keeps pulling.
+	DefaultFetchWait = time.Second
+)
+
+// WorkerConfig configures a Worker. Every zero field takes its default.
+type WorkerConfig struct {
+	// Queue is the queue to work. Its streams are created or updated
+	// (EnsureStreams) when Run starts; its LeakRate is required.
+	Queue Config
+	// Concurrency is how many handlers run at once in this worker
+	// (default 16).
+	Concurrency int
+	// Retry is the retry schedule and the number of tries (retry.Policy's
+	// defaults: 5 tries, 1s doubling to 5m, 20% jitter).
+	Retry retry.Policy
+	// Pacer spaces backlog starts at Queue.LeakRate. Default: a pacer in
+	// this process's memory, which paces this worker alone — workers in
+	// several processes must share one (NewPacer over a redisbucket.Store)
+	// or each drains at the full leak rate.
+	Pacer Pacer
+	// AckWait is how long JetStream waits for an ack before it hands a job
+	// to another worker (default 30s). Running jobs and held backlog jobs
+	// are kept alive with heartbeats every AckWait/3, so it only bounds how
+	// long a crashed worker's jobs wait.
+	AckWait time.Duration
+	// MaxAckPending bounds the ready consumer's delivered, unacknowledged
+	// jobs across all workers — running or waiting for a retry (default:
+	// the larger of 1000 and 64×Concurrency; a worker never lowers what
+	// another set). When it is reached JetStream delivers nothing more
+	// until some settle; the worker logs a warning when that happens.
+	MaxAckPending int
+	// GracePeriod is how long running handlers may finish after Run's
+	// context ends (default 30s). Then their context is canceled and
+	// whatever has not finished is handed back to JetStream.
+	GracePeriod time.Duration
+	// FetchWait is how long one pull request waits (default 1s).
+	FetchWait time.Duration
+	// Rand is the jitter source for retries (default: math/rand/v2's).
+	Rand retry.Source
+	// Logger receives warnings and errors (default slog.Default()).
+	Logger *slog.Logger
+	// Observe, if set, is called for every step of every job (Event). It
+	// runs on the worker's goroutines and must not block.
+	Observe func(Event)
+}
+
+// EventKind is a step in a job's life in a worker.
+type EventKind uint8
+
+const (
+	// Released: a backlog job took its start slot and moved to READY.
+	Released EventKind = iota
+	// Started: the handler was called.
+	Started
+	// Succeeded: the handler returned nil and JetStream confirmed the ack.
+	Succeeded
+	// Retrying: the handler failed; the job comes back after Event.Delay.
+	Retrying
+	// DeadLettered: the job is stored in the dead-letter stream and gone
+	// from its source.
+	DeadLettered
+	// HandedBack: the worker stopped before the job finished; JetStream
+	// will deliver it again.
+	HandedBack
+)
+
+var eventNames = [...]string{"released", "started", "succeeded", "retrying", "dead_lettered", "handed_back"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", k)
+}
+
+// Event is one step of a job. Job is nil only for a message that is not a
+// job (it is dead-lettered with reason "invalid job").
+type Event struct {
+	Kind    EventKind
+	Queue   string
+	Job     *Job
+	Attempt int
+	// Sequence is the job's place in READY: where a Released job was
+	// stored, or the delivery's stream sequence for the other kinds.
+	Sequence uint64
+	// Err is the handler's error (Retrying, DeadLettered).
+	Err error
+	// Reason is why a job is dead (DeadLettered).
+	Reason string
+	// Delay is the wait before the next try (Retrying).
+	Delay time.Duration
+	// Took is how long the handler ran (Succeeded, Retrying,
+	// DeadLettered after a try).
+	Took time.Duration
+	// Waited is how long a backlog job waited since it was enqueued
+	// (Released).
+	Waited time.Duration
+}
+
+func (c WorkerConfig) withDefaults() WorkerConfig {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = max(1000, 64*c.Concurrency)
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = DefaultGracePeriod
+	}
+	if c.FetchWait == 0 {
+		c.FetchWait = DefaultFetchWait
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Rand == nil {
+		c.Rand = globalRand{}
+	}
+	return c
+}
+
+// Validate reports the first field that cannot be used, naming it.
+func (c WorkerConfig) Validate() error {
+	if err := c.Queue.Validate(); err != nil {
+		return err
+	}
+	q := c.Queue.Name
+	switch {
+	case c.Queue.LeakRate.Count == 0:
+		return fmt.Errorf("%w: queue %s: leak_rate is not set: the backlog would never drain (want COUNT/UNIT such as 50/s)", ErrInvalidConfig, q)
+	case c.Concurrency < 0:
+		return fmt.Errorf("%w: queue %s: concurrency %d: must be ≥ 1", ErrInvalidConfig, q, c.Concurrency)
+	case c.AckWait < 0 || (c.AckWait > 0 && c.AckWait < 300*time.Millisecond):
+		return fmt.Errorf("%w: queue %s: ack_wait %v: must be at least 300ms", ErrInvalidConfig, q, c.AckWait)
+	case c.MaxAckPending < 0:
+		return fmt.Errorf("%w: queue %s: max_ack_pending %d: must be ≥ 1", ErrInvalidConfig, q, c.MaxAckPending)
+	case c.MaxAckPending > 0 && c.MaxAckPending < c.withDefaults().Concurrency:
+		return fmt.Errorf("%w: queue %s: max_ack_pending %d is below concurrency %d: handlers would sit idle", ErrInvalidConfig, q, c.MaxAckPending, c.withDefaults().Concurrency)
+	case c.GracePeriod < 0:
+		return fmt.Errorf("%w: queue %s: grace_period %v: must be positive", ErrInvalidConfig, q, c.GracePeriod)
+	case c.FetchWait < 0 || (c.FetchWait > 0 && c.FetchWait < 10*time.Millisecond):
+		return fmt.Errorf("%w: queue %s: fetch_wait %v: must be at least 10ms", ErrInvalidConfig, q, c.FetchWait)
+	}
+	if err := c.Retry.Validate(); err != nil {
+		return fmt.Errorf("%w: queue %s: retry: %w", ErrInvalidConfig, q, err)
+	}
+	return nil
+}
+
+// Worker runs one queue's jobs: admitted jobs from READY as fast as its
+// concurrency allows, and queued jobs from the BACKLOG at the leak rate,
+// never before their not-before and in FIFO order per key. Several workers
+// — in one process or many — share a queue's work.
+type Worker struct {
+	js     jetstream.JetStream
+	cfg    WorkerConfig
+	handle Handler
+	log    *slog.Logger
+
+	randMu sync.Mutex
+}
+
+// NewWorker returns a worker for cfg.Queue that runs h. Nothing happens
+// until Run.
+func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: nil JetStream", ErrInvalidConfig)
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: queue %s: nil handler", ErrInvalidConfig, cfg.Queue.Name)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	cfg.Queue = cfg.Queue.withDefaults()
+	if cfg.Pacer == nil {
+		mem, err := bucket.NewMemory()
+		if err != nil {
+			return nil, fmt.Errorf("queue: pacer store: %w", err)
+		}
+		if cfg.Pacer, err = NewPacer(mem, cfg.Queue.Name, cfg.Queue.LeakRate); err != nil {
+			return nil, err
+		}
+	}
+	return &Worker{js: js, cfg: cfg, handle: h, log: cfg.Logger.With("queue", cfg.Queue.Name)}, nil
+}
+
+// Run works the queue until ctx ends, then stops gracefully: it stops
+// pulling, lets running handlers finish within the grace period, and hands
+// everything else back to JetStream for another worker. It returns nil
+// after a graceful stop, or the error that kept it from starting.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := EnsureStreams(ctx, w.js, w.cfg.Queue); err != nil {
+		return err
+	}
+	ready, err := w.readyConsumer(ctx)
+	if err != nil {
+		return err
+	}
+	backlog, err := w.backlogConsumer(ctx)
+	if err != nil {
+		return err
+	}
+	bstream, err := w.js.Stream(ctx, StreamName(w.cfg.Queue.Name, Backlog))
+	if err != nil {
+		return fmt.Errorf("queue: stream %s: %w", StreamName(w.cfg.Queue.Name, Backlog), err)
+	}
+
+	// Handlers get a context of their own: it outlives ctx by the grace
+	// period.
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	r := newRunner(w, ready, hctx)
+	d := newDrainer(w, backlog, bstream)
+
+	var loops sync.WaitGroup
+	loops.Go(func() { r.pull(ctx) })
+	loops.Go(func() { d.run(ctx) })
+	<-ctx.Done()
+	loops.Wait() // no more pulls; the drainer has handed its jobs back
+
+	grace := time.NewTimer(w.cfg.GracePeriod)
+	defer grace.Stop()
+	select {
+	case <-r.idle():
+		return nil
+	case <-grace.C:
+	}
+	w.log.Warn("grace period over: canceling running handlers and handing their jobs back",
+		"grace_period", w.cfg.GracePeriod, "running", r.running())
+	cancelHandlers()
+	r.handBackAll()
+	return nil
+}
+
+// readyConsumer creates or updates the ready consumer. MaxAckPending only
+// grows: workers with different concurrency settings do not take turns
+// shrinking it under each other.
+func (w *Worker) readyConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	stream := StreamName(w.cfg.Queue.Name, Ready)
+	pending := w.cfg.MaxAckPending
+	if c, err := w.js.Consumer(ctx, stream, ReadyConsumer); err == nil {
+		pending = max(pending, c.CachedInfo().Config.MaxAckPending)
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("queue: consumer %s on %s: %w", ReadyConsumer, stream, err)
+	}
+	return w.ensureConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       ReadyConsumer,
+		Description:   "Spillway workers: admitted jobs, and backlog jobs whose start came",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
+		MaxDeliver:    -1, // the worker dead-letters; JetStream never drops
+		MaxAckPending: pending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+}
+
+// backlogConsumer creates or updates the backlog consumer. It delivers
+// headers only, and may have every job of the backlog delivered at once
+// (MaxAckPending = capacity), so that a job that is not due yet never hides
+// a due one behind it.
+func (w *Worker) backlogConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return w.ensureConsumer(ctx, StreamName(w.cfg.Queue.Name, Backlog), jetstream.ConsumerConfig{
+		Durable:       BacklogConsumer,
+		Description:   "Spillway workers: the backlog, released at the leak rate",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: int(w.cfg.Queue.Capacity),
+		HeadersOnly:   true,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+}
+
+func (w *Worker) ensureConsumer(ctx context.Context, stream string, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := w.js.CreateOrUpdateConsumer(ctx, stream, cc)
+	if err != nil {
+		return nil, fmt.Errorf("queue: consumer %s on %s: %w", cc.Durable, stream, err)
+	}
+	return c, nil
+}
+
+// observe reports e if the worker has an observer.
+func (w *Worker) observe(e Event) {
+	if w.cfg.Observe != nil {
+		e.Queue = w.cfg.Queue.Name
+		w.cfg.Observe(e)
+	}
+}
+
+// next decides what follows a failed try. The random source need not be
+// safe for concurrent use, so it is guarded here.
+func (w *Worker) next(attempt int, err error) retry.Decision {
+	w.randMu.Lock()
+	defer w.randMu.Unlock()
+	return w.cfg.Retry.Next(attempt, err, w.cfg.Rand)
+}
+
+// globalRand is math/rand/v2's top-level source, safe for concurrent use.
+type globalRand struct{}
+
+func (globalRand) Int64N(n int64) int64 { return rand.Int64N(n) }
+
+// settleTimeout bounds one ack, nak or dead-letter publish.
+const settleTimeout = 10 * time.Second
+
+// settleCtx is the context for settling a job: not canceled with the
+// worker's, so a stopping worker still acks what finished.
+func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+}
