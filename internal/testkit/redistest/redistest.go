@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spillway-dev/spillway/internal/testkit/proc"
 )
 
 // DefaultStartTimeout is how long Start and Restart wait for a new server to
@@ -301,7 +303,7 @@ func (s *Server) launch(port int) error {
 	p.cmd.Dir = s.dir
 	p.cmd.Stdout = &p.output
 	p.cmd.Stderr = &p.output
-	setParentDeathSignal(p.cmd)
+	proc.SetParentDeathSignal(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		return err
 	}
