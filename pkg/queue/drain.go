@@ -140,7 +140,13 @@ func (d *drainer) add(ctx context.Context, msg jetstream.Msg) {
 		d.deadLetter(ctx, msg, meta.Sequence.Stream, "invalid job", err)
 		return
 	}
-	h := &heldJob{msg: msg, seq: meta.Sequence.Stream, subject: msg.Subject(), job: job, due: job.NotBefore}
+	// A job is due at its not-before, or when it was queued if it has
+	// none: candidates go in the order they became due.
+	due := job.NotBefore
+	if due.IsZero() {
+		due = job.EnqueuedAt
+	}
+	h := &heldJob{msg: msg, seq: meta.Sequence.Stream, subject: msg.Subject(), job: job, due: due}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if old := d.held[h.seq]; old != nil {
