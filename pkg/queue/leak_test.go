@@ -39,6 +39,23 @@ func TestLeakRateAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	path := filepath.Join(t.TempDir(), "ledger")
+	for range workers {
+		startChild(t, childConfig{NATS: srv.URL(), Redis: rds.URL(), Queue: cfg, Concurrency: 4, Work: 5 * time.Millisecond, Ledger: path})
+	}
+	// Publish once every worker waits on the backlog, so that all of them
+	// hold part of it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := queue.Inspect(ctx, js, cfg)
+		if err == nil && info.BacklogPullers >= workers {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d worker processes did not all pull the backlog within 30s: %+v, %v", workers, info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	// Key k00's jobs are due 10 s from now; every other key's at once.
 	// Publish order interleaves the keys, so k00's jobs come first in
 	// every round.
@@ -55,10 +72,6 @@ func TestLeakRateAcrossProcesses(t *testing.T) {
 		all = append(all, j)
 	}
 
-	path := filepath.Join(t.TempDir(), "ledger")
-	for range workers {
-		startChild(t, childConfig{NATS: srv.URL(), Redis: rds.URL(), Queue: cfg, Concurrency: 4, Work: 5 * time.Millisecond, Ledger: path})
-	}
 	l := waitLedger(t, path, 90*time.Second, "every job acked", func(l *ledger) bool { return len(l.acks) == jobs })
 
 	var starts, releases []time.Time
