@@ -27,7 +27,9 @@ GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lin
 
 COVERPROFILE ?= coverage.out
 
-.PHONY: help test race bench fuzz fuzz-short lint cover tidy
+KILLS ?= 100
+
+.PHONY: help test race bench fuzz fuzz-short kill-test lint cover tidy
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
@@ -62,6 +64,9 @@ fuzz: ## Run every Fuzz* target in FUZZ_PKGS for FUZZTIME each (default 10m)
 
 fuzz-short: ## Same as fuzz with FUZZTIME=30s
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=30s
+
+kill-test: ## kill -9 a worker process mid-job KILLS times (default 100; CI runs 20)
+	SPILLWAY_KILLS=$(KILLS) $(GO) test -count=1 -race -v -run '^TestKillWorkerLosesNothing$$' -timeout 30m ./pkg/queue/
 
 lint: ## golangci-lint v2 (pinned: GOLANGCI_LINT_VERSION) with .golangci.yml
 	$(GOLANGCI_LINT) run ./...

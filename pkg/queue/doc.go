@@ -31,9 +31,28 @@
 // returns only once JetStream stored the job — or refused it, as
 // ErrQueueFull or ErrKeyQueueFull.
 //
-// # Not yet here
+// # Working
 //
-// The paced drainer (leak rate across processes, not-before, retries and
-// dead letters) and per-queue introspection are the next part of this
-// package.
+// A Worker (NewWorker, Run) runs one queue's jobs with a Handler. Admitted
+// jobs are pulled from READY, never more than there are free handlers,
+// kept alive with heartbeats (InProgress) while they run, and acked when the
+// handler returns nil. A failed try is nak'd with the retry policy's delay;
+// after the last try, or at once for retry.Permanent, the job is copied to
+// DEAD with its headers, attempts, last error and reason, then acked.
+//
+// Backlog jobs are held, headers only, by the workers, and released in the
+// order they became due: never before their not-before, only when they head
+// their key in the stream (per-key FIFO across processes), and each at a
+// start booked from a Pacer. Workers that share a pacer — NewPacer over a
+// redisbucket.Store — share one leak rate whatever their number. A released
+// job is copied to READY under its job id (so a crash between copy and ack
+// is deduplicated) and acked in the backlog. A job older than Config.MaxAge
+// goes to DEAD instead.
+//
+// When Run's context ends the worker stops pulling, hands its held backlog
+// jobs back, lets running handlers finish within the grace period and hands
+// back what is left.
+//
+// Inspect reads a queue's depth, capacity, fill, oldest age, in-flight jobs
+// and estimated drain time from JetStream.
 package queue
