@@ -152,7 +152,7 @@ func startChild(t *testing.T, cfg childConfig) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.CommandContext(context.WithoutCancel(t.Context()), os.Args[0], "-test.run=^$") // stopped in Cleanup, not by a context
 	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	proc.SetParentDeathSignal(cmd)
