@@ -260,3 +260,198 @@ func FuzzParseJob(f *testing.F) {
 		}
 	})
 }
+
+// Every caller gets its own PubAck: many concurrent publishes, each answered
+// with the sequence that holds its own job, with the in-flight bound at 1,
+// a few and the default.
+func TestPublishAnswersEachCaller(t *testing.T) {
+	t.Parallel()
+	for _, maxInFlight := range []int{1, 7, 0} {
+		t.Run(fmt.Sprint("max_in_flight=", maxInFlight), func(t *testing.T) {
+			t.Parallel()
+			ctx, b := setup(t, queue.Config{Name: "email"})
+			pub, err := queue.NewPublisher(b.js, maxInFlight)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const n = 300
+			jobs := make([]*queue.Job, n)
+			seqs := make([]uint64, n)
+			for i := range jobs {
+				jobs[i] = newJob(t, "email", fmt.Sprint("client-", i%13))
+			}
+			var wg sync.WaitGroup
+			for i, j := range jobs {
+				wg.Go(func() {
+					s, err := pub.Publish(ctx, queue.Ready, j)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if s.Stream != queue.StreamName("email", queue.Ready) || s.Duplicate {
+						t.Errorf("job %d: %+v", i, s)
+					}
+					seqs[i] = s.Sequence
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			st, err := b.js.Stream(ctx, queue.StreamName("email", queue.Ready))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[uint64]bool{}
+			for i, seq := range seqs {
+				if seen[seq] {
+					t.Fatalf("sequence %d answered twice", seq)
+				}
+				seen[seq] = true
+				raw, err := st.GetMsg(ctx, seq)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id := raw.Header.Get(queue.HeaderJobID); id != jobs[i].ID {
+					t.Fatalf("caller of job %s was told sequence %d, which holds job %s", jobs[i].ID, seq, id)
+				}
+			}
+		})
+	}
+}
+
+// A context that has ended sends nothing.
+func TestPublishEndedContextSendsNothing(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, queue.Config{Name: "email"})
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := b.pub.Publish(ended, queue.Ready, newJob(t, "email", "k"))
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("got %v, want a 'not sent' error wrapping context.Canceled", err)
+	}
+	if n := stored(t, ctx, b.js, queue.StreamName("email", queue.Ready)); n != 0 {
+		t.Fatalf("the stream holds %d jobs, want 0", n)
+	}
+}
+
+// With no stream for the subject, Publish fails (after jetstream's retries
+// for no responders) rather than waiting for its context. A caller that
+// gives up first leaves its slot taken until that answer comes, then the
+// slot serves the next publish.
+func TestPublishWithoutStream(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	js := queuetest.Start(t).JetStream(t)
+	pub, err := queue.NewPublisher(js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pub.Publish(ctx, queue.Ready, newJob(t, "email", "k"))
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("got %v, want jetstream.ErrNoStreamResponse", err)
+	}
+
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	_, err = pub.Publish(short, queue.Ready, newJob(t, "email", "k"))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "may be stored") {
+		t.Fatalf("got %v, want a 'may be stored' error wrapping context.DeadlineExceeded", err)
+	}
+	if err := queue.EnsureStreams(ctx, js, queue.Config{Name: "email"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(ctx, queue.Ready, newJob(t, "email", "k")); err != nil {
+		t.Fatalf("after the abandoned publish was answered: %v", err)
+	}
+}
+
+// The publisher sends Nats-Expected-Stream: a job whose subject another
+// stream captures (its own stream missing) is refused, not stored there.
+func TestPublishExpectsItsStream(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	js := queuetest.Start(t).JetStream(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"spillway.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := queue.NewPublisher(js, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pub.Publish(ctx, queue.Ready, newJob(t, "email", "k"))
+	const jsStreamNotMatch jetstream.ErrorCode = 10060 // nats-server: "expected stream does not match"
+	var api *jetstream.APIError
+	if !errors.As(err, &api) || api.ErrorCode != jsStreamNotMatch {
+		t.Fatalf("got %v, want JetStream's expected-stream refusal (%d)", err, jsStreamNotMatch)
+	}
+	if n := stored(t, ctx, js, "OTHER"); n != 0 {
+		t.Fatalf("OTHER holds %d messages, want 0", n)
+	}
+}
+
+// A server restart with publishes in flight: every Publish returns — stored,
+// or an error other than its context's — and publishing every job again
+// with the same id stores each exactly once.
+func TestPublishAcrossRestart(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, queue.Config{Name: "email"})
+	const n = 400
+	jobs := make([]*queue.Job, n)
+	for i := range jobs {
+		jobs[i] = newJob(t, "email", fmt.Sprint("client-", i%13))
+	}
+	someDone := make(chan struct{}) // n/8 publishes returned: the rest are on their way
+	var mu sync.Mutex
+	var ok int
+	var failed []error
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			_, err := b.pub.Publish(ctx, queue.Ready, j)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				ok++
+			} else {
+				failed = append(failed, err)
+			}
+			if ok+len(failed) == n/8 {
+				close(someDone)
+			}
+		})
+	}
+	<-someDone
+	b.srv.Restart(t)
+	wg.Wait()
+	for _, err := range failed {
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a publish waited for its context: %v", err)
+		}
+	}
+	t.Logf("across the restart: %d stored, %d errors (first: %v)", ok, len(failed), firstErr(failed))
+
+	for _, j := range jobs {
+		for {
+			_, err := b.pub.Publish(ctx, queue.Ready, j)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("republishing %s: %v", j.ID, err)
+			}
+		}
+	}
+	if got := stored(t, ctx, b.js, queue.StreamName("email", queue.Ready)); got != n {
+		t.Fatalf("the stream holds %d jobs, want %d", got, n)
+	}
+}
+
+func firstErr(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs[0]
+}
