@@ -1,0 +1,102 @@
+package handler_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/handler"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+func TestNewPicksTheConfiguredHandler(t *testing.T) {
+	t.Parallel()
+	srv, got := capture(t, nil)
+	h, err := handler.New(config.Handler{HTTP: &config.HTTPHandler{URL: srv.URL}}, nil, nil, nil)
+	if err != nil {
+		t.Fatalf("New(http): %v", err)
+	}
+	if err := h(t.Context(), testJob()); err != nil {
+		t.Fatalf("http handler: %v", err)
+	}
+	<-got
+
+	ns := queuetest.Start(t)
+	nc := ns.Connect(t)
+	asked := respond(t, ns.Connect(t), "jobs.email", replyWith(nil, ""))
+	h, err = handler.New(config.Handler{NATS: &config.NATSHandler{Subject: "jobs.email"}}, nc, nil, nil)
+	if err != nil {
+		t.Fatalf("New(nats): %v", err)
+	}
+	if err := h(t.Context(), testJob()); err != nil {
+		t.Fatalf("nats handler: %v", err)
+	}
+	<-asked
+
+	var logs bytes.Buffer
+	h, err = handler.New(config.Handler{Log: true}, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatalf("New(log): %v", err)
+	}
+	if err := h(t.Context(), testJob()); err != nil || logs.Len() == 0 {
+		t.Fatalf("log handler: %v, logged %q", err, logs.String())
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	t.Parallel()
+	if _, err := handler.New(config.Handler{}, nil, nil, nil); !errors.Is(err, handler.ErrNoHandler) {
+		t.Errorf("no handler: %v, want ErrNoHandler", err)
+	}
+	two := config.Handler{HTTP: &config.HTTPHandler{URL: "http://example.com"}, Log: true}
+	if _, err := handler.New(two, nil, nil, nil); !errors.Is(err, handler.ErrInvalidConfig) {
+		t.Errorf("two handlers: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := handler.New(config.Handler{NATS: &config.NATSHandler{Subject: "jobs"}}, nil, nil, nil); !errors.Is(err, handler.ErrInvalidConfig) {
+		t.Errorf("nats without a connection: %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestLogNeverLogsTheKey(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	j := testJob()
+	if err := handler.Log(slog.New(slog.NewTextHandler(&logs, nil)))(t.Context(), j); err != nil {
+		t.Fatalf("Log: %v", err)
+	}
+	line := logs.String()
+	for _, want := range []string{"job_id=" + testID, "queue=email", "attempt=3", "payload_bytes=17", "key_token=" + queue.KeyToken(j.Key)} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log %q lacks %q", line, want)
+		}
+	}
+	if strings.Contains(line, j.Key) {
+		t.Errorf("log %q holds the key %q", line, j.Key)
+	}
+}
+
+func ExampleHTTP() {
+	downstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer downstream.Close()
+
+	h, err := handler.HTTP(config.HTTPHandler{URL: downstream.URL}, nil)
+	if err != nil {
+		panic(err)
+	}
+	err = h(context.Background(), &queue.Job{ID: "01890a5d-ac96-774b-bcce-b302099a8057", Queue: "email", Attempt: 1})
+	d, ok := retry.RetryAfter(err)
+	fmt.Println(retry.IsPermanent(err), d, ok)
+	// Output: false 30s true
+}

@@ -1,0 +1,182 @@
+package handler
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+// StatusError is an HTTP handler's failure when the downstream answered:
+// the status and the start of the body. Its Error is one line:
+//
+//	POST http://127.0.0.1:9000/send: 500 Internal Server Error: database is down
+type StatusError struct {
+	Method     string
+	URL        string // with any password redacted
+	StatusCode int
+	Status     string // "500 Internal Server Error"
+	Body       string // the first 200 bytes of the body, on one line
+}
+
+func (e *StatusError) Error() string {
+	s := e.Method + " " + e.URL + ": " + e.Status
+	if e.Body != "" {
+		s += ": " + e.Body
+	}
+	return s
+}
+
+// HTTP returns a handler that POSTs each job to cfg.URL (package doc:
+// headers, status mapping, errors). Each request has cfg.Timeout (default
+// config.DefaultHandlerTimeout) to answer, headers and body included.
+//
+// client sends the requests; nil means one on http.DefaultTransport that
+// follows 307 and 308 redirects (which repeat the POST with its body) but
+// not 301, 302 and 303, which Go would follow with a GET that drops the
+// payload — their answer is a permanent failure instead. A client of the
+// caller's keeps its own redirect policy.
+//
+// The handler is safe for concurrent use.
+func HTTP(cfg config.HTTPHandler, client *http.Client) (queue.Handler, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: http url: want an absolute http:// or https:// URL", ErrInvalidConfig)
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: http timeout %v: must not be negative", ErrInvalidConfig, cfg.Timeout)
+	}
+	timeout := cfg.Timeout
+	if timeout == 0 {
+		timeout = config.DefaultHandlerTimeout
+	}
+	static := http.Header{}
+	for name, v := range cfg.Headers {
+		switch {
+		case !validHeaderName(name):
+			return nil, fmt.Errorf("%w: http header %q: not a valid header name", ErrInvalidConfig, name)
+		case reserved(name):
+			return nil, fmt.Errorf("%w: http header %s: set by Spillway, cannot be configured", ErrInvalidConfig, http.CanonicalHeaderKey(name))
+		case !validHeaderValue(v):
+			return nil, fmt.Errorf("%w: http header %s: value holds a control character", ErrInvalidConfig, http.CanonicalHeaderKey(name))
+		}
+		static.Set(name, v)
+	}
+	if client == nil {
+		client = &http.Client{CheckRedirect: keepPost}
+	}
+	h := &httpHandler{url: u.String(), shown: u.Redacted(), timeout: timeout, header: static, client: client}
+	return h.handle, nil
+}
+
+type httpHandler struct {
+	url     string
+	shown   string // url for errors, password redacted
+	timeout time.Duration
+	header  http.Header
+	client  *http.Client
+}
+
+func (h *httpHandler) handle(ctx context.Context, j *queue.Job) error {
+	rctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, h.url, bytes.NewReader(j.Payload))
+	if err != nil {
+		return fmt.Errorf("POST %s: %w", h.shown, err)
+	}
+	req.Header = h.header.Clone()
+	jobHeaders(j, req.Header.Set)
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return h.failed(ctx, err)
+	}
+	defer func() {
+		// Read what is left, up to maxDrain, so that the connection can
+		// carry the next request.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+		_ = resp.Body.Close()
+	}()
+	code := resp.StatusCode
+	if code >= 200 && code <= 299 {
+		return nil
+	}
+	se := &StatusError{Method: http.MethodPost, URL: h.shown, StatusCode: code, Status: resp.Status, Body: snippet(resp.Body)}
+	if se.Status == "" {
+		se.Status = strconv.Itoa(code) + " " + http.StatusText(code)
+	}
+	switch {
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		if d, ok := parseRetryAfter(resp.Header.Get(HeaderRetryAfter), resp.Header.Get("Date"), time.Now()); ok {
+			return retry.After(se, d)
+		}
+		return se
+	case code >= 300 && code <= 499:
+		return retry.Permanent(se)
+	default: // 5xx, and codes outside the classes
+		return se
+	}
+}
+
+// failed is the error for a request that got no answer. The worker's own
+// context ending is reported as that, not as the downstream's timeout.
+func (h *httpHandler) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("POST %s: %w", h.shown, context.Cause(ctx))
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("POST %s: no answer within %v: %w", h.shown, h.timeout, context.DeadlineExceeded)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // its text repeats the method and the unredacted URL
+	}
+	return fmt.Errorf("POST %s: %w", h.shown, err)
+}
+
+// keepPost stops at a redirect that would turn the POST into a GET.
+func keepPost(req *http.Request, via []*http.Request) error {
+	if req.Method != http.MethodPost {
+		return http.ErrUseLastResponse
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}
+
+// snippet reads the first snippetLen bytes of a failure's body as one line.
+func snippet(body io.Reader) string {
+	buf := make([]byte, snippetLen)
+	n, _ := io.ReadFull(body, buf) // a short or failed read leaves what it got
+	return oneLine(string(buf[:n]), snippetLen)
+}
+
+// validHeaderName reports whether name is an RFC 9110 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c < 0x80 && strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,131 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+// Values of HeaderStatus in a NATS handler's reply (package doc).
+const (
+	StatusOK        = "ok"
+	StatusRetry     = "retry"
+	StatusPermanent = "permanent"
+)
+
+// NATS returns a handler that sends each job as a request to cfg.Subject on
+// nc and maps the reply (package doc: the reply protocol). Each request has
+// cfg.Timeout (default config.DefaultHandlerTimeout) to be answered.
+//
+// The handler is safe for concurrent use.
+func NATS(nc *nats.Conn, cfg config.NATSHandler) (queue.Handler, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nats handler: no NATS connection", ErrInvalidConfig)
+	}
+	if !validSubject(cfg.Subject) {
+		return nil, fmt.Errorf("%w: nats subject %q: want dot-separated tokens without spaces or wildcards", ErrInvalidConfig, cfg.Subject)
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: nats timeout %v: must not be negative", ErrInvalidConfig, cfg.Timeout)
+	}
+	h := &natsHandler{nc: nc, subject: cfg.Subject, timeout: cfg.Timeout}
+	if h.timeout == 0 {
+		h.timeout = config.DefaultHandlerTimeout
+	}
+	return h.handle, nil
+}
+
+type natsHandler struct {
+	nc      *nats.Conn
+	subject string
+	timeout time.Duration
+}
+
+func (h *natsHandler) handle(ctx context.Context, j *queue.Job) error {
+	rctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	m := nats.NewMsg(h.subject)
+	m.Data = j.Payload
+	jobHeaders(j, m.Header.Set)
+	reply, err := h.nc.RequestMsgWithContext(rctx, m)
+	switch {
+	case err == nil:
+		return h.replyError(reply)
+	case ctx.Err() != nil:
+		return fmt.Errorf("request %s: %w", h.subject, context.Cause(ctx))
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("request %s: no reply within %v: %w", h.subject, h.timeout, context.DeadlineExceeded)
+	default: // nats.ErrNoResponders, a closed connection, ...
+		return fmt.Errorf("request %s: %w", h.subject, err)
+	}
+}
+
+// replyError maps a reply to the handler's result.
+func (h *natsHandler) replyError(reply *nats.Msg) error {
+	status := strings.ToLower(strings.TrimSpace(header(reply.Header, HeaderStatus)))
+	text := oneLine(header(reply.Header, HeaderError), queue.MaxErrorLen)
+	if status == "" {
+		if text == "" {
+			return nil
+		}
+		status = StatusRetry
+	}
+	if status == StatusOK {
+		return nil
+	}
+	if text == "" {
+		text = oneLine(string(reply.Data[:min(len(reply.Data), snippetLen)]), snippetLen)
+	}
+	if text == "" {
+		text = "replied " + HeaderStatus + ": " + status
+	}
+	err := fmt.Errorf("request %s: %s", h.subject, text)
+	switch status {
+	case StatusPermanent:
+		return retry.Permanent(err)
+	case StatusRetry:
+	default:
+		err = fmt.Errorf("request %s: %s (unknown %s %q, retried)", h.subject, text, HeaderStatus, oneLine(status, 32))
+	}
+	if d, ok := parseRetryAfter(header(reply.Header, HeaderRetryAfter), "", time.Now()); ok {
+		return retry.After(err, d)
+	}
+	return err
+}
+
+// header is h's first value of name. nats.Header is case-sensitive; a
+// responder written in another language may well send "spillway-status", so
+// names are matched ignoring case when the exact one is absent.
+func header(h nats.Header, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, name) {
+			return vs[0]
+		}
+	}
+	return ""
+}
+
+// validSubject accepts a subject one can publish to: non-empty tokens
+// separated by dots, no whitespace, no wildcard tokens.
+func validSubject(s string) bool {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+	}
+	return true
+}
