@@ -1,0 +1,31 @@
+// Package jobstatus keeps a record of each job's state — what
+// GET /v1/jobs/{id} answers (DESIGN §3) — in a JetStream key-value bucket.
+//
+// # Records
+//
+// A Record says where a job is (State: admitted, queued, running,
+// succeeded, retrying or dead), how many tries it took, its last error and
+// when things happened. Records live in the bucket spillway-jobs (Open),
+// one key per job id, and expire TTL after their last write (the bucket's
+// TTL: JetStream's MaxAge), so the bucket holds recent jobs only.
+//
+// # Status is advisory
+//
+// The job itself lives in its JetStream streams, and nothing in Spillway
+// decides anything from its record. A record may therefore lag, or miss a
+// step: the Recorder drops updates rather than slow a worker down, and a
+// write that fails is not retried. What it never does is go backwards (see
+// Advance).
+//
+// # Writers
+//
+// The admitter writes a job's first record (admitted or queued) with
+// Store.Create, which writes only if there is no record yet — a fast worker
+// may have started the job first. The workers' Recorder follows each job
+// through its tries from the queue.Worker's events with Store.Advance,
+// which merges an update into the stored record under a revision check, so
+// that a late or reordered update — from another goroutine, another
+// process, or a worker that was slow to report — never overwrites a record
+// that is further along. Store.Put overwrites unconditionally, for tools
+// that reset a record (a dead-letter replay).
+package jobstatus

@@ -1,0 +1,167 @@
+package jobstatus
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// State is where a job is in its life.
+type State string
+
+// The states of a job (DESIGN §3).
+const (
+	// Admitted: accepted to run at once; waiting for a worker.
+	Admitted State = "admitted"
+	// Queued: accepted into the backlog; starts at the leak rate, not
+	// before Record.NotBefore.
+	Queued State = "queued"
+	// Running: a handler is running it (try Record.Attempts).
+	Running State = "running"
+	// Succeeded: a handler finished it. Final.
+	Succeeded State = "succeeded"
+	// Retrying: a try failed (Record.LastError); the next one is due at
+	// Record.NotBefore.
+	Retrying State = "retrying"
+	// Dead: it failed for good and is in the queue's dead-letter stream.
+	// Final, unless an operator replays it.
+	Dead State = "dead"
+)
+
+// Valid reports whether s is one of the six states.
+func (s State) Valid() bool { return s.rank() >= 0 }
+
+// Final reports whether s is a state a job does not leave on its own.
+func (s State) Final() bool { return s == Succeeded || s == Dead }
+
+// rank orders the states of one try: a record moves to an equal or higher
+// rank, or to a later try.
+func (s State) rank() int {
+	switch s {
+	case Admitted, Queued:
+		return 0
+	case Running:
+		return 1
+	case Retrying:
+		return 2
+	case Succeeded, Dead:
+		return 3
+	}
+	return -1
+}
+
+// MaxErrorLen bounds Record.LastError, as queue.MaxErrorLen bounds a dead
+// letter's last error.
+const MaxErrorLen = 1024
+
+// Record is a job's status. Times are UTC; a zero time is omitted from the
+// JSON.
+type Record struct {
+	ID    string `json:"id"`
+	Queue string `json:"queue"`
+	State State  `json:"state"`
+	// Attempts is the number of tries started so far (0 before the first).
+	Attempts int `json:"attempts"`
+	// LastError is the last failed try's error, on one line, at most
+	// MaxErrorLen bytes. It is kept after a later try succeeds.
+	LastError string `json:"last_error,omitempty"`
+	// EnqueuedAt is when the admitter accepted the job.
+	EnqueuedAt time.Time `json:"enqueued_at,omitzero"`
+	// NotBefore is when the job may start: a queued job's start, a retrying
+	// job's next try.
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// StartedAt is when the latest try started.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// FinishedAt is when the job succeeded or died.
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// UpdatedAt is when the step this record shows happened.
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// ValidateID accepts a job id as queue.NewJobID makes them: a UUIDv7 in
+// canonical lower-case form, which is also a valid KV key. Anything else —
+// a KV wildcard, a path, another UUID version — is refused with ErrInvalidID.
+func ValidateID(id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+		return fmt.Errorf("%w %q: want a lower-case UUIDv7", ErrInvalidID, id[:min(len(id), 64)])
+	}
+	return nil
+}
+
+func (r Record) validate() error {
+	if err := ValidateID(r.ID); err != nil {
+		return err
+	}
+	if !r.State.Valid() {
+		return fmt.Errorf("jobstatus: job %s: unknown state %q", r.ID, r.State[:min(len(r.State), 32)])
+	}
+	return nil
+}
+
+// normalized is r as it is stored: times in UTC without a monotonic
+// reading, the error on one line.
+func (r Record) normalized() Record {
+	for _, t := range []*time.Time{&r.EnqueuedAt, &r.NotBefore, &r.StartedAt, &r.FinishedAt, &r.UpdatedAt} {
+		if !t.IsZero() {
+			*t = t.UTC().Round(0)
+		}
+	}
+	r.LastError = oneLine(r.LastError, MaxErrorLen)
+	return r
+}
+
+// merge applies update to cur, the stored record. An update that is behind
+// cur — an earlier try, or an earlier step of the same try — is refused
+// (false), so that a late report never undoes a later one. Otherwise the
+// update wins, and what it leaves zero is kept from cur: the enqueue time
+// stays, a running job keeps its previous try's error. FinishedAt is never
+// kept: only a final state has one.
+func merge(cur, update Record) (Record, bool) {
+	if update.Attempts < cur.Attempts || (update.Attempts == cur.Attempts && update.State.rank() < cur.State.rank()) {
+		return cur, false
+	}
+	out := update
+	if out.Queue == "" {
+		out.Queue = cur.Queue
+	}
+	if out.LastError == "" {
+		out.LastError = cur.LastError
+	}
+	keep := func(t *time.Time, old time.Time) {
+		if t.IsZero() {
+			*t = old
+		}
+	}
+	keep(&out.EnqueuedAt, cur.EnqueuedAt)
+	keep(&out.NotBefore, cur.NotBefore)
+	keep(&out.StartedAt, cur.StartedAt)
+	return out, true
+}
+
+// oneLine makes s fit one line: control characters become spaces, invalid
+// UTF-8 becomes U+FFFD, and it is cut, on a rune boundary, to at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	return truncate(strings.TrimSpace(s), n)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

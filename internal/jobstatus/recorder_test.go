@@ -1,0 +1,226 @@
+package jobstatus_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+// run runs r until the test ends, and fails the test if Run does not
+// return within 10s of being stopped.
+func run(t *testing.T, r *jobstatus.Recorder) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10s of its context ending")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls the store until cond holds for the record of id, failing
+// the test after 10s.
+func waitFor(t *testing.T, s *jobstatus.Store, id, what string, cond func(jobstatus.Record) bool) jobstatus.Record {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := s.Get(t.Context(), id)
+		if err == nil && cond(rec) {
+			return rec
+		}
+		if err != nil && !errors.Is(err, jobstatus.ErrNotFound) {
+			t.Fatalf("Get %s: %v", id, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: still not %s after 10s: %+v, %v", id, what, rec, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func job(t *testing.T) *queue.Job {
+	t.Helper()
+	return &queue.Job{ID: newID(t), Queue: "email", Key: "tenant-42", Cost: 1, EnqueuedAt: t0}
+}
+
+func TestRecorderFollowsAJob(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	r := jobstatus.NewRecorder(s, nil, 0)
+	run(t, r)
+	j := job(t)
+	ev := func(kind queue.EventKind, attempt int) queue.Event {
+		return queue.Event{Kind: kind, Queue: "email", Job: j, Attempt: attempt, Took: 20 * time.Millisecond}
+	}
+	before := time.Now()
+	retrying := ev(queue.Retrying, 1)
+	retrying.Err, retrying.Delay = errors.New("POST http://x: 500 Internal Server Error: down\nfor maintenance"), time.Minute
+	r.Observe(ev(queue.Released, 0)) // changes nothing
+	r.Observe(ev(queue.Started, 1))
+	r.Observe(retrying)
+	rec := waitFor(t, s, j.ID, "retrying", func(r jobstatus.Record) bool { return r.State == jobstatus.Retrying })
+	if rec.Attempts != 1 || rec.LastError != "POST http://x: 500 Internal Server Error: down for maintenance" ||
+		rec.NotBefore.Before(before.Add(time.Minute)) || !rec.EnqueuedAt.Equal(t0) || rec.Queue != "email" || rec.StartedAt.IsZero() || !rec.FinishedAt.IsZero() {
+		t.Errorf("after a failed try: %+v", rec)
+	}
+	r.Observe(ev(queue.Started, 2))
+	r.Observe(ev(queue.HandedBack, 2)) // changes nothing
+	r.Observe(ev(queue.Started, 3))
+	r.Observe(ev(queue.Succeeded, 3))
+	rec = waitFor(t, s, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
+	if rec.Attempts != 3 || !strings.HasPrefix(rec.LastError, "POST http://x: 500") || rec.FinishedAt.IsZero() || rec.FinishedAt.Before(rec.StartedAt) {
+		t.Errorf("after success on the third try: %+v", rec)
+	}
+
+	// A late report from another worker (the one that handed attempt 2
+	// back, say) does not undo the success: a second Recorder, as in
+	// another process.
+	other := jobstatus.NewRecorder(s, nil, 0)
+	run(t, other)
+	other.Observe(ev(queue.Started, 3))
+	other.Observe(ev(queue.Retrying, 2))
+	marker := job(t)
+	other.Observe(queue.Event{Kind: queue.Started, Job: marker, Attempt: 1})
+	waitFor(t, s, marker.ID, "running", func(r jobstatus.Record) bool { return r.State == jobstatus.Running })
+	if rec, err := s.Get(t.Context(), j.ID); err != nil || rec.State != jobstatus.Succeeded || rec.Attempts != 3 {
+		t.Errorf("after late reports: %+v, %v; want succeeded after 3 tries", rec, err)
+	}
+	if n := r.Dropped() + other.Dropped(); n != 0 {
+		t.Errorf("%d updates dropped", n)
+	}
+}
+
+func TestRecorderDeadLetters(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	r := jobstatus.NewRecorder(s, nil, 0)
+	run(t, r)
+	exhausted, expired, invalid := job(t), job(t), job(t)
+	r.Observe(queue.Event{Kind: queue.DeadLettered, Job: exhausted, Attempt: 5, Err: retry.Permanent(errors.New("404 Not Found")), Reason: "permanent error"})
+	r.Observe(queue.Event{Kind: queue.DeadLettered, Job: expired, Reason: "expired in backlog"})
+	r.Observe(queue.Event{Kind: queue.DeadLettered, Reason: "invalid job"}) // no Job: no record
+	for id, want := range map[string]string{exhausted.ID: "permanent error: permanent: 404 Not Found", expired.ID: "expired in backlog"} {
+		rec := waitFor(t, s, id, "dead", func(r jobstatus.Record) bool { return r.State == jobstatus.Dead })
+		if rec.LastError != want || rec.FinishedAt.IsZero() {
+			t.Errorf("dead record %+v: want last error %q and a finish time", rec, want)
+		}
+	}
+	if _, err := s.Get(t.Context(), invalid.ID); !errors.Is(err, jobstatus.ErrNotFound) {
+		t.Errorf("a job never observed has a record: %v", err)
+	}
+}
+
+// The last error is one line of at most MaxErrorLen bytes.
+func TestRecorderBoundsTheError(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	r := jobstatus.NewRecorder(s, nil, 0)
+	run(t, r)
+	j := job(t)
+	r.Observe(queue.Event{Kind: queue.Retrying, Job: j, Attempt: 1, Err: errors.New(strings.Repeat("€\n", 1000))})
+	rec := waitFor(t, s, j.ID, "retrying", func(r jobstatus.Record) bool { return r.State == jobstatus.Retrying })
+	if len(rec.LastError) > jobstatus.MaxErrorLen || strings.Contains(rec.LastError, "\n") || !strings.HasPrefix(rec.LastError, "€ €") {
+		t.Errorf("last error of %d bytes: %.40q…", len(rec.LastError), rec.LastError)
+	}
+}
+
+// Many updates of many jobs, observed from many goroutines as workers do:
+// each job's record ends at its last step.
+func TestRecorderKeepsEachJobInOrder(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	r := jobstatus.NewRecorder(s, nil, 10_000)
+	run(t, r)
+	jobs := make([]*queue.Job, 50)
+	done := make(chan struct{})
+	for i := range jobs {
+		jobs[i] = job(t)
+		go func(j *queue.Job) {
+			defer func() { done <- struct{}{} }()
+			for attempt := 1; attempt <= 5; attempt++ {
+				r.Observe(queue.Event{Kind: queue.Started, Job: j, Attempt: attempt})
+				if attempt < 5 {
+					r.Observe(queue.Event{Kind: queue.Retrying, Job: j, Attempt: attempt, Err: errors.New("try again")})
+				}
+			}
+			r.Observe(queue.Event{Kind: queue.Succeeded, Job: j, Attempt: 5})
+		}(jobs[i])
+	}
+	for range jobs {
+		<-done
+	}
+	for _, j := range jobs {
+		rec := waitFor(t, s, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
+		if rec.Attempts != 5 || rec.LastError != "try again" {
+			t.Errorf("job %s: %+v", j.ID, rec)
+		}
+	}
+	if n := r.Dropped(); n != 0 {
+		t.Errorf("%d updates dropped with room for all", n)
+	}
+}
+
+// Observe never blocks: past the buffer it drops and counts. Run, started
+// with its context already ended, flushes what the buffer holds and returns.
+func TestRecorderOverflowAndFlush(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	r := jobstatus.NewRecorder(s, slog.New(slog.DiscardHandler), 3)
+	jobs := make([]*queue.Job, 10)
+	for i := range jobs {
+		jobs[i] = job(t)
+		r.Observe(queue.Event{Kind: queue.Started, Job: jobs[i], Attempt: 1}) // nobody reads yet
+	}
+	if n := r.Dropped(); n != 7 {
+		t.Errorf("Dropped() = %d after 10 updates into a buffer of 3, want 7", n)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for i, j := range jobs {
+		_, err := s.Get(t.Context(), j.ID)
+		switch {
+		case i < 3 && err != nil:
+			t.Errorf("job %d of the buffer was not flushed: %v", i, err)
+		case i >= 3 && !errors.Is(err, jobstatus.ErrNotFound):
+			t.Errorf("dropped job %d has a record: %v", i, err)
+		}
+	}
+}
+
+func TestRecorderRunsOnce(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	r := jobstatus.NewRecorder(s, nil, 0)
+	run(t, r)
+	j := job(t)
+	r.Observe(queue.Event{Kind: queue.Started, Job: j, Attempt: 1})
+	waitFor(t, s, j.ID, "running", func(r jobstatus.Record) bool { return r.State == jobstatus.Running }) // so Run runs
+	if err := r.Run(t.Context()); err == nil {
+		t.Error("a second Run while the first runs returned nil, want an error")
+	}
+}

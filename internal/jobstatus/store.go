@@ -1,0 +1,199 @@
+package jobstatus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket is the JetStream key-value bucket of job records.
+const Bucket = "spillway-jobs"
+
+// DefaultTTL is how long a record is kept after its last write when Open
+// is given 0 (config.DefaultStatusTTL).
+const DefaultTTL = 24 * time.Hour
+
+// maxValueSize bounds one record in the bucket: a record is a few hundred
+// bytes, and at most about 1.5 KiB with a full LastError.
+const maxValueSize = 8 << 10
+
+var (
+	// ErrNotFound: there is no record of the job — it never existed, or its
+	// record expired.
+	ErrNotFound = errors.New("jobstatus: job not found")
+	// ErrExists: Create found a record of the job already.
+	ErrExists = errors.New("jobstatus: job record exists")
+	// ErrInvalidID: the id is not a job id (ValidateID).
+	ErrInvalidID = errors.New("jobstatus: invalid job id")
+	// ErrInvalidConfig is wrapped by Open's error for a TTL or replica
+	// count that cannot be used.
+	ErrInvalidConfig = errors.New("jobstatus: invalid config")
+)
+
+// Store reads and writes job records. It is safe for concurrent use.
+type Store struct {
+	kv jetstream.KeyValue
+}
+
+// Open creates the bucket, or updates it to ttl and replicas: records
+// expire ttl after their last write (0: DefaultTTL; JetStream's expiry runs
+// about once a second, so it is not exact below that), replicated replicas
+// times (0: 1). It is idempotent and safe for several processes at once.
+func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int) (*Store, error) {
+	switch {
+	case ttl < 0:
+		return nil, fmt.Errorf("%w: ttl %v: must not be negative", ErrInvalidConfig, ttl)
+	case ttl == 0:
+		ttl = DefaultTTL
+	case ttl < time.Second:
+		return nil, fmt.Errorf("%w: ttl %v: must be at least 1s", ErrInvalidConfig, ttl)
+	}
+	if replicas < 0 || replicas > 5 {
+		return nil, fmt.Errorf("%w: replicas %d: want 1 to 5", ErrInvalidConfig, replicas)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:       Bucket,
+		Description:  "Spillway job status records (DESIGN §3)",
+		History:      1,
+		TTL:          ttl,
+		Storage:      jetstream.FileStorage,
+		Replicas:     max(replicas, 1),
+		MaxValueSize: maxValueSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobstatus: bucket %s: %w", Bucket, err)
+	}
+	return &Store{kv: kv}, nil
+}
+
+// Get returns the record of job id: ErrNotFound when there is none,
+// ErrInvalidID when id is not a job id.
+func (s *Store) Get(ctx context.Context, id string) (Record, error) {
+	if err := ValidateID(id); err != nil {
+		return Record{}, err
+	}
+	rec, _, err := s.get(ctx, id)
+	return rec, err
+}
+
+func (s *Store) get(ctx context.Context, id string) (Record, uint64, error) {
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("jobstatus: reading job %s: %w", id, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return Record{}, e.Revision(), fmt.Errorf("jobstatus: job %s: record revision %d: %w", id, e.Revision(), err)
+	}
+	return rec, e.Revision(), nil
+}
+
+// Create stores a job's first record — the admitter's admitted or queued —
+// and returns ErrExists if the job has one already: a worker that started
+// the job before the admitter's write landed is not overwritten. A zero
+// UpdatedAt is set to now.
+func (s *Store) Create(ctx context.Context, rec Record) error {
+	rec, data, err := encode(rec)
+	if err != nil {
+		return err
+	}
+	_, err = s.kv.Create(ctx, rec.ID, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: %s", ErrExists, rec.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("jobstatus: writing job %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// Put stores rec as it is, over whatever was there: for a tool that resets
+// a record (a dead-letter replay). Writers that follow a job use Create and
+// Advance. A zero UpdatedAt is set
+// to now.
+func (s *Store) Put(ctx context.Context, rec Record) error {
+	rec, data, err := encode(rec)
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Put(ctx, rec.ID, data); err != nil {
+		return fmt.Errorf("jobstatus: writing job %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// Advance merges update into the stored record and returns what is stored
+// afterwards. An update that is behind the stored record — fewer attempts,
+// or the same attempt at an earlier step (queued/admitted, then running,
+// then retrying, then succeeded or dead) — changes nothing (false). An
+// update that is applied keeps the stored values of the fields it leaves
+// zero (the enqueue time, the last error), except FinishedAt. A zero
+// UpdatedAt is set to now.
+//
+// The write is conditional on the revision that was read, so two writers
+// of one record cannot lose each other's update: the loser reads again and
+// merges again. Each round it loses is another writer's progress, and a
+// record only advances a few times per try, so this ends; ctx bounds it
+// all the same.
+func (s *Store) Advance(ctx context.Context, update Record) (Record, bool, error) {
+	update, data, err := encode(update)
+	if err != nil {
+		return Record{}, false, err
+	}
+	for {
+		cur, rev, err := s.get(ctx, update.ID)
+		if errors.Is(err, ErrNotFound) {
+			_, err := s.kv.Create(ctx, update.ID, data)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // another writer created it first: merge with theirs
+			}
+			if err != nil {
+				return Record{}, false, fmt.Errorf("jobstatus: writing job %s: %w", update.ID, err)
+			}
+			return update, true, nil
+		}
+		if err != nil && rev == 0 {
+			return Record{}, false, err
+		}
+		// A record that does not decode is replaced (cur is zero).
+		out, ok := merge(cur, update)
+		if !ok {
+			return cur, false, nil
+		}
+		_, merged, err := encode(out)
+		if err != nil {
+			return Record{}, false, err
+		}
+		_, err = s.kv.Update(ctx, update.ID, merged, rev)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue
+		}
+		if err != nil {
+			return Record{}, false, fmt.Errorf("jobstatus: writing job %s: %w", update.ID, err)
+		}
+		return out, true, nil
+	}
+}
+
+// encode validates and normalizes rec and returns it with its JSON.
+func encode(rec Record) (Record, []byte, error) {
+	if err := rec.validate(); err != nil {
+		return Record{}, nil, err
+	}
+	if rec.UpdatedAt.IsZero() {
+		rec.UpdatedAt = time.Now()
+	}
+	rec = rec.normalized()
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return Record{}, nil, fmt.Errorf("jobstatus: job %s: %w", rec.ID, err)
+	}
+	return rec, data, nil
+}
