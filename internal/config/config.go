@@ -1,0 +1,172 @@
+package config
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+// Defaults of the fields that have one.
+const (
+	DefaultNATSURL        = "nats://127.0.0.1:4222"
+	DefaultNATSListen     = "127.0.0.1:4222"
+	DefaultHTTPListen     = ":8080"
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultStoreTimeout   = 50 * time.Millisecond
+	DefaultStatusTTL      = 24 * time.Hour
+	DefaultHandlerTimeout = 10 * time.Second
+	DefaultGracePeriod    = 30 * time.Second
+	DefaultAckWait        = 30 * time.Second
+	// DefaultReloadInterval is how often a Watcher looks at its file.
+	DefaultReloadInterval = time.Second
+)
+
+// Config is one whole, validated configuration.
+type Config struct {
+	// Source is the file it was loaded from ("" for the built-in dev config).
+	Source string
+	NATS   NATS
+	Redis  Redis
+	HTTP   HTTP
+	Worker Worker
+	// Status configures the job-status records (JetStream KV).
+	Status Status
+	// Queues in file order; names are unique.
+	Queues []Queue
+}
+
+// Queue returns the queue of that name, or nil.
+func (c *Config) Queue(name string) *Queue {
+	for i := range c.Queues {
+		if c.Queues[i].Name == name {
+			return &c.Queues[i]
+		}
+	}
+	return nil
+}
+
+// NATS is how to reach NATS (nats:).
+type NATS struct {
+	// URL of the servers, comma-separated (default nats://127.0.0.1:4222).
+	URL string
+	// Listen is where `admitter --dev` runs its embedded server
+	// (default 127.0.0.1:4222).
+	Listen string
+	// StoreDir is the embedded server's JetStream directory in dev mode
+	// (default: a temporary directory removed at exit).
+	StoreDir string
+	// CredsFile is a NATS credentials file (default none).
+	CredsFile string
+	// Replicas of every stream, 1 to 5 (default 1). Load copies it into
+	// each queue's Backlog.Replicas.
+	Replicas int
+}
+
+// FailureMode is what an admitter does when its bucket store fails.
+type FailureMode string
+
+// Failure modes (DESIGN §3, redis.failure_mode).
+const (
+	// FailOpen admits every job while the store is unreachable.
+	FailOpen FailureMode = "open"
+	// FailClosed answers 503 with Retry-After while the store is unreachable.
+	FailClosed FailureMode = "closed"
+	// FailLocal decides in a per-admitter memory store at the same limits.
+	FailLocal FailureMode = "local"
+)
+
+// Redis is the shared bucket store (redis:). An empty URL means the
+// in-memory store of each process.
+type Redis struct {
+	URL         string
+	FailureMode FailureMode   // default open
+	Timeout     time.Duration // one decision's budget (default 50ms)
+}
+
+// HTTP is the admitter's HTTP front door (http:).
+type HTTP struct {
+	Listen         string // default :8080
+	MaxBodyBytes   int64  // default 1 MiB
+	APIKeysFile    string // one key per line; "" = no authentication
+	TrustedProxies []netip.Prefix
+}
+
+// Worker holds worker-process settings (worker:).
+type Worker struct {
+	Concurrency int           // per queue (default queue.DefaultConcurrency)
+	GracePeriod time.Duration // default 30s
+	AckWait     time.Duration // default 30s
+}
+
+// Status configures job-status records (status:).
+type Status struct {
+	TTL time.Duration // how long a job's record is kept (default 24h)
+}
+
+// Queue is one queue (an item of queues:).
+type Queue struct {
+	Name   string
+	Limits []Limit
+	// Backlog has every field filled: Name is the queue's name, LeakRate
+	// is set (required), Replicas is NATS.Replicas, and Capacity and
+	// DuplicateWindow hold their defaults when the file omits them.
+	Backlog queue.Config
+	// Retry has every field filled with its default when the file omits
+	// it. A file's jitter of 0 turns jitter off and is stored as -1 (a
+	// zero retry.Policy.Jitter would mean the default, 0.2).
+	Retry retry.Policy
+	// Handler runs the queue's jobs. Its zero value (no handler: the file
+	// has no handler section) makes an admit-only queue: the admitter
+	// accepts jobs for it, and the worker refuses to run it.
+	Handler Handler
+}
+
+// KeyKind is what identifies a client for one limit tier.
+type KeyKind uint8
+
+// Key kinds.
+const (
+	KeyGlobal KeyKind = iota // global: one bucket for everybody
+	KeyHeader                // header:NAME
+	KeyIP                    // ip: the HTTP peer (X-Forwarded-For from trusted proxies)
+)
+
+// Key is a limit tier's key source, as written: "global", "ip" or "header:NAME".
+type Key struct {
+	Kind   KeyKind
+	Header string // canonical MIME header name for KeyHeader
+}
+
+// Limit is one limit tier.
+type Limit struct {
+	Key   Key
+	Limit bucket.Limit
+}
+
+// Handler is what runs a queue's jobs in a worker. At most one of HTTP, NATS
+// and Log is set; the zero value is no handler (an admit-only queue, which a
+// worker refuses to run).
+type Handler struct {
+	HTTP *HTTPHandler
+	NATS *NATSHandler
+	// Log logs each job and succeeds (the dev-mode demo queue).
+	Log bool
+}
+
+// HTTPHandler POSTs each job to URL (DESIGN §4).
+type HTTPHandler struct {
+	URL     string
+	Timeout time.Duration // default 10s
+	// Headers are added to every request; names are canonical
+	// (textproto.CanonicalMIMEHeaderKey). nil when the file gives none.
+	Headers map[string]string
+}
+
+// NATSHandler sends each job as a request to Subject.
+type NATSHandler struct {
+	Subject string
+	Timeout time.Duration // default 10s
+}

@@ -1,0 +1,108 @@
+// Package config is Spillway's configuration: the YAML file of DESIGN §5,
+// SPILLWAY_… environment overrides and command-line flags, validated into
+// the values the admitter and the worker run with.
+//
+// # Shape
+//
+// Load reads a file and returns a *Config whose every field is validated and
+// defaulted: limits are built bucket.Limits, backlogs are queue.Configs,
+// retries are retry.Policys. A Config is immutable once loaded; a reload
+// builds a new one and swaps it in whole (Watcher).
+//
+// # Precedence
+//
+// Flags > environment > file > defaults. Load reads the file, fills what it
+// leaves out with the defaults, then applies the environment variables that
+// are set and not empty, then the Overrides that are not nil (main sets them
+// from its flags). The variables and the settings they override:
+//
+//	SPILLWAY_NATS_URL              nats.url
+//	SPILLWAY_NATS_LISTEN           nats.listen
+//	SPILLWAY_NATS_CREDS_FILE       nats.creds_file
+//	SPILLWAY_REDIS_URL             redis.url
+//	SPILLWAY_REDIS_FAILURE_MODE    redis.failure_mode
+//	SPILLWAY_REDIS_TIMEOUT         redis.timeout
+//	SPILLWAY_HTTP_LISTEN           http.listen
+//	SPILLWAY_HTTP_MAX_BODY_BYTES   http.max_body_bytes
+//	SPILLWAY_HTTP_API_KEYS_FILE    http.api_keys_file
+//	SPILLWAY_WORKER_CONCURRENCY    worker.concurrency
+//	SPILLWAY_WORKER_GRACE_PERIOD   worker.grace_period
+//
+// # File
+//
+// Every field but queues is optional. Durations are Go durations ("1s",
+// "5m"), rates are COUNT/UNIT ("10/s", "600/m", "5/10s"), sizes are
+// integers. Relative file names in the file (nats.store_dir,
+// nats.creds_file, http.api_keys_file) are relative to the file's
+// directory; those from the environment and flags are used as given.
+// YAML anchors, aliases and merge keys (<<) may be used to share settings
+// between queues; top-level fields whose names start with "x-" are ignored,
+// a place to define anchors (as in Compose files).
+//
+//	nats:
+//	  url: nats://127.0.0.1:4222        # comma-separated nats://, tls://, ws://, wss:// URLs
+//	  listen: 127.0.0.1:4222            # the embedded server of --dev
+//	  store_dir: ""                     # --dev JetStream directory (default: temporary)
+//	  creds_file: ""
+//	  replicas: 1                       # of every stream, 1 to 5
+//	redis:                              # omitted url: the in-memory store of each process
+//	  url: redis://127.0.0.1:6379/0     # redis://, rediss:// or unix://
+//	  failure_mode: open                # open | closed | local
+//	  timeout: 50ms                     # one decision's budget
+//	http:
+//	  listen: ":8080"
+//	  max_body_bytes: 1048576
+//	  api_keys_file: ""                 # one key per line; "" = no authentication
+//	  trusted_proxies: [10.0.0.0/8]     # IPs or CIDRs whose X-Forwarded-For is believed
+//	worker: {concurrency: 16, grace_period: 30s, ack_wait: 30s}
+//	status: {ttl: 24h}                  # how long a job's status is kept
+//	queues:                             # at least one; names unique
+//	  - name: email                     # 1-64 of [A-Za-z0-9_-]
+//	    limits:                         # 1 to 8 tiers, each with its own key
+//	      - key: "header:X-Api-Key"     # global | ip | header:NAME
+//	        algorithm: leaky_bucket     # leaky_bucket (default) | token_bucket |
+//	                                    # fixed_window | sliding_log | sliding_window
+//	        rate: 10/s                  # leaky_bucket, token_bucket
+//	        burst: 20                   # leaky_bucket (default 0); token_bucket: capacity, required
+//	        delay: 5                    # leaky_bucket, 0..burst (default 0); or nodelay: true
+//	        # limit: 100, window: 60s   # the window algorithms
+//	    backlog:
+//	      capacity: 10000               # default 10000
+//	      per_key_capacity: 500         # default 0: no per-key bound
+//	      leak_rate: 50/s               # required
+//	      max_age: 1h                   # default 0: no limit
+//	      duplicate_window: 2m          # default 2m
+//	    retry: {max_attempts: 5, initial: 1s, max: 5m, jitter: 0.2}   # the defaults; jitter 0: none
+//	    handler:                        # one of; leave it out for an admit-only queue
+//	      http: {url: "http://127.0.0.1:9000/send", timeout: 10s, headers: {Authorization: "Bearer x"}}
+//	      # nats: {subject: jobs.email, timeout: 10s}
+//	      # log: true
+//
+// A queue without a handler is admit-only: the admitter takes its jobs, and
+// a worker refuses to run it, since nothing could finish its jobs.
+//
+// # Errors
+//
+// Load reports every problem it finds, not only the first, as a
+// *ValidationError: one line per problem, each naming where the value came
+// from, the setting, and what was expected:
+//
+//	spillway.yaml:12: queues[0].limits[1].rate: expected a rate such as "10/s", got "ten"
+//	spillway.yaml:4: redis.failuremode: unknown field (did you mean failure_mode?)
+//	environment: SPILLWAY_REDIS_TIMEOUT: expected a Go duration such as "1s" or "5m", got "fast"
+//
+// # Reloading
+//
+// A Watcher holds the running configuration. main calls Reload on SIGHUP
+// (signals belong to main) and runs Run to pick up changes of the file,
+// found by polling its modification time, size and contents' hash, which
+// also sees an editor's rename over the file. An invalid reload keeps the
+// running configuration, is logged, and is reported to the OnResult hook.
+//
+// # Dev mode
+//
+// Dev is the built-in configuration of `admitter --dev` without --config:
+// one queue "demo" (leaky_bucket 5/s, burst 20, delay 5 per X-Client-Id,
+// backlog 100 drained at 5/s, a handler that logs). LoadDev chooses between
+// it and a file.
+package config

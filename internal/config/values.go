@@ -1,0 +1,257 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// The checks below read one value as text, the same way from the file, the
+// environment and flags. Each error is a message "expected …, got …" that the
+// caller places after "FILE:LINE: field: " or "environment: VARIABLE: ".
+
+// What a value of each kind looks like, for "expected" messages.
+const (
+	wantDuration = `a Go duration such as "1s" or "5m"`
+	wantRate     = `a rate such as "10/s"`
+	wantListen   = `host:port such as ":8080" or "127.0.0.1:8080"`
+	wantNATSURL  = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
+	wantRedisURL = `a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0"`
+	wantHTTPURL  = `an http:// or https:// URL such as "http://127.0.0.1:9000/send"`
+	wantSubject  = `a NATS subject such as "jobs.email" (no spaces or wildcards)`
+	wantKey      = `"global", "ip" or "header:NAME"`
+	wantFailure  = `one of open, closed, local`
+	wantProxy    = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
+	wantQueue    = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
+)
+
+func expected(want, got string) error {
+	return fmt.Errorf("expected %s, got %q", want, got)
+}
+
+func parseDuration(s string, positive bool) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		return 0, expected(wantDuration, s)
+	case positive && d <= 0:
+		return 0, expected("a positive duration", s)
+	case d < 0:
+		return 0, expected("a duration ≥ 0", s)
+	}
+	return d, nil
+}
+
+func parseInt(s string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, expected(intRange(lo, hi), s)
+	}
+	return n, nil
+}
+
+func intRange(lo, hi int64) string {
+	if hi >= maxInt {
+		return fmt.Sprintf("an integer ≥ %d", lo)
+	}
+	return fmt.Sprintf("an integer from %d to %d", lo, hi)
+}
+
+// maxInt bounds integers that end up in an int (concurrency, replicas,
+// attempts) on every platform.
+const maxInt = 1<<31 - 1
+
+func parseRate(s string) (bucket.Rate, error) {
+	r, err := bucket.ParseRate(s)
+	if err != nil {
+		return bucket.Rate{}, expected(wantRate, s)
+	}
+	return r, nil
+}
+
+func parseFailureMode(s string) (FailureMode, error) {
+	switch m := FailureMode(s); m {
+	case FailOpen, FailClosed, FailLocal:
+		return m, nil
+	}
+	return "", withSuggestion(expected(wantFailure, s), s, []string{"open", "closed", "local"})
+}
+
+func checkListen(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return expected(wantListen, s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return expected(wantListen, s)
+	}
+	return nil
+}
+
+// checkNATSURL accepts what nats.Connect accepts as its server list:
+// comma-separated URLs with a NATS scheme and a host.
+func checkNATSURL(s string) error {
+	for part := range strings.SplitSeq(s, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" {
+			return expected(wantNATSURL, redact(s))
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return expected(wantNATSURL, redact(s))
+		}
+	}
+	return nil
+}
+
+// checkRedisURL accepts "" (no Redis: the in-memory store) and the URL forms
+// that go-redis parses. It checks only the scheme and that there is
+// something to connect to; the client reports the rest when it connects.
+func checkRedisURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return expected(wantRedisURL, s)
+	}
+	switch {
+	case (u.Scheme == "redis" || u.Scheme == "rediss") && u.Host != "":
+	case u.Scheme == "unix" && u.Path != "":
+	default:
+		return expected(wantRedisURL, u.Redacted())
+	}
+	return nil
+}
+
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return expected(wantHTTPURL, redact(s))
+	}
+	return nil
+}
+
+// redact hides the password of every URL in a comma-separated list, so that
+// an error message does not print a secret.
+func redact(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
+			if _, has := u.User.Password(); has {
+				parts[i] = u.Redacted()
+			}
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// checkSubject accepts a subject one can publish to: dot-separated non-empty
+// tokens without whitespace or wildcards.
+func checkSubject(s string) error {
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n\f\v") {
+			return expected(wantSubject, s)
+		}
+	}
+	return nil
+}
+
+func checkQueueName(s string) error {
+	if queue.ValidateQueueName(s) != nil {
+		return expected(wantQueue, s)
+	}
+	return nil
+}
+
+func parseProxy(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	return netip.Prefix{}, expected(wantProxy, s)
+}
+
+// parseKey reads a limit tier's key: "global", "ip" or "header:NAME", with
+// NAME canonicalised.
+func parseKey(s string) (Key, error) {
+	switch s {
+	case "global":
+		return Key{Kind: KeyGlobal}, nil
+	case "ip":
+		return Key{Kind: KeyIP}, nil
+	}
+	if name, ok := strings.CutPrefix(s, "header:"); ok {
+		name = strings.TrimSpace(name)
+		if !isToken(name) {
+			return Key{}, fmt.Errorf("expected a header name after \"header:\" (letters, digits and !#$%%&'*+-.^_`|~), got %q", s)
+		}
+		return Key{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}, nil
+	}
+	candidates := []string{"global", "ip"}
+	if kind, name, ok := strings.Cut(s, ":"); ok && suggest(kind, []string{"header"}) != "" {
+		candidates = append(candidates, "header:"+name) // "headers:X-Api-Key", "Header:X-Api-Key"
+	}
+	return Key{}, withSuggestion(expected(wantKey, s), s, candidates)
+}
+
+func (k Key) String() string {
+	switch k.Kind {
+	case KeyHeader:
+		return "header:" + k.Header
+	case KeyIP:
+		return "ip"
+	}
+	return "global"
+}
+
+// headerName canonicalises a handler header's name and refuses those the
+// worker sets itself (DESIGN §4).
+func headerName(s string) (string, error) {
+	if !isToken(s) {
+		return "", fmt.Errorf("expected a header name (letters, digits and !#$%%&'*+-.^_`|~), got %q", s)
+	}
+	name := textproto.CanonicalMIMEHeaderKey(s)
+	if strings.HasPrefix(name, "Spillway-") || name == "Idempotency-Key" {
+		return "", fmt.Errorf("header %s is set by the worker for every job and cannot be configured", name)
+	}
+	return name, nil
+}
+
+func checkHeaderValue(s string) error {
+	if strings.ContainsAny(s, "\r\n\x00") {
+		return errors.New("expected a header value on one line, got a line break or NUL")
+	}
+	return nil
+}
+
+// isToken reports whether s is an RFC 9110 token, the syntax of a header
+// name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
