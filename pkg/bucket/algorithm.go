@@ -276,3 +276,119 @@ func (l *Limit) slidingLog(r *tierResult, log []logEntry, now, n int64) (expired
 	}
 	return expired
 }
+
+// refundResult is the state a refund leaves: next, as of now (the refund's
+// time, never before the state's last update), empty again in reset ns (≤ 0:
+// empty now, forget the key).
+type refundResult struct {
+	next       state
+	now, reset int64
+}
+
+// refund gives back n units that a decision at time at took from the key's
+// state st, at time now, for a rate or window algorithm. It reports false
+// when there is nothing to give back: the state no longer holds the units
+// (a window that has passed). The caller has validated n ≥ 1 and passes only
+// keys that have state; a key without state has nothing to give back.
+//
+//   - leaky: in terms of the level u = e + 1 (the unit in service and the
+//     excess), u ← max(0, u_now − n): exactly the state before the decision
+//     if nothing else happened to the key since. The stored excess may thus
+//     be −1 unit (scaled: −period), the empty level.
+//   - token: tokens ← min(b, tokens_now + n).
+//   - fixed: count ← max(0, count − n) if at's window is still the current
+//     one.
+//   - sliding window: the current or the previous count, whichever holds at's
+//     window, less n (never below 0); nothing if at's window is older.
+func (l *Limit) refund(r *refundResult, st state, now, at, n int64) bool {
+	p, a := l.period, l.amount
+	switch l.alg {
+	case LeakyBucket:
+		now = max(now, st.t) // a clock that stepped back: no time has passed
+		u := st.x + p
+		if dt := now - st.t; dt >= l.drainTime(u) {
+			u = 0
+		} else {
+			u -= dt * a
+		}
+		// A consumed job's cost is at most burst + 1: capping keeps n·p
+		// exact and changes nothing, as u ≤ (burst + 1)·p.
+		u = max(0, u-min(n, l.burst+1)*p)
+		*r = refundResult{next: state{x: u - p, t: now}, now: now, reset: l.drainTime(u)}
+	case TokenBucket:
+		now = max(now, st.t)
+		full := l.burst * p
+		k := st.x
+		if dt := now - st.t; dt >= l.drainTime(full-k) {
+			k = full
+		} else {
+			k += dt * a
+		}
+		k = min(full, k+min(n, l.burst)*p)
+		*r = refundResult{next: state{x: k, t: now}, now: now, reset: l.drainTime(full - k)}
+	case FixedWindow:
+		w := l.window
+		if st.t != at-floorMod(at, w) || now-floorMod(now, w) > st.t {
+			return false // the job's window has passed: its units count no more
+		}
+		now = max(now, st.t)
+		count := max(0, st.x-n)
+		*r = refundResult{next: state{x: count, t: st.t}, now: now}
+		if count > 0 {
+			r.reset = st.t + w - now
+		}
+	default:
+		w := l.window
+		start := now - floorMod(now, w)
+		var c, pc int64 // current and previous counts as of now
+		switch {
+		case st.t >= start:
+			start = st.t
+			now = max(now, start)
+			c, pc = unpackCounts(st.x)
+		case st.t == start-w:
+			pc, _ = unpackCounts(st.x)
+		}
+		switch at - floorMod(at, w) {
+		case start:
+			c = max(0, c-n)
+		case start - w:
+			pc = max(0, pc-n)
+		default:
+			return false // older: the job's units weigh nothing any more
+		}
+		*r = refundResult{next: state{x: packCounts(c, pc), t: start}, now: now}
+		switch {
+		case c > 0:
+			r.reset = start + 2*w - now
+		case pc > 0:
+			r.reset = start + w - now
+		}
+	}
+	return true
+}
+
+// refundLog removes from a sliding log the entry of a job of cost n admitted
+// at time at, if it is still in the window at now: the newest entry {at, n}
+// (two such entries are two jobs alike; either may go). It returns the log,
+// the refund's time and the time until the log is empty (≤ 0: empty now), or
+// ok false when the entry is not there. The log is changed in place.
+func (l *Limit) refundLog(log []logEntry, now, at, n int64) (out []logEntry, when, reset int64, ok bool) {
+	if len(log) == 0 {
+		return log, now, 0, false
+	}
+	now = max(now, log[len(log)-1].t)
+	if at <= now-l.window {
+		return log, now, 0, false // the entry has left the window
+	}
+	for i := len(log) - 1; i >= 0 && log[i].t >= at; i-- {
+		if log[i].t == at && log[i].n == n {
+			log = append(log[:i], log[i+1:]...)
+			if len(log) > 0 {
+				reset = log[len(log)-1].t + l.window - now
+			}
+			return log, now, reset, true
+		}
+	}
+	return log, now, 0, false
+}

@@ -19,7 +19,9 @@ const (
 	Queued
 	// Excess: the limit would refuse the job now. The caller queues it in
 	// the backlog if the backlog has room for the key, else rejects it.
-	// Excess never consumes from the limit that said it.
+	// Excess never consumes from the limit that said it; the other tiers of
+	// the decision may have consumed (Decision.Consumed), and a caller that
+	// rejects the job gives their units back with Store.Refund.
 	Excess
 	// Rejected: a leaky bucket's burst is full. Nothing was consumed.
 	Rejected
@@ -59,6 +61,13 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until every tier is back to its empty state.
 	ResetAfter time.Duration
+	// Consumed has bit i set when tiers[i] took the job's units: its own
+	// verdict was Admitted or Queued. An Excess tier takes nothing, and a
+	// Rejected decision changes no tier, so Consumed is 0 for Rejected. An
+	// Excess decision may have consumed from its other tiers: if the caller
+	// then cannot queue the job (the backlog is full), it gives those units
+	// back with Store.Refund, passing this Decision.
+	Consumed uint8
 }
 
 // Never is the RetryAfter of a job whose cost exceeds what the limit can ever
@@ -130,9 +139,11 @@ func (d *Decision) single(now int64, t *TierResult) {
 	d.Remaining = t.Remaining
 	d.RetryAfter = 0
 	d.ResetAfter = time.Duration(max(0, t.ResetAfter))
+	d.Consumed = 1
 	if t.Verdict >= Excess {
 		d.Remaining = 0
 		d.RetryAfter = time.Duration(t.RetryAfter)
+		d.Consumed = 0
 	}
 }
 
@@ -142,6 +153,7 @@ type combiner struct {
 	verdict                      Verdict
 	tier                         int
 	remaining, fewest            int64
+	consumed                     uint8 // tiers that admitted or queued the job
 }
 
 func (c *combiner) start(now int64) {
@@ -156,6 +168,9 @@ func (c *combiner) add(i int, t *TierResult) {
 		c.verdict, c.tier, c.remaining = t.Verdict, i, t.Remaining
 	case t.Verdict == c.verdict && t.Remaining < c.remaining:
 		c.tier, c.remaining = i, t.Remaining
+	}
+	if t.Verdict <= Queued {
+		c.consumed |= 1 << uint(i)
 	}
 	if i == 0 || t.Remaining < c.fewest {
 		c.fewest = t.Remaining
@@ -181,6 +196,9 @@ func (c *combiner) finish(d *Decision) {
 	if c.verdict >= Excess {
 		d.Remaining = 0
 		d.RetryAfter = time.Duration(c.retry)
+	}
+	if c.verdict != Rejected {
+		d.Consumed = c.consumed
 	}
 }
 
@@ -222,4 +240,41 @@ func (l Limit) Decide(b *Bucket, now time.Time, cost int64) (Decision, error) {
 		b.used, b.limit = true, l.alg
 	}
 	return Combine(t, []TierResult{r.TierResult}), nil
+}
+
+// Refund gives back, at now, the cost units that a job decided at at (its
+// Decision.At) took from b: the pure form of Store.Refund, for state you
+// keep yourself. Call it only for a decision that consumed (Decision.Consumed
+// bit 0 for a single limit). A Bucket whose state is empty after the refund
+// is reset to the zero value, a key never seen, as a store forgets such a
+// key; a Bucket never used is left alone. It reports an error only for an
+// invalid limit or cost, or when b was last used with a limit of another
+// algorithm.
+func (l Limit) Refund(b *Bucket, now, at time.Time, cost int64) error {
+	if err := checkRequest([]Tier{{Limit: l}}, cost); err != nil {
+		return err
+	}
+	if !b.used {
+		return nil
+	}
+	if b.limit != l.alg {
+		return fmt.Errorf("%w: bucket holds %s state, limit is %s", ErrInvalidLimit, b.limit, l.alg)
+	}
+	var reset int64
+	if l.alg == SlidingLog {
+		var ok bool
+		if b.log, _, reset, ok = l.refundLog(b.log, now.UnixNano(), at.UnixNano(), cost); !ok {
+			return nil
+		}
+	} else {
+		var r refundResult
+		if !l.refund(&r, b.st, now.UnixNano(), at.UnixNano(), cost) {
+			return nil
+		}
+		b.st, reset = r.next, r.reset
+	}
+	if reset <= 0 {
+		*b = Bucket{}
+	}
+	return nil
 }

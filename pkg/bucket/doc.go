@@ -37,6 +37,36 @@
 // and the tiers are updated all or nothing: if any tier rejects, no tier's
 // state changes.
 //
+// # Refunds
+//
+// An Excess decision has consumed from its other tiers (those that admitted
+// or queued the job: the bits of Decision.Consumed). If the backlog then
+// refuses the job, the caller gives those units back with Store.Refund, so
+// that a refused job consumes from no tier (DESIGN §1). A refund with no
+// other decision of the key in between — at once or later — leaves every
+// tier as if the job had never come: the next decisions are, to the
+// nanosecond, those without it. Per algorithm, for a job of cost n, at the
+// store's clock:
+//
+//   - LeakyBucket: the level u = e + 1 (the excess and the unit in service)
+//     leaked to now, less n, never below empty: u ← max(0, u − n). An empty
+//     level is e = −1, which e' = max(0, e − Δt·r + 1) + n − 1 reads as a
+//     key never seen.
+//   - TokenBucket: the tokens, refilled to now, plus n, at most b.
+//   - FixedWindow: the count less n (never below 0) while the decision's
+//     window is the current one; nothing later.
+//   - SlidingWindow: the current or the previous count, whichever holds the
+//     decision's window, less n (never below 0); nothing if it is older.
+//   - SlidingLog: the job's own entry (stamped Decision.At, of cost n) leaves
+//     the log if it is still in the window.
+//
+// A key the store has forgotten or evicted has nothing to give back. A
+// refund never leaves a tier roomier than empty. If other jobs of the key
+// were decided in between, the windows then hold exactly the other jobs'
+// units, while a leaky or token bucket may end up to n units roomier than
+// the other jobs alone would leave it (when, without the refunded job, it
+// would have run empty, or full, meanwhile). Limit.Refund is the pure form.
+//
 // # Stores
 //
 // A Store keeps the state per key and decides at its own clock. Memory is
@@ -48,5 +78,6 @@
 // # Which function to use
 //
 // Most callers build limits once with Spec.Build (from configuration
-// strings) and call Store.Decide per job.
+// strings) and call Store.Decide per job, and Store.Refund for a job the
+// backlog refuses after an Excess decision.
 package bucket

@@ -78,3 +78,34 @@ func ExampleParseRate() {
 	// 10 1s
 	// bucket: invalid rate "10/fortnight": unit "fortnight" is not s, m, h, ms or a positive Go duration such as 10s
 }
+
+// The admitter's path when the backlog is full: a job over two tiers is
+// Excess on the global token bucket but took a unit from the per-client
+// bucket. The backlog refuses it, so the admitter gives that unit back.
+func ExampleMemory_Refund() {
+	perClient, _ := bucket.Spec{Rate: "1/m", Burst: 5, NoDelay: true}.Build()
+	global, _ := bucket.Spec{Algorithm: "token_bucket", Rate: "1/h", Burst: 1}.Build()
+	store, _ := bucket.NewMemory()
+	ctx := context.Background()
+	tiers := []bucket.Tier{
+		{Key: "0:client-42", Limit: perClient},
+		{Key: "1:global", Limit: global},
+	}
+	for range 2 {
+		d, _ := store.Decide(ctx, "email", tiers, 1)
+		fmt.Printf("%s, consumed from tiers %02b\n", d.Verdict, d.Consumed)
+		if d.Verdict == bucket.Excess {
+			// Suppose the backlog is full (queue.ErrQueueFull): reject the
+			// job and give back what it took.
+			if err := store.Refund(ctx, "email", tiers, 1, d); err != nil {
+				panic(err)
+			}
+		}
+	}
+	d, _ := store.Decide(ctx, "email", tiers[:1], 1)
+	fmt.Printf("the client's next job: %s, %d left\n", d.Verdict, d.Remaining)
+	// Output:
+	// admitted, consumed from tiers 11
+	// excess, consumed from tiers 01
+	// the client's next job: admitted, 4 left
+}

@@ -125,29 +125,15 @@ func (m *Memory) decide(d *Decision, t int64, group string, tiers []Tier, cost i
 	}
 	var (
 		hashes  [MaxTiers]uint64
-		order   [MaxTiers]uint8 // shard indexes, sorted, distinct
-		nLocked int
+		locks   shardLocks
 		results [MaxTiers]tierResult
 		expired [MaxTiers]int
 	)
 	for i := range tiers {
-		h := m.hash(group, &tiers[i])
-		hashes[i] = h
-		s := uint8(h >> m.shift) // a shift of 64 (one shard) gives 0
-		j := nLocked
-		for j > 0 && order[j-1] > s {
-			j--
-		}
-		if j > 0 && order[j-1] == s {
-			continue
-		}
-		copy(order[j+1:nLocked+1], order[j:nLocked])
-		order[j] = s
-		nLocked++
+		hashes[i] = m.hash(group, &tiers[i])
+		locks.add(uint8(hashes[i] >> m.shift)) // a shift of 64 (one shard) gives 0
 	}
-	for _, s := range order[:nLocked] {
-		m.shards[s].mu.Lock()
-	}
+	locks.lock(m)
 	var c combiner
 	c.start(t)
 	for i := range tiers {
@@ -158,10 +144,82 @@ func (m *Memory) decide(d *Decision, t int64, group string, tiers []Tier, cost i
 	for i := range tiers {
 		m.shardOf(hashes[i]).apply(hashes[i], &tiers[i].Limit, &results[i], expired[i], cost, rejected)
 	}
-	for _, s := range order[:nLocked] {
+	locks.unlock(m)
+	c.finish(d)
+	return nil
+}
+
+// shardLocks is the shards of a multi-tier request, locked in index order
+// so that two requests never wait for each other's locks.
+type shardLocks struct {
+	order [MaxTiers]uint8 // shard indexes, sorted, distinct
+	n     int
+}
+
+func (l *shardLocks) add(s uint8) {
+	j := l.n
+	for j > 0 && l.order[j-1] > s {
+		j--
+	}
+	if j > 0 && l.order[j-1] == s {
+		return
+	}
+	copy(l.order[j+1:l.n+1], l.order[j:l.n])
+	l.order[j] = s
+	l.n++
+}
+
+func (l *shardLocks) lock(m *Memory) {
+	for _, s := range l.order[:l.n] {
+		m.shards[s].mu.Lock()
+	}
+}
+
+func (l *shardLocks) unlock(m *Memory) {
+	for _, s := range l.order[:l.n] {
 		m.shards[s].mu.Unlock()
 	}
-	c.finish(d)
+}
+
+// Refund gives back, at the store's clock, the units decision d took from
+// the tiers in d.Consumed (see Store.Refund), all under the locks of their
+// shards at once, as Decide holds them. A key the store has forgotten (its
+// state was empty again) or evicted has nothing to give back. It never
+// returns an error for a valid request; ctx is not used.
+func (m *Memory) Refund(_ context.Context, group string, tiers []Tier, cost int64, d Decision) error {
+	return m.refund(m.now(), group, tiers, cost, d)
+}
+
+// RefundAt is Refund at the given time: the form for simulations.
+func (m *Memory) RefundAt(now time.Time, group string, tiers []Tier, cost int64, d Decision) error {
+	return m.refund(now.UnixNano(), group, tiers, cost, d)
+}
+
+func (m *Memory) refund(t int64, group string, tiers []Tier, cost int64, d Decision) error {
+	if err := CheckRefund(tiers, cost, d); err != nil {
+		return err
+	}
+	if d.Consumed == 0 {
+		return nil
+	}
+	var (
+		hashes [MaxTiers]uint64
+		locks  shardLocks
+	)
+	for i := range tiers {
+		if d.Consumed&(1<<uint(i)) != 0 {
+			hashes[i] = m.hash(group, &tiers[i])
+			locks.add(uint8(hashes[i] >> m.shift))
+		}
+	}
+	at := d.At.UnixNano()
+	locks.lock(m)
+	for i := range tiers {
+		if d.Consumed&(1<<uint(i)) != 0 {
+			m.shardOf(hashes[i]).refund(hashes[i], &tiers[i].Limit, t, at, cost)
+		}
+	}
+	locks.unlock(m)
 	return nil
 }
 
@@ -353,6 +411,36 @@ func (s *shard) commit(h uint64, l *Limit, r *tierResult, expired int, cost int6
 		}
 		s.logs[idx] = log
 	}
+}
+
+// refund gives back n units that a decision at time at took from the key h,
+// at time t: its state changes in place, or the key is forgotten when its
+// state is empty again. A key without state has nothing to give back.
+func (s *shard) refund(h uint64, l *Limit, t, at, n int64) {
+	idx, ok := s.lookup(h)
+	if !ok {
+		return
+	}
+	var r refundResult
+	if l.alg == SlidingLog {
+		var log []logEntry
+		if log, r.now, r.reset, ok = l.refundLog(s.logs[idx], t, at, n); !ok {
+			return
+		}
+		s.logs[idx] = log
+	} else if !l.refund(&r, s.entries[idx].st, t, at, n) {
+		return
+	}
+	if r.reset <= 0 {
+		s.remove(idx)
+		s.forgotten++
+		return
+	}
+	e := &s.entries[idx]
+	if l.alg != SlidingLog {
+		e.st = r.next
+	}
+	e.mark = min(r.now+r.reset, maxStamp) | refBit
 }
 
 // forgetAfter is how long a key stays after its state is empty again: a key

@@ -17,8 +17,9 @@
 //
 // The scenarios read as timelines: nginx limit_req's documented behaviour
 // (rate only; burst; burst with nodelay; two-stage burst with delay), each
-// algorithm's edges, costs, all-or-nothing tiers, concurrency, and a
-// randomised comparison with the pure algorithm (bucket.Limit.Decide).
+// algorithm's edges, costs, all-or-nothing tiers, concurrency, refunds
+// (Store.Refund gives a refused job's units back), and a randomised
+// comparison with the pure algorithm (bucket.Limit.Decide and Refund).
 package buckettest
 
 import (
@@ -122,7 +123,18 @@ func Run(t *testing.T, store bucket.Store, clock *Clock, start time.Time, limit 
 		if a.CheckRemaining && d.Remaining != a.Remaining {
 			t.Errorf("%s: Remaining %d, want %d", where, d.Remaining, a.Remaining)
 		}
+		if want := consumedBy(a.Want); d.Consumed != want {
+			t.Errorf("%s: Consumed %b, want %b", where, d.Consumed, want)
+		}
 	}
+}
+
+// consumedBy is the Consumed of a single-tier decision with verdict v.
+func consumedBy(v bucket.Verdict) uint8 {
+	if v <= bucket.Queued {
+		return 1
+	}
+	return 0
 }
 
 func must(t *testing.T, spec bucket.Spec) bucket.Limit {
@@ -514,14 +526,29 @@ func Exercise(t *testing.T, newStore NewStore) {
 				if !equal(got, want) {
 					t.Fatalf("%s, arrival %d (+%v key %s cost %d):\n store %+v\n  pure %+v", l, i, now.Sub(Base), key, cost, got, want)
 				}
+				if got.Consumed == 0 || rng.IntN(4) != 0 {
+					continue
+				}
+				// Give the job back, now or a little later, in both.
+				now = now.Add(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+				if err := l.Refund(pure[key], now, got.At, cost); err != nil {
+					t.Fatal(err)
+				}
+				clock.Set(now)
+				if err := store.Refund(context.Background(), "g", []bucket.Tier{{Key: key, Limit: l}}, cost, got); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	})
+
+	exerciseRefund(t, setup)
 }
 
 func equal(a, b bucket.Decision) bool {
 	return a.Verdict == b.Verdict && a.At.Equal(b.At) && a.NotBefore.Equal(b.NotBefore) && a.Tier == b.Tier &&
-		a.Remaining == b.Remaining && a.RetryAfter == b.RetryAfter && a.ResetAfter == b.ResetAfter
+		a.Remaining == b.Remaining && a.RetryAfter == b.RetryAfter && a.ResetAfter == b.ResetAfter &&
+		a.Consumed == b.Consumed
 }
 
 // allSpecs is one limit of each algorithm with a quota of 10 at one instant.

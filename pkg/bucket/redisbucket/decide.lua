@@ -21,107 +21,10 @@
 -- Every integer stays below 2^53 (pkg/bucket validates the limits for it), so
 -- doubles hold them exactly. A time is a pair (seconds, nanoseconds), never a
 -- count of nanoseconds since 1970, which would not be exact.
+--
+-- lib.lua (the shared helpers) is prepended to this file.
 
-local E9 = 1000000000
-local FAR = 9e15 -- "very long ago" in ns: longer than any bucket takes to drain or fill, < 2^53
 local ADMITTED, QUEUED, EXCESS, REJECTED = 0, 1, 2, 3
-
-local floor = math.floor
-local pack, unpack = struct.pack, struct.unpack
-local rcall, rpcall = redis.call, redis.pcall
-
--- fdiv is floor(a / b), exact for integers |a|, b < 2^53, b > 0: the quotient
--- of doubles may be one off near an integer, so check it.
-local function fdiv(a, b)
-  local q = floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    return q - 1
-  elseif r >= b then
-    return q + 1
-  end
-  return q
-end
-
--- cdiv is ceil(a / b), Go's ceilDiv for b > 0.
-local function cdiv(a, b)
-  return -fdiv(-a, b)
-end
-
-local function fmod(a, b)
-  return a - fdiv(a, b) * b
-end
-
--- since is the time from (bs, bn) to (as, an) in ns; beyond ±FAR it is ±FAR.
-local function since(as, an, bs, bn)
-  local ds = as - bs
-  if ds >= 9000000 then
-    return FAR
-  elseif ds <= -9000000 then
-    return -FAR
-  end
-  return ds * E9 + (an - bn)
-end
-
--- add is (s, n) + d ns, d ≥ 0.
-local function add(s, n, d)
-  local q = fdiv(d, E9)
-  n = n + (d - q * E9)
-  if n >= E9 then
-    return s + q + 1, n - E9
-  end
-  return s + q, n
-end
-
--- windowStart is t − (t mod w) for t = s·1e9 + n and w ≤ 240 h, aligned to
--- the Unix epoch: s mod w, then nine times ·10 mod w, then + n mod w. Each
--- product stays below 10·w < 2^53.
-local function windowStart(s, n, w)
-  local r = fmod(s, w)
-  for _ = 1, 9 do
-    r = fmod(r * 10, w)
-  end
-  r = fmod(r + n, w)
-  local q = fdiv(r, E9)
-  s, n = s - q, n - (r - q * E9)
-  if n < 0 then
-    return s - 1, n + E9
-  end
-  return s, n
-end
-
--- load reads a state string of size bytes: the string, nil for a key never
--- seen, or false when the key holds something else.
-local function load(key, size)
-  local v = rpcall('GET', key)
-  if not v then
-    return nil
-  end
-  if type(v) ~= 'string' or #v ~= size then
-    return false
-  end
-  return v
-end
-
--- loadLevel reads a leaky or token bucket's state (level, last update). It
--- returns false for foreign data; otherwise the stored level (nil for a key
--- never seen), the decision time and the time since the last update — a
--- clock that stepped back counts as no time passing.
-local function loadLevel(key, s, ns)
-  local v = load(key, 24)
-  if v == false then
-    return false
-  end
-  if not v then
-    return nil, s, ns, 0
-  end
-  local level, ls, ln = unpack('<ddd', v)
-  local dt = since(s, ns, ls, ln)
-  if dt < 0 then
-    return level, ls, ln, 0
-  end
-  return level, s, ns, dt
-end
 
 -- Each algorithm fills r[1..7] = verdict, not-before (seconds, nanoseconds),
 -- remaining, retry-after, reset-after and the state to store unless the
@@ -399,11 +302,7 @@ local blob = ARGV[1]
 local nd, clock, extra, pos = unpack('<ddd', blob)
 local now_s, now_n = 0, 0
 if clock == 0 then
-  if redis.replicate_commands then
-    redis.replicate_commands() -- Redis < 5: allow writes after TIME (a no-op since)
-  end
-  local t = rcall('TIME')
-  now_s, now_n = tonumber(t[1]), tonumber(t[2]) * 1000
+  now_s, now_n = redisTime()
 end
 
 local out = {}

@@ -58,13 +58,15 @@
 //
 // # Scripts
 //
-// There is one script, decide.lua, embedded with go:embed. Limits travel as
-// arguments (algorithm and parameters per tier), so a new limit needs no new
-// script. The store calls EVALSHA; when Redis answers NOSCRIPT (after SCRIPT
-// FLUSH, a restart or a failover) it sends the same run as EVAL, which also
-// caches the script again. A NOSCRIPT run did not execute, so the retry
-// applies nothing twice, and SCRIPT FLUSH never surfaces as an error, also
-// for runs inside a pipeline.
+// There are two scripts, embedded with go:embed: decide.lua for decisions
+// and refund.lua for refunds, each sent as one chunk after lib.lua, the
+// helpers both share (exact division, times as pairs, window starts, state
+// loading, TIME). Limits travel as arguments (algorithm and parameters per
+// tier), so a new limit needs no new script. The store calls EVALSHA; when
+// Redis answers NOSCRIPT (after SCRIPT FLUSH, a restart or a failover) it
+// sends the same run as EVAL, which also caches the script again. A NOSCRIPT
+// run did not execute, so the retry applies nothing twice, and SCRIPT FLUSH
+// never surfaces as an error, also for runs inside a pipeline.
 //
 // The script uses only commands of Redis 3.2 and later, and the struct
 // library every Redis embeds; it is tested against Redis 7.
@@ -78,6 +80,24 @@
 // tier's verdict, not-before, remaining units, retry-after and reset-after;
 // Go folds them with bucket.Combine, the one place tiers are combined for
 // every store.
+//
+// # Refunds
+//
+// [Store.Refund] gives back the units a decision took from its consumed
+// tiers (bucket.Decision.Consumed) when the backlog refuses the job, with
+// the semantics of bucket.Store.Refund. It is one run of refund.lua over the
+// consumed tiers' keys — the decision's keys, under the same hash tag — at
+// Redis TIME (or the injected clock, which it then carries with the
+// decision's time). The script reads every key before it writes any: a key
+// holding foreign data fails the refund as a whole ([ErrForeignData]). A
+// refunded state gets the TTL of the state it now holds, and a state empty
+// again is deleted; a key that has expired is left alone. A sliding log's
+// refund removes the job's own entry (its bytes are the decision time and
+// the cost) with LREM from the tail and updates the header.
+//
+// Refunds are rare (the backlog was full), so they do not join the coalesced
+// batches below: each is its own round trip. A decision with Consumed 0
+// needs none, and Refund returns at once.
 //
 // # Coalescing
 //

@@ -123,9 +123,22 @@ func (ref reference) decide(t *testing.T, now time.Time, tiers []bucket.Tier, co
 	return d, d.Verdict < bucket.Excess || worst == 1
 }
 
+// refund gives back, in the reference, what decision d of tiers took.
+func (ref reference) refund(t *testing.T, now time.Time, tiers []bucket.Tier, cost int64, d bucket.Decision) {
+	t.Helper()
+	for i, tier := range tiers {
+		if b := ref[tier.Key]; b != nil && d.Consumed&(1<<i) != 0 {
+			if err := tier.Limit.Refund(b, now, d.At, cost); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // TestAgreesWithPureAlgorithms replays random timelines — several keys, one
-// to three tiers, costs, simultaneous arrivals, long idles and a clock that
-// sometimes steps back — through the store and through bucket.Limit.Decide.
+// to three tiers, costs, simultaneous arrivals, long idles, a clock that
+// sometimes steps back, and refunds now and then — through the store and
+// through bucket.Limit.Decide and Refund.
 func TestAgreesWithPureAlgorithms(t *testing.T) {
 	t.Parallel()
 	specs := []bucket.Spec{
@@ -154,6 +167,7 @@ func TestAgreesWithPureAlgorithms(t *testing.T) {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			ref := reference{}
+			refunds := 0
 			group := fmt.Sprint("g", seed)
 			// Start at an odd nanosecond, some seeds before 1970.
 			now := buckettest.Base.Add(time.Duration(rng.Int64N(int64(time.Second))))
@@ -195,14 +209,34 @@ func TestAgreesWithPureAlgorithms(t *testing.T) {
 				if !equalDecision(got, want) {
 					t.Fatalf("step %d at %s, cost %d, tiers %v:\nstore %+v\n pure %+v", i, now.Format(time.RFC3339Nano), cost, tiers, got, want)
 				}
+				if got.Consumed == 0 || rng.IntN(5) != 0 {
+					continue
+				}
+				// The backlog refused the job: give its units back, at
+				// once or a little later (or, rarely, earlier).
+				switch r := rng.IntN(10); {
+				case r < 4:
+				case r < 9:
+					now = now.Add(time.Duration(rng.Int64N(int64(time.Second))))
+				default:
+					now = now.Add(-time.Duration(rng.Int64N(int64(time.Second))))
+				}
+				ref.refund(t, now, tiers, cost, got)
+				b.clock.Set(now)
+				if err := store.Refund(ctx, group, tiers, cost, got); err != nil {
+					t.Fatal(err)
+				}
+				refunds++
 			}
+			t.Logf("%d refunds", refunds)
 		})
 	}
 }
 
 func equalDecision(a, b bucket.Decision) bool {
 	return a.Verdict == b.Verdict && a.At.Equal(b.At) && a.NotBefore.Equal(b.NotBefore) && a.Tier == b.Tier &&
-		a.Remaining == b.Remaining && a.RetryAfter == b.RetryAfter && a.ResetAfter == b.ResetAfter
+		a.Remaining == b.Remaining && a.RetryAfter == b.RetryAfter && a.ResetAfter == b.ResetAfter &&
+		a.Consumed == b.Consumed
 }
 
 // keys lists the keys under prefix.
@@ -577,5 +611,132 @@ func TestLongSlidingLog(t *testing.T) {
 	}
 	for i := range 50 {
 		step(10*time.Second+150*time.Millisecond+time.Duration(i)*37*time.Millisecond, 1+int64(i%3))
+	}
+}
+
+// scriptCalls counts the script commands a client sends.
+type scriptCalls struct{ names []string }
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.names = append(h.names, name)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRefundAtRedisTime refunds at Redis TIME: the refund of every tier is
+// one script run (EVALSHA, and EVAL where the script is not cached); a key
+// whose state is empty again is deleted; a key that still holds units gets
+// the TTL of the state it now holds, that of a key that never saw the
+// refunded job.
+func TestRefundAtRedisTime(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithOwnProcess()) // a server that has run no refund
+	b := &testBundle{srv: srv, client: newClient(t, srv), prefix: redistest.KeyPrefix(t)}
+	calls := &scriptCalls{}
+	b.client.AddHook(calls)
+	store, err := redisbucket.New(b.client, redisbucket.WithPrefix(b.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ls := allLimits(t)
+	tiersOf := func(key string) []bucket.Tier {
+		var tiers []bucket.Tier
+		for i, l := range ls {
+			tiers = append(tiers, bucket.Tier{Key: fmt.Sprintf("%d:%s", i, key), Limit: l})
+		}
+		return tiers
+	}
+	decide := func(key string) bucket.Decision {
+		t.Helper()
+		d, err := store.Decide(ctx, "q", tiersOf(key), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Consumed != 0b11111 {
+			t.Fatalf("key %s: %+v, want every tier to consume", key, d)
+		}
+		return d
+	}
+	refund := func(key string, d bucket.Decision) {
+		t.Helper()
+		calls.names = nil
+		if err := store.Refund(ctx, "q", tiersOf(key), 1, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// One job given back: every key is gone. The new server does not know
+	// the refund script yet.
+	refund("one", decide("one"))
+	if fmt.Sprint(calls.names) != "[evalsha eval]" {
+		t.Errorf("the first refund sent %v, want EVALSHA, NOSCRIPT, then EVAL", calls.names)
+	}
+	if ks := keys(t, b); len(ks) != 0 {
+		t.Errorf("keys %q remain after the only job was given back", ks)
+	}
+
+	// Two jobs kept, a third given back: as if there had been two.
+	decide("kept")
+	decide("kept")
+	decide("refunded")
+	decide("refunded")
+	refund("refunded", decide("refunded"))
+	if fmt.Sprint(calls.names) != "[evalsha]" {
+		t.Errorf("the refund of five tiers sent %v, want one EVALSHA", calls.names)
+	}
+	for i, l := range ls {
+		key := func(k string) string { return fmt.Sprintf("%s{q}:%s:%d:%s", b.prefix, l.Algorithm(), i, k) }
+		kept, err := b.client.PTTL(ctx, key("kept")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		refunded, err := b.client.PTTL(ctx, key("refunded")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refunded <= 0 || (refunded-kept).Abs() > 250*time.Millisecond {
+			t.Errorf("%s: PTTL %v after the refund, want about %v, that of a key with two jobs", l, refunded, kept)
+		}
+	}
+}
+
+// TestRefundForeignData: a refund whose key holds something else changes
+// nothing and says which key.
+func TestRefundForeignData(t *testing.T) {
+	t.Parallel()
+	store, b := setup(t, true)
+	ctx := context.Background()
+	for _, l := range allLimits(t) {
+		tiers := []bucket.Tier{{Key: "good", Limit: l}, {Key: "bad", Limit: l}}
+		d, err := store.Decide(ctx, "g", tiers, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := b.prefix + "{g}:" + l.Algorithm().String() + ":good"
+		bad := b.prefix + "{g}:" + l.Algorithm().String() + ":bad"
+		before := b.client.Dump(ctx, good).Val()
+		if err := b.client.Del(ctx, bad).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.client.HSet(ctx, bad, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+		err = store.Refund(ctx, "g", tiers, 1, d)
+		if !errors.Is(err, redisbucket.ErrForeignData) || !strings.Contains(err.Error(), ":bad") {
+			t.Errorf("%s: error %v, want ErrForeignData naming the bad key", l, err)
+		}
+		if after := b.client.Dump(ctx, good).Val(); after != before {
+			t.Errorf("%s: the good tier was changed although the refund failed", l)
+		}
 	}
 }

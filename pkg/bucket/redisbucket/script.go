@@ -2,27 +2,44 @@ package redisbucket
 
 import (
 	"crypto/sha1"
-	_ "embed" // the decision script
+	_ "embed" // the scripts
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
-// script is the one Lua script: every decision, every algorithm. Its
-// argument and reply layouts are described at its top.
-//
-//go:embed decide.lua
-var script string
+// The scripts are lib.lua (shared helpers) followed by decide.lua or
+// refund.lua, whose tops describe their argument and reply layouts.
+var (
+	//go:embed lib.lua
+	luaLib string
+	//go:embed decide.lua
+	luaDecide string
+	//go:embed refund.lua
+	luaRefund string
+)
 
-// scriptSHA is the digest EVALSHA names the script by.
-var scriptSHA = func() string {
-	sum := sha1.Sum([]byte(script))
+// script decides: every decision, every algorithm.
+var script = luaLib + luaDecide
+
+// refundScript gives back the units of one decision's consumed tiers.
+var refundScript = luaLib + luaRefund
+
+// scriptSHA and refundSHA are the digests EVALSHA names the scripts by.
+var (
+	scriptSHA = sha1Hex(script)
+	refundSHA = sha1Hex(refundScript)
+)
+
+func sha1Hex(s string) string {
+	sum := sha1.Sum([]byte(s))
 	return hex.EncodeToString(sum[:])
-}()
+}
 
 // headerSize is the script header: decisions, clock flag, TTL extra.
 const headerSize = 3 * 8
@@ -79,32 +96,65 @@ func (s *Store) encode(c *call, group string, tiers []bucket.Tier, cost int64) {
 	b = appendNum(b, nsec)
 	keys := c.keys[:0]
 	for i := range tiers {
-		l := &tiers[i].Limit
-		var code, p1, p2, p3, p4 int64
-		switch l.Algorithm() {
-		case bucket.LeakyBucket:
-			code = algLeaky
-			p1, p2 = l.Scaled()
-			p3, p4 = l.Burst(), l.Delay()
-		case bucket.TokenBucket:
-			code = algToken
-			p1, p2 = l.Scaled()
-			p3 = l.Burst()
-		case bucket.FixedWindow:
-			code, p1, p2 = algFixed, l.Count(), int64(l.Window())
-		case bucket.SlidingLog:
-			code, p1, p2 = algLog, l.Count(), int64(l.Window())
-		default:
-			code, p1, p2 = algSliding, l.Count(), int64(l.Window())
-		}
-		b = appendNum(b, code)
-		b = appendNum(b, p1)
-		b = appendNum(b, p2)
-		b = appendNum(b, p3)
-		b = appendNum(b, p4)
-		keys = append(keys, s.key(group, l.Algorithm(), tiers[i].Key))
+		b = appendTier(b, &tiers[i].Limit)
+		keys = append(keys, s.key(group, tiers[i].Limit.Algorithm(), tiers[i].Key))
 	}
 	c.buf, c.keys, c.group = b, keys, group
+}
+
+// appendTier lays out a tier's algorithm and parameters for either script.
+func appendTier(b []byte, l *bucket.Limit) []byte {
+	var code, p1, p2, p3, p4 int64
+	switch l.Algorithm() {
+	case bucket.LeakyBucket:
+		code = algLeaky
+		p1, p2 = l.Scaled()
+		p3, p4 = l.Burst(), l.Delay()
+	case bucket.TokenBucket:
+		code = algToken
+		p1, p2 = l.Scaled()
+		p3 = l.Burst()
+	case bucket.FixedWindow:
+		code, p1, p2 = algFixed, l.Count(), int64(l.Window())
+	case bucket.SlidingLog:
+		code, p1, p2 = algLog, l.Count(), int64(l.Window())
+	default:
+		code, p1, p2 = algSliding, l.Count(), int64(l.Window())
+	}
+	b = appendNum(b, code)
+	b = appendNum(b, p1)
+	b = appendNum(b, p2)
+	b = appendNum(b, p3)
+	return appendNum(b, p4)
+}
+
+// encodeRefund lays out the refund of decision d's consumed tiers for
+// refund.lua: its keys and its argument.
+func (s *Store) encodeRefund(group string, tiers []bucket.Tier, cost int64, d bucket.Decision) ([]string, []byte) {
+	clock := int64(0)
+	var sec, nsec int64
+	if s.clock != nil {
+		now := s.clock()
+		clock, sec, nsec = 1, now.Unix(), int64(now.Nanosecond())
+	}
+	n := bits.OnesCount8(d.Consumed)
+	keys := make([]string, 0, n)
+	b := make([]byte, 0, (8+5*n)*8)
+	b = appendNum(b, int64(n))
+	b = appendNum(b, clock)
+	b = appendNum(b, s.ttlExtra)
+	b = appendNum(b, min(cost, 1<<53)) // as decide.lua received it
+	b = appendNum(b, d.At.Unix())
+	b = appendNum(b, int64(d.At.Nanosecond()))
+	b = appendNum(b, sec)
+	b = appendNum(b, nsec)
+	for i := range tiers {
+		if d.Consumed&(1<<uint(i)) != 0 {
+			b = appendTier(b, &tiers[i].Limit)
+			keys = append(keys, s.key(group, tiers[i].Limit.Algorithm(), tiers[i].Key))
+		}
+	}
+	return keys, b
 }
 
 // key is <prefix>{<group>}:<algorithm>:<tier key>. The group is the hash tag,

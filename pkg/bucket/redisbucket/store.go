@@ -259,6 +259,55 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 	return d, err
 }
 
+// Refund gives back the units decision d took from its consumed tiers (see
+// bucket.Store.Refund) in one script run at Redis TIME (or the injected
+// clock), under the same keys and hash tag as Decide. A key that expired or
+// was deleted has nothing to give back. A decision with Consumed 0 needs no
+// round trip: Refund returns nil at once.
+//
+// Refunds are rare (the backlog was full), so they do not join the
+// coalesced decision batches: each is its own round trip, bounded by
+// WithTimeout and ctx. Like a decision, a refund is not idempotent: a refund
+// that go-redis retries after a network error may give back twice — never
+// beyond an empty state, but more than the job took.
+func (s *Store) Refund(ctx context.Context, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) error {
+	if err := bucket.CheckRefund(tiers, cost, d); err != nil {
+		return fmt.Errorf("redisbucket: %w", err)
+	}
+	if s.client == nil {
+		return errors.New("redisbucket: the Store was not built with New")
+	}
+	if strings.ContainsAny(group, "{}") {
+		return fmt.Errorf("%w %q: it must not hold '{' or '}'", ErrInvalidGroup, group)
+	}
+	if d.Consumed == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisbucket: %w (nothing refunded)", err)
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	keys, arg := s.encodeRefund(group, tiers, cost, d)
+	cmd := s.client.EvalSha(ctx, refundSHA, keys, arg)
+	if isNoScript(cmd.Err()) {
+		cmd = s.client.Eval(ctx, refundScript, keys, arg)
+	}
+	status, err := cmd.Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisbucket: refund: %w", err)
+	case status == 0:
+		return nil
+	case status < 1 || int(status) > len(keys):
+		return errMalformed
+	}
+	return fmt.Errorf("%w: key %q (nothing refunded)", ErrForeignData, keys[status-1])
+}
+
 // withdraw takes a cancelled caller's call out of the queue if it is still
 // there, and reports the state it was in.
 func (s *Store) withdraw(c *call) callState {
