@@ -725,18 +725,13 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 	case len(items) > bucket.MaxTiers:
 		f.errorf("limits", "expected at most %d limit tiers, got %d", bucket.MaxTiers, len(items))
 	}
-	firstKey := map[Key]int{} // key → tier index
+	// Tiers may share a key ("10/s and 1000/h per API key"): the admitter
+	// gives each tier its own bucket.
 	for i, item := range items {
-		l, keyAt, ok := d.limit(item, f.vals["limits"], fmt.Sprintf("%s.limits[%d]", path, i))
+		l, _, ok := d.limit(item, f.vals["limits"], fmt.Sprintf("%s.limits[%d]", path, i))
 		if !ok {
 			continue
 		}
-		if j, dup := firstKey[l.Key]; dup {
-			d.addf(keyAt, fmt.Sprintf("%s.limits[%d].key", path, i),
-				"key %s is already the key of limits[%d]; each tier of a queue needs its own key", l.Key, j)
-			continue
-		}
-		firstKey[l.Key] = i
 		q.Limits = append(q.Limits, l)
 	}
 
