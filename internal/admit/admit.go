@@ -1,0 +1,358 @@
+// Package admit is the admission core behind both front doors: it turns a
+// submission into a verdict over the queue's limit tiers, stores the job in
+// READY or the backlog, and answers only once JetStream has stored it.
+//
+// # A submission
+//
+//  1. An idempotency key (Idempotency-Key, or Nats-Msg-Id on the NATS door)
+//     is claimed in a JetStream KV bucket shared by every admitter; a retry
+//     with the same key gets the first answer and takes nothing.
+//  2. The tiers decide (bucket.Store, through Failover for the failure mode).
+//  3. Admitted jobs go to READY; queued and excess ones to the backlog,
+//     whose bounds JetStream enforces. A backlog that refuses gives the
+//     job's units back (bucket refund) and the answer is rejected with the
+//     time until a slot frees at the leak rate.
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// MaxKeyLen bounds a client key read from a header: longer keys are
+// refused (400), so a client cannot make the admitter hash megabytes.
+const MaxKeyLen = 1024
+
+// MaxIdempotencyKeyLen bounds an idempotency key.
+const MaxIdempotencyKeyLen = 256
+
+// Request is one submission as a front door hands it over.
+type Request struct {
+	Queue   string
+	Payload []byte
+	// Header looks up a request header (HTTP or NATS) by name, for
+	// header:NAME tiers; nil means no headers.
+	Header func(name string) string
+	// Peer is the client address for ip tiers (the HTTP door resolves
+	// X-Forwarded-For from trusted proxies); empty on the NATS door.
+	Peer string
+	// Cost in units (0 means 1).
+	Cost int64
+	// IdempotencyKey, if set, makes the submission idempotent across doors
+	// and admitters.
+	IdempotencyKey string
+	// Trace headers to carry with the job (traceparent, tracestate).
+	Trace nats.Header
+}
+
+// Answer is the outcome of a submission that was decided.
+type Answer struct {
+	Reply api.SubmitReply
+	// Decision is the tiers' decision (zero for a duplicate).
+	Decision bucket.Decision
+	// Limit is the tier that bounds the answer, for rate-limit headers
+	// (invalid for a duplicate).
+	Limit bucket.Limit
+	// Source says which store decided.
+	Source Source
+}
+
+// Error is a submission that could not be decided or stored. Type is an
+// api.Problem* type; the HTTP door maps it to a status code.
+type Error struct {
+	Type       string
+	Detail     string
+	Field      string
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return "admit: " + e.Detail + ": " + e.Err.Error()
+	}
+	return "admit: " + e.Detail
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Options are the admitter's parts. JS, Publisher and Store are required.
+type Options struct {
+	JS        jetstream.JetStream
+	Publisher *queue.Publisher
+	// Store decides; Failover gives the failure modes.
+	Store *Failover
+	// Idempotency keeps idempotency records; nil disables idempotent
+	// submission (keys are then ignored).
+	Idempotency *Idempotency
+	// OnStored, if set, is called after a job is stored and answered
+	// (the job-status record); it must not block.
+	OnStored func(j *queue.Job, status api.Status)
+	// Metrics, if set, counts decisions.
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// Now is the clock for answers (default time.Now).
+	Now func() time.Time
+}
+
+// Admitter admits jobs. Safe for concurrent use; SetConfig swaps the
+// configuration in whole.
+type Admitter struct {
+	o         Options
+	cfg       atomic.Pointer[config.Config]
+	positions *positions
+}
+
+// New returns an admitter for cfg. The queues' streams must exist
+// (queue.EnsureStreams).
+func New(cfg *config.Config, o Options) (*Admitter, error) {
+	if o.JS == nil || o.Publisher == nil || o.Store == nil {
+		return nil, errors.New("admit: Options need JS, Publisher and Store")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	a := &Admitter{o: o, positions: newPositions(o.JS)}
+	a.cfg.Store(cfg)
+	return a, nil
+}
+
+// SetConfig replaces the configuration (a reload). Streams of new queues
+// must exist first.
+func (a *Admitter) SetConfig(cfg *config.Config) { a.cfg.Store(cfg) }
+
+// Config returns the configuration in use.
+func (a *Admitter) Config() *config.Config { return a.cfg.Load() }
+
+// Run keeps the backlog positions fresh until ctx ends.
+func (a *Admitter) Run(ctx context.Context) error {
+	return a.positions.run(ctx, a.Config)
+}
+
+// Submit decides one job and stores it. It returns an Answer for admitted,
+// queued and rejected jobs, and an *Error for everything else.
+func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
+	start := time.Now()
+	cfg := a.cfg.Load()
+	q := cfg.Queue(r.Queue)
+	if q == nil {
+		return Answer{}, &Error{Type: api.ProblemNotFound, Detail: fmt.Sprintf("no queue %.80q", r.Queue)}
+	}
+	cost := r.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	if cost < 1 {
+		return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
+	}
+	tiers, jobKey, err := tiersFor(q, r)
+	if err != nil {
+		return Answer{}, err
+	}
+	if len(r.IdempotencyKey) > MaxIdempotencyKeyLen {
+		return Answer{}, &Error{Type: api.ProblemBadRequest, Field: api.HeaderIdempotencyKey,
+			Detail: fmt.Sprintf("idempotency key of %d bytes: want at most %d", len(r.IdempotencyKey), MaxIdempotencyKeyLen)}
+	}
+
+	var claim *claim
+	id := ""
+	if r.IdempotencyKey != "" && a.o.Idempotency != nil {
+		c, first, err := a.o.Idempotency.Claim(ctx, q.Name, r.IdempotencyKey)
+		if err != nil {
+			return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}
+		}
+		if first != nil {
+			first.Duplicate = true
+			a.o.Metrics.decided(q.Name, "duplicate", "idempotency", time.Since(start))
+			return Answer{Reply: *first, Source: FromPrimary}, nil
+		}
+		claim, id = c, c.id
+	}
+	ans, err := a.submit(ctx, q, r, tiers, jobKey, cost, id)
+	if claim != nil {
+		a.o.Idempotency.Settle(claim, ans.Reply, err)
+	}
+	if err == nil {
+		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
+	} else {
+		a.o.Metrics.decided(q.Name, "error", errorReason(err), time.Since(start))
+	}
+	return ans, err
+}
+
+func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string) (Answer, error) {
+	d, src, err := a.o.Store.DecideFrom(ctx, q.Name, tiers, cost)
+	if err != nil {
+		if errors.Is(err, ErrStoreUnavailable) {
+			return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "the bucket store is unreachable and the failure mode is closed",
+				RetryAfter: d.RetryAfter, Err: err}
+		}
+		if errors.Is(err, bucket.ErrInvalidCost) {
+			return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d", cost), Err: err}
+		}
+		return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "deciding", RetryAfter: time.Second, Err: err}
+	}
+	ans := Answer{Decision: d, Limit: q.Limits[d.Tier].Limit, Source: src}
+	ans.Reply.Queue = q.Name
+	if d.Verdict == bucket.Rejected {
+		ans.Reply.Status = api.Rejected
+		ans.Reply.Type = api.ProblemRateLimited
+		ans.Reply.RetryAfterMS = retryAfterMS(d.RetryAfter)
+		return ans, nil
+	}
+	if id == "" {
+		if id, err = queue.NewJobID(); err != nil {
+			a.refund(ctx, src, q.Name, tiers, cost, d)
+			return Answer{}, &Error{Type: api.ProblemInternal, Detail: "making a job id", Err: err}
+		}
+	}
+	now := a.o.Now()
+	j := &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: now, Header: r.Trace}
+	dest := queue.Ready
+	if d.Verdict != bucket.Admitted {
+		dest = queue.Backlog
+		if d.Verdict == bucket.Queued && d.NotBefore.After(d.At) {
+			j.NotBefore = d.NotBefore
+		}
+	}
+	stored, err := a.o.Publisher.Publish(ctx, dest, j)
+	switch {
+	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrKeyQueueFull):
+		a.refund(ctx, src, q.Name, tiers, cost, d)
+		ans.Reply.Status = api.Rejected
+		ans.Reply.Type = api.ProblemQueueFull
+		if errors.Is(err, queue.ErrKeyQueueFull) {
+			ans.Reply.Type = api.ProblemKeyFull
+		}
+		ans.Reply.RetryAfterMS = retryAfterMS(slotEvery(q.Backlog.LeakRate))
+		return ans, nil
+	case err != nil:
+		// Not stored, or not known to be: the units stay taken (a retry
+		// with the same idempotency key stores the job at most once).
+		return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "storing the job in JetStream", RetryAfter: time.Second, Err: err}
+	}
+	ans.Reply.ID = id
+	if dest == queue.Ready {
+		ans.Reply.Status = api.Admitted
+	} else {
+		ans.Reply.Status = api.Queued
+		if !j.NotBefore.IsZero() {
+			nb := j.NotBefore.UTC()
+			ans.Reply.NotBefore = &nb
+		}
+		pos := a.positions.position(q.Name, stored.Sequence)
+		ans.Reply.Position = pos
+		est := estimatedStart(now, j.NotBefore, pos, q.Backlog.LeakRate).UTC()
+		ans.Reply.EstimatedStart = &est
+	}
+	if a.o.OnStored != nil {
+		a.o.OnStored(j, ans.Reply.Status)
+	}
+	return ans, nil
+}
+
+func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) {
+	if err := a.o.Store.Refund(ctx, src, group, tiers, cost, d); err != nil {
+		a.o.Logger.Warn("admit: could not give a refused job's units back", "queue", group, "err", err)
+	}
+}
+
+// tiersFor builds the tiers of a request: each tier's bucket key is
+// "<tier>:<token of the client key>", so a key of any length or content
+// costs the store the same and never appears raw. The job's key (for the
+// backlog's per-key bound) is the first non-global tier's client key.
+func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
+	tiers := make([]bucket.Tier, len(q.Limits))
+	jobKey, haveJobKey := "", false
+	for i, l := range q.Limits {
+		var k string
+		switch l.Key.Kind {
+		case config.KeyGlobal:
+		case config.KeyIP:
+			k = r.Peer
+		case config.KeyHeader:
+			if r.Header != nil {
+				k = r.Header(l.Key.Header)
+			}
+			if len(k) > MaxKeyLen {
+				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+					Detail: fmt.Sprintf("header %s of %d bytes: want at most %d", l.Key.Header, len(k), MaxKeyLen)}
+			}
+		}
+		if l.Key.Kind != config.KeyGlobal && !haveJobKey {
+			jobKey, haveJobKey = k, true
+		}
+		tiers[i] = bucket.Tier{Key: strconv.Itoa(i) + ":" + queue.KeyToken(k), Limit: l.Limit}
+	}
+	return tiers, jobKey, nil
+}
+
+// slotEvery is how often the backlog frees a slot at the leak rate.
+func slotEvery(r bucket.Rate) time.Duration {
+	if r.Count <= 0 {
+		return time.Second
+	}
+	return time.Duration((int64(r.Per) + r.Count - 1) / r.Count)
+}
+
+// estimatedStart is when a queued job should start: after its not-before,
+// and after the pos−1 jobs ahead of it have left at the leak rate.
+func estimatedStart(now, notBefore time.Time, pos int64, leak bucket.Rate) time.Time {
+	est := now
+	if pos > 1 && leak.Count > 0 {
+		est = now.Add(time.Duration((pos - 1) * int64(leak.Per) / leak.Count))
+	}
+	if notBefore.After(est) {
+		est = notBefore
+	}
+	return est
+}
+
+// retryAfterMS rounds up to whole milliseconds; Never stays -1.
+func retryAfterMS(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func reason(a Answer) string {
+	switch {
+	case a.Reply.Type == api.ProblemQueueFull:
+		return "backlog_full"
+	case a.Reply.Type == api.ProblemKeyFull:
+		return "key_backlog_full"
+	case a.Source == FromOpen:
+		return "failure_mode_open"
+	case a.Source == FromLocal:
+		return "limit_local"
+	case a.Decision.Verdict == bucket.Excess:
+		return "excess"
+	}
+	return "limit"
+}
+
+func errorReason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return strings.TrimPrefix(e.Type, "https://spillway.dev/problems/")
+	}
+	return "internal"
+}

@@ -1,0 +1,141 @@
+package admit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// IdempotencyBucket is the JetStream KV bucket of idempotency records,
+// shared by every admitter.
+const IdempotencyBucket = "spillway-idempotency"
+
+// Idempotency records the first answer to each idempotency key in a
+// JetStream KV bucket, so that a retried submission — through either door,
+// to any admitter — gets that answer and takes no second unit or slot.
+//
+// A key is claimed with an atomic create (one admitter wins); the winner
+// decides and stores the job, then records its answer. Others wait for the
+// answer. Only admitted and queued answers are kept: a rejected or failed
+// submission releases its key, so a retry later is decided afresh.
+// A claim whose admitter died before answering is taken over after
+// StaleAfter with the same job id, so the job, if it was stored, is
+// deduplicated by JetStream rather than stored twice; its units may have
+// been taken once more (docs/admission.md).
+type Idempotency struct {
+	kv         jetstream.KeyValue
+	logger     *slog.Logger
+	StaleAfter time.Duration // default 10s
+	now        func() time.Time
+}
+
+// OpenIdempotency creates or updates the bucket; records live for ttl.
+func OpenIdempotency(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int, logger *slog.Logger) (*Idempotency, error) {
+	if replicas < 1 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      IdempotencyBucket,
+		Description: "Spillway: the first answer to each idempotency key",
+		History:     1,
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admit: idempotency bucket: %w", err)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Idempotency{kv: kv, logger: logger, StaleAfter: 10 * time.Second, now: time.Now}, nil
+}
+
+type idemRecord struct {
+	ID    string           `json:"id"`
+	At    time.Time        `json:"at"`
+	Reply *api.SubmitReply `json:"reply,omitempty"` // nil while pending
+}
+
+type claim struct {
+	key string
+	id  string
+	rev uint64
+}
+
+// Claim claims key for queue q. It returns either a claim (this caller
+// decides, with claim.id as the job id) or the first answer.
+func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *api.SubmitReply, error) {
+	k := "k." + queue.KeyToken(q+"\x00"+key)
+	wait := 2 * time.Millisecond
+	for {
+		id, err := queue.NewJobID()
+		if err != nil {
+			return nil, nil, err
+		}
+		b, _ := json.Marshal(idemRecord{ID: id, At: i.now()})
+		rev, err := i.kv.Create(ctx, k, b)
+		if err == nil {
+			return &claim{key: k, id: id, rev: rev}, nil, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, nil, err
+		}
+		e, err := i.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		var rec idemRecord
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return nil, nil, fmt.Errorf("admit: idempotency record %s: %w", k, err)
+		}
+		if rec.Reply != nil {
+			return nil, rec.Reply, nil
+		}
+		if i.now().Sub(rec.At) > i.StaleAfter {
+			b, _ := json.Marshal(idemRecord{ID: rec.ID, At: i.now()})
+			rev, err := i.kv.Update(ctx, k, b, e.Revision())
+			if err == nil {
+				return &claim{key: k, id: rec.ID, rev: rev}, nil, nil
+			}
+			continue // somebody else took it over or answered
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, fmt.Errorf("admit: waiting for the first submission with this idempotency key: %w", ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// Settle records the answer of a claim: kept if the job was stored,
+// released otherwise.
+func (i *Idempotency) Settle(c *claim, reply api.SubmitReply, err error) {
+	// The caller may have gone; the record must still be settled.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err == nil && (reply.Status == api.Admitted || reply.Status == api.Queued) {
+		b, _ := json.Marshal(idemRecord{ID: c.id, At: i.now(), Reply: &reply})
+		if _, uerr := i.kv.Update(ctx, c.key, b, c.rev); uerr != nil {
+			i.logger.Warn("admit: recording an idempotent answer", "job", c.id, "err", uerr)
+		}
+		return
+	}
+	if derr := i.kv.Delete(ctx, c.key, jetstream.LastRevision(c.rev)); derr != nil {
+		i.logger.Warn("admit: releasing an idempotency key", "job", c.id, "err", derr)
+	}
+}

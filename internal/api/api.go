@@ -1,0 +1,109 @@
+// Package api holds the wire shapes of Spillway's front doors (DESIGN §3):
+// the submit reply shared by the NATS and HTTP doors, problem documents,
+// queue info, and the header and subject names. The admitter writes them;
+// spillctl and tests read them.
+package api
+
+import "time"
+
+// Subjects and headers of the NATS front door.
+const (
+	// SubmitPrefix + queue name is the subject a producer sends a job to.
+	SubmitPrefix = "spillway.submit."
+	// AdmitterGroup is the queue group every admitter subscribes in.
+	AdmitterGroup = "spillway-admitters"
+
+	HeaderStatus         = "Spillway-Status"
+	HeaderCost           = "Spillway-Cost"
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderMsgID          = "Nats-Msg-Id"
+)
+
+// Status is a submission's verdict.
+type Status string
+
+// Verdicts of a submission.
+const (
+	Admitted Status = "admitted"
+	Queued   Status = "queued"
+	Rejected Status = "rejected"
+	// Failed: the job was not taken for a reason other than a limit (bad
+	// request, unknown queue, store or NATS unavailable); Error says why.
+	Failed Status = "error"
+)
+
+// SubmitReply is the answer to one submission, on both doors. A queued
+// job carries its backlog position and an estimated start; a rejected one
+// carries RetryAfterMS.
+type SubmitReply struct {
+	ID             string     `json:"id,omitempty"`
+	Queue          string     `json:"queue"`
+	Status         Status     `json:"status"`
+	NotBefore      *time.Time `json:"not_before,omitempty"`
+	Position       int64      `json:"position,omitempty"`
+	EstimatedStart *time.Time `json:"estimated_start,omitempty"`
+	RetryAfterMS   int64      `json:"retry_after_ms,omitempty"`
+	// Duplicate: this is the first answer to an earlier submission with the
+	// same idempotency key; nothing new was taken.
+	Duplicate bool   `json:"duplicate,omitempty"`
+	Error     string `json:"error,omitempty"`
+	// Type is the problem type of an error (see Problem).
+	Type string `json:"type,omitempty"`
+}
+
+// Problem is an RFC 9457 problem document (application/problem+json).
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// Extensions.
+	Queue        string `json:"queue,omitempty"`
+	ID           string `json:"id,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	Field        string `json:"field,omitempty"`
+}
+
+// ProblemContentType is the media type of Problem documents.
+const ProblemContentType = "application/problem+json"
+
+// Problem types: stable URIs clients may branch on.
+const (
+	problemBase         = "https://spillway.dev/problems/"
+	ProblemRateLimited  = problemBase + "rate-limited" // 429: limit's burst full
+	ProblemQueueFull    = problemBase + "queue-full"   // 429: backlog full
+	ProblemKeyFull      = problemBase + "key-full"     // 429: the key's share of the backlog full
+	ProblemBadRequest   = problemBase + "bad-request"  // 400
+	ProblemBadCost      = problemBase + "bad-cost"     // 400: Spillway-Cost not an integer ≥ 1 or above the limit
+	ProblemBadKey       = problemBase + "bad-key"      // 400: a key header missing, too long or not valid
+	ProblemUnauthorized = problemBase + "unauthorized" // 401
+	ProblemNotFound     = problemBase + "not-found"    // 404: unknown queue or job
+	ProblemTooLarge     = problemBase + "too-large"    // 413
+	ProblemUnavailable  = problemBase + "unavailable"  // 503: NATS or a fail-closed store unreachable
+	ProblemInternal     = problemBase + "internal"     // 500
+)
+
+// QueueInfo is GET /v1/queues/{queue}.
+type QueueInfo struct {
+	Name             string  `json:"name"`
+	Ready            int64   `json:"ready"`
+	Depth            int64   `json:"depth"` // jobs in the backlog
+	Capacity         int64   `json:"capacity"`
+	PerKeyCapacity   int64   `json:"per_key_capacity,omitempty"`
+	Fill             float64 `json:"fill"`
+	Dead             int64   `json:"dead"`
+	LeakRate         string  `json:"leak_rate"`
+	LeakPerSecond    float64 `json:"leak_per_second"`
+	InFlight         int     `json:"in_flight"`
+	MaxAckPending    int     `json:"max_ack_pending"`
+	OldestAgeMS      int64   `json:"oldest_age_ms"`
+	EstimatedDrainMS int64   `json:"estimated_drain_ms"`
+	BacklogPullers   int     `json:"backlog_pullers"`
+	ReadyPullers     int     `json:"ready_pullers"`
+}
+
+// QueueList is GET /v1/queues.
+type QueueList struct {
+	Queues []QueueInfo `json:"queues"`
+}

@@ -1,0 +1,489 @@
+// Package door holds the admitter's two front doors (DESIGN §3): HTTP and
+// NATS request-reply. Both hand submissions to one admit.Admitter and
+// answer with the same api.SubmitReply.
+package door
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// HTTPOptions are the HTTP door's parts. Admitter and JS are required.
+type HTTPOptions struct {
+	Admitter *admit.Admitter
+	JS       jetstream.JetStream
+	// Status serves GET /v1/jobs/{id}; nil answers 404.
+	Status *jobstatus.Store
+	// Keys authenticates submissions and API reads; nil or empty: open.
+	Keys *APIKeys
+	// Ready reports whether the admitter can take jobs (/readyz).
+	Ready func() error
+	// Metrics serves /metrics; UI serves /ui. Either may be nil.
+	Metrics http.Handler
+	UI      http.Handler
+	Logger  *slog.Logger
+}
+
+// NewHTTP returns the HTTP door's handler.
+func NewHTTP(o HTTPOptions) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	h := &httpDoor{o: o}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/queues/{queue}/jobs", h.submit)
+	mux.HandleFunc("GET /v1/jobs/{id}", h.auth(h.job))
+	mux.HandleFunc("GET /v1/queues", h.auth(h.queues))
+	mux.HandleFunc("GET /v1/queues/{queue}", h.auth(h.queueInfo))
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", h.readyz)
+	if o.Metrics != nil {
+		mux.Handle("GET /metrics", o.Metrics)
+	}
+	if o.UI != nil {
+		mux.Handle("GET /ui", o.UI)
+		mux.Handle("GET /ui/", o.UI)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Not found",
+			Detail: fmt.Sprintf("no route for %s %s; see GET /v1/queues", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+type httpDoor struct {
+	o HTTPOptions
+}
+
+func (h *httpDoor) cfg() *config.Config { return h.o.Admitter.Config() }
+
+func (h *httpDoor) auth(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.o.Keys.Allow(r) {
+			unauthorized(w, r)
+			return
+		}
+		next(w, r)
+	}
+}
+
+func unauthorized(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="spillway"`)
+	problem(w, r, http.StatusUnauthorized, api.Problem{Type: api.ProblemUnauthorized, Title: "Unauthorized",
+		Detail: "send a valid API key as Authorization: Bearer KEY or X-Api-Key"})
+}
+
+func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
+	if !h.o.Keys.Allow(r) {
+		unauthorized(w, r)
+		return
+	}
+	cfg := h.cfg()
+	name := r.PathValue("queue")
+	if cfg.Queue(name) == nil {
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
+		return
+	}
+	limit := cfg.HTTP.MaxBodyBytes
+	if r.ContentLength > limit {
+		tooLarge(w, r, limit)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			tooLarge(w, r, limit)
+			return
+		}
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Unreadable body", Detail: err.Error()})
+		return
+	}
+	req := &admit.Request{
+		Queue:          name,
+		Payload:        body,
+		Header:         r.Header.Get,
+		Peer:           clientIP(r, cfg.HTTP.TrustedProxies),
+		IdempotencyKey: r.Header.Get(api.HeaderIdempotencyKey),
+		Trace:          traceHeaders(r.Header.Get),
+	}
+	if req.Cost, err = parseCost(r.Header.Get(api.HeaderCost)); err != nil {
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadCost, Title: "Bad cost", Field: api.HeaderCost, Detail: err.Error()})
+		return
+	}
+	ans, err := h.o.Admitter.Submit(r.Context(), req)
+	if err != nil {
+		h.submitError(w, r, name, err)
+		return
+	}
+	rateLimitHeaders(w.Header(), ans)
+	rep := ans.Reply
+	switch rep.Status {
+	case api.Admitted, api.Queued:
+		w.Header().Set("Location", "/v1/jobs/"+rep.ID)
+		w.Header().Set(api.HeaderStatus, string(rep.Status))
+		writeJSON(w, http.StatusAccepted, "application/json", rep)
+	default:
+		w.Header().Set(api.HeaderStatus, string(api.Rejected))
+		setRetryAfter(w.Header(), rep.RetryAfterMS)
+		title := "Rate limited"
+		detail := "the key's limit is full"
+		switch rep.Type {
+		case api.ProblemQueueFull:
+			title, detail = "Backlog full", "the queue's backlog is full"
+		case api.ProblemKeyFull:
+			title, detail = "Backlog full for this key", "this key's share of the backlog is full"
+		}
+		if rep.RetryAfterMS > 0 {
+			detail += fmt.Sprintf("; retry after %s", time.Duration(rep.RetryAfterMS)*time.Millisecond)
+		}
+		problem(w, r, http.StatusTooManyRequests, api.Problem{Type: rep.Type, Title: title, Detail: detail,
+			Queue: name, RetryAfterMS: rep.RetryAfterMS})
+	}
+}
+
+func (h *httpDoor) submitError(w http.ResponseWriter, r *http.Request, q string, err error) {
+	var e *admit.Error
+	if !errors.As(err, &e) {
+		h.o.Logger.Error("door: submission failed", "queue", q, "err", err)
+		problem(w, r, http.StatusInternalServerError, api.Problem{Type: api.ProblemInternal, Title: "Internal error"})
+		return
+	}
+	status := statusOf(e.Type)
+	p := api.Problem{Type: e.Type, Title: http.StatusText(status), Detail: e.Detail, Field: e.Field, Queue: q}
+	if status >= 500 {
+		h.o.Logger.Warn("door: submission failed", "queue", q, "err", err)
+		p.RetryAfterMS = retryMS(e.RetryAfter)
+		setRetryAfter(w.Header(), p.RetryAfterMS)
+	}
+	problem(w, r, status, p)
+}
+
+// statusOf maps a problem type to its HTTP status.
+func statusOf(t string) int {
+	switch t {
+	case api.ProblemBadRequest, api.ProblemBadCost, api.ProblemBadKey:
+		return http.StatusBadRequest
+	case api.ProblemUnauthorized:
+		return http.StatusUnauthorized
+	case api.ProblemNotFound:
+		return http.StatusNotFound
+	case api.ProblemTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case api.ProblemRateLimited, api.ProblemQueueFull, api.ProblemKeyFull:
+		return http.StatusTooManyRequests
+	case api.ProblemUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func retryMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func tooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
+	problem(w, r, http.StatusRequestEntityTooLarge, api.Problem{Type: api.ProblemTooLarge, Title: "Payload too large",
+		Detail: fmt.Sprintf("the body is larger than http.max_body_bytes (%d bytes)", limit)})
+}
+
+// parseCost reads Spillway-Cost: empty means 1.
+func parseCost(s string) (int64, error) {
+	if s == "" {
+		return 1, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s %.40q: want an integer ≥ 1", api.HeaderCost, s)
+	}
+	return n, nil
+}
+
+// traceHeaders keeps W3C trace context to carry with the job.
+func traceHeaders(get func(string) string) nats.Header {
+	var h nats.Header
+	for _, k := range [...]string{"traceparent", "tracestate"} {
+		if v := get(k); v != "" && len(v) <= 512 {
+			if h == nil {
+				h = nats.Header{}
+			}
+			h.Set(k, v)
+		}
+	}
+	return h
+}
+
+// clientIP is the peer's address, or, when the peer is a trusted proxy,
+// the rightmost X-Forwarded-For address that is not a trusted proxy. An
+// untrusted peer's X-Forwarded-For is ignored.
+func clientIP(r *http.Request, trusted []netip.Prefix) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	peer = peer.Unmap()
+	if !isTrusted(peer, trusted) {
+		return peer.String()
+	}
+	xff := r.Header.Values("X-Forwarded-For")
+	for i := len(xff) - 1; i >= 0; i-- {
+		parts := strings.Split(xff[i], ",")
+		for j := len(parts) - 1; j >= 0; j-- {
+			a, err := netip.ParseAddr(strings.TrimSpace(parts[j]))
+			if err != nil {
+				return peer.String() // garbage from the proxy chain: trust nothing beyond it
+			}
+			a = a.Unmap()
+			if !isTrusted(a, trusted) {
+				return a.String()
+			}
+			peer = a
+		}
+	}
+	return peer.String()
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// rateLimitHeaders describes the bounding tier: RateLimit-Policy and
+// RateLimit (draft-ietf-httpapi-ratelimit-headers-11) and X-RateLimit-*.
+func rateLimitHeaders(h http.Header, a admit.Answer) {
+	if !a.Limit.Valid() || a.Source == admit.FromOpen {
+		return
+	}
+	quota := a.Limit.Quota()
+	window := ceilSeconds(a.Limit.PolicyWindow())
+	remaining := max(a.Decision.Remaining, 0)
+	reset := a.Decision.ResetAfter
+	if a.Decision.Verdict >= bucket.Excess && a.Decision.RetryAfter > 0 {
+		reset = a.Decision.RetryAfter
+	}
+	resetS := ceilSeconds(reset)
+	name := fmt.Sprintf("%q", "tier"+strconv.Itoa(a.Decision.Tier))
+	h.Set("RateLimit-Policy", fmt.Sprintf("%s;q=%d;w=%d", name, quota, window))
+	h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", name, remaining, resetS))
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(quota, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetS, 10))
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// setRetryAfter sets Retry-After in whole seconds, rounded up (at least 1).
+func setRetryAfter(h http.Header, ms int64) {
+	if ms == 0 {
+		return
+	}
+	if ms < 0 { // never: the job is larger than the limit
+		return
+	}
+	h.Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+}
+
+func (h *httpDoor) job(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if h.o.Status == nil {
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Job status is not kept", ID: id})
+		return
+	}
+	rec, err := h.o.Status.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, jobstatus.ErrNotFound):
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown job",
+			Detail: "no status for this job id (unknown, or older than status.ttl)", ID: id})
+	case errors.Is(err, jobstatus.ErrInvalidID):
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()})
+	case err != nil:
+		h.unavailable(w, r, "reading job status", err)
+	default:
+		writeJSON(w, http.StatusOK, "application/json", rec)
+	}
+}
+
+func (h *httpDoor) queues(w http.ResponseWriter, r *http.Request) {
+	cfg := h.cfg()
+	list := api.QueueList{Queues: make([]api.QueueInfo, 0, len(cfg.Queues))}
+	for i := range cfg.Queues {
+		qi, err := QueueInfo(r.Context(), h.o.JS, &cfg.Queues[i])
+		if err != nil {
+			h.unavailable(w, r, "reading queue "+cfg.Queues[i].Name, err)
+			return
+		}
+		list.Queues = append(list.Queues, qi)
+	}
+	writeJSON(w, http.StatusOK, "application/json", list)
+}
+
+func (h *httpDoor) queueInfo(w http.ResponseWriter, r *http.Request) {
+	q := h.cfg().Queue(r.PathValue("queue"))
+	if q == nil {
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", r.PathValue("queue"))})
+		return
+	}
+	qi, err := QueueInfo(r.Context(), h.o.JS, q)
+	if err != nil {
+		h.unavailable(w, r, "reading queue "+q.Name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", qi)
+}
+
+// QueueInfo reads one queue's state (queue.Inspect) as the API shows it.
+func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (api.QueueInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	in, err := queue.Inspect(ctx, js, q.Backlog)
+	if err != nil {
+		return api.QueueInfo{}, err
+	}
+	leak := 0.0
+	if in.LeakRate.Count > 0 {
+		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()
+	}
+	return api.QueueInfo{
+		Name: q.Name, Ready: in.Ready, Depth: in.Backlog, Capacity: in.Capacity, PerKeyCapacity: in.PerKeyCapacity,
+		Fill: in.Fill, Dead: in.Dead, LeakRate: in.LeakRate.String(), LeakPerSecond: leak,
+		InFlight: in.InFlight, MaxAckPending: in.MaxAckPending,
+		OldestAgeMS: in.OldestAge.Milliseconds(), EstimatedDrainMS: in.EstimatedDrain.Milliseconds(),
+		BacklogPullers: in.BacklogPullers, ReadyPullers: in.ReadyPullers,
+	}, nil
+}
+
+func (h *httpDoor) readyz(w http.ResponseWriter, r *http.Request) {
+	if h.o.Ready != nil {
+		if err := h.o.Ready(); err != nil {
+			w.Header().Set("Retry-After", "1")
+			problem(w, r, http.StatusServiceUnavailable, api.Problem{Type: api.ProblemUnavailable, Title: "Not ready", Detail: err.Error()})
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+func (h *httpDoor) unavailable(w http.ResponseWriter, r *http.Request, what string, err error) {
+	h.o.Logger.Warn("door: "+what, "err", err)
+	w.Header().Set("Retry-After", "1")
+	problem(w, r, http.StatusServiceUnavailable, api.Problem{Type: api.ProblemUnavailable, Title: "Unavailable",
+		Detail: what + ": " + err.Error()})
+}
+
+func problem(w http.ResponseWriter, r *http.Request, status int, p api.Problem) {
+	p.Status = status
+	if p.Instance == "" {
+		p.Instance = r.URL.Path
+	}
+	writeJSON(w, status, api.ProblemContentType, p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encoding the answer: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// APIKeys is a set of API keys, kept as SHA-256 digests and compared in
+// constant time, so neither the keys nor their timing leak. A nil or empty
+// set allows everything.
+type APIKeys struct {
+	sums [][sha256.Size]byte
+}
+
+// LoadAPIKeys reads one key per line; blank lines and lines starting with
+// '#' are skipped.
+func LoadAPIKeys(path string) (*APIKeys, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("door: API keys: %w", err)
+	}
+	k := &APIKeys{}
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if len(line) < 16 {
+			return nil, fmt.Errorf("door: %s:%d: an API key of %d characters: want at least 16", path, n+1, len(line))
+		}
+		k.sums = append(k.sums, sha256.Sum256([]byte(line)))
+	}
+	if len(k.sums) == 0 {
+		return nil, fmt.Errorf("door: %s holds no API key; remove http.api_keys_file to run without authentication", path)
+	}
+	return k, nil
+}
+
+// Allow reports whether r carries a valid key (always, for an empty set).
+func (k *APIKeys) Allow(r *http.Request) bool {
+	if k == nil || len(k.sums) == 0 {
+		return true
+	}
+	key := r.Header.Get("X-Api-Key")
+	if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
+		key = strings.TrimPrefix(a, "Bearer ")
+	}
+	if key == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(key))
+	ok := 0
+	for i := range k.sums {
+		ok |= subtle.ConstantTimeCompare(sum[:], k.sums[i][:])
+	}
+	return ok == 1
+}

@@ -1,0 +1,160 @@
+package door
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+)
+
+// NATSDoor answers submissions sent as requests to spillway.submit.<queue>,
+// in the queue group every admitter joins, so each request reaches one
+// admitter; with none running a producer's request fails at once with
+// "no responders".
+type NATSDoor struct {
+	nc       *nats.Conn
+	admitter *admit.Admitter
+	logger   *slog.Logger
+	sub      *nats.Subscription
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	// Timeout bounds one submission (default 10s).
+	Timeout time.Duration
+}
+
+// MaxConcurrentNATS bounds submissions the NATS door works on at once;
+// more wait in the subscription's buffer.
+const MaxConcurrentNATS = 1024
+
+// NewNATS returns a door; Start subscribes.
+func NewNATS(nc *nats.Conn, a *admit.Admitter, logger *slog.Logger) *NATSDoor {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &NATSDoor{nc: nc, admitter: a, logger: logger, sem: make(chan struct{}, MaxConcurrentNATS), Timeout: 10 * time.Second}
+}
+
+// Start subscribes to spillway.submit.* in the admitters' queue group.
+func (d *NATSDoor) Start() error {
+	sub, err := d.nc.QueueSubscribe(api.SubmitPrefix+"*", api.AdmitterGroup, d.handle)
+	if err != nil {
+		return err
+	}
+	// A burst must wait in the buffer rather than be dropped as a slow
+	// consumer: a dropped request is a producer's timeout.
+	if err := sub.SetPendingLimits(1<<20, 1<<30); err != nil {
+		return err
+	}
+	d.sub = sub
+	return d.nc.Flush()
+}
+
+// Stop stops taking submissions (the subscription is drained, so requests
+// already received are answered) and waits for those in progress, or for
+// ctx.
+func (d *NATSDoor) Stop(ctx context.Context) error {
+	if d.sub != nil {
+		if err := d.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			return err
+		}
+		for d.sub.IsValid() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *NATSDoor) handle(m *nats.Msg) {
+	d.sem <- struct{}{}
+	d.wg.Add(1)
+	go func() {
+		defer func() { <-d.sem; d.wg.Done() }()
+		d.answer(m)
+	}()
+}
+
+func (d *NATSDoor) answer(m *nats.Msg) {
+	if m.Reply == "" {
+		return // a publish, not a request: nobody would learn the answer
+	}
+	name := strings.TrimPrefix(m.Subject, api.SubmitPrefix)
+	rep := api.SubmitReply{Queue: name}
+	get := func(k string) string { return headerGet(m.Header, k) }
+	cost, err := parseCost(get(api.HeaderCost))
+	if err != nil {
+		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadCost, err.Error()
+		d.reply(m, rep)
+		return
+	}
+	idem := get(api.HeaderIdempotencyKey)
+	if idem == "" {
+		idem = get(api.HeaderMsgID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
+	defer cancel()
+	ans, err := d.admitter.Submit(ctx, &admit.Request{
+		Queue: name, Payload: m.Data, Header: get, Cost: cost, IdempotencyKey: idem, Trace: traceHeaders(get),
+	})
+	if err != nil {
+		var e *admit.Error
+		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemInternal, err.Error()
+		if errors.As(err, &e) {
+			rep.Type, rep.Error, rep.RetryAfterMS = e.Type, e.Detail, retryMS(e.RetryAfter)
+			if e.Type == api.ProblemUnavailable || e.Type == api.ProblemInternal {
+				d.logger.Warn("door: submission failed", "queue", name, "err", err)
+			}
+		}
+		d.reply(m, rep)
+		return
+	}
+	d.reply(m, ans.Reply)
+}
+
+func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) {
+	b, err := json.Marshal(rep)
+	if err != nil {
+		d.logger.Error("door: encoding a reply", "err", err)
+		return
+	}
+	out := &nats.Msg{Subject: m.Reply, Data: b, Header: nats.Header{}}
+	out.Header.Set(api.HeaderStatus, string(rep.Status))
+	if err := d.nc.PublishMsg(out); err != nil {
+		d.logger.Warn("door: replying", "queue", rep.Queue, "id", rep.ID, "status", rep.Status, "err", err)
+	}
+}
+
+// headerGet looks a NATS header up by name, ignoring case: nats.Header's
+// own Get is case-sensitive, and producers spell header names as they like.
+func headerGet(h nats.Header, k string) string {
+	if h == nil {
+		return ""
+	}
+	if v, ok := h[k]; ok && len(v) > 0 {
+		return v[0]
+	}
+	for name, v := range h {
+		if len(v) > 0 && strings.EqualFold(name, k) {
+			return v[0]
+		}
+	}
+	return ""
+}
