@@ -1,0 +1,157 @@
+// Command admitter is Spillway's front door: it admits, queues or rejects
+// submitted jobs over NATS and HTTP (DESIGN §3). With --dev it also runs an
+// embedded JetStream server and the queues' workers: one command, no other
+// server.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/admitterd"
+	"github.com/spillway-dev/spillway/internal/cli"
+	"github.com/spillway-dev/spillway/internal/config"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reload := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "admitter:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+const usage = `admitter — Spillway's front door: admits, queues or rejects jobs (NATS and HTTP)
+
+Usage:
+  admitter --config FILE [flags]
+  admitter --dev [--config FILE] [flags]
+
+--dev runs everything in one process: an embedded NATS server with
+JetStream on nats.listen (default 127.0.0.1:4222), the in-memory bucket
+store (Redis if redis.url is set), and the queues' workers. Without
+--config it serves the built-in queue "demo" (leaky_bucket 5/s, burst 20,
+delay 5, backlog 100 at 5/s) whose handler logs each job.
+
+Configuration: flags > SPILLWAY_* environment > file > defaults. The file
+is reloaded on SIGHUP and when it changes; an invalid file is reported and
+the running configuration stays.
+
+Flags:
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error {
+	fs := flag.NewFlagSet("admitter", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f cli.Flags
+	f.Register(fs, true)
+	dev := fs.Bool("dev", false, "dev mode: embedded JetStream, in-process workers, built-in demo queue without --config")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	if len(args) > 0 && (args[0] == "help") {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return nil
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see admitter --help)", fs.Arg(0))
+	}
+	log, err := f.Logger(stderr)
+	if err != nil {
+		return err
+	}
+	o, err := f.Overrides(fs)
+	if err != nil {
+		return err
+	}
+	if f.Config == "" && !*dev {
+		return errors.New("no configuration: give --config FILE, or --dev to try Spillway with the built-in demo queue")
+	}
+	var (
+		cfg     *config.Config
+		watcher *config.Watcher
+	)
+	if f.Config != "" {
+		if watcher, err = config.NewWatcher(f.Config, getenv, o, 0, log); err != nil {
+			return err
+		}
+		cfg = watcher.Current()
+	} else if cfg, err = config.LoadDev("", getenv, o); err != nil {
+		return err
+	}
+
+	svc, err := admitterd.Start(ctx, admitterd.Options{Config: cfg, Dev: *dev, Logger: log})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "spillway admitter: http://%s  nats %s  queues:", svc.HTTPAddr(), svc.NATSURL())
+	for _, q := range cfg.Queues {
+		fmt.Fprintf(stdout, " %s", q.Name)
+	}
+	fmt.Fprintln(stdout)
+
+	wctx, cancelWatch := context.WithCancel(ctx)
+	defer cancelWatch()
+	if watcher != nil {
+		watcher.OnReload = func(_, next *config.Config) {
+			rctx, cancel := context.WithTimeout(wctx, 15*time.Second)
+			defer cancel()
+			if err := svc.Reload(rctx, next); err != nil {
+				log.Error("applying the reloaded configuration failed; the admitter keeps its previous queues", "err", err)
+			} else {
+				log.Info("configuration reloaded", "file", f.Config, "queues", len(next.Queues))
+			}
+		}
+		watcher.OnResult = func(ok bool, _ error) {
+			if !ok {
+				svc.ReloadFailed()
+			}
+		}
+		r := &cli.Reloader{Watcher: watcher, Requests: reload, Logger: log}
+		go func() { _ = r.Run(wctx) }()
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: answering submissions in progress, then stopping")
+	case runErr = <-svc.Err():
+		log.Error("a part of the admitter failed; shutting down", "err", runErr)
+	}
+	grace := cfg.Worker.GracePeriod + 15*time.Second
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	return errors.Join(runErr, svc.Shutdown(sctx))
+}

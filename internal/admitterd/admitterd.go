@@ -1,0 +1,333 @@
+// Package admitterd assembles an admitter process from a configuration:
+// the NATS connection (or, in dev mode, an embedded JetStream server), the
+// queues' streams, the bucket store with its failure mode, the HTTP and
+// NATS front doors, job status, metrics and — in dev mode — the workers.
+// cmd/admitter is its command line; tests run it in-process.
+package admitterd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/conn"
+	"github.com/spillway-dev/spillway/internal/devnats"
+	"github.com/spillway-dev/spillway/internal/door"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/internal/workerd"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// Options configure a Service. Config is required.
+type Options struct {
+	Config *config.Config
+	// Dev runs an embedded JetStream server on Config.NATS.Listen and the
+	// queues' workers in this process.
+	Dev bool
+	// Registry receives every metric, Go and process collectors included
+	// (default: a new registry).
+	Registry *prometheus.Registry
+	// Handlers overrides queue handlers of the dev-mode workers.
+	Handlers map[string]queue.Handler
+	Logger   *slog.Logger
+}
+
+// Service is a running admitter.
+type Service struct {
+	o        Options
+	log      *slog.Logger
+	dev      *devnats.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	redis    *redis.Client
+	failover *admit.Failover
+	admitter *admit.Admitter
+	natsDoor *door.NATSDoor
+	http     *http.Server
+	httpLn   net.Listener
+	status   *jobstatus.Store
+	writes   chan jobstatus.Record
+	metrics  *admit.Metrics
+	reloads  *prometheus.CounterVec
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errc   chan error
+	mu     sync.Mutex
+	ensure map[string]bool // queues whose streams exist
+}
+
+// Start brings the admitter up: when it returns without error both doors
+// take submissions.
+func Start(ctx context.Context, o Options) (s *Service, err error) {
+	if o.Config == nil {
+		return nil, errors.New("admitterd: no config")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	cfg := o.Config
+	s = &Service{o: o, log: o.Logger, errc: make(chan error, 4), ensure: map[string]bool{}, writes: make(chan jobstatus.Record, 4096)}
+	defer func() {
+		if err != nil {
+			s.closeAll()
+		}
+	}()
+	url := cfg.NATS.URL
+	if o.Dev {
+		if s.dev, err = devnats.Start(cfg.NATS.Listen, cfg.NATS.StoreDir); err != nil {
+			return nil, err
+		}
+		url = s.dev.URL()
+		s.log.Info("dev mode: embedded NATS with JetStream", "url", url)
+	}
+	if s.nc, err = conn.NATS(url, cfg.NATS.CredsFile, "spillway-admitter", s.log); err != nil {
+		return nil, err
+	}
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		return nil, err
+	}
+	if err = s.ensureStreams(ctx, cfg); err != nil {
+		return nil, err
+	}
+	s.metrics = admit.NewMetrics(o.Registry)
+	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_config_reloads_total",
+		Help: "Configuration reloads, by result (success, failure).",
+	}, []string{"result"})
+	o.Registry.MustRegister(s.reloads)
+
+	var shared bucket.Store
+	if cfg.Redis.URL != "" {
+		if s.redis, shared, err = conn.Redis(cfg.Redis); err != nil {
+			return nil, err
+		}
+	}
+	if s.failover, err = admit.NewFailover(shared, cfg.Redis.FailureMode); err != nil {
+		return nil, err
+	}
+	s.failover.OnError = func(err error) {
+		s.metrics.StoreError("redis")
+		s.log.Warn("bucket store failed; using the failure mode", "mode", cfg.Redis.FailureMode, "err", err)
+	}
+	s.failover.OnFallback = s.metrics.FailureMode
+
+	pub, err := queue.NewPublisher(s.js, queue.DefaultMaxInFlight)
+	if err != nil {
+		return nil, err
+	}
+	replicas := max(cfg.NATS.Replicas, 1)
+	idem, err := admit.OpenIdempotency(ctx, s.js, cfg.Status.TTL, replicas, s.log)
+	if err != nil {
+		return nil, err
+	}
+	if s.status, err = jobstatus.Open(ctx, s.js, cfg.Status.TTL, replicas); err != nil {
+		return nil, err
+	}
+	if s.admitter, err = admit.New(cfg, admit.Options{
+		JS: s.js, Publisher: pub, Store: s.failover, Idempotency: idem, Metrics: s.metrics, Logger: s.log,
+		OnStored: s.recordStored,
+	}); err != nil {
+		return nil, err
+	}
+
+	var keys *door.APIKeys
+	if cfg.HTTP.APIKeysFile != "" {
+		if keys, err = door.LoadAPIKeys(cfg.HTTP.APIKeysFile); err != nil {
+			return nil, err
+		}
+	}
+	s.httpLn, err = net.Listen("tcp", cfg.HTTP.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("admitterd: http.listen %s: %w (set http.listen or SPILLWAY_HTTP_LISTEN)", cfg.HTTP.Listen, err)
+	}
+	s.http = &http.Server{
+		Handler: door.NewHTTP(door.HTTPOptions{
+			Admitter: s.admitter, JS: s.js, Status: s.status, Keys: keys, Ready: s.Ready, Logger: s.log,
+			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.natsDoor = door.NewNATS(s.nc, s.admitter, s.log)
+	if err = s.natsDoor.Start(); err != nil {
+		return nil, err
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.goRun(func() error { return s.admitter.Run(runCtx) })
+	s.goRun(func() error { return s.writeStatus(runCtx) })
+	s.goRun(func() error {
+		if err := s.http.Serve(s.httpLn); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	if o.Dev {
+		rec := jobstatus.NewRecorder(s.status, s.log, 4096)
+		s.goRun(func() error { return rec.Run(runCtx) })
+		s.goRun(func() error {
+			return workerd.Run(runCtx, workerd.Options{
+				NC: s.nc, JS: s.js, Config: cfg, PacerStore: shared, Handlers: o.Handlers,
+				Recorder: rec, Registerer: o.Registry, Logger: s.log,
+			})
+		})
+	}
+	s.log.Info("admitter ready", "http", s.HTTPAddr(), "nats", url, "queues", len(cfg.Queues))
+	return s, nil
+}
+
+func (s *Service) goRun(f func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := f(); err != nil {
+			select {
+			case s.errc <- err:
+			default:
+			}
+		}
+	}()
+}
+
+// HTTPAddr is the address the HTTP door listens on.
+func (s *Service) HTTPAddr() string { return s.httpLn.Addr().String() }
+
+// NATSURL is the NATS server the admitter uses (the embedded one in dev mode).
+func (s *Service) NATSURL() string { return s.nc.ConnectedUrl() }
+
+// Err delivers the first failure of a part that should run until Shutdown.
+func (s *Service) Err() <-chan error { return s.errc }
+
+// Ready reports why the admitter cannot take jobs now, or nil.
+func (s *Service) Ready() error {
+	if !s.nc.IsConnected() {
+		return fmt.Errorf("not connected to NATS (%s)", s.nc.Status())
+	}
+	if s.o.Config.Redis.FailureMode == config.FailClosed {
+		if down, _ := s.failover.Down(); down {
+			return errors.New("the bucket store is unreachable and redis.failure_mode is closed")
+		}
+	}
+	return nil
+}
+
+// Reload applies a new configuration: streams of new or changed queues
+// are created or updated first, then the admitter switches. Limits of the
+// running dev-mode workers are not reloaded.
+func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
+	if err := s.ensureStreams(ctx, cfg); err != nil {
+		s.reloads.WithLabelValues("failure").Inc()
+		return err
+	}
+	s.admitter.SetConfig(cfg)
+	s.reloads.WithLabelValues("success").Inc()
+	return nil
+}
+
+// ReloadFailed counts a reload whose configuration was invalid.
+func (s *Service) ReloadFailed() { s.reloads.WithLabelValues("failure").Inc() }
+
+func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
+	for _, q := range cfg.Queues {
+		c := q.Backlog
+		if c.Replicas == 0 {
+			c.Replicas = cfg.NATS.Replicas
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := queue.EnsureStreams(sctx, s.js, c)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("admitterd: streams of queue %s: %w", q.Name, err)
+		}
+	}
+	return nil
+}
+
+// recordStored queues the job's first status record; it must not block a
+// submission, so a full buffer drops the record (status is advisory).
+func (s *Service) recordStored(j *queue.Job, st api.Status) {
+	r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
+	select {
+	case s.writes <- r:
+	default:
+		s.log.Debug("job status buffer full; a status record was skipped", "job", j.ID)
+	}
+}
+
+func (s *Service) writeStatus(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case r := <-s.writes:
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := s.status.Create(wctx, r); err != nil && !errors.Is(err, jobstatus.ErrExists) && ctx.Err() == nil {
+				s.log.Debug("writing a job status record", "job", r.ID, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Shutdown stops taking submissions, answers those received, and closes
+// everything, within ctx.
+func (s *Service) Shutdown(ctx context.Context) error {
+	var errs []error
+	if s.natsDoor != nil {
+		errs = append(errs, s.natsDoor.Stop(ctx))
+	}
+	if s.http != nil {
+		errs = append(errs, s.http.Shutdown(ctx))
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("admitterd: workers still stopping: %w", ctx.Err()))
+	}
+	s.closeAll()
+	return errors.Join(errs...)
+}
+
+func (s *Service) closeAll() {
+	if s.nc != nil {
+		_ = s.nc.Drain()
+		for i := 0; i < 200 && !s.nc.IsClosed(); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		s.nc.Close()
+	}
+	if s.redis != nil {
+		_ = s.redis.Close()
+	}
+	if s.dev != nil {
+		s.dev.Shutdown()
+	}
+}

@@ -1,0 +1,121 @@
+// Package cli holds what the admitter and worker commands share: the flags
+// that override configuration, the logger, and the reload loop.
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/config"
+)
+
+// Flags are the configuration flags common to the admitter and the worker.
+type Flags struct {
+	Config string
+
+	natsURL, natsListen, natsCreds, redisURL, failureMode, httpListen string
+	redisTimeout, gracePeriod                                         time.Duration
+	concurrency                                                       int
+	LogLevel, LogFormat                                               string
+}
+
+// Register defines the flags on fs.
+func (f *Flags) Register(fs *flag.FlagSet, admitter bool) {
+	fs.StringVar(&f.Config, "config", "", "the YAML configuration `file` (DESIGN §5)")
+	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server `URL`s, comma-separated (nats.url; env SPILLWAY_NATS_URL)")
+	fs.StringVar(&f.natsCreds, "nats-creds", "", "NATS credentials `file` (nats.creds_file)")
+	fs.StringVar(&f.redisURL, "redis-url", "", "Redis `URL` of the shared bucket store (redis.url; env SPILLWAY_REDIS_URL)")
+	fs.DurationVar(&f.redisTimeout, "redis-timeout", 0, "budget of one Redis decision (redis.timeout, default 50ms)")
+	if admitter {
+		fs.StringVar(&f.natsListen, "nats-listen", "", "with --dev: where the embedded NATS server listens (nats.listen, default 127.0.0.1:4222)")
+		fs.StringVar(&f.failureMode, "failure-mode", "", "when Redis fails: open, closed or local (redis.failure_mode)")
+		fs.StringVar(&f.httpListen, "http-listen", "", "HTTP front door `address` (http.listen, default :8080)")
+	}
+	fs.IntVar(&f.concurrency, "concurrency", 0, "handlers running at once per queue (worker.concurrency, default 16)")
+	fs.DurationVar(&f.gracePeriod, "grace-period", 0, "how long running jobs may finish at shutdown (worker.grace_period, default 30s)")
+	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.LogFormat, "log-format", "text", "text or json")
+}
+
+// Overrides returns the flags the user set, as configuration overrides:
+// flags win over the environment and the file.
+func (f *Flags) Overrides(fs *flag.FlagSet) (config.Overrides, error) {
+	var o config.Overrides
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "nats-url":
+			o.NATSURL = &f.natsURL
+		case "nats-listen":
+			o.NATSListen = &f.natsListen
+		case "nats-creds":
+			o.NATSCredsFile = &f.natsCreds
+		case "redis-url":
+			o.RedisURL = &f.redisURL
+		case "redis-timeout":
+			o.RedisTimeout = &f.redisTimeout
+		case "failure-mode":
+			m := config.FailureMode(f.failureMode)
+			switch m {
+			case config.FailOpen, config.FailClosed, config.FailLocal:
+				o.RedisFailureMode = &m
+			default:
+				err = fmt.Errorf("--failure-mode %q: want open, closed or local", f.failureMode)
+			}
+		case "http-listen":
+			o.HTTPListen = &f.httpListen
+		case "concurrency":
+			o.WorkerConcurrency = &f.concurrency
+		case "grace-period":
+			o.WorkerGracePeriod = &f.gracePeriod
+		}
+	})
+	return o, err
+}
+
+// Logger builds the process logger.
+func (f *Flags) Logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.LogLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(f.LogFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", f.LogFormat)
+}
+
+// Reloader ties a config.Watcher to the process: file changes and reload
+// requests (SIGHUP, sent to Requests by main) apply new configurations
+// through apply; invalid ones are kept out, logged and counted by failed.
+type Reloader struct {
+	Watcher  *config.Watcher
+	Requests <-chan struct{}
+	Logger   *slog.Logger
+}
+
+// Run watches until ctx ends.
+func (r *Reloader) Run(ctx context.Context) error {
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.Requests:
+				if err := r.Watcher.Reload(); err != nil {
+					r.Logger.Warn("reload on SIGHUP failed; the running configuration stays", "err", err)
+				}
+			}
+		}
+	}()
+	return r.Watcher.Run(ctx)
+}
