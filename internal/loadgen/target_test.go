@@ -1,0 +1,236 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+)
+
+// fakeAdmitter answers by client key: a admitted, b queued, c rejected
+// (queue full), d a 503; it records the keys and the Authorization seen.
+type fakeAdmitter struct {
+	mu    sync.Mutex
+	keys  map[string]int
+	auth  map[string]int
+	inFly int
+	hi    int
+}
+
+func (f *fakeAdmitter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.keys[r.Header.Get("X-Api-Key")]++
+	f.auth[r.Header.Get("Authorization")]++
+	f.inFly++
+	f.hi = max(f.hi, f.inFly)
+	f.mu.Unlock()
+	defer func() { f.mu.Lock(); f.inFly--; f.mu.Unlock() }()
+	time.Sleep(time.Millisecond)
+	if r.URL.Path != "/v1/queues/demo/jobs" || r.Method != http.MethodPost {
+		http.Error(w, "wrong path "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	problem := func(status int, typ string) {
+		w.Header().Set("Content-Type", api.ProblemContentType)
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(api.Problem{Type: typ, Title: "no", Status: status, RetryAfterMS: 1500})
+	}
+	switch r.Header.Get("X-Api-Key") {
+	case "a", "b":
+		st := api.Admitted
+		if r.Header.Get("X-Api-Key") == "b" {
+			st = api.Queued
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(api.SubmitReply{ID: "x", Queue: "demo", Status: st})
+	case "c":
+		problem(http.StatusTooManyRequests, api.ProblemQueueFull)
+	default:
+		problem(http.StatusServiceUnavailable, api.ProblemUnavailable)
+	}
+}
+
+// The engine against a real HTTP server: every answer counted under its
+// verdict and reason, keys round-robin, headers sent, callers bounded.
+func TestHTTPTarget(t *testing.T) {
+	t.Parallel()
+	fa := &fakeAdmitter{keys: map[string]int{}, auth: map[string]int{}}
+	srv := httptest.NewServer(fa)
+	t.Cleanup(srv.Close)
+	target := &HTTPTarget{
+		Client:    &http.Client{Timeout: 5 * time.Second},
+		URL:       srv.URL + "/v1/queues/demo/jobs",
+		Header:    http.Header{"Authorization": {"Bearer k"}},
+		KeyHeader: "X-Api-Key",
+		Payload:   []byte("hello"),
+	}
+	rep, err := Run(t.Context(), Config{Target: target, Callers: 8, Count: 400, Keys: []string{"a", "b", "c", "d"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Counts
+	if c.Admitted != 100 || c.Queued != 100 || c.Rejected != 100 || c.RejectedBy["queue-full"] != 100 ||
+		c.Errors != 100 || c.ErrorsBy["http 503 unavailable"] != 100 {
+		t.Fatalf("counts %+v", c)
+	}
+	if fa.keys["a"] != 100 || fa.auth["Bearer k"] != 400 || fa.hi > 8 {
+		t.Fatalf("server saw keys %v, auth %v, %d at once", fa.keys, fa.auth, fa.hi)
+	}
+	if rep.Latency.Count() != 400 || rep.Latency.Min() < int64(time.Millisecond) {
+		t.Fatalf("%d latencies, min %v", rep.Latency.Count(), time.Duration(rep.Latency.Min()))
+	}
+
+	// Nobody listening.
+	srv.Close()
+	rep, err = Run(t.Context(), Config{Target: target, Callers: 2, Count: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counts.ErrorsBy["connection refused"] != 10 {
+		t.Fatalf("against a closed server: %+v", rep.Counts)
+	}
+}
+
+// The engine against a real NATS server and a responder written here:
+// replies by key, as the admitter's NATS door does.
+func TestNATSTarget(t *testing.T) {
+	t.Parallel()
+	ns := queuetest.Start(t)
+	nc := ns.Connect(t)
+	var mu sync.Mutex
+	costs := map[string]int{}
+	sub, err := nc.QueueSubscribe(api.SubmitPrefix+"demo", api.AdmitterGroup, func(m *nats.Msg) {
+		mu.Lock()
+		costs[m.Header.Get(api.HeaderCost)]++
+		mu.Unlock()
+		r := nats.NewMsg(m.Reply)
+		rep := api.SubmitReply{ID: "x", Queue: "demo"}
+		switch m.Header.Get("X-Tenant") {
+		case "a":
+			rep.Status = api.Admitted
+		case "b":
+			rep.Status = api.Queued
+		case "c":
+			rep.Status, rep.Type, rep.RetryAfterMS = api.Rejected, api.ProblemRateLimited, 200
+		default:
+			rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadKey, "no key"
+		}
+		r.Header.Set(api.HeaderStatus, string(rep.Status))
+		r.Data, _ = json.Marshal(rep)
+		_ = m.RespondMsg(r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil { // the subscription is known to the server
+		t.Fatal(err)
+	}
+
+	target := &NATSTarget{
+		Conn: ns.Connect(t), Subject: api.SubmitPrefix + "demo", KeyHeader: "X-Tenant",
+		Header: nats.Header{api.HeaderCost: {"2"}}, Payload: make([]byte, 100), Timeout: 5 * time.Second,
+	}
+	rep, err := Run(t.Context(), Config{
+		Target: target, Rate: bucket.Rate{Count: 2000, Per: time.Second}, Count: 400, Keys: []string{"a", "b", "c", "d"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Counts
+	if c.Admitted != 100 || c.Queued != 100 || c.RejectedBy["rate-limited"] != 100 || c.ErrorsBy["bad-key"] != 100 {
+		t.Fatalf("counts %+v", c)
+	}
+	if costs["2"] != 400 {
+		t.Fatalf("responder saw costs %v", costs)
+	}
+	// 400 jobs at 2000/s: the last is due at 199.5ms.
+	if rep.Elapsed < 199*time.Millisecond || rep.Elapsed > 2*time.Second {
+		t.Fatalf("elapsed %v", rep.Elapsed)
+	}
+
+	// No admitter on this queue.
+	target.Subject = api.SubmitPrefix + "nobody"
+	rep, err = Run(t.Context(), Config{Target: target, Callers: 2, Count: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counts.ErrorsBy["no responders"] != 10 {
+		t.Fatalf("without a responder: %+v", rep.Counts)
+	}
+}
+
+func TestClassifyHTTP(t *testing.T) {
+	t.Parallel()
+	reply := func(st api.Status) []byte { b, _ := json.Marshal(api.SubmitReply{Status: st}); return b }
+	problem := func(typ string) []byte { b, _ := json.Marshal(api.Problem{Type: typ}); return b }
+	for _, c := range []struct {
+		status int
+		ct     string
+		body   []byte
+		want   Outcome
+	}{
+		{202, "application/json", reply(api.Admitted), Outcome{Verdict: Admitted}},
+		{202, "application/json", reply(api.Queued), Outcome{Verdict: Queued}},
+		{202, "application/json", []byte("{"), Outcome{Failed, "bad reply"}},
+		{202, "application/json", reply(api.Rejected), Outcome{Failed, "bad reply"}},
+		{429, api.ProblemContentType, problem(api.ProblemQueueFull), Outcome{Rejected, "queue-full"}},
+		{429, api.ProblemContentType + "; charset=utf-8", problem(api.ProblemKeyFull), Outcome{Rejected, "key-full"}},
+		{429, "text/plain", []byte("slow down"), Outcome{Rejected, "429"}},
+		{401, api.ProblemContentType, problem(api.ProblemUnauthorized), Outcome{Failed, "http 401 unauthorized"}},
+		{502, "text/html", []byte("<html>"), Outcome{Failed, "http 502"}},
+	} {
+		if got := ClassifyHTTP(c.status, c.ct, c.body); got != c.want {
+			t.Errorf("%d %s %s: %+v, want %+v", c.status, c.ct, c.body, got, c.want)
+		}
+	}
+}
+
+func TestClassifyNATS(t *testing.T) {
+	t.Parallel()
+	for i, c := range []struct {
+		status string
+		body   string
+		want   Outcome
+	}{
+		{"admitted", "", Outcome{Verdict: Admitted}},
+		{"queued", "", Outcome{Verdict: Queued}},
+		{"", `{"status":"queued"}`, Outcome{Verdict: Queued}},
+		{"rejected", `{"status":"rejected","type":"https://spillway.dev/problems/queue-full"}`, Outcome{Rejected, "queue-full"}},
+		{"rejected", `{"status":"rejected"}`, Outcome{Rejected, "rejected"}},
+		{"error", `{"status":"error","type":"https://spillway.dev/problems/unavailable"}`, Outcome{Failed, "unavailable"}},
+		{"", `nope`, Outcome{Failed, "bad reply"}},
+	} {
+		h := nats.Header{}
+		if c.status != "" {
+			h.Set(api.HeaderStatus, c.status)
+		}
+		if got := ClassifyNATS(h, []byte(c.body)); got != c.want {
+			t.Errorf("case %d: %+v, want %+v", i, got, c.want)
+		}
+	}
+}
+
+func ExampleRun() {
+	// A closed loop of 4 callers against a target that admits everything.
+	target := TargetFunc(func(context.Context, Request) Outcome { return Outcome{Verdict: Admitted} })
+	rep, err := Run(context.Background(), Config{Target: target, Callers: 4, Count: 1000})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("admitted", rep.Counts.Admitted, "latencies", rep.Latency.Count())
+	// Output: admitted 1000 latencies 1000
+}
