@@ -8,8 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func spillctl(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -50,25 +49,25 @@ func runSimulate(ctx context.Context, args []string, getenv func(string) string,
 	fs := flag.NewFlagSet("spillctl simulate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var spec bucket.Spec
-	fs.StringVar(&spec.Algorithm, "algorithm", "leaky_bucket", "leaky_bucket | token_bucket | fixed_window | sliding_log | sliding_window")
-	fs.StringVar(&spec.Rate, "rate", "", "rate of a leaky or token bucket: 10/s, 600/m, 1/h, 5/10s")
-	fs.Int64Var(&spec.Burst, "burst", 0, "burst of a leaky bucket, capacity of a token bucket")
-	fs.Int64Var(&spec.Delay, "delay", 0, "leaky_bucket: excess up to this many jobs is admitted without delay")
+	fs.StringVar(&spec.Algorithm, "algorithm", "leaky_bucket", "`ALG`: leaky_bucket | token_bucket | fixed_window | sliding_log | sliding_window")
+	fs.StringVar(&spec.Rate, "rate", "", "`RATE` of a leaky or token bucket: 10/s, 600/m, 1/h, 5/10s")
+	fs.Int64Var(&spec.Burst, "burst", 0, "`N`: the burst of a leaky bucket, capacity of a token bucket")
+	fs.Int64Var(&spec.Delay, "delay", 0, "leaky_bucket: excess up to `N` jobs is admitted without delay")
 	fs.BoolVar(&spec.NoDelay, "nodelay", false, "leaky_bucket: delay = burst")
-	fs.Int64Var(&spec.Limit, "limit", 0, "window algorithms: jobs per window")
-	fs.StringVar(&spec.Window, "window", "", "window algorithms: window length, a Go duration such as 60s")
-	store := fs.String("store", "memory", "memory | redis: decide with the in-process store or the Redis scripts")
-	redisURL := fs.String("redis", "", "Redis URL for --store redis (default $SPILLWAY_REDIS_URL or redis://127.0.0.1:6379/0)")
+	fs.Int64Var(&spec.Limit, "limit", 0, "window algorithms: `N` jobs per window")
+	fs.StringVar(&spec.Window, "window", "", "window algorithms: window length `D`, a Go duration such as 60s")
+	store := fs.String("store", "memory", "`STORE`: memory | redis: decide with the in-process store or the Redis scripts")
+	redisURL := fs.String("redis", "", "Redis `URL` for --store redis (default $SPILLWAY_REDIS_URL or redis://127.0.0.1:6379/0)")
 	summary := fs.Bool("summary", false, "after the lines, print counts, the deepest queue and wait percentiles")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printFlags(stdout, fs, simulateUsage)
 			return nil
 		}
-		return fmt.Errorf("spillctl simulate: %w (see spillctl simulate --help)", err)
+		return usageErrorf("spillctl simulate: %w (see spillctl simulate --help)", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("spillctl simulate: unexpected argument %q: arrivals are read from stdin (see spillctl simulate --help)", fs.Arg(0))
+		return usageErrorf("spillctl simulate: unexpected argument %q: arrivals are read from stdin (see spillctl simulate --help)", fs.Arg(0))
 	}
 	limit, err := spec.Build()
 	if err != nil {
@@ -144,17 +143,4 @@ func redisStore(ctx context.Context, url string, clock func() time.Time) (bucket
 		client.Close()
 	}
 	return s, cleanup, nil
-}
-
-func printFlags(w io.Writer, fs *flag.FlagSet, head string) {
-	var b strings.Builder
-	b.WriteString(head)
-	fs.VisitAll(func(f *flag.Flag) {
-		def := ""
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
-			def = " (default " + f.DefValue + ")"
-		}
-		fmt.Fprintf(&b, "  --%-10s %s%s\n", f.Name, f.Usage, def)
-	})
-	fmt.Fprint(w, b.String())
 }

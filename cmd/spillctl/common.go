@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/api"
+)
+
+// Where things are, when neither a flag nor the environment says.
+const (
+	defaultServer = "http://127.0.0.1:8080"
+	defaultNATS   = "nats://127.0.0.1:4222"
+)
+
+// serverFlag adds --server: the admitter's HTTP API.
+func serverFlag(fs *flag.FlagSet, getenv func(string) string) *string {
+	return fs.String("server", envOr(getenv, "SPILLWAY_SERVER", defaultServer), "admitter HTTP API `URL` ($SPILLWAY_SERVER)")
+}
+
+// natsFlag adds --nats: the NATS server.
+func natsFlag(fs *flag.FlagSet, getenv func(string) string) *string {
+	return fs.String("nats", envOr(getenv, "SPILLWAY_NATS_URL", defaultNATS), "NATS server `URL` ($SPILLWAY_NATS_URL)")
+}
+
+// apiKeyFlag adds --api-key, sent as Authorization: Bearer KEY. Its
+// default from the environment is not shown in --help.
+func apiKeyFlag(fs *flag.FlagSet) *string {
+	return fs.String("api-key", "", "send Authorization: Bearer `KEY` (default $SPILLWAY_API_KEY)")
+}
+
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseArgs parses flags and positional arguments in any order ("status
+// ID --json" as well as "status --json ID"); everything after "--" is
+// positional. done is true when --help was asked for and printed.
+func parseArgs(fs *flag.FlagSet, args []string, head string, stdout io.Writer) (positional []string, done bool, err error) {
+	fs.SetOutput(io.Discard)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printFlags(stdout, fs, head)
+				return nil, true, nil
+			}
+			return nil, false, usageErrorf("%s: %w (see %s --help)", fs.Name(), err, fs.Name())
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, false, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), false, nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// printFlags prints head and then every flag of fs, one a line.
+func printFlags(w io.Writer, fs *flag.FlagSet, head string) {
+	type line struct{ name, usage string }
+	var lines []line
+	width := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, u := flag.UnquoteUsage(f)
+		name := "--" + f.Name
+		if arg != "" {
+			name += " " + arg
+		}
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "0s" && f.DefValue != "[]" {
+			u += " (default " + f.DefValue + ")"
+		}
+		lines = append(lines, line{name, u})
+		width = max(width, len(name))
+	})
+	var b strings.Builder
+	b.WriteString(head)
+	for _, l := range lines {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, l.name, l.usage)
+	}
+	fmt.Fprint(w, b.String())
+}
+
+// headerFlags collects repeated --header K=V.
+type headerFlags []string
+
+func (h *headerFlags) String() string { return strings.Join(*h, ",") }
+
+func (h *headerFlags) Set(v string) error {
+	k, _, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t:") {
+		return fmt.Errorf("want NAME=VALUE, such as X-Api-Key=k1")
+	}
+	*h = append(*h, v)
+	return nil
+}
+
+// each calls f with every header's name and value.
+func (h headerFlags) each(f func(k, v string)) {
+	for _, kv := range h {
+		k, v, _ := strings.Cut(kv, "=")
+		f(strings.TrimSpace(k), v)
+	}
+}
+
+// admitter is a client of the admitter's HTTP API.
+type admitter struct {
+	base   string // without a trailing slash
+	apiKey string
+	client *http.Client
+}
+
+func newAdmitter(cmd, server, apiKey string, timeout time.Duration) (*admitter, error) {
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageErrorf("%s: --server %q: want an http:// or https:// URL such as %s", cmd, server, defaultServer)
+	}
+	return &admitter{base: strings.TrimRight(server, "/"), apiKey: apiKey, client: &http.Client{Timeout: timeout}}, nil
+}
+
+// answer is an HTTP answer, read in full.
+type answer struct {
+	StatusCode int
+	Status     string // "404 Not Found"
+	Header     http.Header
+	Body       []byte
+}
+
+// do sends a request and reads the answer (at most 8 MiB).
+func (a *admitter) do(ctx context.Context, method, path string, header http.Header, body io.Reader) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, body)
+	if err != nil {
+		return answer{}, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	if a.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+a.apiKey)
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return answer{}, a.unreachable(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return answer{}, fmt.Errorf("reading the admitter's answer from %s: %w", a.base, err)
+	}
+	return answer{StatusCode: resp.StatusCode, Status: resp.Status, Header: resp.Header, Body: data}, nil
+}
+
+// unreachable says what to do about a request that got no answer.
+func (a *admitter) unreachable(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("cannot reach the admitter at %s: connection refused (is it running? set --server or $SPILLWAY_SERVER)", a.base)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("the admitter at %s did not answer in time (raise --timeout, or check the admitter's health at %s/readyz)", a.base, a.base)
+	}
+	return fmt.Errorf("cannot reach the admitter at %s: %w (set --server or $SPILLWAY_SERVER)", a.base, err)
+}
+
+// getJSON gets path and decodes a 200 answer into v, returning the raw
+// body too; any other answer is an error built from its problem document.
+func (a *admitter) getJSON(ctx context.Context, path string, v any) ([]byte, error) {
+	ans, err := a.do(ctx, http.MethodGet, path, http.Header{"Accept": {"application/json"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if ans.StatusCode != http.StatusOK {
+		return nil, a.answerError(ans)
+	}
+	if err := json.Unmarshal(ans.Body, v); err != nil {
+		return nil, fmt.Errorf("the admitter at %s answered %s with something that is not the expected JSON: %w (is --server an admitter?)", a.base, path, err)
+	}
+	return ans.Body, nil
+}
+
+// answerError describes an unexpected answer, with its problem document
+// when there is one.
+func (a *admitter) answerError(resp answer) error {
+	p, ok := problemOf(resp.Header.Get("Content-Type"), resp.Body)
+	var b strings.Builder
+	fmt.Fprintf(&b, "the admitter at %s answered %s", a.base, resp.Status)
+	if ok {
+		if p.Title != "" {
+			b.WriteString(": " + p.Title)
+		}
+		if p.Detail != "" {
+			b.WriteString(": " + p.Detail)
+		}
+	}
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		b.WriteString(" (set --api-key or $SPILLWAY_API_KEY)")
+	case http.StatusServiceUnavailable:
+		if ra := retryAfter(resp.Header, p); ra > 0 {
+			b.WriteString(" (retry after " + fmtDur(ra) + ")")
+		}
+	}
+	return &answerError{status: resp.StatusCode, msg: b.String()}
+}
+
+// answerError is an answer of the admitter other than the one expected.
+type answerError struct {
+	status int
+	msg    string
+}
+
+func (e *answerError) Error() string { return e.msg }
+
+// isNotFound reports whether err is a 404 answer.
+func isNotFound(err error) bool {
+	var ae *answerError
+	return errors.As(err, &ae) && ae.status == http.StatusNotFound
+}
+
+// problemOf decodes an RFC 9457 problem document.
+func problemOf(contentType string, body []byte) (api.Problem, bool) {
+	var p api.Problem
+	mt, _, _ := mime.ParseMediaType(contentType)
+	if mt != api.ProblemContentType || json.Unmarshal(body, &p) != nil {
+		return api.Problem{}, false
+	}
+	return p, true
+}
+
+// retryAfter is the problem's retry_after_ms, or else the Retry-After
+// header (seconds or an HTTP date).
+func retryAfter(h http.Header, p api.Problem) time.Duration {
+	if p.RetryAfterMS > 0 {
+		return time.Duration(p.RetryAfterMS) * time.Millisecond
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if d, err := time.ParseDuration(v + "s"); err == nil && d >= 0 {
+		return d
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, time.Until(t))
+	}
+	return 0
+}
+
+// problemReason is the last segment of a problem type URI: "queue-full".
+func problemReason(t string) string { return t[strings.LastIndexByte(t, '/')+1:] }
+
+// writeJSON prints v indented, for --json.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// jsonLine is v as one line of JSON.
+func jsonLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	return append(b, '\n'), err
+}
+
+// fmtDur prints a duration the way people read one: 850ms, 1.2s, 42s,
+// 3m05s, 2h10m, 3d04h.
+func fmtDur(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtDur(-d)
+	}
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Round(time.Millisecond)/time.Millisecond)
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", d.Round(time.Second)/time.Second)
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%02ds", d/time.Minute, d%time.Minute/time.Second)
+	case d < 24*time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%02dm", d/time.Hour, d%time.Hour/time.Minute)
+	}
+	d = d.Round(time.Hour)
+	return fmt.Sprintf("%dd%02dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+}
+
+// fmtClock prints t in now's time zone: the time of day to the
+// millisecond, with the date when it is not now's.
+func fmtClock(t, now time.Time) string {
+	t = t.In(now.Location())
+	if y, m, d := t.Date(); y == now.Year() && m == now.Month() && d == now.Day() {
+		return t.Format("15:04:05.000")
+	}
+	return t.Format("2006-01-02 15:04:05.000")
+}
+
+// isTerminal reports whether r is an interactive terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,491 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+// dlqBundle is a JetStream server with one queue's streams.
+type dlqBundle struct {
+	srv *queuetest.Server
+	js  jetstream.JetStream
+	cfg queue.Config
+	pub *queue.Publisher
+}
+
+func setupDLQ(t *testing.T, capacity int64, dupWindow time.Duration) *dlqBundle {
+	t.Helper()
+	b := &dlqBundle{srv: queuetest.Start(t)}
+	b.js = b.srv.JetStream(t)
+	b.cfg = queue.Config{
+		Name: "email", Capacity: capacity, Memory: true, DuplicateWindow: dupWindow,
+		LeakRate: bucket.Rate{Count: 100, Per: time.Second},
+	}
+	if err := queue.EnsureStreams(t.Context(), b.js, b.cfg); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if b.pub, err = queue.NewPublisher(b.js, 0); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// newJob is a job of the bundle's queue with a payload and a trace header.
+func (b *dlqBundle) newJob(t *testing.T, i int) *queue.Job {
+	t.Helper()
+	id, err := queue.NewJobID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &queue.Job{
+		ID: id, Queue: b.cfg.Name, Key: fmt.Sprintf("tenant-%d", i%2), Cost: 1, EnqueuedAt: time.Now(),
+		Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+		Header:  nats.Header{"Traceparent": {fmt.Sprintf("00-%032d-%016d-01", i, i)}},
+	}
+}
+
+// work runs a real worker on the queue with h until want events of kind
+// happened, then stops it.
+func (b *dlqBundle) work(t *testing.T, kind queue.EventKind, want int, h queue.Handler) {
+	t.Helper()
+	events := make(chan queue.Event, 100)
+	w, err := queue.NewWorker(b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 4, Observe: func(e queue.Event) {
+		if e.Kind == kind {
+			events <- e
+		}
+	}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	deadline := time.After(20 * time.Second)
+	for n := 0; n < want; {
+		select {
+		case <-events:
+			n++
+		case <-deadline:
+			cancel()
+			t.Fatalf("after 20s, %d of %d %v events", n, want, kind)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("worker: %v", err)
+	}
+}
+
+// kill publishes n jobs to READY and lets a worker fail each for good, as
+// a handler that returns retry.Permanent does: they end in DEAD exactly as
+// the worker writes dead letters.
+func (b *dlqBundle) kill(t *testing.T, n int) []*queue.Job {
+	t.Helper()
+	var jobs []*queue.Job
+	for i := range n {
+		j := b.newJob(t, i)
+		if _, err := b.pub.Publish(t.Context(), queue.Ready, j); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	b.work(t, queue.DeadLettered, n, func(_ context.Context, j *queue.Job) error {
+		return retry.Permanent(fmt.Errorf("smtp: 550 mailbox %s unavailable", j.Key))
+	})
+	return jobs
+}
+
+// count is how many messages a stream of the queue holds.
+func (b *dlqBundle) count(t *testing.T, d queue.Destination) uint64 {
+	t.Helper()
+	s, err := b.js.Stream(t.Context(), queue.StreamName(b.cfg.Name, d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// spill runs "spillctl dlq args..." with the clock shifted by shift, and
+// stdin answering confirmations if tty.
+type dlqRun struct {
+	shift time.Duration
+	stdin string
+	tty   bool
+}
+
+func (b *dlqBundle) spill(t *testing.T, r dlqRun, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	d := &dlq{
+		getenv: func(k string) string {
+			if k == "SPILLWAY_NATS_URL" {
+				return b.srv.URL()
+			}
+			return ""
+		},
+		stdin: strings.NewReader(r.stdin), stdout: &out, stderr: &errb,
+		now:         func() time.Time { return time.Now().Add(r.shift) },
+		interactive: func(io.Reader) bool { return r.tty },
+	}
+	err := d.run(t.Context(), args)
+	return out.String(), errb.String(), err
+}
+
+// later is a clock past the streams' 2m duplicate windows.
+var later = dlqRun{shift: 3 * time.Minute}
+
+func TestDLQList(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t, 0, 0)
+	out, _, err := b.spill(t, dlqRun{}, "list", "--queue", "email")
+	if err != nil || !strings.Contains(out, "SPILLWAY_email_DEAD: no dead letters") {
+		t.Fatalf("empty list: %v\n%s", err, out)
+	}
+	jobs := b.kill(t, 3)
+
+	out, _, err = b.spill(t, dlqRun{}, "list", "--queue", "email")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SPILLWAY_email_DEAD: 3 dead letters", "SEQ", "ATTEMPTS", "LAST ERROR", "permanent error", "smtp: 550 mailbox tenant-0 unavailable", jobs[2].ID} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, _, err = b.spill(t, dlqRun{}, "list", "--queue", "email", "--json", "--limit", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Stream      string       `json:"stream"`
+		Total       int          `json:"total"`
+		DeadLetters []deadLetter `json:"dead_letters"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if got.Total != 3 || len(got.DeadLetters) != 2 || got.Stream != "SPILLWAY_email_DEAD" {
+		t.Fatalf("--json --limit 2: %+v", got)
+	}
+	l := got.DeadLetters[0]
+	if l.Attempts != 1 || l.Reason != "permanent error" || l.SourceStream != "SPILLWAY_email_READY" ||
+		l.PayloadBytes != len(`{"n":0}`) || l.DeadAt.IsZero() || l.EnqueuedAt == nil || l.Seq == 0 {
+		t.Fatalf("dead letter %+v", l)
+	}
+	ids := map[string]bool{jobs[0].ID: true, jobs[1].ID: true, jobs[2].ID: true}
+	if !ids[got.DeadLetters[0].ID] || !ids[got.DeadLetters[1].ID] {
+		t.Fatalf("ids %s %s are not the jobs'", got.DeadLetters[0].ID, got.DeadLetters[1].ID)
+	}
+	if out, _, _ := b.spill(t, dlqRun{}, "list", "--queue", "email", "--limit", "1"); !strings.Contains(out, "the oldest 1 shown") {
+		t.Errorf("--limit 1 does not say more exist:\n%s", out)
+	}
+}
+
+// A replayed job is in READY under its own id with a new message id and
+// attempts reset, its dead letter is gone, and a worker runs it.
+func TestDLQReplayToReady(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t, 0, 0)
+	jobs := b.kill(t, 2)
+	byID := map[string]*queue.Job{jobs[0].ID: jobs[0], jobs[1].ID: jobs[1]}
+
+	out, _, err := b.spill(t, later, "replay", "--queue", "email", "--id", jobs[0].ID, "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var rep struct {
+		Results []replayed `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Results) != 1 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	r := rep.Results[0]
+	if r.Kept != "" || r.Warning != "" || r.Stream != "SPILLWAY_email_READY" || r.ID != jobs[0].ID {
+		t.Fatalf("result %+v", r)
+	}
+	if n := b.count(t, queue.Dead); n != 1 {
+		t.Fatalf("%d dead letters after replaying one of 2", n)
+	}
+	ready, err := b.js.Stream(t.Context(), queue.StreamName("email", queue.Ready))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := ready.GetMsg(t.Context(), r.Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := msg.Header
+	if h.Get(queue.HeaderJobID) != jobs[0].ID || h.Get(nats.MsgIdHdr) != fmt.Sprintf("%s:replay:%d", jobs[0].ID, r.DeadSeq) ||
+		h.Get(queue.HeaderAttempt) != "0" || h.Get("Traceparent") != jobs[0].Header.Get("Traceparent") ||
+		h.Get(queue.HeaderDeadReason) != "" || h.Get(queue.HeaderLastError) != "" || h.Get(queue.HeaderSourceSeq) != "" ||
+		string(msg.Data) != string(jobs[0].Payload) || msg.Subject != queue.Subject("email", queue.Ready, jobs[0].Key) {
+		t.Fatalf("replayed message on %s: %v %q", msg.Subject, h, msg.Data)
+	}
+
+	// The rest, in human form.
+	out, _, err = b.spill(t, later, "replay", "--queue", "email", "--all")
+	if err != nil || !strings.Contains(out, "replayed 1 of 1 dead letter to SPILLWAY_email_READY") || !strings.Contains(out, jobs[1].ID) {
+		t.Fatalf("replay --all: %v\n%s", err, out)
+	}
+	if n := b.count(t, queue.Dead); n != 0 {
+		t.Fatalf("%d dead letters after replaying all", n)
+	}
+
+	// A worker runs both again: same ids, payloads and headers, first try.
+	var mu sync.Mutex
+	ran := map[string]queue.Job{}
+	b.work(t, queue.Succeeded, 2, func(_ context.Context, j *queue.Job) error {
+		mu.Lock()
+		ran[j.ID] = *j
+		mu.Unlock()
+		return nil
+	})
+	for id, j := range ran {
+		want := byID[id]
+		if want == nil || string(j.Payload) != string(want.Payload) || j.Attempt != 1 || j.Key != want.Key || j.Header.Get("Traceparent") != want.Header.Get("Traceparent") {
+			t.Errorf("ran %+v, want %+v on its first try", j, want)
+		}
+	}
+	if len(ran) != 2 {
+		t.Fatalf("ran %d jobs, want 2", len(ran))
+	}
+	if out, _, err := b.spill(t, later, "replay", "--queue", "email", "--all"); err != nil || !strings.Contains(out, "no dead letters to replay") {
+		t.Fatalf("replay of nothing: %v %s", err, out)
+	}
+}
+
+// Dead letters younger than the duplicate windows are kept: by default
+// for READY, and even with --force for the backlog.
+func TestDLQReplayGuardsTheDuplicateWindows(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t, 0, 0)
+	jobs := b.kill(t, 1)
+
+	out, _, err := b.spill(t, dlqRun{}, "replay", "--queue", "email", "--all")
+	if code, _ := exitStatus(err); code != exitFailure || !strings.Contains(out, "within DEAD's 2m00s duplicate window") || !strings.Contains(out, "--force") {
+		t.Fatalf("young dead letter: exit %d %v\n%s", code, err, out)
+	}
+	out, _, err = b.spill(t, dlqRun{}, "replay", "--queue", "email", "--all", "--to", "backlog", "--force")
+	if err == nil || !strings.Contains(out, "replay it --to ready") {
+		t.Fatalf("young dead letter to the backlog: %v\n%s", err, out)
+	}
+	if n := b.count(t, queue.Dead); n != 1 {
+		t.Fatalf("%d dead letters after refused replays, want 1", n)
+	}
+	if b.count(t, queue.Ready) != 0 || b.count(t, queue.Backlog) != 0 {
+		t.Fatal("a refused replay published something")
+	}
+	out, _, err = b.spill(t, dlqRun{}, "replay", "--queue", "email", "--id", jobs[0].ID, "--force")
+	if err != nil || b.count(t, queue.Ready) != 1 || b.count(t, queue.Dead) != 0 {
+		t.Fatalf("--force: %v\n%s", err, out)
+	}
+}
+
+// A job replayed to the backlog is drained to READY and runs. The
+// streams' duplicate windows are 100ms here, and the test waits them out:
+// the guard reads each stream's own window (with the default 2m, the
+// drain's copy to READY under the job id would have been dropped).
+func TestDLQReplayToBacklogDrains(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t, 0, 100*time.Millisecond)
+	jobs := b.kill(t, 1)
+	time.Sleep(150 * time.Millisecond) // the windows pass, in JetStream's clock too
+	out, _, err := b.spill(t, dlqRun{}, "replay", "--queue", "email", "--all", "--to", "backlog")
+	if err != nil || b.count(t, queue.Backlog) != 1 || b.count(t, queue.Dead) != 0 {
+		t.Fatalf("replay after the window: %v\n%s", err, out)
+	}
+	ran := make(chan queue.Job, 1)
+	b.work(t, queue.Succeeded, 1, func(_ context.Context, j *queue.Job) error {
+		ran <- *j
+		return nil
+	})
+	if j := <-ran; j.ID != jobs[0].ID || string(j.Payload) != string(jobs[0].Payload) || j.Attempt != 1 {
+		t.Fatalf("ran %+v, want job %s on its first try", j, jobs[0].ID)
+	}
+}
+
+// Whenever the publish fails, the dead letter stays.
+func TestDLQReplayFailureKeepsTheDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t, 1, 0)
+	b.kill(t, 2)
+
+	// The backlog is full (capacity 1).
+	if _, err := b.pub.Publish(t.Context(), queue.Backlog, b.newJob(t, 9)); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := b.spill(t, later, "replay", "--queue", "email", "--all", "--to", "backlog")
+	if err == nil || strings.Count(out, "the backlog is full") != 2 || !strings.Contains(out, "replayed 0 of 2") {
+		t.Fatalf("replay to a full backlog: %v\n%s", err, out)
+	}
+	if n := b.count(t, queue.Dead); n != 2 {
+		t.Fatalf("%d dead letters after failed replays, want 2", n)
+	}
+
+	// READY is gone.
+	if err := b.js.DeleteStream(t.Context(), queue.StreamName("email", queue.Ready)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = b.spill(t, later, "replay", "--queue", "email", "--all")
+	if err == nil || !strings.Contains(err.Error(), "cannot replay to SPILLWAY_email_READY") || !strings.Contains(err.Error(), "the dead letters stay") {
+		t.Fatalf("replay without READY: %v", err)
+	}
+	if n := b.count(t, queue.Dead); n != 2 {
+		t.Fatalf("%d dead letters after a replay without READY, want 2", n)
+	}
+}
+
+func TestDLQPurge(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t, 0, 0)
+	jobs := b.kill(t, 3)
+
+	_, _, err := b.spill(t, dlqRun{}, "purge", "--queue", "email", "--id", jobs[0].ID)
+	if err == nil || !strings.Contains(err.Error(), "stdin is not a terminal") || !strings.Contains(err.Error(), "--yes") {
+		t.Fatalf("purge without a terminal: %v", err)
+	}
+	out, _, err := b.spill(t, dlqRun{}, "purge", "--queue", "email", "--id", jobs[0].ID, "--yes")
+	if err != nil || !strings.Contains(out, "purged 1 dead letter from SPILLWAY_email_DEAD") || b.count(t, queue.Dead) != 2 {
+		t.Fatalf("purge --id --yes: %v\n%s", err, out)
+	}
+	if _, _, err := b.spill(t, dlqRun{}, "purge", "--queue", "email", "--id", jobs[0].ID, "--yes"); err == nil || !strings.Contains(err.Error(), "no dead letter of job") {
+		t.Fatalf("purge of a purged job: %v", err)
+	}
+
+	_, prompt, err := b.spill(t, dlqRun{tty: true, stdin: "n\n"}, "purge", "--queue", "email", "--all")
+	if err == nil || !strings.Contains(prompt, "Purge all 2 dead letters of queue email") || b.count(t, queue.Dead) != 2 {
+		t.Fatalf("purge answered no: %v, prompt %q", err, prompt)
+	}
+	out, _, err = b.spill(t, dlqRun{tty: true, stdin: "y\n"}, "purge", "--queue", "email", "--all", "--json")
+	if err != nil || !strings.Contains(out, `"purged": 2`) || b.count(t, queue.Dead) != 0 {
+		t.Fatalf("purge answered yes: %v\n%s", err, out)
+	}
+	// The stream itself stays, ready for new dead letters.
+	if out, _, err := b.spill(t, dlqRun{}, "list", "--queue", "email"); err != nil || !strings.Contains(out, "no dead letters") {
+		t.Fatalf("list after purge: %v\n%s", err, out)
+	}
+}
+
+func TestDLQMistakes(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t, 0, 0)
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"list"}, exitUsage, "--queue is required"},
+		{[]string{"list", "--queue", "a.b"}, exitUsage, "invalid queue name"},
+		{[]string{"replay", "--queue", "email"}, exitUsage, "give --id ID or --all"},
+		{[]string{"replay", "--queue", "email", "--id", "x", "--all"}, exitUsage, "give --id ID or --all"},
+		{[]string{"replay", "--queue", "email", "--all", "--to", "dead"}, exitUsage, "want ready or backlog"},
+		{[]string{"purge", "--queue", "email"}, exitUsage, "give --id ID or --all"},
+		{[]string{"bury", "--queue", "email"}, exitUsage, "unknown command \"bury\""},
+		{[]string{"list", "--queue", "sms"}, exitFailure, "queue \"sms\" has no dead-letter stream SPILLWAY_sms_DEAD"},
+		{[]string{"replay", "--queue", "email", "--id", "nope"}, exitFailure, "no dead letter of job nope"},
+		{[]string{"list", "--queue", "email", "--nats", "nats://127.0.0.1:1"}, exitFailure, "cannot reach NATS at nats://127.0.0.1:1"},
+	} {
+		_, _, err := b.spill(t, later, c.args...)
+		code, msg := exitStatus(err)
+		if err == nil || code != c.code || !strings.Contains(msg, c.says) {
+			t.Errorf("dlq %v: exit %d %q, want %d and %q", c.args, code, msg, c.code, c.says)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"list", "--help"}, {"replay", "-h"}, {"purge", "--help"}} {
+		out, _, err := b.spill(t, dlqRun{}, args...)
+		if err != nil || !strings.Contains(out, "Usage: spillctl dlq") {
+			t.Errorf("dlq %v: %v\n%s", args, err, out)
+		}
+	}
+	var ee *exitError
+	if _, _, err := b.spill(t, dlqRun{}); !errors.Is(err, errUsageShown) || errors.As(err, &ee) {
+		t.Errorf("dlq without a command: %v", err)
+	}
+}
+
+// putDead stores a dead letter as pkg/queue's worker writes one (dead.go),
+// without running a worker: for tests that need many.
+func (b *dlqBundle) putDead(t *testing.T, j *queue.Job, reason string) {
+	t.Helper()
+	m := nats.NewMsg(queue.Subject(b.cfg.Name, queue.Dead, j.Key))
+	for k, vs := range j.Header {
+		m.Header[k] = vs
+	}
+	if j.ID != "" {
+		m.Header.Set(queue.HeaderJobID, j.ID)
+		m.Header.Set(nats.MsgIdHdr, j.ID)
+	}
+	m.Header.Set(queue.HeaderQueue, j.Queue)
+	m.Header.Set(queue.HeaderKey, j.Key)
+	m.Header.Set(queue.HeaderCost, "1")
+	m.Header.Set(queue.HeaderEnqueuedAt, j.EnqueuedAt.UTC().Format(time.RFC3339Nano))
+	m.Header.Set(queue.HeaderAttempt, "5")
+	m.Header.Set(queue.HeaderDeadReason, reason)
+	m.Header.Set(queue.HeaderLastError, "handler: 500 Internal Server Error")
+	m.Header.Set(queue.HeaderDeadAt, time.Now().UTC().Format(time.RFC3339Nano))
+	m.Header.Set(queue.HeaderSourceStream, queue.StreamName(b.cfg.Name, queue.Ready))
+	m.Header.Set(queue.HeaderSourceSeq, "1")
+	m.Data = j.Payload
+	if _, err := b.js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Listing and replaying read past one fetch batch; a dead letter that is
+// not a job is kept by replay, not lost.
+func TestDLQManyDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t, 0, 0)
+	const n = 700
+	for i := range n {
+		b.putDead(t, b.newJob(t, i), "attempts exhausted (5 of 5)")
+	}
+	b.putDead(t, &queue.Job{Queue: "email", Key: "k", EnqueuedAt: time.Now()}, "invalid job")
+
+	out, _, err := b.spill(t, dlqRun{}, "list", "--queue", "email", "--limit", "0", "--json")
+	var got struct {
+		Total       int          `json:"total"`
+		DeadLetters []deadLetter `json:"dead_letters"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.Total != n+1 || len(got.DeadLetters) != n+1 {
+		t.Fatalf("list --limit 0: %v, total %d, listed %d", err, got.Total, len(got.DeadLetters))
+	}
+	for i, l := range got.DeadLetters {
+		if l.Seq != uint64(i+1) {
+			t.Fatalf("dead letter %d has seq %d: not in stream order", i, l.Seq)
+		}
+	}
+	if out, _, _ := b.spill(t, dlqRun{}, "list", "--queue", "email"); !strings.Contains(out, "701 dead letters, the oldest 50 shown") {
+		t.Fatalf("default limit:\n%.300s", out)
+	}
+
+	out, _, err = b.spill(t, later, "replay", "--queue", "email", "--all")
+	if err == nil || !strings.Contains(out, "replayed 700 of 701") || !strings.Contains(out, "(not a job) (dead letter 701): not a job") {
+		t.Fatalf("replay --all: %v\n%s", err, out[max(0, len(out)-600):])
+	}
+	if b.count(t, queue.Ready) != n || b.count(t, queue.Dead) != 1 {
+		t.Fatalf("after replay: READY %d, DEAD %d", b.count(t, queue.Ready), b.count(t, queue.Dead))
+	}
+}

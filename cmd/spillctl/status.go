@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spillway-dev/spillway/internal/api"
+)
+
+const statusUsage = `Usage: spillctl status ID [--server URL] [--json]
+
+Shows a job's state (admitted, queued, running, succeeded, retrying, dead),
+attempts, last error and times, from the admitter's GET /v1/jobs/{id}.
+
+Examples:
+  spillctl status 0193a5c2-7d1e-7b3a-9f00-5d2c1e4b8a77
+  spillctl status 0193a5c2-7d1e-7b3a-9f00-5d2c1e4b8a77 --json | jq .state
+
+Flags:
+`
+
+// jobStatus is GET /v1/jobs/{id} (DESIGN §3).
+type jobStatus struct {
+	ID         string     `json:"id"`
+	Queue      string     `json:"queue"`
+	State      string     `json:"state"`
+	Attempts   int        `json:"attempts"`
+	LastError  string     `json:"last_error"`
+	EnqueuedAt *time.Time `json:"enqueued_at"`
+	NotBefore  *time.Time `json:"not_before"`
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	UpdatedAt  *time.Time `json:"updated_at"`
+}
+
+func runStatus(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("spillctl status", flag.ContinueOnError)
+	server := serverFlag(fs, getenv)
+	apiKey := apiKeyFlag(fs)
+	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
+	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
+	pos, done, err := parseArgs(fs, args, statusUsage, stdout)
+	if done || err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("spillctl status: want one job ID, got %d arguments (see spillctl status --help)", len(pos))
+	}
+	a, err := newAdmitter("spillctl status", *server, keyOr(*apiKey, getenv), *timeout)
+	if err != nil {
+		return err
+	}
+	var st jobStatus
+	raw, err := a.getJSON(ctx, "/v1/jobs/"+url.PathEscape(pos[0]), &st)
+	if err != nil {
+		if isNotFound(err) {
+			return fmt.Errorf("spillctl status: the admitter at %s knows no job %q (ids are what spillctl submit prints)", a.base, pos[0])
+		}
+		return fmt.Errorf("spillctl status: %w", err)
+	}
+	if *asJSON {
+		return writeRaw(stdout, raw)
+	}
+	fmt.Fprint(stdout, formatJob(st, time.Now()))
+	return nil
+}
+
+// keyOr is the --api-key value, or $SPILLWAY_API_KEY.
+func keyOr(flagValue string, getenv func(string) string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	return getenv("SPILLWAY_API_KEY")
+}
+
+// writeRaw prints a JSON answer indented, keeping every field the
+// admitter sent.
+func writeRaw(w io.Writer, raw []byte) error {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		return err
+	}
+	b.WriteByte('\n')
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// formatJob prints a job's status, one field a line; times in now's zone,
+// with how long ago (or how soon) they are.
+func formatJob(st jobStatus, now time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "job %s\n", st.ID)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  queue\t%s\n", st.Queue)
+	fmt.Fprintf(tw, "  state\t%s\n", st.State)
+	fmt.Fprintf(tw, "  attempts\t%d\n", st.Attempts)
+	if st.LastError != "" {
+		fmt.Fprintf(tw, "  last error\t%s\n", st.LastError)
+	}
+	for _, f := range []struct {
+		name string
+		t    *time.Time
+	}{
+		{"enqueued", st.EnqueuedAt}, {"not before", st.NotBefore}, {"started", st.StartedAt},
+		{"finished", st.FinishedAt}, {"updated", st.UpdatedAt},
+	} {
+		if f.t == nil || f.t.IsZero() {
+			continue
+		}
+		rel := "now"
+		if d := now.Sub(*f.t); d > 0 {
+			rel = fmtDur(d) + " ago"
+		} else if d < 0 {
+			rel = "in " + fmtDur(-d)
+		}
+		fmt.Fprintf(tw, "  %s\t%s  (%s)\n", f.name, fmtClock(*f.t, now), rel)
+	}
+	tw.Flush()
+	return b.String()
+}
+
+const queuesUsage = `Usage: spillctl queues [QUEUE] [--server URL] [--json]
+
+Lists the admitter's queues (GET /v1/queues), or one queue
+(GET /v1/queues/{queue}): backlog depth and capacity, fill, leak rate,
+admitted jobs ready or in flight, the oldest backlog job's age, the time to
+drain the backlog at the leak rate, and dead letters.
+
+Examples:
+  spillctl queues
+  spillctl queues email --json
+
+Flags:
+`
+
+func runQueues(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("spillctl queues", flag.ContinueOnError)
+	server := serverFlag(fs, getenv)
+	apiKey := apiKeyFlag(fs)
+	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
+	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
+	pos, done, err := parseArgs(fs, args, queuesUsage, stdout)
+	if done || err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usageErrorf("spillctl queues: want at most one queue name, got %d arguments", len(pos))
+	}
+	a, err := newAdmitter("spillctl queues", *server, keyOr(*apiKey, getenv), *timeout)
+	if err != nil {
+		return err
+	}
+	var list api.QueueList
+	var raw []byte
+	if len(pos) == 1 {
+		var qi api.QueueInfo
+		raw, err = a.getJSON(ctx, "/v1/queues/"+url.PathEscape(pos[0]), &qi)
+		if isNotFound(err) {
+			return fmt.Errorf("spillctl queues: the admitter at %s has no queue %q (spillctl queues lists them)", a.base, pos[0])
+		}
+		list.Queues = []api.QueueInfo{qi}
+	} else {
+		raw, err = a.getJSON(ctx, "/v1/queues", &list)
+	}
+	if err != nil {
+		return fmt.Errorf("spillctl queues: %w", err)
+	}
+	if *asJSON {
+		return writeRaw(stdout, raw)
+	}
+	fmt.Fprint(stdout, formatQueues(list.Queues))
+	return nil
+}
+
+// formatQueues prints the queue table, and a warning under it for each
+// backlog that has jobs and no worker draining it.
+func formatQueues(qs []api.QueueInfo) string {
+	if len(qs) == 0 {
+		return "no queues (the admitter's config names none)\n"
+	}
+	rows := [][]string{{"QUEUE", "DEPTH/CAP", "FILL", "LEAK", "READY", "IN FLIGHT", "OLDEST", "DRAIN", "DEAD"}}
+	for _, q := range qs {
+		rows = append(rows, []string{
+			q.Name, fmt.Sprintf("%d/%d", q.Depth, q.Capacity), fmtFill(q.Fill), orDash(q.LeakRate),
+			fmt.Sprint(q.Ready), fmt.Sprint(q.InFlight),
+			msOrDash(q.OldestAgeMS, q.Depth), msOrDash(q.EstimatedDrainMS, q.Depth), fmt.Sprint(q.Dead),
+		})
+	}
+	var b strings.Builder
+	b.WriteString(table(rows))
+	for _, w := range queueWarnings(qs) {
+		b.WriteString(w + "\n")
+	}
+	return b.String()
+}
+
+// queueWarnings are what a person should act on.
+func queueWarnings(qs []api.QueueInfo) []string {
+	var ws []string
+	for _, q := range qs {
+		if q.Depth > 0 && q.BacklogPullers == 0 {
+			ws = append(ws, fmt.Sprintf("! %s: %d jobs wait in the backlog and no worker is pulling it (start a worker for this queue)", q.Name, q.Depth))
+		}
+		if q.Dead > 0 {
+			ws = append(ws, fmt.Sprintf("! %s: %d dead letters (spillctl dlq list --queue %s)", q.Name, q.Dead, q.Name))
+		}
+	}
+	return ws
+}
+
+func fmtFill(f float64) string {
+	if f > 0 && f < 0.001 {
+		return "<0.1%"
+	}
+	return fmt.Sprintf("%.1f%%", 100*f)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// msOrDash prints a time in milliseconds, or "-" for an empty backlog.
+func msOrDash(ms, depth int64) string {
+	if depth == 0 {
+		return "-"
+	}
+	return fmtDur(time.Duration(ms) * time.Millisecond)
+}
+
+// table lays rows out in columns: the first aligned left (a name), the
+// others right (numbers).
+func table(rows [][]string) string {
+	align := "l"
+	if len(rows) > 0 {
+		align += strings.Repeat("r", len(rows[0])-1)
+	}
+	return layout(rows, align)
+}
+
+// layout lays rows out in columns two spaces apart, column i aligned left
+// or right as align[i] is 'l' or 'r'. The last column is not padded.
+func layout(rows [][]string, align string) string {
+	var widths []int
+	for _, r := range rows {
+		for i, c := range r {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		for i, c := range r {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			switch {
+			case i < len(align) && align[i] == 'r':
+				b.WriteString(pad + c)
+			case i == len(r)-1:
+				b.WriteString(c)
+			default:
+				b.WriteString(c + pad)
+			}
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
