@@ -75,7 +75,7 @@ type Service struct {
 
 // Start brings the admitter up: when it returns without error both doors
 // take submissions.
-func Start(ctx context.Context, o Options) (s *Service, err error) {
+func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if o.Config == nil {
 		return nil, errors.New("admitterd: no config")
 	}
@@ -87,7 +87,7 @@ func Start(ctx context.Context, o Options) (s *Service, err error) {
 		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	cfg := o.Config
-	s = &Service{o: o, log: o.Logger, errc: make(chan error, 4), ensure: map[string]bool{}, writes: make(chan jobstatus.Record, 4096)}
+	s := &Service{o: o, log: o.Logger, errc: make(chan error, 4), ensure: map[string]bool{}, writes: make(chan jobstatus.Record, 4096)}
 	defer func() {
 		if err != nil {
 			s.closeAll()
@@ -95,7 +95,15 @@ func Start(ctx context.Context, o Options) (s *Service, err error) {
 	}()
 	url := cfg.NATS.URL
 	if o.Dev {
-		if s.dev, err = devnats.Start(cfg.NATS.Listen, cfg.NATS.StoreDir); err != nil {
+		listen := cfg.NATS.Listen
+		if listen == config.DefaultNATSListen && portTaken(listen) {
+			// A NATS server already runs here (a system service, say):
+			// dev mode must not touch it, and the default is only a
+			// default, so take a free port and say which.
+			s.log.Warn("dev mode: " + listen + " is taken; the embedded NATS server takes a free port (set nats.listen or --nats-listen to choose)")
+			listen = "127.0.0.1:0"
+		}
+		if s.dev, err = devnats.Start(listen, cfg.NATS.StoreDir); err != nil {
 			return nil, err
 		}
 		url = s.dev.URL()
@@ -330,4 +338,14 @@ func (s *Service) closeAll() {
 	if s.dev != nil {
 		s.dev.Shutdown()
 	}
+}
+
+// portTaken reports whether something accepts connections at addr.
+func portTaken(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
 }

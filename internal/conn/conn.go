@@ -25,7 +25,9 @@ func NATS(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("disconnected from NATS; reconnecting", "err", err)
+			if err != nil { // nil: our own Close or Drain
+				log.Warn("disconnected from NATS; reconnecting", "err", err)
+			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "url", c.ConnectedUrl()) }),
 	}
