@@ -162,6 +162,13 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if cost < 1 {
 		return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
 	}
+	for i, l := range q.Limits {
+		// No wait would ever admit it: the request's fault, not a limit.
+		if quota := l.Limit.Quota(); cost > quota {
+			return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
+				Detail: fmt.Sprintf("cost %d: limit tier %d (%s) never grants more than %d", cost, i, l.Limit, quota)}
+		}
+	}
 	tiers, jobKey, err := tiersFor(q, r)
 	if err != nil {
 		return Answer{}, err
