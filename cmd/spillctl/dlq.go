@@ -244,24 +244,37 @@ func (q *deadQueue) scan(ctx context.Context, now time.Time, fn func(deadLetter)
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", q.info.Config.Name, err)
 		}
-		n := 0
+		// The batch is read to its end even after the last wanted message,
+		// so that the fetch's goroutine ends before the connection closes.
+		n, done, mdErr := 0, false, error(nil)
 		for m := range batch.Messages() {
 			n++
+			if done {
+				continue
+			}
 			md, err := m.Metadata()
 			if err != nil {
-				return fmt.Errorf("reading %s: %w", q.info.Config.Name, err)
+				done, mdErr = true, err
+				continue
 			}
 			seq := md.Sequence.Stream
 			if seq > last {
-				return nil
+				done = true
+				continue
 			}
 			size, _ := strconv.Atoi(m.Headers().Get("Nats-Msg-Size"))
 			if !fn(letterOf(seq, m.Headers(), md.Timestamp, size, now)) || seq == last || md.NumPending == 0 {
-				return nil
+				done = true
 			}
+		}
+		if mdErr != nil {
+			return fmt.Errorf("reading %s: %w", q.info.Config.Name, mdErr)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return fmt.Errorf("reading %s: %w", q.info.Config.Name, err)
+		}
+		if done {
+			return nil
 		}
 		if n == 0 {
 			return ctx.Err() // nothing left (some were deleted meanwhile)
