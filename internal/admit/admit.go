@@ -79,6 +79,9 @@ type Error struct {
 	Field      string
 	RetryAfter time.Duration
 	Err        error
+	// mayBeStored: the job was sent to JetStream and may be stored though
+	// no PubAck said so; a retry must reuse its id.
+	mayBeStored bool
 }
 
 func (e *Error) Error() string {
@@ -253,7 +256,7 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 	case err != nil:
 		// Not stored, or not known to be: the units stay taken (a retry
 		// with the same idempotency key stores the job at most once).
-		return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "storing the job in JetStream", RetryAfter: time.Second, Err: err}
+		return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "storing the job in JetStream", RetryAfter: time.Second, Err: err, mayBeStored: true}
 	}
 	ans.Reply.ID = id
 	if dest == queue.Ready {

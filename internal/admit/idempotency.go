@@ -123,7 +123,8 @@ func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *api.Su
 }
 
 // Settle records the answer of a claim: kept if the job was stored,
-// released otherwise.
+// left for a retry to take over with the same id if it may have been
+// stored, released otherwise.
 func (i *Idempotency) Settle(c *claim, reply api.SubmitReply, err error) {
 	// The caller may have gone; the record must still be settled.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -132,6 +133,17 @@ func (i *Idempotency) Settle(c *claim, reply api.SubmitReply, err error) {
 		b, _ := json.Marshal(idemRecord{ID: c.id, At: i.now(), Reply: &reply})
 		if _, uerr := i.kv.Update(ctx, c.key, b, c.rev); uerr != nil {
 			i.logger.Warn("admit: recording an idempotent answer", "job", c.id, "err", uerr)
+		}
+		return
+	}
+	var e *Error
+	if errors.As(err, &e) && e.mayBeStored {
+		// The job may be stored under c.id: keep the id, as a claim that
+		// is stale at once, so that a retry takes it over and publishes
+		// the job again under the same id, which JetStream deduplicates.
+		b, _ := json.Marshal(idemRecord{ID: c.id})
+		if _, uerr := i.kv.Update(ctx, c.key, b, c.rev); uerr != nil {
+			i.logger.Warn("admit: keeping the id of a job that may be stored", "job", c.id, "err", uerr)
 		}
 		return
 	}
