@@ -31,7 +31,10 @@ func (p *positions) position(q string, seq uint64) int64 {
 	p.mu.Lock()
 	first, ok := p.first[q]
 	p.mu.Unlock()
-	if !ok || first == 0 || seq < first {
+	if first == 0 {
+		first = 1 // a backlog that never held a job starts at sequence 1
+	}
+	if !ok || seq < first {
 		return 1
 	}
 	return int64(seq-first) + 1
