@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -50,6 +51,11 @@ READY stream (or its backlog, drained at the leak rate) with its payload,
 headers and job id, attempts reset to 0 and enqueued now. Only once
 JetStream has acknowledged the copy is the dead letter deleted: if the
 publish fails, the dead letter stays and the command exits 1.
+
+If the admitter keeps job status (the spillway-jobs bucket), the job's
+record is reset to admitted (or queued) with 0 attempts before the publish,
+so that "spillctl status" follows the new run, and put back if the publish
+fails.
 
 The copy gets a new Nats-Msg-Id (<job id>:replay:<dead letter seq>): the
 job id itself may still be in the stream's duplicate window, where it would
@@ -373,6 +379,9 @@ type replayed struct {
 	Kept string `json:"kept,omitempty"`
 	// Warning: replayed, but the dead letter could not be deleted.
 	Warning string `json:"warning,omitempty"`
+	// Note: replayed, but the job's status record could not be reset
+	// (status is advisory; the job itself is safe).
+	Note string `json:"note,omitempty"`
 }
 
 func (d *dlq) replay(ctx context.Context, args []string) error {
@@ -439,7 +448,14 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 		return fmt.Errorf("spillctl dlq replay: no dead letter of job %s in %s (spillctl dlq list --queue %s shows them)", *id, q.info.Config.Name, q.name)
 	}
 
-	r := replayer{q: q, dest: dest, destName: destName, deadDup: q.info.Config.Duplicates, readyDup: readyDup, destDup: destDup, force: *force}
+	status, err := q.statusStore(ctx)
+	if err != nil {
+		fmt.Fprintf(d.stderr, "spillctl dlq replay: job status records will not be reset: %v\n", err)
+	}
+	r := replayer{
+		q: q, dest: dest, destName: destName, status: status,
+		deadDup: q.info.Config.Duplicates, readyDup: readyDup, destDup: destDup, force: *force,
+	}
 	var results []replayed
 	failed := 0
 	for _, l := range targets {
@@ -495,6 +511,8 @@ func formatReplayed(r replayed) string {
 		return fmt.Sprintf("kept      %s (dead letter %d): %s", id, r.DeadSeq, r.Kept)
 	case r.Warning != "":
 		return fmt.Sprintf("replayed  %s → %s seq %d, but: %s", id, r.Stream, r.Seq, r.Warning)
+	case r.Note != "":
+		return fmt.Sprintf("replayed  %s → %s seq %d (%s)", id, r.Stream, r.Seq, r.Note)
 	}
 	return fmt.Sprintf("replayed  %s → %s seq %d", id, r.Stream, r.Seq)
 }
@@ -504,6 +522,7 @@ type replayer struct {
 	q        *deadQueue
 	dest     queue.Destination
 	destName string
+	status   *jobstatus.Store // nil: the admitter keeps no job status
 	// The streams' duplicate windows (see dlqReplayUsage).
 	deadDup, readyDup, destDup time.Duration
 	force                      bool
@@ -569,8 +588,10 @@ func (r *replayer) replayOne(ctx context.Context, l deadLetter, now time.Time) r
 	// duplicate window; the same for every replay of this dead letter.
 	m.Header.Set(nats.MsgIdHdr, job.ID+":replay:"+strconv.FormatUint(l.Seq, 10))
 	m.Data = raw.Data
+	restore, note := r.resetStatus(octx, job, l, now)
 	ack, err := r.q.js.PublishMsg(octx, m, jetstream.WithExpectStream(r.destName))
 	if err != nil {
+		restore()
 		res.Kept = fmt.Sprintf("publishing to %s failed: %v", r.destName, err)
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
@@ -583,12 +604,63 @@ func (r *replayer) replayOne(ctx context.Context, l deadLetter, now time.Time) r
 		}
 		return res
 	}
-	res.Stream, res.Seq = ack.Stream, ack.Sequence
+	res.Stream, res.Seq, res.Note = ack.Stream, ack.Sequence, note
 	if err := r.q.dead.DeleteMsg(octx, l.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		res.Warning = fmt.Sprintf("deleting dead letter %d failed (%v): it is still listed, and replaying it again within %s stores nothing new; delete it with spillctl dlq purge --queue %s --id %s --yes",
 			l.Seq, err, fmtDur(r.destDup), r.q.name, job.ID)
 	}
 	return res
+}
+
+// statusStore opens the admitter's job-status bucket with the settings it
+// has — so that opening changes nothing — or returns nil when there is none.
+func (q *deadQueue) statusStore(ctx context.Context) (*jobstatus.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	kv, err := q.js.KeyValue(ctx, jobstatus.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", jobstatus.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", jobstatus.Bucket, err)
+	}
+	cfg := st.Config()
+	return jobstatus.Open(ctx, q.js, cfg.TTL, cfg.Replicas)
+}
+
+// resetStatus makes the job's status record say it was just admitted (or
+// queued) with no tries yet: workers only ever advance a record, and would
+// leave a dead one dead. restore puts back what was there, for a replay
+// that failed. Status is advisory: a failure is a note, not an error.
+func (r *replayer) resetStatus(ctx context.Context, job queue.Job, l deadLetter, now time.Time) (restore func(), note string) {
+	restore = func() {}
+	if r.status == nil || jobstatus.ValidateID(job.ID) != nil {
+		return restore, ""
+	}
+	prev, err := r.status.Get(ctx, job.ID)
+	switch {
+	case errors.Is(err, jobstatus.ErrNotFound):
+		// Expired: what it would say is that the job is dead.
+		prev = jobstatus.Record{
+			ID: job.ID, Queue: job.Queue, State: jobstatus.Dead, Attempts: l.Attempts, LastError: l.LastError,
+			EnqueuedAt: job.EnqueuedAt, FinishedAt: l.DeadAt, UpdatedAt: l.DeadAt,
+		}
+	case err != nil:
+		return restore, "its status record was not reset: " + err.Error()
+	}
+	state := jobstatus.Admitted
+	if r.dest == queue.Backlog {
+		state = jobstatus.Queued
+	}
+	reset := jobstatus.Record{ID: job.ID, Queue: job.Queue, State: state, LastError: prev.LastError, EnqueuedAt: now, UpdatedAt: now}
+	if err := r.status.Put(ctx, reset); err != nil {
+		return restore, "its status record was not reset: " + err.Error()
+	}
+	return func() { _ = r.status.Put(context.WithoutCancel(ctx), prev) }, ""
 }
 
 func (d *dlq) purge(ctx context.Context, args []string) error {

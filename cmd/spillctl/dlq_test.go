@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -27,6 +28,8 @@ type dlqBundle struct {
 	js  jetstream.JetStream
 	cfg queue.Config
 	pub *queue.Publisher
+	// observe, if set, also sees the workers' events.
+	observe func(queue.Event)
 }
 
 func setupDLQ(t *testing.T, capacity int64, dupWindow time.Duration) *dlqBundle {
@@ -66,7 +69,11 @@ func (b *dlqBundle) newJob(t *testing.T, i int) *queue.Job {
 func (b *dlqBundle) work(t *testing.T, kind queue.EventKind, want int, h queue.Handler) {
 	t.Helper()
 	events := make(chan queue.Event, 100)
-	w, err := queue.NewWorker(b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 4, Observe: func(e queue.Event) {
+	policy := retry.Policy{MaxAttempts: 2, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+	w, err := queue.NewWorker(b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 4, Retry: policy, Observe: func(e queue.Event) {
+		if b.observe != nil {
+			b.observe(e)
+		}
 		if e.Kind == kind {
 			events <- e
 		}
@@ -93,9 +100,47 @@ func (b *dlqBundle) work(t *testing.T, kind queue.EventKind, want int, h queue.H
 	}
 }
 
-// kill publishes n jobs to READY and lets a worker fail each for good, as
-// a handler that returns retry.Permanent does: they end in DEAD exactly as
-// the worker writes dead letters.
+// withStatus makes the bundle's workers keep job status records, as the
+// worker binary does, and returns the store.
+func (b *dlqBundle) withStatus(t *testing.T) *jobstatus.Store {
+	t.Helper()
+	st, err := jobstatus.Open(t.Context(), b.js, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := jobstatus.NewRecorder(st, nil, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("recorder: %v", err)
+		}
+	})
+	b.observe = rec.Observe
+	return st
+}
+
+// waitStatus polls job id's record until it is in state, failing after
+// 10s (the recorder writes asynchronously).
+func waitStatus(t *testing.T, st *jobstatus.Store, id string, state jobstatus.State) jobstatus.Record {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := st.Get(t.Context(), id)
+		if err == nil && rec.State == state {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: not %s after 10s: %+v %v", id, state, rec, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// kill publishes n jobs to READY and lets a worker fail each twice, its
+// last try: they end in DEAD exactly as the worker writes dead letters.
 func (b *dlqBundle) kill(t *testing.T, n int) []*queue.Job {
 	t.Helper()
 	var jobs []*queue.Job
@@ -107,7 +152,7 @@ func (b *dlqBundle) kill(t *testing.T, n int) []*queue.Job {
 		jobs = append(jobs, j)
 	}
 	b.work(t, queue.DeadLettered, n, func(_ context.Context, j *queue.Job) error {
-		return retry.Permanent(fmt.Errorf("smtp: 550 mailbox %s unavailable", j.Key))
+		return fmt.Errorf("smtp: 550 mailbox %s unavailable", j.Key)
 	})
 	return jobs
 }
@@ -168,7 +213,7 @@ func TestDLQList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"SPILLWAY_email_DEAD: 3 dead letters", "SEQ", "ATTEMPTS", "LAST ERROR", "permanent error", "smtp: 550 mailbox tenant-0 unavailable", jobs[2].ID} {
+	for _, want := range []string{"SPILLWAY_email_DEAD: 3 dead letters", "SEQ", "ATTEMPTS", "LAST ERROR", "attempts exhausted (2 of 2)", "smtp: 550 mailbox tenant-0 unavailable", jobs[2].ID} {
 		if !strings.Contains(out, want) {
 			t.Errorf("list lacks %q:\n%s", want, out)
 		}
@@ -190,7 +235,7 @@ func TestDLQList(t *testing.T) {
 		t.Fatalf("--json --limit 2: %+v", got)
 	}
 	l := got.DeadLetters[0]
-	if l.Attempts != 1 || l.Reason != "permanent error" || l.SourceStream != "SPILLWAY_email_READY" ||
+	if l.Attempts != 2 || l.Reason != "attempts exhausted (2 of 2)" || l.SourceStream != "SPILLWAY_email_READY" ||
 		l.PayloadBytes != len(`{"n":0}`) || l.DeadAt.IsZero() || l.EnqueuedAt == nil || l.Seq == 0 {
 		t.Fatalf("dead letter %+v", l)
 	}
@@ -208,8 +253,10 @@ func TestDLQList(t *testing.T) {
 func TestDLQReplayToReady(t *testing.T) {
 	t.Parallel()
 	b := setupDLQ(t, 0, 0)
+	st := b.withStatus(t)
 	jobs := b.kill(t, 2)
 	byID := map[string]*queue.Job{jobs[0].ID: jobs[0], jobs[1].ID: jobs[1]}
+	waitStatus(t, st, jobs[0].ID, jobstatus.Dead)
 
 	out, _, err := b.spill(t, later, "replay", "--queue", "email", "--id", jobs[0].ID, "--json")
 	if err != nil {
@@ -227,6 +274,11 @@ func TestDLQReplayToReady(t *testing.T) {
 	}
 	if n := b.count(t, queue.Dead); n != 1 {
 		t.Fatalf("%d dead letters after replaying one of 2", n)
+	}
+	// Its status starts over: a worker only advances a record, and its
+	// first try is behind the dead record's second.
+	if rec, err := st.Get(t.Context(), jobs[0].ID); err != nil || rec.State != jobstatus.Admitted || rec.Attempts != 0 || !strings.Contains(rec.LastError, "smtp: 550") {
+		t.Fatalf("status after replay: %+v %v", rec, err)
 	}
 	ready, err := b.js.Stream(t.Context(), queue.StreamName("email", queue.Ready))
 	if err != nil {
@@ -270,6 +322,11 @@ func TestDLQReplayToReady(t *testing.T) {
 	}
 	if len(ran) != 2 {
 		t.Fatalf("ran %d jobs, want 2", len(ran))
+	}
+	for _, j := range jobs {
+		if rec := waitStatus(t, st, j.ID, jobstatus.Succeeded); rec.Attempts != 1 {
+			t.Errorf("status of %s after its rerun: %+v", j.ID, rec)
+		}
 	}
 	if out, _, err := b.spill(t, later, "replay", "--queue", "email", "--all"); err != nil || !strings.Contains(out, "no dead letters to replay") {
 		t.Fatalf("replay of nothing: %v %s", err, out)
@@ -330,7 +387,9 @@ func TestDLQReplayToBacklogDrains(t *testing.T) {
 func TestDLQReplayFailureKeepsTheDeadLetter(t *testing.T) {
 	t.Parallel()
 	b := setupDLQ(t, 1, 0)
-	b.kill(t, 2)
+	st := b.withStatus(t)
+	jobs := b.kill(t, 2)
+	waitStatus(t, st, jobs[0].ID, jobstatus.Dead)
 
 	// The backlog is full (capacity 1).
 	if _, err := b.pub.Publish(t.Context(), queue.Backlog, b.newJob(t, 9)); err != nil {
@@ -342,6 +401,11 @@ func TestDLQReplayFailureKeepsTheDeadLetter(t *testing.T) {
 	}
 	if n := b.count(t, queue.Dead); n != 2 {
 		t.Fatalf("%d dead letters after failed replays, want 2", n)
+	}
+	for _, j := range jobs { // reset for the attempt, then put back
+		if rec, err := st.Get(t.Context(), j.ID); err != nil || rec.State != jobstatus.Dead || rec.Attempts != 2 {
+			t.Fatalf("status after a failed replay: %+v %v", rec, err)
+		}
 	}
 
 	// READY is gone.
