@@ -306,7 +306,7 @@ func formatBench(s benchSummary) string {
 	if s.Interrupted {
 		fmt.Fprintf(&b, "interrupted: the figures cover what was answered (%d jobs abandoned)\n", s.Canceled)
 	}
-	fmt.Fprintf(&b, "sent        %d in %.1fs", s.Sent, s.Elapsed)
+	fmt.Fprintf(&b, "sent        %d in %s", s.Sent, fmtDur(time.Duration(s.Elapsed*float64(time.Second))))
 	if s.Mode == "open" {
 		fmt.Fprintf(&b, "  (late %d, unsent %d, max send lag %s)", s.Late, s.Unsent, ns(s.MaxSendLagMS))
 	}

@@ -303,7 +303,7 @@ func replyError(rep api.SubmitReply, via string) string {
 	case api.ProblemUnauthorized:
 		msg += " (set --api-key or $SPILLWAY_API_KEY)"
 	case api.ProblemNotFound:
-		msg += fmt.Sprintf(" (no queue %q? spillctl queues lists them)", rep.Queue)
+		msg += " (see spillctl queues)"
 	case api.ProblemBadKey:
 		msg += " (send the header your limits key on, e.g. --header X-Api-Key=k1)"
 	case api.ProblemBadCost:
