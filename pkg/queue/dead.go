@@ -44,10 +44,11 @@ type deadLetter struct {
 }
 
 // publish stores the dead letter and waits for JetStream's acknowledgement.
-// Its Nats-Msg-Id is the job's id (or, for a message that is no job, its
-// place in the source stream), so a worker that dies between this and its
-// ack of the source message, and whose successor moves the job again,
-// stores it once.
+// Its Nats-Msg-Id is the message's place in the source stream, so a worker
+// that dies between this and its ack of the source message, and whose
+// successor moves the job again, stores it once. Not the job's id: a job
+// replayed from DEAD that dies again within the duplicate window would be
+// dropped as a duplicate of its first dead letter — and acked, so lost.
 func (d *deadLetter) publish(ctx context.Context, js jetstream.JetStream, now time.Time) error {
 	token := d.subject[strings.LastIndexByte(d.subject, '.')+1:]
 	m := nats.NewMsg("spillway." + Dead.String() + "." + d.queue + "." + token)
@@ -57,11 +58,7 @@ func (d *deadLetter) publish(ctx context.Context, js jetstream.JetStream, now ti
 		}
 		m.Header[k] = append([]string(nil), vs...)
 	}
-	id := d.header.Get(HeaderJobID)
-	if id == "" {
-		id = d.stream + ":" + strconv.FormatUint(d.seq, 10)
-	}
-	m.Header.Set(nats.MsgIdHdr, id)
+	m.Header.Set(nats.MsgIdHdr, d.stream+":"+strconv.FormatUint(d.seq, 10))
 	m.Header.Set(HeaderAttempt, strconv.Itoa(d.attempts))
 	m.Header.Set(HeaderDeadReason, d.reason)
 	if d.err != nil {
@@ -72,7 +69,7 @@ func (d *deadLetter) publish(ctx context.Context, js jetstream.JetStream, now ti
 	m.Header.Set(HeaderSourceSeq, strconv.FormatUint(d.seq, 10))
 	m.Data = d.data
 	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamName(d.queue, Dead))); err != nil {
-		return fmt.Errorf("queue: dead-lettering job %s of queue %s: %w", id, d.queue, err)
+		return fmt.Errorf("queue: dead-lettering job %s (%s #%d) of queue %s: %w", d.header.Get(HeaderJobID), d.stream, d.seq, d.queue, err)
 	}
 	return nil
 }

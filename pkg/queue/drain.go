@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ import (
 //     by another worker goes first, and per-key FIFO holds across
 //     processes.
 //   - It then books a start from the Pacer — shared by all workers — sleeps
-//     until the booked time, copies the job to READY (Nats-Msg-Id = job id)
+//     until the booked time, copies the job to READY (Nats-Msg-Id = its backlog stream and sequence)
 //     and acks it in the backlog. A crash between the copy and the ack makes
 //     the next holder copy it again, which JetStream's duplicate window
 //     turns into nothing.
@@ -308,7 +309,9 @@ func (d *drainer) release(ctx context.Context, h *heldJob, raw *jetstream.RawStr
 			m.Header[k] = vs
 		}
 	}
-	m.Header.Set(nats.MsgIdHdr, h.job.ID)
+	// The backlog place, not the job id: a job replayed into the backlog
+	// keeps its id and must not be taken for its own earlier move.
+	m.Header.Set(nats.MsgIdHdr, StreamName(d.w.cfg.Queue.Name, Backlog)+":"+strconv.FormatUint(raw.Sequence, 10))
 	m.Data = raw.Data
 	stored, err := d.w.js.PublishMsg(sctx, m, jetstream.WithExpectStream(StreamName(d.w.cfg.Queue.Name, Ready)))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -419,5 +420,52 @@ func TestWorkerConfigErrorsNameTheField(t *testing.T) {
 	js := queuetest.Start(t).JetStream(t)
 	if _, err := queue.NewWorker(js, queue.WorkerConfig{Queue: q}, nil); !errors.Is(err, queue.ErrInvalidConfig) {
 		t.Errorf("nil handler: %v", err)
+	}
+}
+
+// A job replayed from DEAD (same job id, a new Nats-Msg-Id) that dies again
+// within the duplicate window gets a second dead letter: the dead letter's
+// message id is its source place, not the job id, so it is not dropped as
+// a duplicate of the first — and the job is never acked into nowhere.
+func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, testQueue("again"))
+	rec := newRecorder()
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe},
+		func(ctx context.Context, j *queue.Job) error {
+			rec.started(j)
+			return retry.Permanent(errors.New("still broken"))
+		})
+	j := newJob(t, "again", "k")
+	if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, 20*time.Second, "the first dead letter", func() bool { return rec.count(queue.DeadLettered) == 1 })
+	first := deadLetters(t, ctx, b.js, "again")
+	if len(first) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(first))
+	}
+	// Replay as spillctl does: the same job, a new message id.
+	m := nats.NewMsg(queue.Subject("again", queue.Ready, j.Key))
+	for k, vs := range first[0].Header {
+		if !strings.HasPrefix(k, "Nats-") && !strings.HasPrefix(k, "Spillway-Dead") {
+			m.Header[k] = vs
+		}
+	}
+	m.Header.Set(queue.HeaderAttempt, "0")
+	m.Header.Set(nats.MsgIdHdr, j.ID+":replay:1")
+	m.Data = first[0].Data
+	if _, err := b.js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, 20*time.Second, "the second dead letter", func() bool { return rec.count(queue.DeadLettered) == 2 })
+	dead := deadLetters(t, ctx, b.js, "again")
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters after the replay died again, want 2 (the second was dropped as a duplicate: the job is lost)", len(dead))
+	}
+	for _, d := range dead {
+		if id := d.Header.Get(queue.HeaderJobID); id != j.ID {
+			t.Errorf("dead letter of job %q, want %q", id, j.ID)
+		}
 	}
 }
