@@ -44,7 +44,7 @@ Examples:
 Flags:
 `
 
-const dlqReplayUsage = `Usage: spillctl dlq replay --queue Q (--id ID | --all) [--to ready|backlog] [--force]
+const dlqReplayUsage = `Usage: spillctl dlq replay --queue Q (--id ID | --all) [--to ready|backlog]
 
 Puts dead letters back to work: each is published again to the queue's
 READY stream (or its backlog, drained at the leak rate) with its payload,
@@ -60,14 +60,9 @@ fails.
 The copy gets a new Nats-Msg-Id (<job id>:replay:<dead letter seq>): the
 job id itself may still be in the stream's duplicate window, where it would
 be dropped as a duplicate. Replaying the same dead letter twice stores it
-once while that window lasts.
-
-Dead letters younger than the DEAD stream's duplicate window (2m by
-default) are kept unless --force: a worker dead-letters a job under its job
-id, so if a replayed job failed again within that window its new dead
-letter would be dropped as a duplicate, and the job lost. For --to backlog
-the same holds for the READY stream's window, and --force does not lift it:
-the backlog drain moves jobs to READY under their job id.
+once while that window lasts. (Workers move jobs to DEAD and from the
+backlog to READY under the message's stream place, not its job id, so a
+replayed job that fails again is dead-lettered again.)
 
 Examples:
   spillctl dlq replay --queue email --id 0193a5c2-7d1e-7b3a-9f00-5d2c1e4b8a77
@@ -389,7 +384,6 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 	id := fs.String("id", "", "replay the dead letters of the job with this `ID`")
 	all := fs.Bool("all", false, "replay every dead letter of the queue")
 	to := fs.String("to", "ready", "`DEST`: ready (run now) | backlog (drained at the leak rate)")
-	force := fs.Bool("force", false, "replay dead letters younger than the DEAD stream's duplicate window too (see above)")
 	if done, err := d.parse(fs, f, args, dlqReplayUsage); done || err != nil {
 		return err
 	}
@@ -415,15 +409,9 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 	destName := queue.StreamName(q.name, dest)
 	octx, cancel := context.WithTimeout(ctx, apiTimeout)
 	ds, err := q.js.Stream(octx, destName)
-	var readyDup, destDup time.Duration
+	var destDup time.Duration
 	if err == nil {
 		destDup = ds.CachedInfo().Config.Duplicates
-		readyDup = destDup
-		if dest != queue.Ready {
-			if rs, rerr := q.js.Stream(octx, queue.StreamName(q.name, queue.Ready)); rerr == nil {
-				readyDup = rs.CachedInfo().Config.Duplicates
-			}
-		}
 	}
 	cancel()
 	if err != nil {
@@ -454,7 +442,7 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 	}
 	r := replayer{
 		q: q, dest: dest, destName: destName, status: status,
-		deadDup: q.info.Config.Duplicates, readyDup: readyDup, destDup: destDup, force: *force,
+		destDup: destDup,
 	}
 	var results []replayed
 	failed := 0
@@ -523,9 +511,8 @@ type replayer struct {
 	dest     queue.Destination
 	destName string
 	status   *jobstatus.Store // nil: the admitter keeps no job status
-	// The streams' duplicate windows (see dlqReplayUsage).
-	deadDup, readyDup, destDup time.Duration
-	force                      bool
+	// The destination's duplicate window.
+	destDup time.Duration
 }
 
 // deadHeaders are the headers a worker adds to a dead letter; a replayed
@@ -559,18 +546,6 @@ func (r *replayer) replayOne(ctx context.Context, l deadLetter, now time.Time) r
 		res.Kept = fmt.Sprintf("it is a job of queue %q, not %q", job.Queue, r.q.name)
 		return res
 	}
-	age := now.Sub(raw.Time)
-	if r.dest == queue.Backlog && age < r.readyDup && raw.Header.Get(queue.HeaderSourceStream) == queue.StreamName(r.q.name, queue.Ready) {
-		res.Kept = fmt.Sprintf("it left READY %s ago and READY remembers its job id for %s: the backlog drain, which moves jobs to READY under their id, would drop it as a duplicate; replay it --to ready, or to the backlog after %s",
-			fmtDur(age), fmtDur(r.readyDup), fmtClock(raw.Time.Add(r.readyDup), now))
-		return res
-	}
-	if !r.force && age < r.deadDup {
-		res.Kept = fmt.Sprintf("it died %s ago, within DEAD's %s duplicate window: were it to fail again now, its new dead letter would be dropped as a duplicate and the job lost; replay after %s, or pass --force",
-			fmtDur(age), fmtDur(r.deadDup), fmtClock(raw.Time.Add(r.deadDup), now))
-		return res
-	}
-
 	token := raw.Subject[strings.LastIndexByte(raw.Subject, '.')+1:]
 	m := nats.NewMsg("spillway." + r.dest.String() + "." + r.q.name + "." + token)
 	for k, vs := range raw.Header {

@@ -333,42 +333,29 @@ func TestDLQReplayToReady(t *testing.T) {
 	}
 }
 
-// Dead letters younger than the duplicate windows are kept: by default
-// for READY, and even with --force for the backlog.
-func TestDLQReplayGuardsTheDuplicateWindows(t *testing.T) {
+// A dead letter replayed at once (within every duplicate window) runs,
+// and if it fails again it is dead-lettered again: nothing is lost.
+func TestDLQReplayAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setupDLQ(t, 0, 0)
 	jobs := b.kill(t, 1)
-
-	out, _, err := b.spill(t, dlqRun{}, "replay", "--queue", "email", "--all")
-	if code, _ := exitStatus(err); code != exitFailure || !strings.Contains(out, "within DEAD's 2m00s duplicate window") || !strings.Contains(out, "--force") {
-		t.Fatalf("young dead letter: exit %d %v\n%s", code, err, out)
-	}
-	out, _, err = b.spill(t, dlqRun{}, "replay", "--queue", "email", "--all", "--to", "backlog", "--force")
-	if err == nil || !strings.Contains(out, "replay it --to ready") {
-		t.Fatalf("young dead letter to the backlog: %v\n%s", err, out)
-	}
-	if n := b.count(t, queue.Dead); n != 1 {
-		t.Fatalf("%d dead letters after refused replays, want 1", n)
-	}
-	if b.count(t, queue.Ready) != 0 || b.count(t, queue.Backlog) != 0 {
-		t.Fatal("a refused replay published something")
-	}
-	out, _, err = b.spill(t, dlqRun{}, "replay", "--queue", "email", "--id", jobs[0].ID, "--force")
+	out, _, err := b.spill(t, dlqRun{}, "replay", "--queue", "email", "--id", jobs[0].ID)
 	if err != nil || b.count(t, queue.Ready) != 1 || b.count(t, queue.Dead) != 0 {
-		t.Fatalf("--force: %v\n%s", err, out)
+		t.Fatalf("replay at once: %v\n%s", err, out)
+	}
+	b.work(t, queue.DeadLettered, 1, func(context.Context, *queue.Job) error { return errors.New("still failing") })
+	if r, d := b.count(t, queue.Ready), b.count(t, queue.Dead); r != 0 || d != 1 {
+		t.Fatalf("after the replayed job failed again: %d in READY, %d dead letters; want 0 and 1", r, d)
 	}
 }
 
-// A job replayed to the backlog is drained to READY and runs. The
-// streams' duplicate windows are 100ms here, and the test waits them out:
-// the guard reads each stream's own window (with the default 2m, the
-// drain's copy to READY under the job id would have been dropped).
+// A job replayed to the backlog at once is drained to READY and runs:
+// the drain's move to READY is keyed by the backlog place, not the job id,
+// which READY still remembers.
 func TestDLQReplayToBacklogDrains(t *testing.T) {
 	t.Parallel()
-	b := setupDLQ(t, 0, 100*time.Millisecond)
+	b := setupDLQ(t, 0, 0)
 	jobs := b.kill(t, 1)
-	time.Sleep(150 * time.Millisecond) // the windows pass, in JetStream's clock too
 	out, _, err := b.spill(t, dlqRun{}, "replay", "--queue", "email", "--all", "--to", "backlog")
 	if err != nil || b.count(t, queue.Backlog) != 1 || b.count(t, queue.Dead) != 0 {
 		t.Fatalf("replay after the window: %v\n%s", err, out)
