@@ -474,8 +474,9 @@ func (k *APIKeys) Allow(r *http.Request) bool {
 		return true
 	}
 	key := r.Header.Get("X-Api-Key")
-	if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
-		key = strings.TrimPrefix(a, "Bearer ")
+	// The scheme is a case-insensitive token (RFC 9110 §11.1).
+	if a := r.Header.Get("Authorization"); len(a) >= len("Bearer ") && strings.EqualFold(a[:len("Bearer ")], "Bearer ") {
+		key = a[len("Bearer "):]
 	}
 	if key == "" {
 		return false
