@@ -29,7 +29,7 @@ import (
 
 // bins holds the built admitter and worker binaries.
 var bins struct {
-	admitter, worker string
+	admitter, worker, spillctl string
 }
 
 func TestMain(m *testing.M) {
@@ -40,7 +40,8 @@ func TestMain(m *testing.M) {
 	}
 	bins.admitter = filepath.Join(dir, "admitter")
 	bins.worker = filepath.Join(dir, "worker")
-	for bin, pkg := range map[string]string{bins.admitter: "../../cmd/admitter", bins.worker: "../../cmd/worker"} {
+	bins.spillctl = filepath.Join(dir, "spillctl")
+	for bin, pkg := range map[string]string{bins.admitter: "../../cmd/admitter", bins.worker: "../../cmd/worker", bins.spillctl: "../../cmd/spillctl"} {
 		cmd := exec.Command("go", "build", "-o", bin, pkg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {

@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/api"
+)
+
+// TestQuickStart follows README's Quick start with the built binaries:
+// `admitter --dev` alone (embedded JetStream, in-process workers, the demo
+// queue), thirty submissions of one client over HTTP, then spillctl
+// submit, status and queues. Only the ports differ from the README.
+func TestQuickStart(t *testing.T) {
+	adm := start(t, "admitter-dev", bins.admitter, "--dev", "--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0")
+	server := "http://" + adm.addr
+	client := &http.Client{Timeout: 10 * time.Second}
+	t.Cleanup(client.CloseIdleConnections)
+
+	// for i in $(seq 30); do curl -s -X POST -H 'X-Client-Id: me' --data "job $i" localhost:8080/v1/queues/demo/jobs; echo; done
+	var answers []answer
+	for i := range 30 {
+		answers = append(answers, submitHTTP(t, client, adm.addr, "demo", map[string]string{"X-Client-Id": "me"}, []byte("job "+strconv.Itoa(i+1))))
+	}
+	n := tally(answers)
+	t.Logf("30 jobs of one client on the demo queue (leaky_bucket 5/s, burst 20, delay 5): %v", n)
+	if n[api.Admitted] != 6 || n[api.Queued] != 15 || n[api.Rejected] != 9 {
+		t.Errorf("got %v, want 6 admitted, 15 queued, 9 rejected", n)
+	}
+
+	spill := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bins.spillctl, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit):
+			return out.String(), exit.ExitCode()
+		case err != nil:
+			t.Fatalf("spillctl %v: %v", args, err)
+		}
+		return out.String(), 0
+	}
+	// spillctl submit --queue demo --header X-Client-Id=me --data hello
+	out, code := spill("submit", "--server", server, "--queue", "demo", "--header", "X-Client-Id=me", "--data", "hello")
+	t.Logf("spillctl submit (client me): exit %d: %s", code, strings.TrimSpace(out))
+	if code != 3 || !strings.HasPrefix(out, "rejected") {
+		t.Errorf("the 31st job of client me: exit %d, %q; want rejected, exit 3", code, out)
+	}
+	out, code = spill("submit", "--server", server, "--queue", "demo", "--header", "X-Client-Id=you", "--data", "hello")
+	t.Logf("spillctl submit (client you): exit %d: %s", code, strings.TrimSpace(out))
+	m := regexp.MustCompile(`^admitted\s+id=(\S+)`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("another client's job: exit %d, %q; want admitted", code, out)
+	}
+	waitFor(t, 10*time.Second, "the demo worker to finish the job", func() bool {
+		out, code := spill("status", "--server", server, m[1])
+		return code == 0 && strings.Contains(out, "succeeded")
+	})
+	out, code = spill("queues", "--server", server)
+	t.Logf("spillctl queues:\n%s", out)
+	if code != 0 || !strings.Contains(out, "demo") {
+		t.Errorf("spillctl queues: exit %d\n%s", code, out)
+	}
+	waitFor(t, 15*time.Second, "the demo backlog to drain", func() bool {
+		out, code := spill("queues", "--server", server, "--json")
+		var list api.QueueList
+		if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Queues) != 1 {
+			t.Fatalf("spillctl queues --json: exit %d\n%s", code, out)
+		}
+		return list.Queues[0].Depth == 0 && list.Queues[0].Ready == 0
+	})
+	if err := adm.stop(30 * time.Second); err != nil {
+		t.Errorf("admitter --dev on SIGTERM: %v", err)
+	}
+}
