@@ -1,0 +1,281 @@
+package door_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/door"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testBundle is an admitter with both doors, as admitterd assembles it,
+// on an embedded JetStream server of the test's own. The HTTP door
+// listens on 127.0.0.1 (srv); handler is the same door for requests a
+// test builds itself (a peer address of its choice).
+type testBundle struct {
+	nats     *queuetest.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cfg      *config.Config
+	admitter *admit.Admitter
+	status   *jobstatus.Store
+	handler  http.Handler
+	srv      *httptest.Server
+	client   *http.Client
+	natsDoor *door.NATSDoor
+	reg      *prometheus.Registry
+
+	natsStopped bool
+}
+
+type setupOptions struct {
+	keys *door.APIKeys
+	// store decides instead of a memory store (nil: memory).
+	store *admit.Failover
+}
+
+func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &testBundle{nats: queuetest.Start(t), cfg: loadConfig(t, yaml), reg: prometheus.NewRegistry()}
+	b.nc = b.nats.Connect(t)
+	var err error
+	if b.js, err = jetstream.New(b.nc); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range b.cfg.Queues {
+		c := q.Backlog
+		c.Memory = true
+		if err := queue.EnsureStreams(ctx, b.js, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub, err := queue.NewPublisher(b.js, queue.DefaultMaxInFlight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := o.store
+	if store == nil {
+		if store, err = admit.NewFailover(nil, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idem, err := admit.OpenIdempotency(ctx, b.js, time.Hour, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.status, err = jobstatus.Open(ctx, b.js, time.Hour, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Job status records are written off the submission's path, as
+	// admitterd does; the test waits for the writes before NATS closes.
+	var writes sync.WaitGroup
+	t.Cleanup(writes.Wait)
+	b.admitter, err = admit.New(b.cfg, admit.Options{
+		JS: b.js, Publisher: pub, Store: store, Idempotency: idem, Metrics: admit.NewMetrics(b.reg),
+		OnStored: func(j *queue.Job, st api.Status) {
+			r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
+			writes.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := b.status.Create(ctx, r); err != nil {
+					t.Errorf("writing the status of job %s: %v", r.ID, err)
+				}
+			})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.handler = door.NewHTTP(door.HTTPOptions{Admitter: b.admitter, JS: b.js, Status: b.status, Keys: o.keys, Ready: func() error { return nil }})
+	b.srv = httptest.NewServer(b.handler)
+	t.Cleanup(b.srv.Close)
+	b.client = b.srv.Client()
+	b.natsDoor = door.NewNATS(b.nc, b.admitter, nil)
+	if err := b.natsDoor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.stopNATS(t) })
+	return b
+}
+
+// stopNATS stops the NATS door, once.
+func (b *testBundle) stopNATS(t *testing.T) {
+	t.Helper()
+	if b.natsStopped {
+		return
+	}
+	b.natsStopped = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.natsDoor.Stop(ctx); err != nil {
+		t.Errorf("stopping the NATS door: %v", err)
+	}
+}
+
+func loadConfig(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "spillway.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, nil, config.Overrides{})
+	if err != nil {
+		t.Fatalf("config:\n%s\n%v", yaml, err)
+	}
+	return cfg
+}
+
+// response is one HTTP answer, its body decoded as what its Content-Type
+// says.
+type response struct {
+	code    int
+	header  http.Header
+	body    []byte
+	reply   api.SubmitReply // application/json answers to a submission
+	problem api.Problem     // application/problem+json
+}
+
+func readResponse(t *testing.T, resp *http.Response) response {
+	t.Helper()
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := response{code: resp.StatusCode, header: resp.Header, body: body}
+	switch resp.Header.Get("Content-Type") {
+	case api.ProblemContentType:
+		if err := json.Unmarshal(body, &r.problem); err != nil {
+			t.Fatalf("problem document %q: %v", body, err)
+		}
+		if r.problem.Status != r.code || r.problem.Type == "" || r.problem.Title == "" {
+			t.Errorf("problem document %s for status %d: want its status, a type and a title", body, r.code)
+		}
+	case "application/json":
+		_ = json.Unmarshal(body, &r.reply) // only submissions answer a reply
+	}
+	return r
+}
+
+// post submits body to queue q over the network with the given headers
+// (name, value, name, value, …).
+func (b *testBundle) post(t *testing.T, q string, body []byte, header ...string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/v1/queues/"+q+"/jobs", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readResponse(t, resp)
+}
+
+func (b *testBundle) get(t *testing.T, path string, header ...string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readResponse(t, resp)
+}
+
+// serve runs r through the door in this process: the peer address is
+// the test's to choose.
+func (b *testBundle) serve(t *testing.T, r *http.Request) response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	b.handler.ServeHTTP(rec, r)
+	return readResponse(t, rec.Result())
+}
+
+// msgs is the number of messages in a queue's stream.
+func (b *testBundle) msgs(t *testing.T, q string, d queue.Destination) uint64 {
+	t.Helper()
+	s, err := b.js.Stream(context.Background(), queue.StreamName(q, d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// jobOfKey is the last job stored in q's stream d under key's subject.
+func (b *testBundle) jobOfKey(t *testing.T, q string, d queue.Destination, key string) (queue.Job, bool) {
+	t.Helper()
+	s, err := b.js.Stream(context.Background(), queue.StreamName(q, d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), queue.Subject(q, d, key))
+	if err != nil {
+		return queue.Job{}, false
+	}
+	j, err := queue.ParseJob(m.Header, m.Data)
+	if err != nil {
+		t.Fatalf("the message on %s is not a job: %v", m.Subject, err)
+	}
+	return j, true
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// jetstreamSubjects asks StreamInfo for the message count of every subject.
+func jetstreamSubjects() jetstream.StreamInfoOpt { return jetstream.WithSubjectFilter(">") }

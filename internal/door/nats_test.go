@@ -1,0 +1,329 @@
+package door_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/door"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// natsMsg is a submission to q with headers (name, value, …) set exactly
+// as spelled: nats.Header keeps the case it is given.
+func natsMsg(q string, data []byte, header ...string) *nats.Msg {
+	m := &nats.Msg{Subject: api.SubmitPrefix + q, Data: data, Header: nats.Header{}}
+	for i := 0; i+1 < len(header); i += 2 {
+		m.Header[header[i]] = append(m.Header[header[i]], header[i+1])
+	}
+	return m
+}
+
+// ask sends a plain nats.go request and returns the decoded reply.
+func ask(t *testing.T, nc *nats.Conn, m *nats.Msg) api.SubmitReply {
+	t.Helper()
+	resp, err := nc.RequestMsg(m, 10*time.Second)
+	if err != nil {
+		t.Fatalf("request to %s: %v", m.Subject, err)
+	}
+	var rep api.SubmitReply
+	if err := json.Unmarshal(resp.Data, &rep); err != nil {
+		t.Fatalf("reply %q: %v", resp.Data, err)
+	}
+	if got := resp.Header.Get(api.HeaderStatus); got != string(rep.Status) || got == "" {
+		t.Errorf("reply header %s %q, body status %q", api.HeaderStatus, got, rep.Status)
+	}
+	return rep
+}
+
+func TestNATSSubmit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, basicConfig, setupOptions{})
+	nc := b.nats.Connect(t)
+	rep := ask(t, nc, natsMsg("q", []byte("over nats"), "X-Client", "c"))
+	if rep.Status != api.Admitted || rep.Queue != "q" || rep.ID == "" || rep.Duplicate || rep.Error != "" || rep.Type != "" {
+		t.Errorf("admitted: %+v", rep)
+	}
+	if j, ok := b.jobOfKey(t, "q", queue.Ready, "c"); !ok || j.ID != rep.ID || string(j.Payload) != "over nats" {
+		t.Errorf("the stored job: %+v (found %v), want %s with the payload", j, ok, rep.ID)
+	}
+	rep = ask(t, nc, natsMsg("q", nil, "X-Client", "c"))
+	if rep.Status != api.Queued || rep.ID == "" || rep.NotBefore == nil || rep.Position < 1 || rep.EstimatedStart == nil {
+		t.Errorf("queued: %+v", rep)
+	}
+	ask(t, nc, natsMsg("q", nil, "X-Client", "c"))
+	rep = ask(t, nc, natsMsg("q", nil, "X-Client", "c"))
+	if rep.Status != api.Rejected || rep.ID != "" || rep.Type != api.ProblemRateLimited || rep.RetryAfterMS <= 59_000 || rep.RetryAfterMS > 60_000 {
+		t.Errorf("rejected: %+v, want rate-limited with retry_after_ms just under 60000", rep)
+	}
+}
+
+func TestNATSErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, basicConfig, setupOptions{})
+	nc := b.nats.Connect(t)
+	for _, c := range []struct {
+		name, q string
+		header  []string
+		want    string
+	}{
+		{"cost 0", "q", []string{api.HeaderCost, "0"}, api.ProblemBadCost},
+		{"cost -1", "q", []string{api.HeaderCost, "-1"}, api.ProblemBadCost},
+		{"cost abc", "q", []string{api.HeaderCost, "abc"}, api.ProblemBadCost},
+		{"cost huge", "q", []string{api.HeaderCost, "99999999999999999999"}, api.ProblemBadCost},
+		{"cost over the limit", "q", []string{api.HeaderCost, "4"}, api.ProblemBadCost},
+		{"unknown queue", "nope", nil, api.ProblemNotFound},
+		{"key too long", "q", []string{"X-Client", strings.Repeat("k", admit.MaxKeyLen+1)}, api.ProblemBadKey},
+		{"idempotency key too long", "q", []string{api.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)}, api.ProblemBadRequest},
+	} {
+		rep := ask(t, nc, natsMsg(c.q, nil, c.header...))
+		if rep.Status != api.Failed || rep.Type != c.want || rep.Error == "" || rep.ID != "" || rep.Queue != c.q {
+			t.Errorf("%s: %+v, want status error, type %s, an error message", c.name, rep, c.want)
+		}
+	}
+	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 0 {
+		t.Errorf("%d jobs stored, want none", n)
+	}
+}
+
+// TestNATSHeadersAnyCase: producers spell header names as they like.
+func TestNATSHeadersAnyCase(t *testing.T) {
+	t.Parallel()
+	b := setup(t, basicConfig, setupOptions{})
+	nc := b.nats.Connect(t)
+	if rep := ask(t, nc, natsMsg("q", nil, "spillway-cost", "0")); rep.Type != api.ProblemBadCost {
+		t.Errorf("spillway-cost: 0: %+v, want bad-cost (the header read)", rep)
+	}
+	if rep := ask(t, nc, natsMsg("q", nil, "SPILLWAY-COST", "abc")); rep.Type != api.ProblemBadCost {
+		t.Errorf("SPILLWAY-COST: abc: %+v, want bad-cost", rep)
+	}
+	rep := ask(t, nc, natsMsg("q", nil, "x-client", "lower", "idempotency-key", "k1"))
+	if j, ok := b.jobOfKey(t, "q", queue.Ready, "lower"); !ok || j.ID != rep.ID {
+		t.Errorf("x-client: lower: the job is not keyed by it (%+v, found %v)", j, ok)
+	}
+	if again := ask(t, nc, natsMsg("q", nil, "X-CLIENT", "lower", "IDEMPOTENCY-KEY", "k1")); !again.Duplicate || again.ID != rep.ID {
+		t.Errorf("IDEMPOTENCY-KEY: k1 again: %+v, want a duplicate of %s", again, rep.ID)
+	}
+	// Cost 2 spelt in lower case: key "two" takes 2 units (e' = 1 > delay 0: queued).
+	if rep := ask(t, nc, natsMsg("q", nil, "x-client", "two", "spillway-cost", "2")); rep.Status != api.Queued {
+		t.Errorf("a cost of 2 in lower case: %+v, want queued", rep)
+	}
+}
+
+// TestNATSIdempotency: Nats-Msg-Id is an idempotency key, in the same
+// space as HTTP's Idempotency-Key.
+func TestNATSIdempotency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, basicConfig, setupOptions{})
+	nc := b.nats.Connect(t)
+	first := ask(t, nc, natsMsg("q", nil, "X-Client", "c", api.HeaderMsgID, "m-1"))
+	again := ask(t, nc, natsMsg("q", nil, "X-Client", "c", api.HeaderMsgID, "m-1"))
+	if first.Status != api.Admitted || first.Duplicate || !again.Duplicate || again.ID != first.ID || again.Status != api.Admitted {
+		t.Errorf("Nats-Msg-Id twice: %+v then %+v; want the second a duplicate of the first", first, again)
+	}
+	// Across doors.
+	r := b.post(t, "q", nil, "X-Client", "c", api.HeaderIdempotencyKey, "m-1")
+	if r.code != 202 || !r.reply.Duplicate || r.reply.ID != first.ID || r.header.Get("Location") != "/v1/jobs/"+first.ID {
+		t.Errorf("the same key as HTTP's Idempotency-Key: %d %s, want 202, a duplicate of %s", r.code, r.body, first.ID)
+	}
+	h := b.post(t, "q", nil, "X-Client", "d", api.HeaderIdempotencyKey, "h-1")
+	if n := ask(t, nc, natsMsg("q", nil, "X-Client", "d", api.HeaderIdempotencyKey, "h-1")); !n.Duplicate || n.ID != h.reply.ID {
+		t.Errorf("an HTTP key retried over NATS: %+v, want a duplicate of %s", n, h.reply.ID)
+	}
+	if n := b.msgs(t, "q", queue.Ready); n != 2 {
+		t.Errorf("READY holds %d jobs, want 2", n)
+	}
+}
+
+// TestNATSPublishIsIgnored: a message without a reply subject is not a
+// submission: nobody would learn its fate.
+func TestNATSPublishIsIgnored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, basicConfig, setupOptions{})
+	nc := b.nats.Connect(t)
+	if err := nc.PublishMsg(natsMsg("q", []byte("fire and forget"), "X-Client", "p")); err != nil {
+		t.Fatal(err)
+	}
+	rep := ask(t, nc, natsMsg("q", nil, "X-Client", "r"))
+	b.stopNATS(t) // every message received is handled by now
+	if n := b.msgs(t, "q", queue.Ready); n != 1 || rep.Status != api.Admitted {
+		t.Errorf("READY holds %d jobs after a publish and a request (%+v), want the request's only", n, rep)
+	}
+	if _, ok := b.jobOfKey(t, "q", queue.Ready, "p"); ok {
+		t.Error("the published message was stored as a job")
+	}
+}
+
+// TestNATSHostileKeys: any header value is a key; none reaches a subject.
+func TestNATSHostileKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, hostileConfig, setupOptions{})
+	nc := b.nats.Connect(t)
+	// (Header values are trimmed in transit, so a key of blanks only is
+	// the empty key: only inner blanks are tried.)
+	keys := []string{".", "*", ">", "a.*.>", "a b", "\x00", "a\x00b", "\xff\xfe", "a\tb"}
+	for _, k := range keys {
+		for _, want := range []api.Status{api.Admitted, api.Queued} {
+			if rep := ask(t, nc, natsMsg("q", nil, "X-Client", k)); rep.Status != want {
+				t.Fatalf("key %q: %+v, want %s", k, rep, want)
+			}
+		}
+	}
+	checkSubjects(t, b, keys)
+}
+
+// gateStore is a real memory store whose decisions wait at a gate, as a
+// slow store would: a test holds submissions mid-decision.
+type gateStore struct {
+	*bucket.Memory
+	entered atomic.Int64
+	arrived chan struct{}
+	open    chan struct{}
+	once    sync.Once
+}
+
+func newGateStore(t *testing.T) *gateStore {
+	t.Helper()
+	m, err := bucket.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateStore{Memory: m, arrived: make(chan struct{}, 1<<14), open: make(chan struct{})}
+	t.Cleanup(g.release)
+	return g
+}
+
+func (g *gateStore) Decide(ctx context.Context, group string, tiers []bucket.Tier, cost int64) (bucket.Decision, error) {
+	g.entered.Add(1)
+	g.arrived <- struct{}{}
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return bucket.Decision{}, ctx.Err()
+	}
+	return g.Memory.Decide(ctx, group, tiers, cost)
+}
+
+func (g *gateStore) release() { g.once.Do(func() { close(g.open) }) }
+
+// waitArrived waits until n decisions have reached the gate.
+func (g *gateStore) waitArrived(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for range n {
+		select {
+		case <-g.arrived:
+		case <-deadline:
+			t.Fatalf("only %d of %d decisions reached the gate within 30s", g.entered.Load(), n)
+		}
+	}
+}
+
+// TestNATSStopDrains: Stop answers every request received before it —
+// those being decided, the one waiting for a slot and those still in the
+// subscription's buffer — before it returns, and takes no new ones.
+func TestNATSStopDrains(t *testing.T) {
+	t.Parallel()
+	gate := newGateStore(t)
+	store, err := admit.NewFailover(gate, config.FailClosed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, `
+queues:
+  - name: q
+    limits: [{key: global, algorithm: token_bucket, rate: 1/s, burst: 100000}]
+    backlog: {capacity: 10, leak_rate: 1/s}
+`, setupOptions{store: store})
+	b.stopNATS(t)
+	// A door of its own connection, closed right after Stop: a reply not
+	// sent by then is lost.
+	doorConn := b.nats.Connect(t)
+	d := door.NewNATS(doorConn, b.admitter, nil)
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	producer := b.nats.Connect(t)
+	n := door.MaxConcurrentNATS + 16
+	replies := make(chan *nats.Msg, n)
+	sub, err := producer.ChanSubscribe("drain.reply.*", replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	for i := range n {
+		m := natsMsg("q", []byte(strconv.Itoa(i)))
+		m.Reply = "drain.reply." + strconv.Itoa(i)
+		if err := producer.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := producer.Flush(); err != nil { // all routed to the door's connection
+		t.Fatal(err)
+	}
+	gate.waitArrived(t, door.MaxConcurrentNATS) // as many as the door works on at once
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		stopped <- d.Stop(ctx)
+	}()
+	// Draining: a new request finds no admitter. (The probe names no
+	// queue, so it takes no decision if it reaches the door before the
+	// door unsubscribes; it then waits behind the held ones: a short
+	// timeout, and try again.)
+	waitFor(t, 10*time.Second, "requests to find no responders", func() bool {
+		_, err := producer.Request(api.SubmitPrefix+"no-such-queue", nil, 200*time.Millisecond)
+		return errors.Is(err, nats.ErrNoResponders)
+	})
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while %d submissions were held mid-decision", err, gate.entered.Load())
+	default:
+	}
+	gate.release()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop did not return within 30s of the decisions going on")
+	}
+	doorConn.Close()
+
+	got := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(got) < n {
+		select {
+		case m := <-replies:
+			var rep api.SubmitReply
+			if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Status != api.Admitted {
+				t.Fatalf("reply on %s: %s (%v), want admitted", m.Subject, m.Data, err)
+			}
+			got[m.Subject] = true
+		case <-deadline:
+			t.Fatalf("%d of %d requests received before Stop were answered", len(got), n)
+		}
+	}
+	if c := gate.entered.Load(); c != int64(n) {
+		t.Errorf("%d decisions, want %d", c, n)
+	}
+	if m := b.msgs(t, "q", queue.Ready); m != uint64(n) {
+		t.Errorf("READY holds %d jobs, want %d", m, n)
+	}
+}
