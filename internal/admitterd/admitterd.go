@@ -175,7 +175,11 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		// A client that announces a body and never sends it holds a
+		// connection no longer than this.
+		ReadTimeout:    30 * time.Second,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.natsDoor = door.NewNATS(s.nc, s.admitter, s.log)
