@@ -180,7 +180,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		ReadTimeout:    30 * time.Second,
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.natsDoor = door.NewNATS(s.nc, s.admitter, s.log)
 	if err = s.natsDoor.Start(); err != nil {
