@@ -65,6 +65,9 @@ type Service struct {
 	writes   chan jobstatus.Record
 	metrics  *admit.Metrics
 	reloads  *prometheus.CounterVec
+	// statusDropped counts first status records skipped because the
+	// buffer was full (status is advisory; the job itself is stored).
+	statusDropped prometheus.Counter
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -123,7 +126,11 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		Name: "spillway_config_reloads_total",
 		Help: "Configuration reloads, by result (success, failure).",
 	}, []string{"result"})
-	o.Registry.MustRegister(s.reloads)
+	s.statusDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "spillway_status_records_dropped_total",
+		Help: "Job status records not written because the writers fell behind (the jobs themselves are stored).",
+	})
+	o.Registry.MustRegister(s.reloads, s.statusDropped)
 
 	var shared bucket.Store
 	if cfg.Redis.URL != "" {
@@ -190,7 +197,11 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.goRun(func() error { return s.admitter.Run(runCtx) })
-	s.goRun(func() error { return s.writeStatus(runCtx) })
+	// Several writers: one record is a KV round trip, and a single writer
+	// would fall behind (and drop records) at a few thousand jobs a second.
+	for range statusWriters {
+		s.goRun(func() error { return s.writeStatus(runCtx) })
+	}
 	s.goRun(func() error {
 		if err := s.http.Serve(s.httpLn); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -278,6 +289,9 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
+// statusWriters is how many goroutines write first status records.
+const statusWriters = 16
+
 // recordStored queues the job's first status record; it must not block a
 // submission, so a full buffer drops the record (status is advisory).
 func (s *Service) recordStored(j *queue.Job, st api.Status) {
@@ -285,7 +299,7 @@ func (s *Service) recordStored(j *queue.Job, st api.Status) {
 	select {
 	case s.writes <- r:
 	default:
-		s.log.Debug("job status buffer full; a status record was skipped", "job", j.ID)
+		s.statusDropped.Inc()
 	}
 }
 
