@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer p.Close()
 
 	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", *metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-listen %s: %w", *metricsAddr, err)
 		}

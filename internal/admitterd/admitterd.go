@@ -72,7 +72,6 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	errc   chan error
-	mu     sync.Mutex
 	ensure map[string]bool // queues whose streams exist
 }
 
@@ -172,7 +171,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 			return nil, err
 		}
 	}
-	s.httpLn, err = net.Listen("tcp", cfg.HTTP.Listen)
+	s.httpLn, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("admitterd: http.listen %s: %w (set http.listen or SPILLWAY_HTTP_LISTEN)", cfg.HTTP.Listen, err)
 	}
@@ -360,7 +359,9 @@ func (s *Service) closeAll() {
 
 // portTaken reports whether something accepts connections at addr.
 func portTaken(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return false
 	}

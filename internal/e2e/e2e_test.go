@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -28,7 +29,7 @@ type answer struct {
 
 func submitHTTP(t *testing.T, client *http.Client, addr, q string, header map[string]string, body []byte) answer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/queues/"+q+"/jobs", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+addr+"/v1/queues/"+q+"/jobs", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,7 +156,7 @@ func TestRedisOutageFailureModes(t *testing.T) {
 				break
 			}
 		}
-		resp, err := client.Get("http://" + adm["closed"].addr + "/readyz")
+		resp, err := get(client, "http://"+adm["closed"].addr+"/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -38,7 +39,7 @@ func TestQuickStart(t *testing.T) {
 
 	spill := func(args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(bins.spillctl, args...)
+		cmd := exec.CommandContext(context.Background(), bins.spillctl, args...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()

@@ -46,7 +46,7 @@ func TestConfigReload(t *testing.T) {
 		return n
 	}
 	reloads := func(result string) int {
-		resp, err := client.Get("http://" + adm.addr + "/metrics")
+		resp, err := get(client, "http://"+adm.addr+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
