@@ -169,7 +169,7 @@ queues:
       - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/m, burst: 10}
     backlog: {capacity: 3, per_key_capacity: 2, leak_rate: 1/s}
 `, o)
-			limits := []bucket.Limit{b.cfg.Queues[0].Limits[0].Limit}
+			limits := []bucket.Limit{b.Config.Queues[0].Limits[0].Limit}
 			check := func(key string, want []api.Status, refusal string) {
 				t.Helper()
 				var kept []time.Time
@@ -223,7 +223,7 @@ queues:
       - {key: global, algorithm: token_bucket, rate: 1/h, burst: 1}
     backlog: {capacity: 1, leak_rate: 1/s}
 `, setupOptions{})
-	limits := []bucket.Limit{b.cfg.Queues[0].Limits[0].Limit, b.cfg.Queues[0].Limits[1].Limit}
+	limits := []bucket.Limit{b.Config.Queues[0].Limits[0].Limit, b.Config.Queues[0].Limits[1].Limit}
 	var kept []time.Time
 	for i, want := range []api.Status{api.Admitted, api.Queued, api.Rejected, api.Rejected} {
 		ans := submit(t, a, request("q", "c"))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
@@ -79,7 +80,7 @@ func sameDecisions(t *testing.T, what string, got, want []decided) {
 func waitPrimary(t *testing.T, f *admit.Failover, key string) {
 	t.Helper()
 	n := 0
-	waitFor(t, 15*time.Second, "the shared store deciding again after its restart", func() bool {
+	admittest.WaitFor(t, 15*time.Second, "the shared store deciding again after its restart", func() bool {
 		n++
 		_, src, err := f.DecideFrom(context.Background(), "q", leaky1m(t, key+"-probe-"+strconv.Itoa(n)), 1)
 		return err == nil && src == admit.FromPrimary

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -97,7 +98,7 @@ queues:
 		}
 	}
 	// Room again: the retry is decided, not answered from the rejection.
-	s, err := b.js.Stream(context.Background(), queue.StreamName("q", queue.Backlog))
+	s, err := b.JS.Stream(context.Background(), queue.StreamName("q", queue.Backlog))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ queues:
 // the first admitter stores it after all, is stored once.
 func TestIdempotencyStaleClaim(t *testing.T) {
 	t.Parallel()
-	gate := newGateStore(t)
+	gate := admittest.NewGateStore(t)
 	stuck, b := setup(t, idemConfig, setupOptions{primary: gate})
 	other, _ := setup(t, idemConfig, setupOptions{nats: b.nats, staleAfter: 50 * time.Millisecond})
 
@@ -157,13 +158,13 @@ func TestIdempotencyStaleClaim(t *testing.T) {
 		ans, err := stuck.Submit(context.Background(), withIdem(request("q", "c"), "k"))
 		first <- result{ans, err}
 	}()
-	gate.waitArrived(t, 1) // the key is claimed, the decision held
+	gate.WaitArrived(t, 1, 10*time.Second) // the key is claimed, the decision held
 
 	taken := submit(t, other, withIdem(request("q", "c"), "k"))
 	if taken.Reply.Status != api.Admitted || taken.Reply.Duplicate || taken.Reply.ID == "" {
 		t.Fatalf("the other admitter, after StaleAfter: %+v; want admitted, not a duplicate", taken.Reply)
 	}
-	gate.release()
+	gate.Release()
 	r := <-first
 	if r.err != nil {
 		t.Fatalf("the stuck admitter, released: %v", r.err)
@@ -186,7 +187,7 @@ func TestIdempotencyStaleClaim(t *testing.T) {
 // the caller's context.
 func TestIdempotencyWaitsForTheFirst(t *testing.T) {
 	t.Parallel()
-	gate := newGateStore(t)
+	gate := admittest.NewGateStore(t)
 	a, b := setup(t, idemConfig, setupOptions{primary: gate})
 	first := make(chan admit.Answer, 1)
 	go func() {
@@ -196,7 +197,7 @@ func TestIdempotencyWaitsForTheFirst(t *testing.T) {
 		}
 		first <- ans
 	}()
-	gate.waitArrived(t, 1)
+	gate.WaitArrived(t, 1, 10*time.Second)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -214,12 +215,12 @@ func TestIdempotencyWaitsForTheFirst(t *testing.T) {
 		}
 		second <- ans
 	}()
-	gate.release()
+	gate.Release()
 	f, s := <-first, <-second
 	if f.Reply.Duplicate || !s.Reply.Duplicate || f.Reply.ID != s.Reply.ID || s.Reply.Status != f.Reply.Status {
 		t.Errorf("first %+v, second %+v; want the second to be a duplicate of the first", f.Reply, s.Reply)
 	}
-	if n := gate.entered.Load(); n != 1 {
+	if n := gate.Entered(); n != 1 {
 		t.Errorf("%d decisions, want 1", n)
 	}
 	if n := b.msgs(t, "q", queue.Ready); n != 1 {
@@ -239,7 +240,7 @@ func TestIdempotencyAcrossAdmitters(t *testing.T) {
 	if !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID {
 		t.Errorf("the other admitter: %+v, want a duplicate of %+v", again.Reply, first.Reply)
 	}
-	kv, err := b.js.KeyValue(context.Background(), admit.IdempotencyBucket)
+	kv, err := b.JS.KeyValue(context.Background(), admit.IdempotencyBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 	t.Parallel()
 	srv := queuetest.Start(t)
 	px := startProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
-	gate := newGateStore(t)
+	gate := admittest.NewGateStore(t)
 	a, b := setup(t, idemConfig, setupOptions{nats: srv, natsURL: px.URL(), primary: gate})
 	direct := srv.JetStream(t)
 
@@ -285,9 +286,9 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 		ans, err := a.Submit(ctx, withIdem(request("q", "c"), "k"))
 		first <- result{ans, err}
 	}()
-	gate.waitArrived(t, 1) // the key is claimed; the decision is held
-	px.hold()              // from here the admitter hears nothing back
-	gate.release()         // the job is published, stored, its PubAck held
+	gate.WaitArrived(t, 1, 10*time.Second) // the key is claimed; the decision is held
+	px.hold()                              // from here the admitter hears nothing back
+	gate.Release()                         // the job is published, stored, its PubAck held
 
 	// The admitter gives up on the PubAck and settles its claim; once the
 	// record changed (or went), let the answers through.

@@ -3,20 +3,16 @@ package admit_test
 import (
 	"context"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -29,14 +25,11 @@ func TestMain(m *testing.M) {
 
 // testBundle is what setup built around the admitter under test.
 type testBundle struct {
-	nats  *queuetest.Server
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	cfg   *config.Config
-	pub   *queue.Publisher
-	store *admit.Failover
-	idem  *admit.Idempotency
-	reg   *prometheus.Registry
+	nats *queuetest.Server
+	nc   *nats.Conn
+	// Core: the configuration, JetStream, publisher, store and idempotency.
+	*admittest.Core
+	reg *prometheus.Registry
 }
 
 // setupOptions vary setup's admitter.
@@ -73,33 +66,20 @@ func setup(t *testing.T, yaml string, o setupOptions) (*admit.Admitter, *testBun
 		}
 		t.Cleanup(b.nc.Close)
 	}
-	if b.js, err = jetstream.New(b.nc); err != nil {
+	store, err := admit.NewFailover(o.primary, o.mode)
+	if err != nil {
 		t.Fatal(err)
 	}
-	b.cfg = loadConfig(t, yaml)
-	for _, q := range b.cfg.Queues {
-		c := q.Backlog
-		c.Memory = true
-		if err := queue.EnsureStreams(ctx, b.js, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if b.pub, err = queue.NewPublisher(b.js, queue.DefaultMaxInFlight); err != nil {
-		t.Fatal(err)
-	}
-	if b.store, err = admit.NewFailover(o.primary, o.mode); err != nil {
-		t.Fatal(err)
-	}
-	if b.idem, err = admit.OpenIdempotency(ctx, b.js, time.Hour, 1, nil); err != nil {
-		t.Fatal(err)
-	}
+	b.Core = admittest.NewCore(t, b.nc, yaml, store)
 	if o.staleAfter > 0 {
-		b.idem.StaleAfter = o.staleAfter
+		b.Idempotency.StaleAfter = o.staleAfter
 	}
 	m := admit.NewMetrics(b.reg)
-	b.store.OnError = func(error) { m.StoreError("redis") }
-	b.store.OnFallback = m.FailureMode
-	a, err := admit.New(b.cfg, admit.Options{JS: b.js, Publisher: b.pub, Store: b.store, Idempotency: b.idem, Metrics: m})
+	b.Store.OnError = func(error) { m.StoreError("redis") }
+	b.Store.OnFallback = m.FailureMode
+	opts := b.Options()
+	opts.Metrics = m
+	a, err := admit.New(b.Config, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,31 +97,10 @@ func setup(t *testing.T, yaml string, o setupOptions) (*admit.Admitter, *testBun
 	return a, b
 }
 
-func loadConfig(t *testing.T, yaml string) *config.Config {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "spillway.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path, nil, config.Overrides{})
-	if err != nil {
-		t.Fatalf("config:\n%s\n%v", yaml, err)
-	}
-	return cfg
-}
-
 // msgs is the number of messages in a queue's stream.
 func (b *testBundle) msgs(t *testing.T, q string, d queue.Destination) uint64 {
 	t.Helper()
-	s, err := b.js.Stream(context.Background(), queue.StreamName(q, d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return admittest.Msgs(t, b.JS, q, d)
 }
 
 // request is a submission to q keyed on X-Client.
@@ -165,66 +124,6 @@ func submit(t *testing.T, a *admit.Admitter, r *admit.Request) admit.Answer {
 		t.Fatalf("Submit(%s): %v", r.Queue, err)
 	}
 	return ans
-}
-
-// gateStore is a real memory store whose decisions wait at a gate: a test
-// holds submissions in the middle of a decision, where a real store would
-// be slow, and lets them go when it likes.
-type gateStore struct {
-	*bucket.Memory
-	entered atomic.Int64
-	arrived chan struct{} // one send per decision that reached the gate
-	open    chan struct{}
-	once    sync.Once
-}
-
-func newGateStore(t *testing.T) *gateStore {
-	t.Helper()
-	m, err := bucket.NewMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gateStore{Memory: m, arrived: make(chan struct{}, 4096), open: make(chan struct{})}
-	t.Cleanup(g.release) // never leave a submission waiting
-	return g
-}
-
-func (g *gateStore) Decide(ctx context.Context, group string, tiers []bucket.Tier, cost int64) (bucket.Decision, error) {
-	g.entered.Add(1)
-	g.arrived <- struct{}{}
-	select {
-	case <-g.open:
-	case <-ctx.Done():
-		return bucket.Decision{}, ctx.Err()
-	}
-	return g.Memory.Decide(ctx, group, tiers, cost)
-}
-
-func (g *gateStore) release() { g.once.Do(func() { close(g.open) }) }
-
-// waitArrived waits until n decisions have reached the gate.
-func (g *gateStore) waitArrived(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for range n {
-		select {
-		case <-g.arrived:
-		case <-deadline:
-			t.Fatalf("only %d of %d decisions reached the gate within 10s", g.entered.Load(), n)
-		}
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // metricSum is the sum of a metric family's samples (counters and gauges).

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
@@ -471,7 +472,7 @@ func TestHTTPJobStatus(t *testing.T) {
 		}
 		loc := sub.header.Get("Location")
 		var r response
-		waitFor(t, 10*time.Second, "the job's status record", func() bool {
+		admittest.WaitFor(t, 10*time.Second, "the job's status record", func() bool {
 			r = b.get(t, loc)
 			return r.code != http.StatusNotFound
 		})
@@ -705,7 +706,7 @@ queues:
 // the key's token and no other subject, with the raw key in its header.
 func checkSubjects(t *testing.T, b *testBundle, keys []string) {
 	t.Helper()
-	s, err := b.js.Stream(context.Background(), queue.StreamName("q", queue.Backlog))
+	s, err := b.JS.Stream(context.Background(), queue.StreamName("q", queue.Backlog))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/api"
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -36,10 +36,10 @@ func TestMain(m *testing.M) {
 // listens on 127.0.0.1 (srv); handler is the same door for requests a
 // test builds itself (a peer address of its choice).
 type testBundle struct {
-	nats     *queuetest.Server
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	cfg      *config.Config
+	nats *queuetest.Server
+	nc   *nats.Conn
+	// Core: the configuration, JetStream, publisher, store and idempotency.
+	*admittest.Core
 	admitter *admit.Admitter
 	status   *jobstatus.Store
 	handler  http.Handler
@@ -60,57 +60,34 @@ type setupOptions struct {
 func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{nats: queuetest.Start(t), cfg: loadConfig(t, yaml), reg: prometheus.NewRegistry()}
+	b := &testBundle{nats: queuetest.Start(t), reg: prometheus.NewRegistry()}
 	b.nc = b.nats.Connect(t)
+	b.Core = admittest.NewCore(t, b.nc, yaml, o.store)
 	var err error
-	if b.js, err = jetstream.New(b.nc); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range b.cfg.Queues {
-		c := q.Backlog
-		c.Memory = true
-		if err := queue.EnsureStreams(ctx, b.js, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pub, err := queue.NewPublisher(b.js, queue.DefaultMaxInFlight)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := o.store
-	if store == nil {
-		if store, err = admit.NewFailover(nil, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	idem, err := admit.OpenIdempotency(ctx, b.js, time.Hour, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.status, err = jobstatus.Open(ctx, b.js, time.Hour, 1); err != nil {
+	if b.status, err = jobstatus.Open(ctx, b.JS, time.Hour, 1); err != nil {
 		t.Fatal(err)
 	}
 	// Job status records are written off the submission's path, as
 	// admitterd does; the test waits for the writes before NATS closes.
 	var writes sync.WaitGroup
 	t.Cleanup(writes.Wait)
-	b.admitter, err = admit.New(b.cfg, admit.Options{
-		JS: b.js, Publisher: pub, Store: store, Idempotency: idem, Metrics: admit.NewMetrics(b.reg),
-		OnStored: func(j *queue.Job, st api.Status) {
-			r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
-			writes.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if err := b.status.Create(ctx, r); err != nil {
-					t.Errorf("writing the status of job %s: %v", r.ID, err)
-				}
-			})
-		},
-	})
+	opts := b.Options()
+	opts.Metrics = admit.NewMetrics(b.reg)
+	opts.OnStored = func(j *queue.Job, st api.Status) {
+		r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
+		writes.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := b.status.Create(ctx, r); err != nil {
+				t.Errorf("writing the status of job %s: %v", r.ID, err)
+			}
+		})
+	}
+	b.admitter, err = admit.New(b.Config, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.handler = door.NewHTTP(door.HTTPOptions{Admitter: b.admitter, JS: b.js, Status: b.status, Keys: o.keys, Ready: func() error { return nil }})
+	b.handler = door.NewHTTP(door.HTTPOptions{Admitter: b.admitter, JS: b.JS, Status: b.status, Keys: o.keys, Ready: func() error { return nil }})
 	b.srv = httptest.NewServer(b.handler)
 	t.Cleanup(b.srv.Close)
 	b.client = b.srv.Client()
@@ -134,19 +111,6 @@ func (b *testBundle) stopNATS(t *testing.T) {
 	if err := b.natsDoor.Stop(ctx); err != nil {
 		t.Errorf("stopping the NATS door: %v", err)
 	}
-}
-
-func loadConfig(t *testing.T, yaml string) *config.Config {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "spillway.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path, nil, config.Overrides{})
-	if err != nil {
-		t.Fatalf("config:\n%s\n%v", yaml, err)
-	}
-	return cfg
 }
 
 // response is one HTTP answer, its body decoded as what its Content-Type
@@ -185,23 +149,18 @@ func readResponse(t *testing.T, resp *http.Response) response {
 // (name, value, name, value, …).
 func (b *testBundle) post(t *testing.T, q string, body []byte, header ...string) response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/v1/queues/"+q+"/jobs", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Add(header[i], header[i+1])
-	}
-	resp, err := b.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return readResponse(t, resp)
+	return b.do(t, http.MethodPost, "/v1/queues/"+q+"/jobs", bytes.NewReader(body), header...)
 }
 
 func (b *testBundle) get(t *testing.T, path string, header ...string) response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.srv.URL+path, nil)
+	return b.do(t, http.MethodGet, path, nil, header...)
+}
+
+// do sends a request for path over the network with the given headers.
+func (b *testBundle) do(t *testing.T, method, path string, body io.Reader, header ...string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, b.srv.URL+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,21 +186,13 @@ func (b *testBundle) serve(t *testing.T, r *http.Request) response {
 // msgs is the number of messages in a queue's stream.
 func (b *testBundle) msgs(t *testing.T, q string, d queue.Destination) uint64 {
 	t.Helper()
-	s, err := b.js.Stream(context.Background(), queue.StreamName(q, d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return admittest.Msgs(t, b.JS, q, d)
 }
 
 // jobOfKey is the last job stored in q's stream d under key's subject.
 func (b *testBundle) jobOfKey(t *testing.T, q string, d queue.Destination, key string) (queue.Job, bool) {
 	t.Helper()
-	s, err := b.js.Stream(context.Background(), queue.StreamName(q, d))
+	s, err := b.JS.Stream(context.Background(), queue.StreamName(q, d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,18 +205,6 @@ func (b *testBundle) jobOfKey(t *testing.T, q string, d queue.Destination, key s
 		t.Fatalf("the message on %s is not a job: %v", m.Subject, err)
 	}
 	return j, true
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func writeFile(t *testing.T, name, content string) string {

@@ -6,18 +6,16 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/door"
-	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -184,59 +182,12 @@ func TestNATSHostileKeys(t *testing.T) {
 	checkSubjects(t, b, keys)
 }
 
-// gateStore is a real memory store whose decisions wait at a gate, as a
-// slow store would: a test holds submissions mid-decision.
-type gateStore struct {
-	*bucket.Memory
-	entered atomic.Int64
-	arrived chan struct{}
-	open    chan struct{}
-	once    sync.Once
-}
-
-func newGateStore(t *testing.T) *gateStore {
-	t.Helper()
-	m, err := bucket.NewMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gateStore{Memory: m, arrived: make(chan struct{}, 1<<14), open: make(chan struct{})}
-	t.Cleanup(g.release)
-	return g
-}
-
-func (g *gateStore) Decide(ctx context.Context, group string, tiers []bucket.Tier, cost int64) (bucket.Decision, error) {
-	g.entered.Add(1)
-	g.arrived <- struct{}{}
-	select {
-	case <-g.open:
-	case <-ctx.Done():
-		return bucket.Decision{}, ctx.Err()
-	}
-	return g.Memory.Decide(ctx, group, tiers, cost)
-}
-
-func (g *gateStore) release() { g.once.Do(func() { close(g.open) }) }
-
-// waitArrived waits until n decisions have reached the gate.
-func (g *gateStore) waitArrived(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for range n {
-		select {
-		case <-g.arrived:
-		case <-deadline:
-			t.Fatalf("only %d of %d decisions reached the gate within 30s", g.entered.Load(), n)
-		}
-	}
-}
-
 // TestNATSStopDrains: Stop answers every request received before it —
 // those being decided, the one waiting for a slot and those still in the
 // subscription's buffer — before it returns, and takes no new ones.
 func TestNATSStopDrains(t *testing.T) {
 	t.Parallel()
-	gate := newGateStore(t)
+	gate := admittest.NewGateStore(t)
 	store, err := admit.NewFailover(gate, config.FailClosed)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +225,7 @@ queues:
 	if err := producer.Flush(); err != nil { // all routed to the door's connection
 		t.Fatal(err)
 	}
-	gate.waitArrived(t, door.MaxConcurrentNATS) // as many as the door works on at once
+	gate.WaitArrived(t, door.MaxConcurrentNATS, 30*time.Second) // as many as the door works on at once
 
 	stopped := make(chan error, 1)
 	go func() {
@@ -286,16 +237,16 @@ queues:
 	// queue, so it takes no decision if it reaches the door before the
 	// door unsubscribes; it then waits behind the held ones: a short
 	// timeout, and try again.)
-	waitFor(t, 10*time.Second, "requests to find no responders", func() bool {
+	admittest.WaitFor(t, 10*time.Second, "requests to find no responders", func() bool {
 		_, err := producer.Request(api.SubmitPrefix+"no-such-queue", nil, 200*time.Millisecond)
 		return errors.Is(err, nats.ErrNoResponders)
 	})
 	select {
 	case err := <-stopped:
-		t.Fatalf("Stop returned (%v) while %d submissions were held mid-decision", err, gate.entered.Load())
+		t.Fatalf("Stop returned (%v) while %d submissions were held mid-decision", err, gate.Entered())
 	default:
 	}
-	gate.release()
+	gate.Release()
 	select {
 	case err := <-stopped:
 		if err != nil {
@@ -320,7 +271,7 @@ queues:
 			t.Fatalf("%d of %d requests received before Stop were answered", len(got), n)
 		}
 	}
-	if c := gate.entered.Load(); c != int64(n) {
+	if c := gate.Entered(); c != int64(n) {
 		t.Errorf("%d decisions, want %d", c, n)
 	}
 	if m := b.msgs(t, "q", queue.Ready); m != uint64(n) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
@@ -29,7 +30,7 @@ import (
 func TestServiceProbes(t *testing.T) {
 	t.Parallel()
 	srv := queuetest.Start(t)
-	cfg := loadConfig(t, fmt.Sprintf(`
+	cfg := admittest.LoadConfig(t, fmt.Sprintf(`
 nats: {url: %q}
 http: {listen: "127.0.0.1:0"}
 queues:
@@ -89,7 +90,7 @@ queues:
 		t.Fatalf("POST: %d %s", r.code, r.body)
 	}
 	var status string
-	waitFor(t, 10*time.Second, "the job's status record", func() bool {
+	admittest.WaitFor(t, 10*time.Second, "the job's status record", func() bool {
 		code, _, body := get(r.header.Get("Location"))
 		status = body
 		return code == http.StatusOK
@@ -102,7 +103,7 @@ queues:
 	}
 
 	srv.Shutdown()
-	waitFor(t, 10*time.Second, "/readyz to say not ready with NATS down", func() bool {
+	admittest.WaitFor(t, 10*time.Second, "/readyz to say not ready with NATS down", func() bool {
 		code, h, body := get("/readyz")
 		if code == http.StatusOK {
 			return false
@@ -116,7 +117,7 @@ queues:
 		t.Errorf("/livez with NATS down: %d, want 200 (the process lives)", code)
 	}
 	srv.Restart(t)
-	waitFor(t, 20*time.Second, "/readyz to say ready with NATS back", func() bool {
+	admittest.WaitFor(t, 20*time.Second, "/readyz to say ready with NATS back", func() bool {
 		code, _, _ := get("/readyz")
 		return code == http.StatusOK
 	})
