@@ -246,6 +246,11 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 	switch {
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrKeyQueueFull):
 		a.refund(ctx, src, q.Name, tiers, cost, d)
+		if d.Consumed&(1<<d.Tier) != 0 {
+			// The bounding tier has its units back: say so in the
+			// rate-limit headers.
+			ans.Decision.Remaining = min(ans.Decision.Remaining+cost, ans.Limit.Quota())
+		}
 		ans.Reply.Status = api.Rejected
 		ans.Reply.Type = api.ProblemQueueFull
 		if errors.Is(err, queue.ErrKeyQueueFull) {

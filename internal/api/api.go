@@ -70,18 +70,19 @@ const ProblemContentType = "application/problem+json"
 
 // Problem types: stable URIs clients may branch on.
 const (
-	problemBase         = "https://spillway.dev/problems/"
-	ProblemRateLimited  = problemBase + "rate-limited" // 429: limit's burst full
-	ProblemQueueFull    = problemBase + "queue-full"   // 429: backlog full
-	ProblemKeyFull      = problemBase + "key-full"     // 429: the key's share of the backlog full
-	ProblemBadRequest   = problemBase + "bad-request"  // 400
-	ProblemBadCost      = problemBase + "bad-cost"     // 400: Spillway-Cost not an integer ≥ 1 or above the limit
-	ProblemBadKey       = problemBase + "bad-key"      // 400: a key header missing, too long or not valid
-	ProblemUnauthorized = problemBase + "unauthorized" // 401
-	ProblemNotFound     = problemBase + "not-found"    // 404: unknown queue or job
-	ProblemTooLarge     = problemBase + "too-large"    // 413
-	ProblemUnavailable  = problemBase + "unavailable"  // 503: NATS or a fail-closed store unreachable
-	ProblemInternal     = problemBase + "internal"     // 500
+	problemBase             = "https://spillway.dev/problems/"
+	ProblemRateLimited      = problemBase + "rate-limited"       // 429: limit's burst full
+	ProblemQueueFull        = problemBase + "queue-full"         // 429: backlog full
+	ProblemKeyFull          = problemBase + "key-full"           // 429: the key's share of the backlog full
+	ProblemBadRequest       = problemBase + "bad-request"        // 400
+	ProblemBadCost          = problemBase + "bad-cost"           // 400: Spillway-Cost not an integer ≥ 1 or above the limit
+	ProblemBadKey           = problemBase + "bad-key"            // 400: a key header missing, too long or not valid
+	ProblemUnauthorized     = problemBase + "unauthorized"       // 401
+	ProblemNotFound         = problemBase + "not-found"          // 404: unknown queue or job
+	ProblemMethodNotAllowed = problemBase + "method-not-allowed" // 405: a known path with another method
+	ProblemTooLarge         = problemBase + "too-large"          // 413
+	ProblemUnavailable      = problemBase + "unavailable"        // 503: NATS or a fail-closed store unreachable
+	ProblemInternal         = problemBase + "internal"           // 500
 )
 
 // QueueInfo is GET /v1/queues/{queue}.

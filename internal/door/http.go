@@ -72,10 +72,31 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		mux.Handle("GET /ui/", o.UI)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowed(r.URL.Path); allow != "" {
+			w.Header().Set("Allow", allow)
+			problem(w, r, http.StatusMethodNotAllowed, api.Problem{Type: api.ProblemMethodNotAllowed, Title: "Method not allowed",
+				Detail: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, allow)})
+			return
+		}
 		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Not found",
 			Detail: fmt.Sprintf("no route for %s %s; see GET /v1/queues", r.Method, r.URL.Path)})
 	})
 	return mux
+}
+
+// allowed is the method a known path takes ("" for an unknown path): the
+// catch-all route answers 405 with Allow for those, not 404.
+func allowed(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) == 4 && parts[0] == "v1" && parts[1] == "queues" && parts[3] == "jobs":
+		return http.MethodPost
+	case len(parts) == 3 && parts[0] == "v1" && (parts[1] == "jobs" || parts[1] == "queues"),
+		len(parts) == 2 && parts[0] == "v1" && parts[1] == "queues",
+		len(parts) == 1 && (parts[0] == "livez" || parts[0] == "readyz" || parts[0] == "metrics" || parts[0] == "ui"):
+		return http.MethodGet + ", " + http.MethodHead
+	}
+	return ""
 }
 
 type httpDoor struct {
@@ -196,6 +217,8 @@ func statusOf(t string) int {
 		return http.StatusUnauthorized
 	case api.ProblemNotFound:
 		return http.StatusNotFound
+	case api.ProblemMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case api.ProblemTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case api.ProblemRateLimited, api.ProblemQueueFull, api.ProblemKeyFull:

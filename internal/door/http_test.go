@@ -120,6 +120,37 @@ queues:
 	}
 }
 
+// A known path with another method is 405 with Allow, as problem+json.
+func TestHTTPMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, `
+queues:
+  - name: q
+    limits: [{key: global, rate: 1/s, burst: 5}]
+    backlog: {leak_rate: 1/s}
+`, setupOptions{})
+	for _, c := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/v1/queues/q/jobs", "POST"},
+		{http.MethodPost, "/v1/queues/q", "GET, HEAD"},
+		{http.MethodDelete, "/v1/queues", "GET, HEAD"},
+		{http.MethodPut, "/v1/jobs/x", "GET, HEAD"},
+		{http.MethodPost, "/livez", "GET, HEAD"},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), c.method, b.srv.URL+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := b.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := readResponse(t, resp)
+		if r.code != http.StatusMethodNotAllowed || r.problem.Type != api.ProblemMethodNotAllowed || r.header.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d Allow %q %s, want 405 Allow %q", c.method, c.path, r.code, r.header.Get("Allow"), r.body, c.allow)
+		}
+	}
+}
+
 func TestHTTPBacklogFull(t *testing.T) {
 	t.Parallel()
 	// The limit queues up to 5 jobs of a key; the backlog takes 3, 2 of a key.
@@ -151,6 +182,11 @@ queues:
 		}
 		if r.code != http.StatusTooManyRequests || r.problem.Type != s.want {
 			t.Fatalf("step %d, key %s: %d %s, want 429 %s", i+1, s.client, r.code, r.body, s.want)
+		}
+		// The refused job's units are back, and the headers say so:
+		// key a has taken 3 of its 6 (burst 5 + 1).
+		if s.client == "a" && r.header.Get("X-RateLimit-Remaining") != "3" {
+			t.Errorf("step %d: X-RateLimit-Remaining %q after a refund, want 3", i+1, r.header.Get("X-RateLimit-Remaining"))
 		}
 		// Leak rate 1/m: a slot frees in a minute.
 		if r.problem.RetryAfterMS != 60_000 || r.header.Get("Retry-After") != "60" || r.header.Get(api.HeaderStatus) != "rejected" {
@@ -361,7 +397,6 @@ func TestHTTPNotFound(t *testing.T) {
 	}
 	for _, c := range []struct{ method, path string }{
 		{http.MethodGet, "/nope"},
-		{http.MethodPost, "/v1/queues/q"},
 		{http.MethodPost, "/v1/jobs"},
 		{http.MethodGet, "/v1/queues/nope"},
 	} {
