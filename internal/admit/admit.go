@@ -69,6 +69,9 @@ type Answer struct {
 	Limit bucket.Limit
 	// Source says which store decided.
 	Source Source
+	// Refunded is how many units the bounding tier got back because the
+	// backlog refused the job (Decision.Remaining does not count them).
+	Refunded int64
 }
 
 // Error is a submission that could not be decided or stored. Type is an
@@ -247,9 +250,7 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrKeyQueueFull):
 		a.refund(ctx, src, q.Name, tiers, cost, d)
 		if d.Consumed&(1<<d.Tier) != 0 {
-			// The bounding tier has its units back: say so in the
-			// rate-limit headers.
-			ans.Decision.Remaining = min(ans.Decision.Remaining+cost, ans.Limit.Quota())
+			ans.Refunded = cost
 		}
 		ans.Reply.Status = api.Rejected
 		ans.Reply.Type = api.ProblemQueueFull

@@ -318,7 +318,7 @@ func rateLimitHeaders(h http.Header, a admit.Answer) {
 	}
 	quota := a.Limit.Quota()
 	window := ceilSeconds(a.Limit.PolicyWindow())
-	remaining := max(a.Decision.Remaining, 0)
+	remaining := min(max(a.Decision.Remaining, 0)+a.Refunded, quota)
 	reset := a.Decision.ResetAfter
 	if a.Decision.Verdict >= bucket.Excess && a.Decision.RetryAfter > 0 {
 		reset = a.Decision.RetryAfter
