@@ -92,6 +92,12 @@ func TestKillAdmitterMidBurst(t *testing.T) {
 	if a := submitHTTP(t, client, c.admitters[1].addr, "flood", nil, []byte("after")); a.Reply.Status != api.Admitted {
 		t.Errorf("the surviving admitter answered %+v", a.Reply)
 	}
+	// SIGTERM: both workers and the surviving admitter stop cleanly.
+	for _, p := range []*process{c.workers[0], c.workers[1], c.admitters[1]} {
+		if err := p.stop(30 * time.Second); err != nil {
+			t.Errorf("%s on SIGTERM: %v", p.name, err)
+		}
+	}
 }
 
 const outageConfig = `
