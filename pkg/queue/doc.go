@@ -45,8 +45,8 @@
 // their key in the stream (per-key FIFO across processes), and each at a
 // start booked from a Pacer. Workers that share a pacer — NewPacer over a
 // redisbucket.Store — share one leak rate whatever their number. A released
-// job is copied to READY under its job id (so a crash between copy and ack
-// is deduplicated) and acked in the backlog. A job older than Config.MaxAge
+// job is copied to READY under its backlog place as Nats-Msg-Id (so a crash
+// between copy and ack is deduplicated) and acked in the backlog. A job older than Config.MaxAge
 // goes to DEAD instead.
 //
 // When Run's context ends the worker stops pulling, hands its held backlog
