@@ -41,8 +41,9 @@
 // DEAD with its headers, attempts, last error and reason, then acked.
 //
 // Backlog jobs are held, headers only, by the workers, and released in the
-// order they became due: never before their not-before, only when they head
-// their key in the stream (per-key FIFO across processes), and each at a
+// order they became due: never before their not-before, only when no due
+// job of their key is ahead of them in the stream (per-key FIFO among due
+// jobs, across processes; a job not due yet holds back nobody), and each at a
 // start booked from a Pacer. Workers that share a pacer — NewPacer over a
 // redisbucket.Store — share one leak rate whatever their number. A released
 // job is copied to READY under its backlog place as Nats-Msg-Id (so a crash

@@ -22,12 +22,13 @@ import (
 //     whole backlog to be held at once, so every job is seen by some worker
 //     and a job that is not due yet never hides a due one.
 //   - A held job is a candidate once it is due (its not-before has passed)
-//     and it is the first of its key that this worker holds. Candidates go
-//     in order of due time.
-//   - Before its release a candidate must be its key's head in the stream
-//     (a get of the key's first message): so an earlier job of the key held
-//     by another worker goes first, and per-key FIFO holds across
-//     processes.
+//     and no job of its key ahead of it that this worker holds is due or
+//     being released. Candidates go in order of due time.
+//   - Before its release a candidate must have no due job of its key ahead
+//     of it in the stream (gets of the key's messages from its first): so
+//     an earlier due job of the key held by another worker goes first, and
+//     per-key FIFO among due jobs holds across processes, while a job that
+//     is not due yet holds back nobody.
 //   - It then books a start from the Pacer — shared by all workers — sleeps
 //     until the booked time, copies the job to READY (Nats-Msg-Id = its backlog stream and sequence)
 //     and acks it in the backlog. A crash between the copy and the ack makes
@@ -68,7 +69,8 @@ type heldJob struct {
 	seq       uint64
 	subject   string
 	job       Job // from the headers; no payload
-	due       time.Time
+	ready     time.Time // the job's own due time: its not-before, or when it was queued
+	due       time.Time // when to look at it next: ready, or later after a failed check
 	releasing bool
 	inHeap    bool
 }
@@ -147,7 +149,7 @@ func (d *drainer) add(ctx context.Context, msg jetstream.Msg) {
 	if due.IsZero() {
 		due = job.EnqueuedAt
 	}
-	h := &heldJob{msg: msg, seq: meta.Sequence.Stream, subject: msg.Subject(), job: job, due: due}
+	h := &heldJob{msg: msg, seq: meta.Sequence.Stream, subject: msg.Subject(), job: job, ready: due, due: due}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if old := d.held[h.seq]; old != nil {
@@ -160,9 +162,7 @@ func (d *drainer) add(ctx context.Context, msg jetstream.Msg) {
 	q := d.keys[h.subject]
 	i, _ := slices.BinarySearchFunc(q, h.seq, func(x *heldJob, seq uint64) int { return cmpSeq(x.seq, seq) })
 	d.keys[h.subject] = slices.Insert(q, i, h)
-	if i == 0 {
-		d.pushLocked(h)
-	}
+	d.pushLocked(h)
 }
 
 func cmpSeq(a, b uint64) int {
@@ -243,7 +243,7 @@ func (d *drainer) next(ctx context.Context) *heldJob {
 func (d *drainer) peekLocked() *heldJob {
 	for d.heads.Len() > 0 {
 		h := d.heads[0]
-		if d.held[h.seq] == h && !h.releasing && d.keys[h.subject][0] == h {
+		if d.held[h.seq] == h && !h.releasing && !d.dueAheadLocked(h, time.Now()) {
 			return h
 		}
 		heap.Pop(&d.heads)
@@ -252,7 +252,54 @@ func (d *drainer) peekLocked() *heldJob {
 	return nil
 }
 
-// tryRelease checks that h heads its key in the stream, books its start
+// dueAheadLocked reports whether a job of h's key ahead of it in the stream,
+// held here, is due or on its way: FIFO among a key's due jobs. A job
+// ahead that is not due yet does not hold h back. h leaves the candidates
+// until that job is gone (forget makes the key's jobs candidates again).
+func (d *drainer) dueAheadLocked(h *heldJob, now time.Time) bool {
+	for _, x := range d.keys[h.subject] {
+		if x == h {
+			return false
+		}
+		if x.releasing || !x.ready.After(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxScanAhead bounds how many earlier jobs of its key a due job's check
+// reads from the stream; with more ahead it waits for the key's head.
+const maxScanAhead = 64
+
+// dueAheadInStream reports whether a job of h's key before it in the
+// stream (held by any worker, or by none) is due: then h waits its turn.
+// head is the key's first job in the stream.
+func (d *drainer) dueAheadInStream(ctx context.Context, h *heldJob, head *jetstream.RawStreamMsg, now time.Time) (bool, error) {
+	m := head
+	for range maxScanAhead {
+		if m.Sequence >= h.seq {
+			return false, nil
+		}
+		j, err := ParseJob(m.Header, nil)
+		if err != nil {
+			return true, nil // an invalid job ahead: a worker holding it dead-letters it first
+		}
+		due := j.NotBefore
+		if due.IsZero() {
+			due = j.EnqueuedAt
+		}
+		if !due.After(now) {
+			return true, nil
+		}
+		if m, err = d.stream.GetMsg(ctx, m.Sequence+1, jetstream.WithGetMsgSubject(h.subject)); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// tryRelease checks that no due job of h's key is ahead of it in the stream, books its start
 // and releases it in the background. It reports whether a release is under
 // way (holding a pipeline slot).
 func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
@@ -274,8 +321,25 @@ func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
 		}
 		return false
 	case raw.Sequence != h.seq:
-		d.retryLater(h, d.recheck) // an earlier job of the key goes first
-		return false
+		now := time.Now()
+		ahead, err := d.dueAheadInStream(ctx, h, raw, now)
+		if err == nil && !ahead {
+			raw, err = d.stream.GetMsg(ctx, h.seq)
+		}
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			d.forget(h)
+			return false
+		case err != nil:
+			if ctx.Err() == nil {
+				d.w.log.Warn("reading a backlog key's earlier jobs failed; trying again", "job", h.job.ID, "error", err)
+				d.retryLater(h, time.Second)
+			}
+			return false
+		case ahead:
+			d.retryLater(h, d.recheck) // an earlier due job of the key goes first
+			return false
+		}
 	}
 	wait, err := d.w.cfg.Pacer.Reserve(ctx)
 	if err != nil {
@@ -399,7 +463,9 @@ func (d *drainer) forget(h *heldJob) {
 		delete(d.keys, h.subject)
 	} else {
 		d.keys[h.subject] = q
-		d.pushLocked(q[0])
+		for _, x := range q { // those it held back are candidates again
+			d.pushLocked(x)
+		}
 	}
 	select {
 	case d.room <- struct{}{}:

@@ -344,3 +344,44 @@ func TestBacklogKeyWaitsForItsHeadHeldElsewhere(t *testing.T) {
 		t.Errorf("a's jobs ran in the order %v, want %v", got, want)
 	}
 }
+
+// Jobs of one key that reached the stream out of not-before order (two
+// submissions of one client racing) start at their own times: a job that
+// is not due yet does not hold back a due one of its key behind it, and
+// among the key's due jobs the stream order still holds. Checked with two
+// workers, so the job ahead may be held elsewhere.
+func TestBacklogKeyDueJobPassesOneNotYetDue(t *testing.T) {
+	t.Parallel()
+	cfg := testQueue("inv")
+	cfg.LeakRate = bucket.Rate{Count: 100, Per: time.Second}
+	ctx, b := setup(t, cfg)
+	rec := newRecorder()
+	began := time.Now()
+	later := publishBacklog(t, ctx, b, "k", 1, began.Add(2*time.Second))         // stored first, due at 2s
+	sooner := publishBacklog(t, ctx, b, "k", 1, began.Add(300*time.Millisecond)) // stored second, due at 0.3s
+	due := publishBacklog(t, ctx, b, "k", 2, time.Time{})                        // due at once, behind both
+	for range 2 {
+		runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+			rec.started(j)
+			return nil
+		})
+	}
+	rec.waitFor(t, 20*time.Second, "4 successes", func() bool { return rec.count(queue.Succeeded) == 4 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	all := append(append(append([]*queue.Job{}, later...), sooner...), due...)
+	for _, j := range all {
+		if at := rec.starts[j.ID][0]; at.Before(j.NotBefore) {
+			t.Errorf("job started %v before its not-before", j.NotBefore.Sub(at))
+		}
+	}
+	if at := rec.starts[sooner[0].ID][0]; !at.Before(later[0].NotBefore) {
+		t.Errorf("the job due at 0.3s started at %v, held behind the key's job due at 2s", at.Sub(began))
+	}
+	// The two due at once go first, in their order, passing the two not
+	// yet due ahead of them; then the job due at 0.3s; the one due at 2s
+	// is last.
+	if want := ids([]*queue.Job{due[0], due[1], sooner[0], later[0]}); !slices.Equal(rec.order, want) {
+		t.Errorf("start order %v, want %v", rec.order, want)
+	}
+}
