@@ -68,7 +68,7 @@ type heldJob struct {
 	msg       jetstream.Msg
 	seq       uint64
 	subject   string
-	job       Job // from the headers; no payload
+	job       Job       // from the headers; no payload
 	ready     time.Time // the job's own due time: its not-before, or when it was queued
 	due       time.Time // when to look at it next: ready, or later after a failed check
 	releasing bool
