@@ -127,7 +127,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}, []string{"result"})
 	s.statusDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "spillway_status_records_dropped_total",
-		Help: "Job status records not written because the writers fell behind (the jobs themselves are stored).",
+		Help: "First job status records not written (the writer fell behind, or JetStream refused them); the jobs themselves are stored.",
 	})
 	o.Registry.MustRegister(s.reloads, s.statusDropped)
 
@@ -196,11 +196,13 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.goRun(func() error { return s.admitter.Run(runCtx) })
-	// Several writers: one record is a KV round trip, and a single writer
-	// would fall behind (and drop records) at a few thousand jobs a second.
-	for range statusWriters {
-		s.goRun(func() error { return s.writeStatus(runCtx) })
+	statusJS, err := jetstream.New(s.nc,
+		jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(s.statusRefused))
+	if err != nil {
+		return nil, err
 	}
+	s.goRun(func() error { return s.writeStatus(runCtx, statusJS) })
 	s.goRun(func() error {
 		if err := s.http.Serve(s.httpLn); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -288,9 +290,6 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// statusWriters is how many goroutines write first status records.
-const statusWriters = 16
-
 // recordStored queues the job's first status record; it must not block a
 // submission, so a full buffer drops the record (status is advisory).
 func (s *Service) recordStored(j *queue.Job, st api.Status) {
@@ -302,19 +301,37 @@ func (s *Service) recordStored(j *queue.Job, st api.Status) {
 	}
 }
 
-func (s *Service) writeStatus(ctx context.Context) error {
+// writeStatus writes first status records as asynchronous JetStream
+// publishes: a record is advisory and must not cost a round trip each, so
+// the connection batches them with everything else it sends. A job with a
+// record already (a worker started it first) is refused by the server, as
+// Create would be.
+func (s *Service) writeStatus(ctx context.Context, js jetstream.JetStream) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case r := <-s.writes:
-			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := s.status.Create(wctx, r); err != nil && !errors.Is(err, jobstatus.ErrExists) && ctx.Err() == nil {
+			m, err := jobstatus.CreateMsg(r)
+			if err == nil {
+				_, err = js.PublishMsgAsync(m)
+			}
+			if err != nil {
+				s.statusDropped.Inc()
 				s.log.Debug("writing a job status record", "job", r.ID, "err", err)
 			}
-			cancel()
 		}
 	}
+}
+
+// statusRefused handles a first status record the server did not store.
+func (s *Service) statusRefused(_ jetstream.JetStream, m *nats.Msg, err error) {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return // the worker's record came first
+	}
+	s.statusDropped.Inc()
+	s.log.Debug("a job status record was not stored", "subject", m.Subject, "err", err)
 }
 
 // Shutdown stops taking submissions, answers those received, and closes

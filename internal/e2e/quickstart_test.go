@@ -37,6 +37,24 @@ func TestQuickStart(t *testing.T) {
 		t.Errorf("got %v, want 6 admitted, 15 queued, 9 rejected", n)
 	}
 
+	// The admitter's first status record of the last queued job (due in
+	// about 3 s) says queued.
+	var lastQueued string
+	for _, a := range answers {
+		if a.Reply.Status == api.Queued {
+			lastQueued = a.Reply.ID
+		}
+	}
+	waitFor(t, 5*time.Second, "the status record of a queued job", func() bool {
+		resp, err := get(client, server+"/v1/jobs/"+lastQueued)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var rec struct{ State string }
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&rec) == nil && rec.State == "queued"
+	})
+
 	spill := func(args ...string) (string, int) {
 		t.Helper()
 		cmd := exec.CommandContext(context.Background(), bins.spillctl, args...)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -112,6 +113,23 @@ func (s *Store) Create(ctx context.Context, rec Record) error {
 		return fmt.Errorf("jobstatus: writing job %s: %w", rec.ID, err)
 	}
 	return nil
+}
+
+// CreateMsg is the message Create would publish, for a writer that
+// publishes many first records asynchronously (the admitter): a JetStream
+// publish to the bucket's subject for the job that the server refuses if the
+// job has a record already (expected last subject sequence 0), so a worker
+// that started the job first is not overwritten. A zero UpdatedAt is set to
+// now.
+func CreateMsg(rec Record) (*nats.Msg, error) {
+	rec, data, err := encode(rec)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg("$KV." + Bucket + "." + rec.ID)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	m.Data = data
+	return m, nil
 }
 
 // Put stores rec as it is, over whatever was there: for a tool that resets
