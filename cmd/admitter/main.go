@@ -68,25 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var f cli.Flags
 	f.Register(fs, true)
 	dev := fs.Bool("dev", false, "dev mode: embedded JetStream, in-process workers, built-in demo queue without --config")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	if len(args) > 0 && (args[0] == "help") {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return nil
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return nil
-		}
+	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (see admitter --help)", fs.Arg(0))
 	}
 	log, err := f.Logger(stderr)
 	if err != nil {

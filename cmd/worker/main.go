@@ -59,20 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	f.Register(fs, false)
 	queues := fs.String("queues", "", "comma-separated `names` of the queues to work (default: every queue with a handler)")
 	metricsAddr := fs.String("metrics-listen", ":9090", "`address` of /metrics, /livez and /readyz (empty: none)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return nil
-		}
+	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (see worker --help)", fs.Arg(0))
 	}
 	if f.Config == "" {
 		return errors.New("no configuration: give --config FILE (see worker --help)")

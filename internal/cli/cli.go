@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -118,4 +119,32 @@ func (r *Reloader) Run(ctx context.Context) error {
 		}
 	}()
 	return r.Watcher.Run(ctx)
+}
+
+// Parse parses args with fs, whose usage text is usage followed by the
+// flags. --help (or "help") prints that to stdout and reports done; a
+// stray argument is an error naming the command's --help.
+func Parse(fs *flag.FlagSet, usage string, args []string, stdout io.Writer) (done bool, err error) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	help := func() (bool, error) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return true, nil
+	}
+	if len(args) > 0 && args[0] == "help" {
+		return help()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return help()
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("unexpected argument %q (see %s --help)", fs.Arg(0), fs.Name())
+	}
+	return false, nil
 }
