@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -168,16 +169,66 @@ func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 }
 
 // EnsureStreams creates a queue's three streams, or updates them to cfg:
-// it is idempotent, and safe for several processes to call at once.
+// it is idempotent, and safe for several processes to call at once. A
+// stream that already has cfg's settings is left alone rather than updated
+// to the same thing: every worker and admitter calls this at start, and an
+// update is not free for the server (nor, in nats-server 2.15, race-free
+// against consumers being created at the same moment).
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	for _, d := range []Destination{Ready, Backlog, Dead} {
 		sc := cfg.StreamConfig(d)
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := ensureStream(ctx, js, sc); err != nil {
 			return fmt.Errorf("queue: stream %s: %w", sc.Name, err)
 		}
 	}
 	return nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	s, err := js.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, sc)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err // created, or failed
+		}
+		// Another process created it meanwhile, maybe from another config.
+		s, err = js.Stream(ctx, sc.Name)
+	}
+	if err != nil {
+		return err
+	}
+	if sameStream(s.CachedInfo().Config, sc) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, sc)
+	return err
+}
+
+// unlimited maps JetStream's "no limit" spellings (0 and -1; the server
+// reports -1) to one.
+func unlimited(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// sameStream reports whether a stream's config has every setting
+// StreamConfig makes (the server fills in others).
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description &&
+		slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention &&
+		have.Storage == want.Storage &&
+		max(have.Replicas, 1) == max(want.Replicas, 1) &&
+		have.Duplicates == want.Duplicates &&
+		unlimited(have.MaxMsgs) == unlimited(want.MaxMsgs) &&
+		unlimited(have.MaxBytes) == unlimited(want.MaxBytes) &&
+		have.MaxAge == want.MaxAge &&
+		have.Discard == want.Discard &&
+		unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
+		have.DiscardNewPerSubject == want.DiscardNewPerSubject
 }

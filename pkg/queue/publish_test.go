@@ -205,6 +205,55 @@ func TestEnsureStreamsIdempotent(t *testing.T) {
 	}
 }
 
+// EnsureStreams with the settings a stream already has updates nothing
+// (JetStream announces every update as an advisory); a change updates
+// only the stream it concerns.
+func TestEnsureStreamsUpdatesOnlyChanges(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, queue.Config{Name: "email", Capacity: 10})
+	nc := b.srv.Connect(t)
+	updated := make(chan string, 16)
+	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.UPDATED.*", func(m *nats.Msg) {
+		updated <- m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := queue.EnsureStreams(ctx, b.js, queue.Config{Name: "email", Capacity: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := queue.EnsureStreams(ctx, b.js, queue.Config{Name: "email", Capacity: 20}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-updated:
+		if name != queue.StreamName("email", queue.Backlog) {
+			t.Errorf("stream %s updated, want only the backlog", name)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no update advisory for the changed capacity")
+	}
+	// Another round trip, so that an advisory of the unchanged calls, had
+	// there been one, has arrived.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Stream(ctx, queue.StreamName("email", queue.Ready)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-updated:
+		t.Errorf("stream %s updated although its settings did not change", name)
+	default:
+	}
+}
+
 func TestConfigErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
