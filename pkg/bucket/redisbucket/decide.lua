@@ -149,20 +149,8 @@ local function sliding(key, s, ns, n, lim, w, _, _, r)
   if v == false then
     return false
   end
-  local ws, wn = windowStart(s, ns, w)
-  local c, p = 0, 0
-  if v then
-    local sc, sp, ts, tn = unpack('<dddd', v)
-    local d = since(ts, tn, ws, wn)
-    if d >= 0 then
-      ws, wn, c, p = ts, tn, sc, sp
-      if since(s, ns, ws, wn) < 0 then
-        s, ns = ws, wn
-      end
-    elseif d == -w then
-      p = sc
-    end
-  end
+  local ws, wn, c, p
+  ws, wn, c, p, s, ns = slidingState(v, s, ns, w)
   local el = since(s, ns, ws, wn)
   r[1], r[2], r[3], r[5] = ADMITTED, s, ns, 0
   if n > lim then

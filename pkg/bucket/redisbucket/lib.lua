@@ -68,6 +68,27 @@ local function windowStart(s, n, w)
   return s, n
 end
 
+-- slidingState reads a sliding window's state v (nil: none) as of (s, ns):
+-- the current window's start, its count c and the previous window's p, and
+-- (s, ns) moved up to that start if the clock stepped back before it.
+local function slidingState(v, s, ns, w)
+  local ws, wn = windowStart(s, ns, w)
+  local c, p = 0, 0
+  if v then
+    local sc, sp, ts, tn = unpack('<dddd', v)
+    local d = since(ts, tn, ws, wn)
+    if d >= 0 then
+      ws, wn, c, p = ts, tn, sc, sp
+      if since(s, ns, ws, wn) < 0 then
+        s, ns = ws, wn
+      end
+    elseif d == -w then
+      p = sc
+    end
+  end
+  return ws, wn, c, p, s, ns
+end
+
 -- load reads a state string of size bytes: the string, nil for a key never
 -- seen, or false when the key holds something else.
 local function load(key, size)

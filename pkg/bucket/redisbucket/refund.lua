@@ -95,18 +95,8 @@ local function sliding(key, s, ns, n, _, w, _, _, as, an, r)
   if not v then
     return true
   end
-  local ws, wn = windowStart(s, ns, w)
-  local c, p = 0, 0
-  local sc, sp, ts, tn = unpack('<dddd', v)
-  local d = since(ts, tn, ws, wn)
-  if d >= 0 then
-    ws, wn, c, p = ts, tn, sc, sp
-    if since(s, ns, ws, wn) < 0 then
-      s, ns = ws, wn
-    end
-  elseif d == -w then
-    p = sc
-  end
+  local ws, wn, c, p
+  ws, wn, c, p, s, ns = slidingState(v, s, ns, w)
   local aws, awn = windowStart(as, an, w)
   local da = since(aws, awn, ws, wn)
   if da == 0 then
