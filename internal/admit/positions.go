@@ -45,16 +45,14 @@ func (p *positions) run(ctx context.Context, cfg func() *config.Config) error {
 	defer t.Stop()
 	for {
 		for _, q := range cfg().Queues {
+			// js.Stream fetches the stream's info: one request, no second
+			// Info call.
 			s, err := p.js.Stream(ctx, queue.StreamName(q.Name, queue.Backlog))
 			if err != nil {
 				continue
 			}
-			info, err := s.Info(ctx)
-			if err != nil {
-				continue
-			}
 			p.mu.Lock()
-			p.first[q.Name] = info.State.FirstSeq
+			p.first[q.Name] = s.CachedInfo().State.FirstSeq
 			p.mu.Unlock()
 		}
 		select {
