@@ -477,7 +477,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cmd := range []string{"submit", "status", "queues", "top", "dlq", "bench", "simulate"} {
+	for _, cmd := range []string{"submit", "status", "queues", "top", "dlq", "bench", "simulate", "probe"} {
 		if !strings.Contains(out, "\n  "+cmd+" ") {
 			t.Errorf("spillctl --help does not list %s", cmd)
 		}

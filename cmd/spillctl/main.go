@@ -91,6 +91,7 @@ Commands:
   bench      load-test an admitter: closed or open loop, latency percentiles
   simulate   replay arrivals from stdin through one limit, offline, with a
              simulated clock; prints admitted / queued / rejected per line
+  probe      GET a URL, exit 0 on 2xx: the health check of shell-less images
 
 Where things are (flags override the environment):
   --server URL   admitter HTTP API   $SPILLWAY_SERVER    (http://127.0.0.1:8080)
@@ -132,6 +133,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runBench(ctx, args[1:], getenv, stdout, stderr)
 	case "simulate":
 		return runSimulate(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "probe":
+		return runProbe(ctx, args[1:], stdout)
 	}
-	return usageErrorf("spillctl: unknown command %q; the commands are: submit, status, queues, top, dlq, bench, simulate (see spillctl --help)", args[0])
+	return usageErrorf("spillctl: unknown command %q; the commands are: submit, status, queues, top, dlq, bench, simulate, probe (see spillctl --help)", args[0])
 }
