@@ -29,6 +29,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/devnats"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/internal/ui"
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -179,6 +180,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		Handler: door.NewHTTP(door.HTTPOptions{
 			Admitter: s.admitter, JS: s.js, Status: s.status, Keys: keys, Ready: s.Ready, Logger: s.log,
 			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
+			UI:      ui.Handler(),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		// A client that announces a body and never sends it holds a
