@@ -82,6 +82,9 @@ func (f *Failover) Down() (bool, time.Duration) {
 	return true, max(0, f.downTill.Sub(f.now()))
 }
 
+// Mode is the failure mode decisions take while the shared store is down.
+func (f *Failover) Mode() config.FailureMode { return f.mode }
+
 // Source says which store took a decision.
 type Source uint8
 

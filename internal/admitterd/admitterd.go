@@ -165,6 +165,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	o.Registry.MustRegister(newQueueCollector(s.js, s.admitter.Config, s.log), newFailureModeCollector(s.failover))
 
 	var keys *door.APIKeys
 	if cfg.HTTP.APIKeysFile != "" {

@@ -1,0 +1,127 @@
+package admitterd
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// inspectTimeout bounds one scrape's reads of JetStream, all queues
+// together, so a slow server costs a scrape its queue figures, not its
+// timeout.
+const inspectTimeout = 3 * time.Second
+
+// queueCollector exports each configured queue's state (DESIGN §6) as
+// read from JetStream at scrape time, so every admitter reports the same
+// figures whichever wrote the jobs; dashboards take max by (queue). A
+// queue JetStream cannot be read for is counted in
+// spillway_queue_inspect_errors_total and left out of that scrape rather
+// than reported as empty.
+type queueCollector struct {
+	js     jetstream.JetStream
+	config func() *config.Config
+	log    *slog.Logger
+	errors *prometheus.CounterVec
+
+	depth, capacity, perKey, fill, oldest, drain *prometheus.Desc
+	ready, dead, ackPending, maxAckPending       *prometheus.Desc
+	backlogPullers, backlogHeld                  *prometheus.Desc
+}
+
+func newQueueCollector(js jetstream.JetStream, cfg func() *config.Config, log *slog.Logger) *queueCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("spillway_queue_"+name, help, []string{"queue"}, nil)
+	}
+	return &queueCollector{
+		js: js, config: cfg, log: log,
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_queue_inspect_errors_total",
+			Help: "Scrapes in which a queue's streams or consumers could not be read from JetStream, by queue.",
+		}, []string{"queue"}),
+		depth:          d("depth", "Jobs in the queue's backlog, read from JetStream."),
+		capacity:       d("capacity", "The backlog's capacity in jobs (backlog.capacity)."),
+		perKey:         d("per_key_capacity", "The backlog's capacity per key (backlog.per_key_capacity; 0: none)."),
+		fill:           d("fill_ratio", "Backlog depth over capacity, 0 to 1."),
+		oldest:         d("oldest_age_seconds", "How long the backlog's oldest job has waited (0 when empty)."),
+		drain:          d("estimated_drain_seconds", "Time to drain the backlog at the leak rate if nothing more arrives."),
+		ready:          d("ready", "Admitted jobs not yet finished: waiting, running or waiting for a retry."),
+		dead:           d("dead", "Jobs in the queue's dead-letter stream."),
+		ackPending:     d("ack_pending", "Ready jobs delivered to workers and not yet acknowledged."),
+		maxAckPending:  d("max_ack_pending", "The ready consumer's bound on unacknowledged jobs (0: no consumer yet)."),
+		backlogPullers: d("backlog_pullers", "Pull requests waiting on the backlog consumer: 0 with jobs due means nobody drains it."),
+		backlogHeld:    d("backlog_held", "Backlog jobs workers hold until their start (delivered, not yet released)."),
+	}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs() {
+		ch <- d
+	}
+	c.errors.Describe(ch)
+}
+
+func (c *queueCollector) descs() []*prometheus.Desc {
+	return []*prometheus.Desc{c.depth, c.capacity, c.perKey, c.fill, c.oldest, c.drain,
+		c.ready, c.dead, c.ackPending, c.maxAckPending, c.backlogPullers, c.backlogHeld}
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+	defer cancel()
+	for _, q := range c.config().Queues {
+		in, err := queue.Inspect(ctx, c.js, q.Backlog)
+		if err != nil {
+			c.errors.WithLabelValues(q.Name).Inc()
+			c.log.Warn("metrics: reading a queue's state from JetStream", "queue", q.Name, "err", err)
+			continue
+		}
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, q.Name)
+		}
+		g(c.depth, float64(in.Backlog))
+		g(c.capacity, float64(in.Capacity))
+		g(c.perKey, float64(in.PerKeyCapacity))
+		g(c.fill, in.Fill)
+		g(c.oldest, in.OldestAge.Seconds())
+		g(c.drain, in.EstimatedDrain.Seconds())
+		g(c.ready, float64(in.Ready))
+		g(c.dead, float64(in.Dead))
+		g(c.ackPending, float64(in.InFlight))
+		g(c.maxAckPending, float64(in.MaxAckPending))
+		g(c.backlogPullers, float64(in.BacklogPullers))
+		g(c.backlogHeld, float64(in.BacklogHeld))
+	}
+	c.errors.Collect(ch)
+}
+
+// failureModeCollector exports spillway_failure_mode_active: 1 for the
+// configured mode while the shared store is down, read from the Failover
+// at scrape time so it cannot drift from what decisions do. Without a
+// shared store (memory only) it is always 0.
+type failureModeCollector struct {
+	f    *admit.Failover
+	desc *prometheus.Desc
+}
+
+func newFailureModeCollector(f *admit.Failover) *failureModeCollector {
+	return &failureModeCollector{f: f, desc: prometheus.NewDesc("spillway_failure_mode_active",
+		"1 while the shared bucket store is unreachable and decisions take the failure mode, by mode; else 0.",
+		[]string{"mode"}, nil)}
+}
+
+func (c *failureModeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *failureModeCollector) Collect(ch chan<- prometheus.Metric) {
+	v := 0.0
+	if down, _ := c.f.Down(); down {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, string(c.f.Mode()))
+}
