@@ -1,0 +1,406 @@
+package deployfiles
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+const k8sDir = "deploy/k8s"
+
+// manifest is one Kubernetes object and the file it came from.
+type manifest struct {
+	file string
+	doc  map[string]any
+}
+
+func (m manifest) kind() string { return getString(m.doc, "kind") }
+func (m manifest) name() string { return getString(m.doc, "metadata", "name") }
+func (m manifest) where() string {
+	return fmt.Sprintf("%s: %s %s", m.file, m.kind(), m.name())
+}
+
+// k8sBase reads the kustomization and every manifest of deploy/k8s.
+func k8sBase(t *testing.T) (kustomization map[string]any, manifests []manifest) {
+	t.Helper()
+	entries, err := os.ReadDir(repoFile(t, k8sDir))
+	if err != nil {
+		t.Fatalf("%s: %v", k8sDir, err)
+	}
+	for _, e := range entries {
+		ext := path.Ext(e.Name())
+		if e.IsDir() || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		rel := path.Join(k8sDir, e.Name())
+		docs, err := decodeDocs(rel, readRepoFile(t, rel))
+		if err != nil {
+			t.Fatalf("not valid YAML: %v", err)
+		}
+		if e.Name() == "kustomization.yaml" {
+			if len(docs) != 1 {
+				t.Fatalf("%s: want one document, got %d", rel, len(docs))
+			}
+			kustomization = docs[0]
+			continue
+		}
+		for i, d := range docs {
+			m := manifest{file: rel, doc: d}
+			if getString(d, "apiVersion") == "" || m.kind() == "" || m.name() == "" {
+				t.Errorf("%s: document %d: want apiVersion, kind and metadata.name, got %q, %q, %q",
+					rel, i+1, getString(d, "apiVersion"), m.kind(), m.name())
+				continue
+			}
+			manifests = append(manifests, m)
+		}
+	}
+	if kustomization == nil {
+		t.Fatalf("%s/kustomization.yaml is missing", k8sDir)
+	}
+	return kustomization, manifests
+}
+
+func find(t *testing.T, ms []manifest, kind, name string) manifest {
+	t.Helper()
+	for _, m := range ms {
+		if m.kind() == kind && m.name() == name {
+			return m
+		}
+	}
+	t.Fatalf("%s: no %s named %s", k8sDir, kind, name)
+	return manifest{}
+}
+
+func TestKustomization(t *testing.T) {
+	k, manifests := k8sBase(t)
+	where := k8sDir + "/kustomization.yaml"
+	if getString(k, "kind") != "Kustomization" || !strings.HasPrefix(getString(k, "apiVersion"), "kustomize.config.k8s.io/") {
+		t.Errorf("%s: want apiVersion kustomize.config.k8s.io/v1beta1, kind Kustomization", where)
+	}
+	listed := map[string]bool{}
+	for _, r := range stringsOf(getList(k, "resources")) {
+		listed[r] = true
+		if _, err := os.Stat(repoFile(t, path.Join(k8sDir, r))); err != nil {
+			t.Errorf("%s: resources: %s does not exist", where, r)
+		}
+	}
+	files := map[string]bool{}
+	for _, m := range manifests {
+		files[path.Base(m.file)] = true
+	}
+	for f := range files {
+		if !listed[f] {
+			t.Errorf("%s: resources: %s is in %s but not listed", where, f, k8sDir)
+		}
+	}
+	labels := map[string]string{}
+	for _, l := range getList(k, "labels") {
+		for key, v := range getMap(l, "pairs") {
+			labels[key] = fmt.Sprint(v)
+		}
+	}
+	for _, want := range []string{"app.kubernetes.io/name", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"} {
+		if labels[want] == "" {
+			t.Errorf("%s: labels: the standard label %s is missing", where, want)
+		}
+	}
+	// Each kind is there.
+	kinds := map[string]int{}
+	for _, m := range manifests {
+		kinds[m.kind()]++
+	}
+	for _, want := range []string{"Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "ScaledObject"} {
+		if kinds[want] == 0 {
+			t.Errorf("%s: no %s", k8sDir, want)
+		}
+	}
+}
+
+// clusterConfig loads the spillway.yaml of the ConfigMap with
+// internal/config.
+func clusterConfig(t *testing.T, ms []manifest) (*config.Config, manifest) {
+	t.Helper()
+	cm := find(t, ms, "ConfigMap", "spillway-config")
+	text := getString(cm.doc, "data", "spillway.yaml")
+	if text == "" {
+		t.Fatalf("%s: data.spillway.yaml is missing", cm.where())
+	}
+	p := filepath.Join(t.TempDir(), "spillway.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return loadConfig(t, cm.where()+": data.spillway.yaml", p, nil), cm
+}
+
+func TestConfigMap(t *testing.T) {
+	_, ms := k8sBase(t)
+	cfg, cm := clusterConfig(t, ms)
+	if cfg.NATS.Replicas != 3 {
+		t.Errorf("%s: data.spillway.yaml: nats.replicas %d, want 3 (R3 streams on the 3-node cluster)", cm.where(), cfg.NATS.Replicas)
+	}
+	for _, q := range cfg.Queues {
+		if q.Backlog.Replicas != 3 {
+			t.Errorf("%s: queue %s: backlog replicas %d, want 3", cm.where(), q.Name, q.Backlog.Replicas)
+		}
+	}
+	if cfg.Redis.URL == "" {
+		t.Errorf("%s: data.spillway.yaml: no redis.url; several admitters need one bucket store", cm.where())
+	}
+}
+
+// podSpec returns a Deployment's pod template and its single container.
+func podSpec(t *testing.T, d manifest, container string) (tmpl map[string]any, c map[string]any) {
+	t.Helper()
+	tmpl = getMap(d.doc, "spec", "template")
+	for _, x := range getList(tmpl, "spec", "containers") {
+		if getString(x, "name") == container {
+			return tmpl, x.(map[string]any)
+		}
+	}
+	t.Fatalf("%s: no container %q", d.where(), container)
+	return nil, nil
+}
+
+// subset reports whether every label of sel is in labels.
+func subset(sel, labels map[string]any) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if fmt.Sprint(labels[k]) != fmt.Sprint(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// containerPort resolves a probe's port (a number or a port name).
+func containerPort(c map[string]any, port any) (int, bool) {
+	if n, ok := port.(int); ok {
+		return n, true
+	}
+	for _, p := range getList(c, "ports") {
+		if getString(p, "name") == fmt.Sprint(port) {
+			return getInt(p, "containerPort")
+		}
+	}
+	return 0, false
+}
+
+// checkPod checks what admitter and worker pods share: selector, probes on
+// served paths and the right port, resources, non-root read-only root, the
+// ConfigMap mounted where --config points.
+func checkPod(t *testing.T, d manifest, container string, port int, served []string) map[string]any {
+	t.Helper()
+	tmpl, c := podSpec(t, d, container)
+	if !subset(getMap(d.doc, "spec", "selector", "matchLabels"), getMap(tmpl, "metadata", "labels")) {
+		t.Errorf("%s: spec.selector.matchLabels %v do not match the pod labels %v", d.where(),
+			getMap(d.doc, "spec", "selector", "matchLabels"), getMap(tmpl, "metadata", "labels"))
+	}
+	for _, probe := range []struct{ field, path string }{{"livenessProbe", "/livez"}, {"readinessProbe", "/readyz"}} {
+		p := getMap(c, probe.field, "httpGet")
+		if p == nil {
+			t.Errorf("%s: container %s: no %s.httpGet", d.where(), container, probe.field)
+			continue
+		}
+		if got := getString(p, "path"); got != probe.path || !contains(served, got) {
+			t.Errorf("%s: container %s: %s.httpGet.path %q, want %s (served: %v)", d.where(), container, probe.field, got, probe.path, served)
+		}
+		if n, ok := containerPort(c, p["port"]); !ok || n != port {
+			t.Errorf("%s: container %s: %s.httpGet.port %v is port %d, but the process listens on %d", d.where(), container, probe.field, p["port"], n, port)
+		}
+	}
+	if sp := getMap(c, "startupProbe", "httpGet"); sp != nil {
+		if !contains(served, getString(sp, "path")) {
+			t.Errorf("%s: container %s: startupProbe.httpGet.path %q is not served", d.where(), container, getString(sp, "path"))
+		}
+	}
+	for _, p := range getList(c, "ports") {
+		if n, _ := getInt(p, "containerPort"); n != port {
+			t.Errorf("%s: container %s: containerPort %d, but the process listens on %d", d.where(), container, n, port)
+		}
+	}
+	if getMap(c, "resources", "requests") == nil || getMap(c, "resources", "limits") == nil {
+		t.Errorf("%s: container %s: want resources.requests and resources.limits", d.where(), container)
+	}
+	podNonRoot, _ := get(tmpl, "spec", "securityContext", "runAsNonRoot").(bool)
+	cNonRoot, _ := get(c, "securityContext", "runAsNonRoot").(bool)
+	if !podNonRoot && !cNonRoot {
+		t.Errorf("%s: want securityContext.runAsNonRoot: true", d.where())
+	}
+	if ro, _ := get(c, "securityContext", "readOnlyRootFilesystem").(bool); !ro {
+		t.Errorf("%s: container %s: want securityContext.readOnlyRootFilesystem: true", d.where(), container)
+	}
+	if ape, ok := get(c, "securityContext", "allowPrivilegeEscalation").(bool); !ok || ape {
+		t.Errorf("%s: container %s: want securityContext.allowPrivilegeEscalation: false", d.where(), container)
+	}
+
+	// --config is a file of the ConfigMap's volume.
+	args := append(stringsOf(getList(c, "command")), stringsOf(getList(c, "args"))...)
+	cfgPath, ok := flagValue(args, "config")
+	if !ok {
+		t.Fatalf("%s: container %s: no --config in command/args %q", d.where(), container, args)
+	}
+	volumes := map[string]map[string]any{}
+	for _, v := range getList(tmpl, "spec", "volumes") {
+		volumes[getString(v, "name")] = v.(map[string]any)
+	}
+	mounted := false
+	for _, vm := range getList(c, "volumeMounts") {
+		dir, sub := getString(vm, "mountPath"), getString(vm, "subPath")
+		v := volumes[getString(vm, "name")]
+		if getString(v, "configMap", "name") != "spillway-config" {
+			continue
+		}
+		if (sub == "" && path.Join(dir, "spillway.yaml") == cfgPath) || (sub == "spillway.yaml" && dir == cfgPath) {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("%s: container %s: --config %s is not the ConfigMap spillway-config's spillway.yaml", d.where(), container, cfgPath)
+	}
+	return c
+}
+
+func TestAdmitter(t *testing.T) {
+	_, ms := k8sBase(t)
+	cfg, _ := clusterConfig(t, ms)
+	d := find(t, ms, "Deployment", "spillway-admitter")
+	if n, _ := getInt(d.doc, "spec", "replicas"); n != 2 {
+		t.Errorf("%s: spec.replicas %d, want 2", d.where(), n)
+	}
+	port := listenPort(t, "ConfigMap spillway-config: http.listen", cfg.HTTP.Listen)
+	c := checkPod(t, d, "admitter", port, admitterProbePaths)
+	cmd := stringsOf(getList(c, "command"))
+	if len(cmd) == 0 || path.Base(cmd[0]) != "admitter" {
+		t.Errorf("%s: command %q: want /usr/local/bin/admitter", d.where(), cmd)
+	}
+	podLabels := getMap(d.doc, "spec", "template", "metadata", "labels")
+
+	svc := find(t, ms, "Service", "spillway-admitter")
+	if !subset(getMap(svc.doc, "spec", "selector"), podLabels) {
+		t.Errorf("%s: spec.selector %v does not select the admitter pods %v", svc.where(), getMap(svc.doc, "spec", "selector"), podLabels)
+	}
+	for _, p := range getList(svc.doc, "spec", "ports") {
+		if n, ok := containerPort(c, p.(map[string]any)["targetPort"]); !ok || n != port {
+			t.Errorf("%s: port %s: targetPort %v is not the admitter's port %d", svc.where(), getString(p, "name"), get(p, "targetPort"), port)
+		}
+	}
+	pdb := find(t, ms, "PodDisruptionBudget", "spillway-admitter")
+	if !subset(getMap(pdb.doc, "spec", "selector", "matchLabels"), podLabels) {
+		t.Errorf("%s: spec.selector.matchLabels does not select the admitter pods %v", pdb.where(), podLabels)
+	}
+	if get(pdb.doc, "spec", "minAvailable") == nil && get(pdb.doc, "spec", "maxUnavailable") == nil {
+		t.Errorf("%s: want spec.minAvailable or spec.maxUnavailable", pdb.where())
+	}
+}
+
+func TestWorker(t *testing.T) {
+	_, ms := k8sBase(t)
+	cfg, _ := clusterConfig(t, ms)
+	d := find(t, ms, "Deployment", "spillway-worker")
+	_, c := podSpec(t, d, "worker")
+	args := append(stringsOf(getList(c, "command")), stringsOf(getList(c, "args"))...)
+	addr, ok := flagValue(args, "metrics-listen")
+	if !ok {
+		addr = ":9090" // cmd/worker's default
+	}
+	port := listenPort(t, d.where()+": --metrics-listen", addr)
+	checkPod(t, d, "worker", port, workerProbePaths)
+	if len(args) == 0 || path.Base(args[0]) != "worker" {
+		t.Errorf("%s: command %q: want /usr/local/bin/worker", d.where(), args)
+	}
+	grace, _ := getInt(d.doc, "spec", "template", "spec", "terminationGracePeriodSeconds")
+	if float64(grace) <= cfg.Worker.GracePeriod.Seconds() {
+		t.Errorf("%s: terminationGracePeriodSeconds %d must exceed worker.grace_period %s, or Kubernetes kills running jobs",
+			d.where(), grace, cfg.Worker.GracePeriod)
+	}
+	podLabels := getMap(d.doc, "spec", "template", "metadata", "labels")
+	for _, m := range ms {
+		if m.kind() == "PodDisruptionBudget" && strings.Contains(m.name(), "worker") &&
+			!subset(getMap(m.doc, "spec", "selector", "matchLabels"), podLabels) {
+			t.Errorf("%s: spec.selector.matchLabels does not select the worker pods %v", m.where(), podLabels)
+		}
+	}
+}
+
+// KEDA's nats-jetstream trigger metadata (keda.sh/docs/scalers/nats-jetstream).
+var kedaNATSKeys = map[string]bool{
+	"natsServerMonitoringEndpoint": true, "account": true, "stream": true, "consumer": true,
+	"lagThreshold": true, "activationLagThreshold": true, "useHttps": true,
+}
+
+func TestScaledObject(t *testing.T) {
+	_, ms := k8sBase(t)
+	cfg, _ := clusterConfig(t, ms)
+	so := find(t, ms, "ScaledObject", "spillway-worker")
+	if getString(so.doc, "apiVersion") != "keda.sh/v1alpha1" {
+		t.Errorf("%s: apiVersion %q, want keda.sh/v1alpha1", so.where(), getString(so.doc, "apiVersion"))
+	}
+	target := getString(so.doc, "spec", "scaleTargetRef", "name")
+	find(t, ms, "Deployment", target)
+	if target != "spillway-worker" {
+		t.Errorf("%s: scaleTargetRef.name %q, want the worker Deployment spillway-worker", so.where(), target)
+	}
+	if n, _ := getInt(so.doc, "spec", "minReplicaCount"); n < 1 {
+		t.Errorf("%s: minReplicaCount %d: workers also run admitted jobs; never scale them to zero", so.where(), n)
+	}
+
+	want := map[string]bool{} // BACKLOG streams of the queues workers run
+	for _, q := range cfg.Queues {
+		if q.Handler != (config.Handler{}) {
+			want[queue.StreamName(q.Name, queue.Backlog)] = true
+		}
+	}
+	seen := map[string]bool{}
+	for i, tr := range getList(so.doc, "spec", "triggers") {
+		where := fmt.Sprintf("%s: triggers[%d]", so.where(), i)
+		if getString(tr, "type") != "nats-jetstream" {
+			t.Errorf("%s: type %q, want nats-jetstream", where, getString(tr, "type"))
+			continue
+		}
+		md := getMap(tr, "metadata")
+		for k := range md {
+			if !kedaNATSKeys[k] {
+				t.Errorf("%s: metadata.%s is not a key of KEDA's nats-jetstream scaler", where, k)
+			}
+		}
+		for _, k := range []string{"natsServerMonitoringEndpoint", "account", "stream", "consumer", "lagThreshold"} {
+			if getString(md, k) == "" {
+				t.Errorf("%s: metadata.%s is missing (KEDA wants a string)", where, k)
+			}
+		}
+		stream := getString(md, "stream")
+		if !want[stream] {
+			t.Errorf("%s: stream %q is not the BACKLOG stream of a queue in the ConfigMap (want one of %v)", where, stream, keys(want))
+		}
+		seen[stream] = true
+		if c := getString(md, "consumer"); c != queue.BacklogConsumer {
+			t.Errorf("%s: consumer %q, want %q (the backlog's shared durable consumer)", where, c, queue.BacklogConsumer)
+		}
+		if ep := getString(md, "natsServerMonitoringEndpoint"); !strings.HasSuffix(ep, ":8222") {
+			t.Errorf("%s: natsServerMonitoringEndpoint %q: want the NATS monitoring port 8222", where, ep)
+		}
+	}
+	for s := range want {
+		if !seen[s] {
+			t.Errorf("%s: no trigger on the stream %s", so.where(), s)
+		}
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
