@@ -369,6 +369,7 @@ func TestPageUnderLoad(t *testing.T) {
 
 	seen := map[string]float64{}
 	var last shown
+	shotAt := time.Now().Add(3500 * time.Millisecond) // well into the load
 	for loading := true; loading; {
 		select {
 		case <-loadDone:
@@ -384,6 +385,10 @@ func TestPageUnderLoad(t *testing.T) {
 				}
 				seen[v] = max(seen[v], r)
 			}
+		}
+		if !shotAt.IsZero() && time.Now().After(shotAt) {
+			saveArtifact(t, "ui-under-load.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
+			shotAt = time.Time{}
 		}
 	}
 	if loadErr != nil {
@@ -440,8 +445,7 @@ func TestPageUnderLoad(t *testing.T) {
 		t.Errorf("the second queue shows capacity %v, want 500", c)
 	}
 
-	shot := run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100))
-	saveArtifact(t, "ui-under-load.png", shot)
+	saveArtifact(t, "ui-after-load.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
 
 	// The admitter goes away: the page says so and keeps the last data.
 	kept := look(t, ctx, "demo").Fields["depth"].Text
@@ -450,8 +454,7 @@ func TestPageUnderLoad(t *testing.T) {
 	if !strings.Contains(down.Banner, "retrying") || down.Fields["depth"].Text != kept {
 		t.Errorf("disconnected: banner %q, depth %q; want a banner saying it retries and the last depth %q", down.Banner, down.Fields["depth"].Text, kept)
 	}
-	shot = run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100))
-	saveArtifact(t, "ui-disconnected.png", shot)
+	saveArtifact(t, "ui-disconnected.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
 }
 
 // TestPageAsksForAPIKey: with http.api_keys_file set, /v1/queues answers
@@ -471,6 +474,7 @@ func TestPageAsksForAPIKey(t *testing.T) {
 	if len(s.Fields) != 0 {
 		t.Errorf("without a key the page shows queue figures: %+v", s.Fields)
 	}
+	saveArtifact(t, "ui-api-key-form.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
 	enter := func(k string) {
 		t.Helper()
 		run(t, ctx, "entering a key", chromedp.Steps(
