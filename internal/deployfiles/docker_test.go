@@ -481,3 +481,48 @@ queues:
 		}
 	}
 }
+
+// TestDockerignore: the build context keeps what the build needs. Docker
+// applies .dockerignore's patterns in order, the last match deciding; a
+// leading ! keeps a path.
+func TestDockerignore(t *testing.T) {
+	const file = ".dockerignore"
+	var patterns []string
+	for _, l := range strings.Split(string(readRepoFile(t, file)), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, l)
+		}
+	}
+	ignored := func(p string) bool {
+		out := false
+		for _, pat := range patterns {
+			keep := strings.HasPrefix(pat, "!")
+			pat = strings.TrimPrefix(pat, "!")
+			for _, cand := range []string{p, strings.Split(p, "/")[0]} {
+				if ok, _ := filepath.Match(strings.TrimPrefix(pat, "**/"), cand); ok {
+					out = !keep
+				}
+			}
+		}
+		return out
+	}
+	need := []string{"go.mod", "go.sum", "cmd", "internal", "pkg"}
+	for _, in := range parseDockerfile(t) {
+		if in.cmd != "COPY" || strings.Contains(in.args, "--from=") {
+			continue
+		}
+		w := strings.Fields(in.args)
+		need = append(need, w[:len(w)-1]...)
+	}
+	for _, p := range need {
+		if ignored(p) {
+			t.Errorf("%s excludes %s, which %s needs in the build context", file, p, dockerfile)
+		}
+		if _, err := os.Stat(repoFile(t, p)); err != nil {
+			t.Errorf("%s needs %s in the build context: %v", dockerfile, p, err)
+		}
+	}
+	if !ignored(".git") {
+		t.Errorf("%s: .git is sent with the build context; exclude it", file)
+	}
+}
