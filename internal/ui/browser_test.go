@@ -35,7 +35,7 @@ func chromium(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("SPILLWAY_CHROMIUM"); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("SPILLWAY_CHROMIUM=%s: %v", p, err)
+			t.Fatalf("SPILLWAY_CHROMIUM=%s: %v (unset it to use Debian's: apt-get install chromium)", p, err)
 		}
 		return p
 	}
@@ -58,8 +58,9 @@ func browser(t *testing.T) context.Context {
 	t.Helper()
 	var out bytes.Buffer
 	var outMu sync.Mutex
+	exe := chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)),
+		chromedp.ExecPath(exe),
 		chromedp.NoSandbox, // tests run as root
 		chromedp.DisableGPU,
 		chromedp.Flag("disable-dev-shm-usage", true),
@@ -92,7 +93,7 @@ document.addEventListener("securitypolicyviolation", (e) => window.__cspViolatio
 		return err
 	}))
 	if err != nil {
-		t.Fatalf("starting %s: %v", chromium(t), err)
+		t.Fatalf("starting %s: %v", exe, err)
 	}
 	return ctx
 }
@@ -109,7 +110,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 }
 
 // run runs one action with a deadline.
-func run[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+func run[T any](ctx context.Context, t *testing.T, what string, a chromedp.Action[T]) T {
 	t.Helper()
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -151,9 +152,9 @@ func (s shown) number(t *testing.T, field string) float64 {
 	return v
 }
 
-func look(t *testing.T, ctx context.Context, q string) shown {
+func look(ctx context.Context, t *testing.T, q string) shown {
 	t.Helper()
-	return run(t, ctx, "reading the page", chromedp.Evaluate[shown](fmt.Sprintf(`(() => {
+	return run(ctx, t, "reading the page", chromedp.Evaluate[shown](fmt.Sprintf(`(() => {
   const q = %q, fields = {};
   const card = [...document.querySelectorAll("article.queue")].find((e) => e.dataset.queue === q);
   for (const e of document.querySelectorAll("[data-field]")) {
@@ -171,11 +172,11 @@ func look(t *testing.T, ctx context.Context, q string) shown {
 }
 
 // waitPage polls the page until cond holds.
-func waitPage(t *testing.T, ctx context.Context, q, what string, timeout time.Duration, cond func(shown) bool) shown {
+func waitPage(ctx context.Context, t *testing.T, q, what string, timeout time.Duration, cond func(shown) bool) shown {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		s := look(t, ctx, q)
+		s := look(ctx, t, q)
 		if cond(s) {
 			return s
 		}
@@ -331,20 +332,20 @@ func TestPageUnderLoad(t *testing.T) {
 	ctx := browser(t)
 	svc := startAdmitter(t, fmt.Sprintf(demoYAML, t.TempDir(), ""), map[string]queue.Handler{"demo": slow, "reports-nightly": slow})
 
-	run(t, ctx, "loading /ui", chromedp.Navigate(svc.base+"/ui"))
+	run(ctx, t, "loading /ui", chromedp.Navigate(svc.base+"/ui"))
 	// Two polls before the load starts: the first verdict rates are then
 	// already deltas over the load.
-	waitPage(t, ctx, "demo", "the demo queue after two polls", 20*time.Second, func(s shown) bool {
+	waitPage(ctx, t, "demo", "the demo queue after two polls", 20*time.Second, func(s shown) bool {
 		return s.State == "live" && s.Polls >= 2 && s.Fields["depth"].Text != ""
 	})
 
 	// One client, about 16 jobs a second for 5 s: the first few are
 	// admitted, then the bucket queues jobs up to its burst, then rejects.
 	loadCtx, stopLoad := context.WithCancel(t.Context())
-	defer stopLoad()
 	verdicts := map[api.Status]int{}
 	var loadErr error
 	loadDone := make(chan struct{})
+	t.Cleanup(func() { stopLoad(); <-loadDone }) // before the admitter stops
 	go func() {
 		defer close(loadDone)
 		tick := time.NewTicker(60 * time.Millisecond)
@@ -376,7 +377,7 @@ func TestPageUnderLoad(t *testing.T) {
 			loading = false
 		case <-time.After(150 * time.Millisecond):
 		}
-		last = look(t, ctx, "demo")
+		last = look(ctx, t, "demo")
 		for _, v := range []string{"admitted", "queued", "rejected"} {
 			if it := last.Fields["rate-"+v]; it.Value != "" {
 				r, err := strconv.ParseFloat(it.Value, 64)
@@ -387,7 +388,7 @@ func TestPageUnderLoad(t *testing.T) {
 			}
 		}
 		if !shotAt.IsZero() && time.Now().After(shotAt) {
-			saveArtifact(t, "ui-under-load.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
+			saveArtifact(t, "ui-under-load.png", run(ctx, t, "taking a screenshot", chromedp.FullScreenshot(100)))
 			shotAt = time.Time{}
 		}
 	}
@@ -408,8 +409,8 @@ func TestPageUnderLoad(t *testing.T) {
 	// rate): a poll the page starts after the first read shows a depth
 	// between that read and one taken after the page shows it.
 	before := svc.queue(t, "demo", "")
-	polls := look(t, ctx, "demo").Polls
-	got := waitPage(t, ctx, "demo", "two more polls", 10*time.Second, func(s shown) bool { return s.Polls >= polls+2 })
+	polls := look(ctx, t, "demo").Polls
+	got := waitPage(ctx, t, "demo", "two more polls", 10*time.Second, func(s shown) bool { return s.Polls >= polls+2 })
 	after := svc.queue(t, "demo", "")
 	depth := got.number(t, "depth")
 	t.Logf("depth: /v1/queues %d before, page %v (text %q), /v1/queues %d after", before.Depth, depth, got.Fields["depth"].Text, after.Depth)
@@ -440,21 +441,21 @@ func TestPageUnderLoad(t *testing.T) {
 	if len(got.Violations) > 0 {
 		t.Errorf("the page broke its Content-Security-Policy: %q", got.Violations)
 	}
-	other := look(t, ctx, "reports-nightly")
+	other := look(ctx, t, "reports-nightly")
 	if c := other.number(t, "capacity"); c != 500 {
 		t.Errorf("the second queue shows capacity %v, want 500", c)
 	}
 
-	saveArtifact(t, "ui-after-load.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
+	saveArtifact(t, "ui-after-load.png", run(ctx, t, "taking a screenshot", chromedp.FullScreenshot(100)))
 
 	// The admitter goes away: the page says so and keeps the last data.
-	kept := look(t, ctx, "demo").Fields["depth"].Text
+	kept := look(ctx, t, "demo").Fields["depth"].Text
 	svc.shutdown(t)
-	down := waitPage(t, ctx, "demo", "the disconnected state", 15*time.Second, func(s shown) bool { return s.State == "disconnected" })
+	down := waitPage(ctx, t, "demo", "the disconnected state", 15*time.Second, func(s shown) bool { return s.State == "disconnected" })
 	if !strings.Contains(down.Banner, "retrying") || down.Fields["depth"].Text != kept {
 		t.Errorf("disconnected: banner %q, depth %q; want a banner saying it retries and the last depth %q", down.Banner, down.Fields["depth"].Text, kept)
 	}
-	saveArtifact(t, "ui-disconnected.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
+	saveArtifact(t, "ui-disconnected.png", run(ctx, t, "taking a screenshot", chromedp.FullScreenshot(100)))
 }
 
 // TestPageAsksForAPIKey: with http.api_keys_file set, /v1/queues answers
@@ -469,42 +470,42 @@ func TestPageAsksForAPIKey(t *testing.T) {
 	ctx := browser(t)
 	svc := startAdmitter(t, fmt.Sprintf(demoYAML, t.TempDir(), fmt.Sprintf(", api_keys_file: %q", keys)), nil)
 
-	run(t, ctx, "loading /ui", chromedp.Navigate(svc.base+"/ui"))
-	s := waitPage(t, ctx, "demo", "the API key form", 20*time.Second, func(s shown) bool { return s.State == "unauthorized" && s.AuthShown })
+	run(ctx, t, "loading /ui", chromedp.Navigate(svc.base+"/ui"))
+	s := waitPage(ctx, t, "demo", "the API key form", 20*time.Second, func(s shown) bool { return s.State == "unauthorized" && s.AuthShown })
 	if len(s.Fields) != 0 {
 		t.Errorf("without a key the page shows queue figures: %+v", s.Fields)
 	}
-	saveArtifact(t, "ui-api-key-form.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
+	saveArtifact(t, "ui-api-key-form.png", run(ctx, t, "taking a screenshot", chromedp.FullScreenshot(100)))
 	enter := func(k string) {
 		t.Helper()
-		run(t, ctx, "entering a key", chromedp.Steps(
+		run(ctx, t, "entering a key", chromedp.Steps(
 			chromedp.WaitVisible(chromedp.CSS("#apikey")),
 			chromedp.SendKeys(chromedp.CSS("#apikey"), k),
 			chromedp.Click(chromedp.CSS("#auth-form button")),
 		))
 	}
 	enter("wrong-key")
-	waitPage(t, ctx, "demo", "the wrong key refused", 10*time.Second, func(s shown) bool { return s.State == "unauthorized" && s.AuthShown })
-	refused := run(t, ctx, "reading the form", chromedp.Evaluate[string](`document.getElementById("auth-why").textContent`))
+	waitPage(ctx, t, "demo", "the wrong key refused", 10*time.Second, func(s shown) bool { return s.State == "unauthorized" && s.AuthShown })
+	refused := run(ctx, t, "reading the form", chromedp.Evaluate[string](`document.getElementById("auth-why").textContent`))
 	if !strings.Contains(refused, "refused") {
 		t.Errorf("after a wrong key the form says %q, want it to say the key was refused", refused)
 	}
 
 	enter(key)
-	s = waitPage(t, ctx, "demo", "the queue after the right key", 15*time.Second, func(s shown) bool {
+	s = waitPage(ctx, t, "demo", "the queue after the right key", 15*time.Second, func(s shown) bool {
 		return s.State == "live" && !s.AuthShown && s.Fields["capacity"].Value != ""
 	})
 	if c := s.number(t, "capacity"); c != float64(svc.queue(t, "demo", key).Capacity) {
 		t.Errorf("the page shows capacity %v, /v1/queues %d", c, svc.queue(t, "demo", key).Capacity)
 	}
-	stored := run(t, ctx, "reading sessionStorage", chromedp.Evaluate[string](`sessionStorage.getItem("spillway.apiKey")`))
+	stored := run(ctx, t, "reading sessionStorage", chromedp.Evaluate[string](`sessionStorage.getItem("spillway.apiKey")`))
 	if stored != key {
 		t.Errorf("sessionStorage holds %q, want the key", stored)
 	}
 	if len(s.Violations) > 0 {
 		t.Errorf("the page broke its Content-Security-Policy: %q", s.Violations)
 	}
-	saveArtifact(t, "ui-api-key.png", run(t, ctx, "taking a screenshot", chromedp.FullScreenshot(100)))
+	saveArtifact(t, "ui-api-key.png", run(ctx, t, "taking a screenshot", chromedp.FullScreenshot(100)))
 }
 
 // TestPageParsesMetrics runs the page's parser of the Prometheus text
@@ -513,7 +514,7 @@ func TestPageAsksForAPIKey(t *testing.T) {
 func TestPageParsesMetrics(t *testing.T) {
 	ctx := browser(t)
 	srv := startPageServer(t)
-	run(t, ctx, "loading /ui", chromedp.Navigate(srv+"/ui"))
+	run(ctx, t, "loading /ui", chromedp.Navigate(srv+"/ui"))
 	exposition := strings.Join([]string{
 		`# HELP spillway_decisions_total Decisions.`,
 		`# TYPE spillway_decisions_total counter`,
@@ -530,7 +531,7 @@ func TestPageParsesMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := run(t, ctx, "parsing", chromedp.Evaluate[map[string]float64](`Object.fromEntries([...window.spillway.decisionCounts(`+string(arg)+`)].map(([k, v]) => [k.replace("\u0000", "|"), v]))`))
+	got := run(ctx, t, "parsing", chromedp.Evaluate[map[string]float64](`Object.fromEntries([...window.spillway.decisionCounts(`+string(arg)+`)].map(([k, v]) => [k.replace("\u0000", "|"), v]))`))
 	want := map[string]float64{"a|admitted": 3, "a|queued": 4, "a|rejected": 11, `b"x\y,z=}|admitted`: 15}
 	if len(got) != len(want) {
 		t.Errorf("counts %v, want %v", got, want)
