@@ -13,20 +13,25 @@ import (
 
 // natsExporterMetrics are the metrics of prometheus-nats-exporter the
 // dashboard and the alerts may use, with their labels, pinned to the
-// exporter's collector/jsz.go (nats-io/prometheus-nats-exporter v0.17.x;
-// the names have not changed since JetStream metrics came in v0.9): with
-// -jsz=all (or consumers) every consumer of every stream gets
+// version docker-compose.yml runs (natsio/prometheus-nats-exporter:0.17.3)
+// and read from its collector/jsz.go (newJszCollector and Collect): with
+// -jsz=all it GETs /jsz?consumers=true&config=true and every consumer of
+// every stream gets
 //
 //	jetstream_consumer_num_pending      BuildFQName("jetstream", "consumer", "num_pending"), ConsumerInfo.NumPending
 //	jetstream_consumer_num_ack_pending  … "num_ack_pending", ConsumerInfo.NumAckPending
 //	jetstream_consumer_num_waiting      … "num_waiting", ConsumerInfo.NumWaiting
 //	jetstream_consumer_num_redelivered  … "num_redelivered", ConsumerInfo.NumRedelivered
 //
-// with the labels consumerLabels in newJszCollector: the server labels,
-// the stream labels, then consumer_name, consumer_leader,
-// is_consumer_leader ("true" on the consumer's leader), consumer_desc,
-// consumer_created. "jetstream" is collector.JetStreamSystem; the
-// exporter's -prefix flag would replace it (compose does not set it).
+// with the labels consumerLabels: the server labels, the stream labels,
+// then consumer_name, consumer_leader, is_consumer_leader ("true" on the
+// consumer's leader, and when the consumer has no cluster: one server),
+// consumer_desc, consumer_created. jetstream_stream_total_messages, with
+// the stream labels, is the stream's State.Msgs. "jetstream" is
+// collector.JetStreamSystem; the exporter's -prefix flag would replace it
+// (compose does not set it). The exporter binary is not available to the
+// tests (Debian does not package it); TestNATSExporterSource checks the
+// /jsz fields these come from on a real server.
 var natsExporterMetrics = func() map[string][]string {
 	server := []string{"server_id", "server_name", "cluster", "domain", "meta_leader", "is_meta_leader"}
 	stream := append(slices.Clone(server), "account", "account_id", "stream_name", "stream_leader", "is_stream_leader")
