@@ -257,7 +257,7 @@ func TestDockerfile(t *testing.T) {
 var (
 	buildOnce sync.Once
 	buildDir  string
-	buildErr  error
+	errBuild  error
 )
 
 // binaries builds the Dockerfile's binaries once per test process, with the
@@ -269,14 +269,16 @@ func binaries(t *testing.T) string {
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "spillway-deployfiles-")
 		if err != nil {
-			buildErr = err
+			errBuild = err
 			return
 		}
 		buildDir = dir
 		args := append([]string{"build"}, b.flags...)
 		args = append(args, "-o", dir+string(filepath.Separator))
 		args = append(args, b.packages...)
-		cmd := exec.Command("go", args...)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = root(t)
 		cmd.Env = os.Environ()
 		for _, kv := range b.env {
@@ -286,11 +288,11 @@ func binaries(t *testing.T) string {
 		}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go %s (from %s:%d): %v\n%s", strings.Join(args, " "), dockerfile, b.line, err, out)
+			errBuild = fmt.Errorf("go %s (from %s:%d): %w\n%s", strings.Join(args, " "), dockerfile, b.line, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if errBuild != nil {
+		t.Fatal(errBuild)
 	}
 	return buildDir
 }
@@ -330,7 +332,7 @@ func TestBinariesAreStaticAndRun(t *testing.T) {
 		_ = f.Close()
 
 		var stdout, stderr bytes.Buffer
-		cmd := exec.Command(bin, "--help")
+		cmd := exec.CommandContext(t.Context(), bin, "--help")
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
 			t.Errorf("%s --help: %v\nstdout: %s\nstderr: %s", name, err, stdout.String(), stderr.String())
@@ -351,7 +353,11 @@ type process struct {
 // start runs bin with args and waits for a stdout line matching re.
 func start(t *testing.T, bin string, re *regexp.Regexp, args ...string) (*process, []string) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	// The test's context ends before its cleanups run: the process then
+	// gets SIGTERM, as from Docker or Kubernetes, and SIGKILL 20 s later.
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -361,15 +367,18 @@ func start(t *testing.T, bin string, re *regexp.Regexp, args ...string) (*proces
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done := make(chan struct{})
+	var waitErr error // read after done is closed
+	go func() {
+		waitErr = cmd.Wait()
+		close(done)
+	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+		// Wait reports the cancellation itself; the exit status tells
+		// whether the process stopped cleanly.
+		<-done
+		if ps := cmd.ProcessState; ps != nil && !ps.Success() {
+			t.Logf("%s after SIGTERM: %v\nstderr:\n%s", filepath.Base(bin), ps, stderr.String())
 		}
 	})
 	found := make(chan []string, 1)
@@ -386,8 +395,8 @@ func start(t *testing.T, bin string, re *regexp.Regexp, args ...string) (*proces
 	select {
 	case m := <-found:
 		return &process{cmd: cmd, line: m[0]}, m
-	case err := <-done:
-		t.Fatalf("%s %s exited before it printed its address: %v\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), err, stderr.String())
+	case <-done:
+		t.Fatalf("%s %s exited before it printed its address: %v\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), waitErr, stderr.String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("%s %s printed no line matching %s within a minute\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), re, stderr.String())
 	}
@@ -475,7 +484,7 @@ queues:
 	// The compose health check: spillctl probe exits 0 on the admitter's
 	// and the worker's /readyz.
 	for _, u := range []string{admitterURL + "/readyz", workerURL + "/readyz"} {
-		out, err := exec.Command(filepath.Join(dir, "spillctl"), "probe", u).CombinedOutput()
+		out, err := exec.CommandContext(t.Context(), filepath.Join(dir, "spillctl"), "probe", u).CombinedOutput()
 		if err != nil {
 			t.Errorf("spillctl probe %s: %v\n%s", u, err, out)
 		}
