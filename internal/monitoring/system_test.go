@@ -72,7 +72,7 @@ func failingHandler(_ context.Context, j *queue.Job) error {
 // closedPort is a local address where nothing listens.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
