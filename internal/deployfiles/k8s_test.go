@@ -30,16 +30,23 @@ func (m manifest) where() string {
 // k8sBase reads the kustomization and every manifest of deploy/k8s.
 func k8sBase(t *testing.T) (kustomization map[string]any, manifests []manifest) {
 	t.Helper()
-	entries, err := os.ReadDir(repoFile(t, k8sDir))
+	return kustomizeDir(t, k8sDir)
+}
+
+// kustomizeDir reads the kustomization and every manifest of a directory
+// (not its subdirectories).
+func kustomizeDir(t *testing.T, dir string) (kustomization map[string]any, manifests []manifest) {
+	t.Helper()
+	entries, err := os.ReadDir(repoFile(t, dir))
 	if err != nil {
-		t.Fatalf("%s: %v", k8sDir, err)
+		t.Fatalf("%s: %v", dir, err)
 	}
 	for _, e := range entries {
 		ext := path.Ext(e.Name())
 		if e.IsDir() || (ext != ".yaml" && ext != ".yml") {
 			continue
 		}
-		rel := path.Join(k8sDir, e.Name())
+		rel := path.Join(dir, e.Name())
 		docs, err := decodeDocs(rel, readRepoFile(t, rel))
 		if err != nil {
 			t.Fatalf("not valid YAML: %v", err)
@@ -62,7 +69,7 @@ func k8sBase(t *testing.T) (kustomization map[string]any, manifests []manifest) 
 		}
 	}
 	if kustomization == nil {
-		t.Fatalf("%s/kustomization.yaml is missing", k8sDir)
+		t.Fatalf("%s/kustomization.yaml is missing", dir)
 	}
 	return kustomization, manifests
 }
@@ -79,15 +86,33 @@ func find(t *testing.T, ms []manifest, kind, name string) manifest {
 }
 
 func TestKustomization(t *testing.T) {
-	k, manifests := k8sBase(t)
-	where := k8sDir + "/kustomization.yaml"
+	for _, dir := range []string{k8sDir, natsClusterDir} {
+		t.Run(path.Base(dir), func(t *testing.T) { checkKustomization(t, dir) })
+	}
+	_, manifests := k8sBase(t)
+	kinds := map[string]int{}
+	for _, m := range manifests {
+		kinds[m.kind()]++
+	}
+	for _, want := range []string{"Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "ScaledObject"} {
+		if kinds[want] == 0 {
+			t.Errorf("%s: no %s", k8sDir, want)
+		}
+	}
+}
+
+// checkKustomization: the kustomization lists exactly the manifests of its
+// directory, its generators' files exist, and it sets the standard labels.
+func checkKustomization(t *testing.T, dir string) {
+	k, manifests := kustomizeDir(t, dir)
+	where := dir + "/kustomization.yaml"
 	if getString(k, "kind") != "Kustomization" || !strings.HasPrefix(getString(k, "apiVersion"), "kustomize.config.k8s.io/") {
 		t.Errorf("%s: want apiVersion kustomize.config.k8s.io/v1beta1, kind Kustomization", where)
 	}
 	listed := map[string]bool{}
 	for _, r := range stringsOf(getList(k, "resources")) {
 		listed[r] = true
-		if _, err := os.Stat(repoFile(t, path.Join(k8sDir, r))); err != nil {
+		if _, err := os.Stat(repoFile(t, path.Join(dir, r))); err != nil {
 			t.Errorf("%s: resources: %s does not exist", where, r)
 		}
 	}
@@ -97,7 +122,17 @@ func TestKustomization(t *testing.T) {
 	}
 	for f := range files {
 		if !listed[f] {
-			t.Errorf("%s: resources: %s is in %s but not listed", where, f, k8sDir)
+			t.Errorf("%s: resources: %s is in %s but not listed", where, f, dir)
+		}
+	}
+	for _, g := range getList(k, "configMapGenerator") {
+		for _, f := range stringsOf(getList(g, "files")) {
+			if _, file, ok := strings.Cut(f, "="); ok {
+				f = file
+			}
+			if _, err := os.Stat(repoFile(t, path.Join(dir, f))); err != nil {
+				t.Errorf("%s: configMapGenerator %s: file %s does not exist", where, getString(g, "name"), f)
+			}
 		}
 	}
 	labels := map[string]string{}
@@ -109,16 +144,6 @@ func TestKustomization(t *testing.T) {
 	for _, want := range []string{"app.kubernetes.io/name", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"} {
 		if labels[want] == "" {
 			t.Errorf("%s: labels: the standard label %s is missing", where, want)
-		}
-	}
-	// Each kind is there.
-	kinds := map[string]int{}
-	for _, m := range manifests {
-		kinds[m.kind()]++
-	}
-	for _, want := range []string{"Deployment", "Service", "PodDisruptionBudget", "ConfigMap", "ScaledObject"} {
-		if kinds[want] == 0 {
-			t.Errorf("%s: no %s", k8sDir, want)
 		}
 	}
 }
