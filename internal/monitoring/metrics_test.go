@@ -205,6 +205,25 @@ func TestNoDeadPanels(t *testing.T) {
 			}
 		}
 	}
+	// And the other way round: every spillway_* metric has a panel or an
+	// alert.
+	used := map[string]bool{}
+	for _, sels := range usedSelectors(t) {
+		for _, sel := range sels {
+			used[sel.Metric] = true
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base, ok := strings.CutSuffix(sel.Metric, suffix); ok {
+					used[base] = true
+				}
+			}
+		}
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, "spillway_") && !used[name] {
+			t.Errorf("%s is exported but no dashboard panel or alert uses it", name)
+		}
+	}
+
 	for _, name := range sortedKeys(missing) {
 		uses := missing[name]
 		slices.Sort(uses)
