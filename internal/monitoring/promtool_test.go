@@ -34,6 +34,9 @@ const (
 func tool(t *testing.T, name, env string) string {
 	t.Helper()
 	if p := os.Getenv(env); p != "" {
+		if !fileExists(p) {
+			t.Fatalf("$%s=%s: no such file; install Debian's prometheus package (apt-get install -y prometheus), which has prometheus and promtool, or point %s at the binary", env, p, env)
+		}
 		return p
 	}
 	if p, err := exec.LookPath(name); err == nil {
