@@ -32,7 +32,7 @@ COVERPROFILE ?= coverage.out
 
 KILLS ?= 100
 
-.PHONY: help test race bench fuzz fuzz-short kill-test lint cover tidy
+.PHONY: help test race bench fuzz fuzz-short kill-test reliability ui-test lint cover tidy
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
@@ -70,6 +70,13 @@ fuzz-short: ## Same as fuzz with FUZZTIME=30s
 
 kill-test: ## kill -9 a worker process mid-job KILLS times (default 100; CI runs 20)
 	SPILLWAY_KILLS=$(KILLS) $(GO) test -count=1 -race -v -run '^TestKillWorkerLosesNothing$$' -timeout 30m ./pkg/queue/
+
+reliability: ## The fault and bad-input suite (issue 6) at full length; `make test` runs its short version. Figures: reliability.log
+	@set -o pipefail; SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestReliability' -timeout 90m ./pkg/... ./internal/... 2>&1 | tee reliability.log
+	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' reliability.log | sed 's/^ *//'
+
+ui-test: ## The /ui page in headless Chromium (Debian's chromium); screenshots kept in artifacts/ui
+	SPILLWAY_ARTIFACTS=$(CURDIR)/artifacts/ui $(GO) test -count=1 -v -run 'TestPage' ./internal/ui/
 
 lint: ## golangci-lint v2 (pinned: GOLANGCI_LINT_VERSION) with .golangci.yml
 	$(GOLANGCI_LINT) run ./...

@@ -177,12 +177,16 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-// hit is one request that reached the webhook.
+// hit is one request that reached the webhook: one handler execution.
 type hit struct {
 	ID      string
 	Attempt int
 	At      time.Time
 	Key     string
+	Path    string
+	// Status is what the webhook answered (0 while the answer is being
+	// decided).
+	Status int
 }
 
 // webhook records the jobs workers POST to it.
@@ -190,8 +194,11 @@ type webhook struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	hits []hit
-	// status answers every request (default 200).
+	// status answers every request (default 200) unless respond is set.
 	status int
+	// respond, if set, decides each answer; it runs outside the lock and
+	// may block (a slow handler) until the request's context ends.
+	respond func(r *http.Request, h hit) int
 }
 
 func newWebhook(t *testing.T) *webhook {
@@ -199,9 +206,17 @@ func newWebhook(t *testing.T) *webhook {
 	w.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		a, _ := strconv.Atoi(r.Header.Get("Spillway-Attempt"))
+		h := hit{ID: r.Header.Get("Spillway-Job-Id"), Attempt: a, At: time.Now(), Key: r.Header.Get("Spillway-Key"), Path: r.URL.Path}
 		w.mu.Lock()
-		w.hits = append(w.hits, hit{ID: r.Header.Get("Spillway-Job-Id"), Attempt: a, At: time.Now(), Key: r.Header.Get("Spillway-Key")})
-		st := w.status
+		i := len(w.hits)
+		w.hits = append(w.hits, h)
+		st, respond := w.status, w.respond
+		w.mu.Unlock()
+		if respond != nil {
+			st = respond(r, h)
+		}
+		w.mu.Lock()
+		w.hits[i].Status = st
 		w.mu.Unlock()
 		rw.WriteHeader(st)
 	}))
