@@ -131,6 +131,9 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		Help: "First job status records not written (the writer fell behind, or JetStream refused them); the jobs themselves are stored.",
 	})
 	o.Registry.MustRegister(s.reloads, s.statusDropped)
+	for _, result := range []string{"success", "failure"} {
+		s.reloads.WithLabelValues(result) // at 0 from the start: the first failure is an increase
+	}
 
 	var shared bucket.Store
 	if cfg.Redis.URL != "" {

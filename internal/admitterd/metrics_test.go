@@ -130,6 +130,11 @@ queues:
 	if age := got["spillway_queue_oldest_age_seconds{queue=q}"]; age <= 0 || age > 60 {
 		t.Errorf("spillway_queue_oldest_age_seconds = %v, want the few seconds the first queued job has waited", age)
 	}
+	for _, key := range []string{"spillway_queue_inspect_errors_total{queue=q}", "spillway_config_reloads_total{result=success}", "spillway_config_reloads_total{result=failure}"} {
+		if v, ok := got[key]; !ok || v != 0 {
+			t.Errorf("%s = %v (exported: %v), want 0 from the start, so that a rule sees the first increase", key, v, ok)
+		}
+	}
 	if v := got["spillway_failure_mode_active{mode=open}"]; v != 0 {
 		t.Errorf("spillway_failure_mode_active{mode=open} = %v without a shared store, want 0", v)
 	}

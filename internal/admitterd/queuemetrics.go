@@ -76,9 +76,12 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
 	defer cancel()
 	for _, q := range c.config().Queues {
+		// The error series exists at 0 from the first scrape, so the
+		// first failure is an increase a rule can see.
+		errs := c.errors.WithLabelValues(q.Name)
 		in, err := queue.Inspect(ctx, c.js, q.Backlog)
 		if err != nil {
-			c.errors.WithLabelValues(q.Name).Inc()
+			errs.Inc()
 			c.log.Warn("metrics: reading a queue's state from JetStream", "queue", q.Name, "err", err)
 			continue
 		}
