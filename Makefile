@@ -32,7 +32,7 @@ COVERPROFILE ?= coverage.out
 
 KILLS ?= 100
 
-.PHONY: help test race bench fuzz fuzz-short kill-test reliability ui-test lint cover tidy
+.PHONY: help test race bench fuzz fuzz-short kill-test reliability ui-test prom-test lint cover tidy
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
@@ -77,6 +77,9 @@ reliability: ## The fault and bad-input suite (issue 6) at full length; `make te
 
 ui-test: ## The /ui page in headless Chromium (Debian's chromium); screenshots kept in artifacts/ui
 	SPILLWAY_ARTIFACTS=$(CURDIR)/artifacts/ui $(GO) test -count=1 -v -run 'TestPage' ./internal/ui/
+
+prom-test: ## Debian's Prometheus against admitters under load: dashboard queries, alert rules, promtool
+	$(GO) test -count=1 -v -run 'TestRealPrometheus|TestNoDeadPanels|TestNATSExporterSource|TestPromtool' ./internal/monitoring/
 
 lint: ## golangci-lint v2 (pinned: GOLANGCI_LINT_VERSION) with .golangci.yml
 	$(GOLANGCI_LINT) run ./...
