@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -48,7 +49,7 @@ func TestNATSExporterSource(t *testing.T) {
 	monitor := "http://" + srv.MonitorAddr().String()
 
 	log := slog.New(slog.DiscardHandler)
-	cfg := loadConfig(t, fmt.Sprintf("nats: {url: %q}\nhttp: {listen: \"127.0.0.1:0\"}\n", srv.ClientURL())+queueYAML)
+	cfg := admittest.LoadConfig(t, fmt.Sprintf("nats: {url: %q}\nhttp: {listen: \"127.0.0.1:0\"}\n", srv.ClientURL())+queueYAML)
 	adm, err := admitterd.Start(t.Context(), admitterd.Options{Config: cfg, Logger: log})
 	if err != nil {
 		t.Fatal(err)

@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/workerd"
@@ -83,19 +82,6 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-func loadConfig(t *testing.T, yaml string) *config.Config {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "spillway.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path, nil, config.Overrides{})
-	if err != nil {
-		t.Fatalf("config:\n%s\n%v", yaml, err)
-	}
-	return cfg
-}
-
 // queueYAML: a per-client leaky bucket small enough that a few clients
 // get admitted, queued and rejected jobs; a backlog small enough to fill;
 // two quick attempts, so failing jobs are retried once, then dead.
@@ -128,7 +114,7 @@ func startSystem(t *testing.T) *system {
 	}
 	t.Cleanup(s.client.CloseIdleConnections)
 
-	devCfg := loadConfig(t, fmt.Sprintf(`
+	devCfg := admittest.LoadConfig(t, fmt.Sprintf(`
 nats: {listen: "127.0.0.1:0", store_dir: %q}
 http: {listen: "127.0.0.1:0"}
 worker: {grace_period: 2s}
@@ -140,7 +126,7 @@ worker: {grace_period: 2s}
 	}
 	t.Cleanup(func() { shutdown(t, "the dev admitter", s.dev) })
 
-	sharedCfg := loadConfig(t, fmt.Sprintf(`
+	sharedCfg := admittest.LoadConfig(t, fmt.Sprintf(`
 nats: {url: %q}
 redis: {url: "redis://%s/0", failure_mode: local, timeout: 50ms}
 http: {listen: "127.0.0.1:0"}
@@ -191,7 +177,7 @@ func (s *system) breakQueue(t *testing.T) {
 // bad file, so spillway_config_reloads_total has both results.
 func (s *system) reload(t *testing.T) {
 	t.Helper()
-	if err := s.dev.Reload(t.Context(), loadConfig(t, fmt.Sprintf("nats: {url: %q}\n", s.dev.NATSURL())+queueYAML)); err != nil {
+	if err := s.dev.Reload(t.Context(), admittest.LoadConfig(t, fmt.Sprintf("nats: {url: %q}\n", s.dev.NATSURL())+queueYAML)); err != nil {
 		t.Fatalf("reloading: %v", err)
 	}
 	s.dev.ReloadFailed()
