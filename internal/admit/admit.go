@@ -259,6 +259,13 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 		}
 		ans.Reply.RetryAfterMS = retryAfterMS(slotEvery(q.Backlog.LeakRate))
 		return ans, nil
+	case errors.Is(err, nats.ErrMaxPayload):
+		// Refused by the client before it was sent: the job, with its
+		// headers, is larger than the NATS server takes. No retry can
+		// store it, and it took nothing.
+		a.refund(ctx, src, q.Name, tiers, cost, d)
+		return Answer{}, &Error{Type: api.ProblemTooLarge,
+			Detail: fmt.Sprintf("a payload of %d bytes, with the job's headers, is over the NATS server's max_payload", len(r.Payload)), Err: err}
 	case err != nil:
 		// Not stored, or not known to be: the units stay taken (a retry
 		// with the same idempotency key stores the job at most once).
