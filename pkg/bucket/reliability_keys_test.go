@@ -18,10 +18,10 @@ import (
 // cannot grow the memory store past its key cap, and cannot push a
 // legitimate key out of its limit.
 
-func reliabilityFull() bool { return os.Getenv("SPILLWAY_RELIABILITY") == "full" }
+func sprayFull() bool { return os.Getenv("SPILLWAY_RELIABILITY") == "full" }
 
-// rssBytes is the process's resident set (VmRSS of /proc/self/status).
-func rssBytes(t *testing.T) int64 {
+// sprayRSS is the process's resident set (VmRSS of /proc/self/status).
+func sprayRSS(t *testing.T) int64 {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
@@ -41,7 +41,7 @@ func rssBytes(t *testing.T) int64 {
 	return 0
 }
 
-func heapInUse() int64 {
+func sprayHeap() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse)
@@ -65,7 +65,7 @@ func TestReliabilityKeySprayMemory(t *testing.T) {
 		keys, cap int
 	}
 	runs := []run{{300_000, 30_000}}
-	if reliabilityFull() {
+	if sprayFull() {
 		runs = []run{{1_000_000, 100_000}, {3_000_000, bucket.DefaultMaxKeys}}
 	}
 	for _, r := range runs {
@@ -97,7 +97,7 @@ func spray(t *testing.T, keys, maxKeys int) {
 
 	runtime.GC()
 	debug.FreeOSMemory()
-	rss0, heap0 := rssBytes(t), heapInUse()
+	rss0, heap0 := sprayRSS(t), sprayHeap()
 	s, err := bucket.NewMemory(bucket.WithMaxKeys(maxKeys), bucket.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
@@ -143,23 +143,23 @@ func spray(t *testing.T, keys, maxKeys int) {
 			}
 		}
 		if i%50_000 == 0 {
-			peakRSS = max(peakRSS, rssBytes(t))
+			peakRSS = max(peakRSS, sprayRSS(t))
 			peakKeys = max(peakKeys, s.Stats().Keys)
 		}
 	}
 	elapsed := time.Since(began)
-	peakRSS = max(peakRSS, rssBytes(t))
+	peakRSS = max(peakRSS, sprayRSS(t))
 	st := s.Stats()
 	peakKeys = max(peakKeys, st.Keys)
 	runtime.GC()
-	heapGrowth := heapInUse() - heap0
+	heapGrowth := sprayHeap() - heap0
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(ref)
 
 	t.Logf("figure: %s: %d distinct keys in %v (%.0f keys/s wall) into a memory store capped at %d: peak %d keys tracked, %d evicted, %d forgotten; "+
 		"store heap after GC %.1f MiB (%.1f B per cap key); peak RSS %.1f MiB (+%.1f MiB over the %.1f MiB before); legitimate key: %d jobs, %d admitted, %d queued, %d decisions differing from a store without the spray",
 		t.Name(), keys, elapsed.Round(time.Millisecond), float64(keys)/elapsed.Seconds(), maxKeys, peakKeys, st.Evictions, st.Forgotten,
-		mib(heapGrowth), float64(heapGrowth)/float64(maxKeys), mib(peakRSS), mib(peakRSS-rss0), mib(rss0),
+		sprayMiB(heapGrowth), float64(heapGrowth)/float64(maxKeys), sprayMiB(peakRSS), sprayMiB(peakRSS-rss0), sprayMiB(rss0),
 		legitJobs, legitAdmitted, legitQueued, mismatches)
 
 	if peakKeys > maxKeys || st.Keys > maxKeys {
@@ -174,14 +174,14 @@ func spray(t *testing.T, keys, maxKeys int) {
 		t.Errorf("no eviction: the spray did not fill the store (%+v)", st)
 	}
 	if limit := int64(maxKeys)*96 + 1<<20; heapGrowth > limit {
-		t.Errorf("the store holds %.1f MiB of heap after the spray, want ≤ %.1f MiB (96 B per cap key + 1 MiB)", mib(heapGrowth), mib(limit))
+		t.Errorf("the store holds %.1f MiB of heap after the spray, want ≤ %.1f MiB (96 B per cap key + 1 MiB)", sprayMiB(heapGrowth), sprayMiB(limit))
 	}
 	// The resident set: the store's bound, the garbage the sprayed key
 	// strings leave between two collections, and (under -race) the race
 	// detector's shadow of both. Were the store unbounded it would grow
 	// with the keys sprayed (42 B each, 42 MiB per million).
 	if limit := int64(maxKeys)*96*4 + 64<<20; peakRSS-rss0 > limit {
-		t.Errorf("the resident set grew by %.1f MiB during the spray, want ≤ %.1f MiB", mib(peakRSS-rss0), mib(limit))
+		t.Errorf("the resident set grew by %.1f MiB during the spray, want ≤ %.1f MiB", sprayMiB(peakRSS-rss0), sprayMiB(limit))
 	}
 	if mismatches > 0 {
 		t.Errorf("%d of %d decisions on the legitimate key differed from those without the spray", mismatches, legitJobs)
@@ -191,4 +191,4 @@ func spray(t *testing.T, keys, maxKeys int) {
 	}
 }
 
-func mib(n int64) float64 { return float64(n) / (1 << 20) }
+func sprayMiB(n int64) float64 { return float64(n) / (1 << 20) }
