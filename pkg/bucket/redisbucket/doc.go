@@ -125,8 +125,9 @@
 // already been taken into a batch, the decision may be applied (its units
 // taken) although the caller got an error — the error says which. A caller
 // sending a batch that carries other callers' decisions finishes the round
-// trip (bounded by [WithTimeout] and the client's timeouts) before it looks
-// at its own context.
+// trip (bounded by its own [WithTimeout] budget, which its wait in the queue
+// has used up in part, and by the client's timeouts) before it looks at its
+// own context.
 //
 // go-redis retries a command after some network errors (Options.MaxRetries,
 // default 3). A decision is not idempotent: a retried run whose first

@@ -103,8 +103,11 @@ func WithMaxInFlight(n int) Option {
 	}
 }
 
-// WithTimeout bounds each round trip to Redis (default 0: only the caller's
-// context and the client's own timeouts bound it).
+// WithTimeout bounds each decision (default 0: only the caller's context and
+// the client's own timeouts bound it): the wait for a round trip shared with
+// other decisions counts, so no decision takes longer than d, and the round
+// trip of a decision sending a batch ends when that decision's d runs out.
+// Each refund is bounded by d too.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < 0 {
@@ -210,6 +213,15 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 	if err := ctx.Err(); err != nil {
 		return bucket.Decision{}, fmt.Errorf("redisbucket: %w", err)
 	}
+	var deadline time.Time
+	if s.timeout > 0 {
+		// The timeout is the decision's whole budget: the wait for a
+		// round-trip slot counts, not only the round trip.
+		deadline = time.Now().Add(s.timeout)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	c := s.calls.Get().(*call)
 	s.encode(c, group, tiers, cost)
 
@@ -253,7 +265,7 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 	// waiting ones.
 	batch := s.takeLocked(c)
 	s.mu.Unlock()
-	s.send(ctx, batch)
+	s.send(ctx, batch, deadline)
 	d, err := c.dec, c.err
 	s.recycle(c)
 	return d, err
@@ -370,16 +382,17 @@ func (s *Store) release() {
 }
 
 // send makes the round trip of a batch whose first call is the caller's,
-// wakes the batch's other callers and passes the slot on.
-func (s *Store) send(ctx context.Context, batch []*call) {
+// wakes the batch's other callers and passes the slot on. deadline, if not
+// zero, ends the round trip: the caller's budget (WithTimeout) runs out then.
+func (s *Store) send(ctx context.Context, batch []*call, deadline time.Time) {
 	if len(batch) > 1 {
 		// Others' decisions ride along: the caller's cancellation must not
 		// abort them. The caller waits for the round trip.
 		ctx = context.WithoutCancel(ctx)
 	}
-	if s.timeout > 0 {
+	if !deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	finished := false
