@@ -243,8 +243,10 @@ func rfLoad(f *admit.Failover, l bucket.Limit, n, keys int, every time.Duration,
 // memory store); slow but within the timeout, Redis still decides. Once
 // Redis is fast again it decides again, and the admitter's goroutines are
 // back to their count before the fault.
+//
+// Not parallel, and its modes one after the other: runtime.NumGoroutine
+// counts the whole test binary, so nothing else may run meanwhile.
 func TestReliabilityRedisSlow(t *testing.T) {
-	t.Parallel()
 	const (
 		// redis.timeout (default 50ms, config.DefaultStoreTimeout), set
 		// higher here so that a loaded machine under -race does not stretch
@@ -256,7 +258,6 @@ func TestReliabilityRedisSlow(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithOwnProcess())
 	for _, mode := range []config.FailureMode{config.FailOpen, config.FailClosed, config.FailLocal} {
 		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel()
 			proxy := rfStartDelayProxy(t, srv.Addr())
 			client, store, err := conn.Redis(config.Redis{URL: "redis://" + proxy.Addr() + "/0", Timeout: timeout})
 			if err != nil {
