@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -98,6 +99,12 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 	}
 	name := strings.TrimPrefix(m.Subject, api.SubmitPrefix)
 	rep := api.SubmitReply{Queue: name}
+	// An unknown queue first, whatever else is wrong, as on the HTTP door.
+	if d.admitter.Config().Queue(name) == nil {
+		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
+		d.reply(m, rep)
+		return
+	}
 	get := func(k string) string { return headerGet(m.Header, k) }
 	cost, err := parseCost(get(api.HeaderCost))
 	if err != nil {
