@@ -23,6 +23,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/cli"
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/workerd"
 )
 
@@ -114,6 +115,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer func() { _ = srv.Close() }()
 		fmt.Fprintf(stdout, "spillway worker: metrics on http://%s/metrics\n", ln.Addr())
 	}
-	log.Info("worker started", "nats", p.NC.ConnectedUrl(), "redis", cfg.Redis.URL != "")
+	log.Info("worker started", "nats", conn.Redact(p.NC.ConnectedUrl()), "redis", cfg.Redis.URL != "")
 	return p.Run(ctx, workerd.Options{Queues: names, Registerer: reg})
 }

@@ -140,6 +140,11 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		if s.redis, shared, err = conn.Redis(cfg.Redis); err != nil {
 			return nil, err
 		}
+		// A wrong password is not an outage for the failure mode to ride
+		// out: every decision would fail (or, open, admit everything).
+		if err = conn.RedisAuth(ctx, s.redis, cfg.Redis.URL); err != nil {
+			return nil, err
+		}
 	}
 	if s.failover, err = admit.NewFailover(shared, cfg.Redis.FailureMode); err != nil {
 		return nil, err
@@ -225,7 +230,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 			})
 		})
 	}
-	s.log.Info("admitter ready", "http", s.HTTPAddr(), "nats", url, "queues", len(cfg.Queues))
+	s.log.Info("admitter ready", "http", s.HTTPAddr(), "nats", conn.Redact(url), "queues", len(cfg.Queues))
 	return s, nil
 }
 
@@ -246,7 +251,7 @@ func (s *Service) goRun(f func() error) {
 func (s *Service) HTTPAddr() string { return s.httpLn.Addr().String() }
 
 // NATSURL is the NATS server the admitter uses (the embedded one in dev mode).
-func (s *Service) NATSURL() string { return s.nc.ConnectedUrl() }
+func (s *Service) NATSURL() string { return conn.Redact(s.nc.ConnectedUrl()) }
 
 // Err delivers the first failure of a part that should run until Shutdown.
 func (s *Service) Err() <-chan error { return s.errc }

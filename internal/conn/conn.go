@@ -4,8 +4,12 @@
 package conn
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,16 +33,65 @@ func NATS(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
 				log.Warn("disconnected from NATS; reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "url", c.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "url", Redact(c.ConnectedUrl())) }),
 	}
 	if creds != "" {
 		opts = append(opts, nats.UserCredentials(creds))
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w (is nats-server running? try `admitter --dev` for an embedded one)", url, err)
+		hint := "is nats-server running? try `admitter --dev` for an embedded one"
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+			hint = "check the credentials in nats.url or nats.creds_file"
+		}
+		return nil, fmt.Errorf("connecting to NATS at %s: %w (%s)", Redact(url), err, hint)
 	}
 	return nc, nil
+}
+
+// Redact hides the secrets of a URL list (comma-separated, as nats.url
+// takes): a password, or a user name alone (a NATS token), becomes
+// "xxxxx", so that a URL can be logged.
+func Redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			if strings.Contains(p, "@") {
+				parts[i] = "(a URL with credentials that does not parse)"
+			}
+			continue
+		}
+		if u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		} else {
+			u.User = url.User("xxxxx")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// RedisAuth reports a Redis server that refuses the client's credentials
+// (a wrong or missing password): a mistake no retry or failure mode can
+// mend, unlike a server that is down, for which it returns nil.
+func RedisAuth(ctx context.Context, client *redis.Client, rawURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := client.Ping(ctx).Err()
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, code := range []string{"WRONGPASS", "NOAUTH", "ERR AUTH", "ERR invalid password", "ERR Client sent AUTH"} {
+		if strings.HasPrefix(msg, code) {
+			return fmt.Errorf("redis at %s: authentication failed (check the password in redis.url): %w", Redact(rawURL), err)
+		}
+	}
+	return nil
 }
 
 // Redis builds the shared store with short timeouts, so that an
