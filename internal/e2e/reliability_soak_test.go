@@ -1,0 +1,414 @@
+package e2e
+
+// Issue 6, item 21: the soak. Helpers of this file are prefixed soak.
+
+import (
+	"bufio"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/redistest"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+)
+
+const soakConfig = `
+nats: {url: "%[1]s"}
+redis: {url: "redis://%[2]s/0", failure_mode: open}
+http: {listen: "127.0.0.1:0"}
+worker: {concurrency: 64, grace_period: 10s}
+queues:
+  # The capacity burst: everything admitted.
+  - name: cap
+    limits:
+      - {key: global, algorithm: leaky_bucket, rate: 1000000/s, burst: 1000000, nodelay: true}
+    backlog: {capacity: 100000, leak_rate: 1000/s}
+    handler: {http: {url: "%[3]s/cap", timeout: 10s}}
+  # The soak: polite clients (10/s each) are admitted; noisy ones (25/s
+  # each against 20/s) are queued up to the burst and rejected beyond it,
+  # so the backlog holds a steady few dozen jobs.
+  - name: soak
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 20/s, burst: 40, delay: 10}
+    backlog: {capacity: 100000, per_key_capacity: 1000, leak_rate: 500/s}
+    handler: {http: {url: "%[3]s/soak", timeout: 10s}}
+`
+
+// soakBook is a compact pair of ledgers for hours of traffic: answered
+// jobs not yet run, runs not yet answered, and a hash of every run id
+// (for extra executions), instead of every answer and every request.
+type soakBook struct {
+	mu       sync.Mutex
+	pending  map[string]struct{} // answered admitted/queued, not run yet
+	early    map[string]struct{} // run before its answer arrived
+	runs     map[uint64]uint8    // executions by id hash
+	accepted int
+	ran      int
+	extra    int
+	answers  map[api.Status]int
+	failures map[string]int // error answers: HTTP code or problem type
+}
+
+func newSoakBook() *soakBook {
+	return &soakBook{pending: map[string]struct{}{}, early: map[string]struct{}{}, runs: map[uint64]uint8{}, answers: map[api.Status]int{}, failures: map[string]int{}}
+}
+
+func (b *soakBook) answer(a answer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.answers[a.Reply.Status]++
+	switch a.Reply.Status {
+	case api.Admitted, api.Queued:
+		b.accepted++
+		if _, ok := b.early[a.Reply.ID]; ok {
+			delete(b.early, a.Reply.ID)
+		} else {
+			b.pending[a.Reply.ID] = struct{}{}
+		}
+	case api.Rejected:
+	default:
+		b.failures[fmt.Sprintf("%d %s", a.Code, a.Reply.Type)]++
+	}
+}
+
+func (b *soakBook) executed(id string) {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	k := h.Sum64()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.runs[k]++
+	if b.runs[k] > 1 {
+		b.extra++
+		return
+	}
+	b.ran++
+	if _, ok := b.pending[id]; ok {
+		delete(b.pending, id)
+	} else {
+		b.early[id] = struct{}{}
+	}
+}
+
+func (b *soakBook) counts() (accepted, ran, pending, early, extra int, answers map[api.Status]int, failures map[string]int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	answers, failures = map[api.Status]int{}, map[string]int{}
+	for k, v := range b.answers {
+		answers[k] = v
+	}
+	for k, v := range b.failures {
+		failures[k] = v
+	}
+	return b.accepted, b.ran, len(b.pending), len(b.early), b.extra, answers, failures
+}
+
+// soakRSS is a process's resident set in KiB, from /proc/<pid>/status.
+func soakRSS(pid int) (int, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// soakSample is one look at the running system.
+type soakSample struct {
+	at         time.Duration
+	rss        []int // KiB per process
+	goroutines []int
+	backlog    uint64 // BACKLOG stream of queue soak
+	ready      uint64 // READY stream of queue soak (not yet acked)
+	answers    int    // answers so far
+	ran        int    // executions so far
+}
+
+// soakDuration reads SPILLWAY_SOAK: a Go duration, or anything else
+// non-empty for 30 minutes; empty skips the soak.
+func soakDuration(t *testing.T) time.Duration {
+	v := os.Getenv("SPILLWAY_SOAK")
+	if v == "" {
+		t.Skip("the soak runs only with SPILLWAY_SOAK set (`make soak`, or SPILLWAY_SOAK=3m go test -run TestReliabilitySoak -v ./internal/e2e/)")
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 30 * time.Minute
+	}
+	return d
+}
+
+// TestReliabilitySoak (issue 6, item 21): measures the admission capacity
+// with a closed-loop burst (64 callers for 10 s, both doors, everything
+// admitted), lets the workers drain it, then submits open loop at 70% of
+// it for SPILLWAY_SOAK (polite clients admitted, noisy ones queued and
+// rejected), sampling every few seconds each admitter's and worker's RSS
+// (/proc/<pid>/status) and go_goroutines (/metrics), and the soak queue's
+// BACKLOG and READY depths. After a warm-up of a fifth of the run, the
+// last quarter of the samples must stay near the first quarter (RSS,
+// goroutines, depths: flat), and when the load stops every answered job
+// runs (0 lost).
+func TestReliabilitySoak(t *testing.T) {
+	d := soakDuration(t)
+	every := 5 * time.Second
+	if d > 10*time.Minute {
+		every = 10 * time.Second
+	}
+	book := newSoakBook()
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/soak" {
+			book.executed(r.Header.Get("Spillway-Job-Id"))
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(hook.Close)
+	ns := queuetest.Start(t)
+	rds := redistest.Start(t, redistest.WithOwnProcess())
+	cfg := writeFile(t, "spillway.yaml", fmt.Sprintf(soakConfig, ns.URL(), rds.Addr(), hook.URL))
+	var admitters, workers []*process
+	for i := range 2 {
+		admitters = append(admitters, start(t, "admitter"+strconv.Itoa(i), bins.admitter, "--config", cfg))
+	}
+	for i := range 2 {
+		workers = append(workers, start(t, "worker"+strconv.Itoa(i), bins.worker, "--config", cfg, "--metrics-listen", "127.0.0.1:0"))
+	}
+	procs := append(append([]*process(nil), admitters...), workers...)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 512}}
+	t.Cleanup(client.CloseIdleConnections)
+	nc, err := nats.Connect(ns.URL(), nats.Name("e2e-soak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c := &cluster{nats: ns, admitters: admitters}
+	send := func(i int, q, key string) answer {
+		var h map[string]string
+		if key != "" {
+			h = map[string]string{"X-Client": key}
+		}
+		return afSubmit(t, c, client, nc, i, q, h, []byte("soak"))
+	}
+
+	// Capacity: closed loop, 64 callers, 10 s.
+	var capAnswers, capFailed atomic.Int64
+	capStop := make(chan struct{})
+	var wg sync.WaitGroup
+	capBegin := time.Now()
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; ; i += 64 {
+				select {
+				case <-capStop:
+					return
+				default:
+				}
+				if a := send(i, "cap", ""); a.Reply.Status == api.Admitted {
+					capAnswers.Add(1)
+				} else {
+					capFailed.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(10 * time.Second) // the measurement's length, not a wait for an event
+	close(capStop)
+	wg.Wait()
+	capTook := time.Since(capBegin)
+	capacity := float64(capAnswers.Load()) / capTook.Seconds()
+	drainBegin := time.Now()
+	waitFor(t, 10*time.Minute, "the capacity burst to drain", func() bool {
+		return afStreamMsgs(t, ns.URL(), queue.StreamName("cap", queue.Ready)) == 0
+	})
+	drainTook := time.Since(drainBegin)
+	figure(t, "admission capacity (closed loop, 64 callers, both doors, all admitted): %.0f/s (%d in %v, %d failed); its jobs drained %v after the burst",
+		capacity, capAnswers.Load(), capTook.Round(time.Millisecond), capFailed.Load(), drainTook.Round(time.Millisecond))
+
+	// The soak: 70% of capacity, open loop.
+	rate := 0.7 * capacity
+	const noisyKeys, noisyRate, politeRate = 4, 25.0, 10.0
+	if rate < 2*noisyKeys*noisyRate {
+		t.Fatalf("capacity %.0f/s: too low for a soak whose noisy clients alone send %.0f/s", capacity, noisyKeys*noisyRate)
+	}
+	politeKeys := int((rate - noisyKeys*noisyRate) / politeRate)
+	var sent, behind atomic.Int64
+	work := make(chan func(), 4096)
+	stop := make(chan struct{})
+	var senders sync.WaitGroup
+	for range 512 {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for f := range work {
+				f()
+			}
+		}()
+	}
+	// generate sends rate/s, round-robin over keys, until stop.
+	var gens sync.WaitGroup
+	generate := func(prefix string, keys int, rate float64) {
+		defer gens.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		begin := time.Now()
+		n := 0
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				for due := int(now.Sub(begin).Seconds() * rate); n < due; n++ {
+					i, key := n, prefix+strconv.Itoa(n%keys)
+					f := func() { book.answer(send(i, "soak", key)) }
+					select {
+					case work <- f:
+						sent.Add(1)
+					default:
+						behind.Add(1) // every sender busy: the load generator fell behind
+					}
+				}
+			}
+		}
+	}
+	soakBegin := time.Now()
+	gens.Add(2)
+	go generate("polite-", politeKeys, float64(politeKeys)*politeRate)
+	go generate("noisy-", noisyKeys, noisyKeys*noisyRate)
+
+	var samples []soakSample
+	sample := func() soakSample {
+		s := soakSample{at: time.Since(soakBegin)}
+		for _, p := range procs {
+			rss, err := soakRSS(p.cmd.Process.Pid)
+			if err != nil {
+				t.Fatalf("%s: %v", p.name, err)
+			}
+			s.rss = append(s.rss, rss)
+			s.goroutines = append(s.goroutines, int(afScrape(t, client, p.addr).sum("go_goroutines")))
+		}
+		s.backlog = afStreamMsgs(t, ns.URL(), queue.StreamName("soak", queue.Backlog))
+		s.ready = afStreamMsgs(t, ns.URL(), queue.StreamName("soak", queue.Ready))
+		_, ran, _, _, _, answers, _ := book.counts()
+		for _, n := range answers {
+			s.answers += n
+		}
+		s.ran = ran
+		return s
+	}
+	tick := time.NewTicker(every)
+	for time.Since(soakBegin) < d {
+		<-tick.C
+		s := sample()
+		perSecond := 0.0
+		if len(samples) > 0 {
+			prev := samples[len(samples)-1]
+			perSecond = float64(s.answers-prev.answers) / (s.at - prev.at).Seconds()
+		}
+		samples = append(samples, s)
+		t.Logf("soak sample %v: RSS KiB %v, goroutines %v (admitters, workers), backlog %d, ready %d, %.0f answers/s, %d run",
+			s.at.Round(time.Second), s.rss, s.goroutines, s.backlog, s.ready, perSecond, s.ran)
+	}
+	tick.Stop()
+	close(stop)
+	gens.Wait()
+	close(work)
+	senders.Wait()
+	took := time.Since(soakBegin)
+
+	// Every answered job runs.
+	waitFor(t, 5*time.Minute, "every answered soak job to run", func() bool {
+		_, _, pending, _, _, _, _ := book.counts()
+		return pending == 0
+	})
+	accepted, ran, pending, early, extra, answers, failures := book.counts()
+	dead := deadLetters(t, ns.URL(), "soak")
+
+	// Flat: after a warm-up of a fifth of the run, compare the first and
+	// the last quarter of the samples.
+	warm := samples[len(samples)/5:]
+	if len(warm) < 8 {
+		t.Fatalf("only %d samples after the warm-up: run the soak longer than %v", len(warm), d)
+	}
+	head, tail := warm[:len(warm)/4], warm[len(warm)-len(warm)/4:]
+	first, last := warm[0], samples[len(samples)-1]
+	names := make([]string, len(procs))
+	for i, p := range procs {
+		names[i] = p.name
+	}
+	for i, name := range names {
+		hRSS, tRSS := soakMax(head, func(s soakSample) int { return s.rss[i] }), soakMean(tail, func(s soakSample) int { return s.rss[i] })
+		hG, tG := soakMax(head, func(s soakSample) int { return s.goroutines[i] }), soakMax(tail, func(s soakSample) int { return s.goroutines[i] })
+		figure(t, "%s: RSS %d → %d KiB (warm-up end → end; head max %d, tail mean %d), goroutines %d → %d (head max %d, tail max %d)",
+			name, first.rss[i], last.rss[i], hRSS, tRSS, first.goroutines[i], last.goroutines[i], hG, tG)
+		if float64(tRSS) > 1.25*float64(hRSS)+16*1024 {
+			t.Errorf("%s: RSS grew from at most %d KiB to a mean of %d KiB", name, hRSS, tRSS)
+		}
+		if float64(tG) > 1.2*float64(hG)+20 {
+			t.Errorf("%s: goroutines grew from at most %d to %d", name, hG, tG)
+		}
+	}
+	hB, tB := soakMax(head, func(s soakSample) int { return int(s.backlog) }), soakMean(tail, func(s soakSample) int { return int(s.backlog) })
+	hR, tR := soakMax(head, func(s soakSample) int { return int(s.ready) }), soakMean(tail, func(s soakSample) int { return int(s.ready) })
+	figure(t, "backlog depth %d → %d (head max %d, tail mean %d); READY depth %d → %d (head max %d, tail mean %d)",
+		first.backlog, last.backlog, hB, tB, first.ready, last.ready, hR, tR)
+	if float64(tB) > 1.5*float64(hB)+50 {
+		t.Errorf("backlog depth grew from at most %d to a mean of %d", hB, tB)
+	}
+	if float64(tR) > 1.5*float64(hR)+rate { // a second of traffic
+		t.Errorf("READY depth grew from at most %d to a mean of %d: the workers fall behind", hR, tR)
+	}
+	total := 0
+	for _, n := range answers {
+		total += n
+	}
+	figure(t, "%v at %.0f/s open loop (70%% of %.0f/s; %d polite clients at %.0f/s, %d noisy at %.0f/s): %d sent (%.0f/s), %d not sent (generator behind), answers %v, failures %v",
+		took.Round(time.Second), rate, capacity, politeKeys, politeRate, noisyKeys, noisyRate, sent.Load(), float64(total)/took.Seconds(), behind.Load(), answers, failures)
+	figure(t, "%d accepted, %d ran, %d lost, %d extra executions, %d ran without an accepted answer, %d dead letters", accepted, ran, pending, extra, early, len(dead))
+	if pending != 0 {
+		t.Errorf("%d accepted jobs lost", pending)
+	}
+	if len(failures) != 0 {
+		t.Errorf("failed submissions at 70%% of capacity: %v", failures)
+	}
+	if len(dead) != 0 {
+		t.Errorf("%d dead letters; the handler never fails", len(dead))
+	}
+}
+
+func soakMax(ss []soakSample, f func(soakSample) int) int {
+	m := 0
+	for _, s := range ss {
+		m = max(m, f(s))
+	}
+	return m
+}
+
+func soakMean(ss []soakSample, f func(soakSample) int) int {
+	if len(ss) == 0 {
+		return 0
+	}
+	sum := 0
+	for _, s := range ss {
+		sum += f(s)
+	}
+	return sum / len(ss)
+}
