@@ -188,8 +188,10 @@ type Process struct {
 }
 
 // Connect opens what a worker process needs for cfg.
-func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (p *Process, err error) {
-	p = &Process{Config: cfg, Logger: log}
+func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Process, err error) {
+	// Not the named result: a failure returns nil, and the deferred Close
+	// must still see what was opened.
+	p := &Process{Config: cfg, Logger: log}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -207,8 +209,11 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (p *Proc
 		if err != nil {
 			return nil, err
 		}
-		p.Pacer = st
 		p.closers = append(p.closers, func() { _ = client.Close() })
+		if err := conn.RedisAuth(ctx, client, cfg.Redis.URL); err != nil {
+			return nil, err
+		}
+		p.Pacer = st
 	}
 	st, err := jobstatus.Open(ctx, p.JS, cfg.Status.TTL, max(cfg.NATS.Replicas, 1))
 	if err != nil {
