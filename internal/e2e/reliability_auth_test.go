@@ -143,13 +143,13 @@ func TestReliabilityAuthNoBucket(t *testing.T) {
 	}
 }
 
-// runToExit runs the admitter, which must exit on its own within d, and
+// runToExit runs a binary, which must exit on its own within d, and
 // returns its exit code, how long it ran and what it wrote.
-func runToExit(t *testing.T, d time.Duration, args ...string) (int, time.Duration, string) {
+func runToExit(t *testing.T, d time.Duration, bin string, args ...string) (int, time.Duration, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bins.admitter, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	proc.SetParentDeathSignal(cmd)
@@ -157,11 +157,11 @@ func runToExit(t *testing.T, d time.Duration, args ...string) (int, time.Duratio
 	err := cmd.Run()
 	took := time.Since(began)
 	if ctx.Err() != nil {
-		t.Fatalf("the admitter still ran %v after it started (it should exit):\n%s", d, out.String())
+		t.Fatalf("%s still ran %v after it started (it should exit):\n%s", bin, d, out.String())
 	}
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("running the admitter: %v", err)
+		t.Fatalf("running %s: %v", bin, err)
 	}
 	code := 0
 	if exit != nil {
@@ -214,15 +214,22 @@ func TestReliabilityAuthWrongCredentials(t *testing.T) {
 		name, nats, redis string
 		secret            string   // must not be printed
 		want              []string // in the output, any case
+		worker            bool     // the worker binary instead of the admitter
 	}{
-		{"NATS wrong password", "nats://spillway:" + wrongPassword + "@" + userNATS, goodRedis, wrongPassword, []string{"nats", "authorization"}},
-		{"NATS no credentials", "nats://" + userNATS, goodRedis, "", []string{"nats", "authorization"}},
-		{"NATS wrong token", "nats://" + wrongPassword + "@" + tokenNATS, goodRedis, wrongPassword, []string{"nats", "authorization"}},
-		{"Redis wrong password", goodNATS, "redis://:" + wrongPassword + "@" + rds.Addr() + "/0", wrongPassword, []string{"redis", "wrongpass"}},
-		{"Redis no password", goodNATS, "redis://" + rds.Addr() + "/0", "", []string{"redis", "noauth"}},
+		{"NATS wrong password", "nats://spillway:" + wrongPassword + "@" + userNATS, goodRedis, wrongPassword, []string{"nats", "authorization"}, false},
+		{"NATS no credentials", "nats://" + userNATS, goodRedis, "", []string{"nats", "authorization"}, false},
+		{"NATS wrong token", "nats://" + wrongPassword + "@" + tokenNATS, goodRedis, wrongPassword, []string{"nats", "authorization"}, false},
+		{"Redis wrong password", goodNATS, "redis://:" + wrongPassword + "@" + rds.Addr() + "/0", wrongPassword, []string{"redis", "wrongpass"}, false},
+		{"Redis no password", goodNATS, "redis://" + rds.Addr() + "/0", "", []string{"redis", "noauth"}, false},
+		{"worker NATS wrong password", "nats://spillway:" + wrongPassword + "@" + userNATS, goodRedis, wrongPassword, []string{"nats", "authorization"}, true},
+		{"worker Redis wrong password", goodNATS, "redis://:" + wrongPassword + "@" + rds.Addr() + "/0", wrongPassword, []string{"redis", "wrongpass"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			code, took, out := runToExit(t, 60*time.Second, "--config", authConfig(t, c.nats, c.redis, ""))
+			bin, args := bins.admitter, []string{"--config", authConfig(t, c.nats, c.redis, "")}
+			if c.worker {
+				bin, args = bins.worker, append(args, "--metrics-listen", "127.0.0.1:0")
+			}
+			code, took, out := runToExit(t, 60*time.Second, bin, args...)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			last := lines[len(lines)-1]
 			figure(t, "exit code %d after %v, %d line(s) of output; last: %s", code, took.Round(time.Millisecond), len(lines), last)
@@ -242,8 +249,8 @@ func TestReliabilityAuthWrongCredentials(t *testing.T) {
 			if strings.Contains(out, "panic") || strings.Contains(out, "goroutine ") {
 				t.Errorf("the admitter panicked:\n%s", out)
 			}
-			if strings.Contains(out, "spillway admitter: http://") {
-				t.Errorf("the admitter said it was ready before exiting:\n%s", out)
+			if strings.Contains(out, "spillway admitter: http://") || strings.Contains(out, "spillway worker: metrics") {
+				t.Errorf("it said it was ready before exiting:\n%s", out)
 			}
 		})
 	}
