@@ -83,7 +83,7 @@ func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {
 //
 //   - every key in Redis has a TTL, at every sample;
 //   - at every sample the keys held are no more than the keys sprayed in
-//     the last 3 s (the TTL plus Redis's expiry lag): TTLs, not the
+//     the last 5 s (the TTL plus Redis's expiry lag): TTLs, not the
 //     number of keys sprayed, bound the memory;
 //   - once the spray stops, the keys expire (only the legitimate key's
 //     remains) and used_memory falls back to within 1 MiB of where it began;
@@ -97,7 +97,7 @@ func TestReliabilityKeySprayRedis(t *testing.T) {
 	const (
 		workers  = 16
 		legitGap = 1000
-		window   = 3 * time.Second // TTL (1 s) + expiry lag
+		window   = 5 * time.Second // TTL (1 s) + Redis expiry lag on a loaded machine
 	)
 	srv := redistest.Start(t, redistest.WithOwnProcess())
 	client := newClient(t, srv)
