@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,12 +31,6 @@ redis: {url: "redis://%[2]s/0", failure_mode: open}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 64, grace_period: 10s}
 queues:
-  # The capacity burst: everything admitted.
-  - name: cap
-    limits:
-      - {key: global, algorithm: leaky_bucket, rate: 1000000/s, burst: 1000000, nodelay: true}
-    backlog: {capacity: 100000, leak_rate: 1000/s}
-    handler: {http: {url: "%[3]s/cap", timeout: 10s}}
   # The soak: polite clients (10/s each) are admitted; noisy ones (25/s
   # each against 20/s) are queued up to the burst and rejected beyond it,
   # so the backlog holds a steady few dozen jobs.
@@ -157,14 +152,14 @@ func soakDuration(t *testing.T) time.Duration {
 }
 
 // TestReliabilitySoak (issue 6, item 21): measures the admission capacity
-// with a closed-loop burst (64 callers for 10 s, both doors, everything
-// admitted), lets the workers drain it, then submits open loop at 70% of
+// with a closed-loop burst (64 callers for 10 s, both doors, the soak
+// queue's per-key limit over 4,000 keys so that everything is admitted), lets the workers drain it, then submits open loop at 70% of
 // it for SPILLWAY_SOAK (polite clients admitted, noisy ones queued and
 // rejected), sampling every few seconds each admitter's and worker's RSS
 // (/proc/<pid>/status) and go_goroutines (/metrics), and the soak queue's
 // BACKLOG and READY depths. After a warm-up of a fifth of the run, the
-// last quarter of the samples must stay near the first quarter (RSS,
-// goroutines, depths: flat), and when the load stops every answered job
+// medians of the last quarter of the samples must stay near those of the
+// first quarter (RSS, goroutines, depths: flat), and when the load stops every answered job
 // runs (0 lost).
 func TestReliabilitySoak(t *testing.T) {
 	d := soakDuration(t)
@@ -174,7 +169,7 @@ func TestReliabilitySoak(t *testing.T) {
 	}
 	book := newSoakBook()
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/soak" {
+		if !strings.HasPrefix(r.Header.Get("Spillway-Key"), "cap-") {
 			book.executed(r.Header.Get("Spillway-Job-Id"))
 		}
 		w.WriteHeader(http.StatusOK)
@@ -208,6 +203,7 @@ func TestReliabilitySoak(t *testing.T) {
 	}
 
 	// Capacity: closed loop, 64 callers, 10 s.
+	const capKeys = 4000
 	var capAnswers, capFailed atomic.Int64
 	capStop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -222,7 +218,10 @@ func TestReliabilitySoak(t *testing.T) {
 					return
 				default:
 				}
-				if a := send(i, "cap", ""); a.Reply.Status == api.Admitted {
+				// The soak's own queue and decision path (a per-key
+				// leaky bucket in Redis), over enough keys that none
+				// reaches its limit: everything admitted.
+				if a := send(i, "soak", "cap-"+strconv.Itoa(i%capKeys)); a.Reply.Status == api.Admitted {
 					capAnswers.Add(1)
 				} else {
 					capFailed.Add(1)
@@ -237,11 +236,11 @@ func TestReliabilitySoak(t *testing.T) {
 	capacity := float64(capAnswers.Load()) / capTook.Seconds()
 	drainBegin := time.Now()
 	waitFor(t, 10*time.Minute, "the capacity burst to drain", func() bool {
-		return afStreamMsgs(t, ns.URL(), queue.StreamName("cap", queue.Ready)) == 0
+		return afStreamMsgs(t, ns.URL(), queue.StreamName("soak", queue.Ready)) == 0
 	})
 	drainTook := time.Since(drainBegin)
-	figure(t, "admission capacity (closed loop, 64 callers, both doors, all admitted): %.0f/s (%d in %v, %d failed); its jobs drained %v after the burst",
-		capacity, capAnswers.Load(), capTook.Round(time.Millisecond), capFailed.Load(), drainTook.Round(time.Millisecond))
+	figure(t, "admission capacity (closed loop, 64 callers, both doors, %d keys of the soak queue, all admitted): %.0f/s (%d in %v, %d failed); its jobs drained %v after the burst",
+		capKeys, capacity, capAnswers.Load(), capTook.Round(time.Millisecond), capFailed.Load(), drainTook.Round(time.Millisecond))
 
 	// The soak: 70% of capacity, open loop.
 	rate := 0.7 * capacity
@@ -354,27 +353,32 @@ func TestReliabilitySoak(t *testing.T) {
 	for i, p := range procs {
 		names[i] = p.name
 	}
+	// Medians: the floor a leak raises, not the spikes a busy shared
+	// machine makes (a burst of slow answers holds more goroutines for a
+	// moment).
 	for i, name := range names {
-		hRSS, tRSS := soakMax(head, func(s soakSample) int { return s.rss[i] }), soakMean(tail, func(s soakSample) int { return s.rss[i] })
-		hG, tG := soakMax(head, func(s soakSample) int { return s.goroutines[i] }), soakMax(tail, func(s soakSample) int { return s.goroutines[i] })
-		figure(t, "%s: RSS %d → %d KiB (warm-up end → end; head max %d, tail mean %d), goroutines %d → %d (head max %d, tail max %d)",
+		hRSS, tRSS := soakMedian(head, func(s soakSample) int { return s.rss[i] }), soakMedian(tail, func(s soakSample) int { return s.rss[i] })
+		hG, tG := soakMedian(head, func(s soakSample) int { return s.goroutines[i] }), soakMedian(tail, func(s soakSample) int { return s.goroutines[i] })
+		figure(t, "%s: RSS %d → %d KiB (warm-up end → end; median %d → %d), goroutines %d → %d (median %d → %d)",
 			name, first.rss[i], last.rss[i], hRSS, tRSS, first.goroutines[i], last.goroutines[i], hG, tG)
 		if float64(tRSS) > 1.25*float64(hRSS)+16*1024 {
-			t.Errorf("%s: RSS grew from at most %d KiB to a mean of %d KiB", name, hRSS, tRSS)
+			t.Errorf("%s: RSS grew from a median of %d KiB to %d KiB", name, hRSS, tRSS)
 		}
-		if float64(tG) > 1.2*float64(hG)+20 {
-			t.Errorf("%s: goroutines grew from at most %d to %d", name, hG, tG)
+		if float64(tG) > 1.5*float64(hG)+50 {
+			t.Errorf("%s: goroutines grew from a median of %d to %d", name, hG, tG)
 		}
 	}
-	hB, tB := soakMax(head, func(s soakSample) int { return int(s.backlog) }), soakMean(tail, func(s soakSample) int { return int(s.backlog) })
-	hR, tR := soakMax(head, func(s soakSample) int { return int(s.ready) }), soakMean(tail, func(s soakSample) int { return int(s.ready) })
-	figure(t, "backlog depth %d → %d (head max %d, tail mean %d); READY depth %d → %d (head max %d, tail mean %d)",
-		first.backlog, last.backlog, hB, tB, first.ready, last.ready, hR, tR)
-	if float64(tB) > 1.5*float64(hB)+50 {
-		t.Errorf("backlog depth grew from at most %d to a mean of %d", hB, tB)
+	hB, tB := soakMedian(head, func(s soakSample) int { return int(s.backlog) }), soakMedian(tail, func(s soakSample) int { return int(s.backlog) })
+	hR, tR := soakMedian(head, func(s soakSample) int { return int(s.ready) }), soakMedian(tail, func(s soakSample) int { return int(s.ready) })
+	maxB := soakMax(warm, func(s soakSample) int { return int(s.backlog) })
+	maxR := soakMax(warm, func(s soakSample) int { return int(s.ready) })
+	figure(t, "backlog depth %d → %d (median %d → %d, max %d); READY depth %d → %d (median %d → %d, max %d)",
+		first.backlog, last.backlog, hB, tB, maxB, first.ready, last.ready, hR, tR, maxR)
+	if float64(tB) > 2*float64(hB)+100 {
+		t.Errorf("backlog depth grew from a median of %d to %d", hB, tB)
 	}
-	if float64(tR) > 1.5*float64(hR)+rate { // a second of traffic
-		t.Errorf("READY depth grew from at most %d to a mean of %d: the workers fall behind", hR, tR)
+	if float64(tR) > 2*float64(hR)+rate { // a second of traffic
+		t.Errorf("READY depth grew from a median of %d to %d: the workers fall behind", hR, tR)
 	}
 	total := 0
 	for _, n := range answers {
@@ -402,13 +406,14 @@ func soakMax(ss []soakSample, f func(soakSample) int) int {
 	return m
 }
 
-func soakMean(ss []soakSample, f func(soakSample) int) int {
+func soakMedian(ss []soakSample, f func(soakSample) int) int {
 	if len(ss) == 0 {
 		return 0
 	}
-	sum := 0
-	for _, s := range ss {
-		sum += f(s)
+	v := make([]int, len(ss))
+	for i, s := range ss {
+		v[i] = f(s)
 	}
-	return sum / len(ss)
+	sort.Ints(v)
+	return v[len(v)/2]
 }
