@@ -254,7 +254,9 @@ func afSubmit(t *testing.T, c *cluster, client *http.Client, nc *nats.Conn, i in
 
 const afIdemConfig = `
 nats: {url: "%[1]s"}
-redis: {url: "redis://%[2]s/0", failure_mode: open}
+# A decision's budget well above a loaded machine's stalls: these tests
+# are about admission, not the store's failure mode (items 10-12).
+redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 2s}
 http: {listen: "127.0.0.1:0"}
 status: {ttl: %[4]s}
 worker: {concurrency: 16, grace_period: 5s}
@@ -449,7 +451,9 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 
 const afFullConfig = `
 nats: {url: "%[1]s"}
-redis: {url: "redis://%[2]s/0", failure_mode: open}
+# A decision's budget well above a loaded machine's stalls: these tests
+# are about admission, not the store's failure mode (items 10-12).
+redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 2s}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 16, grace_period: 5s}
 queues:
@@ -689,7 +693,9 @@ func (p *afProxy) close() {
 
 const afCrashConfig = `
 nats: {url: "%[1]s"}
-redis: {url: "redis://%[2]s/0", failure_mode: open}
+# A decision's budget well above a loaded machine's stalls: these tests
+# are about admission, not the store's failure mode (items 10-12).
+redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 2s}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 16, grace_period: 5s}
 queues:
@@ -820,7 +826,9 @@ func TestReliabilityKillAdmitterBeforePublish(t *testing.T) {
 
 const afReloadConfig = `
 nats: {url: "%[1]s"}
-redis: {url: "redis://%[2]s/0", failure_mode: open}
+# A decision's budget well above a loaded machine's stalls: these tests
+# are about admission, not the store's failure mode (items 10-12).
+redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 2s}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 32, grace_period: 5s}
 queues:

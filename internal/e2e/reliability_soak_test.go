@@ -386,6 +386,13 @@ func TestReliabilitySoak(t *testing.T) {
 	}
 	figure(t, "%v at %.0f/s open loop (70%% of %.0f/s; %d polite clients at %.0f/s, %d noisy at %.0f/s): %d sent (%.0f/s), %d not sent (generator behind), answers %v, failures %v",
 		took.Round(time.Second), rate, capacity, politeKeys, politeRate, noisyKeys, noisyRate, sent.Load(), float64(total)/took.Seconds(), behind.Load(), answers, failures)
+	var openDecisions, storeErrors float64
+	for _, a := range admitters {
+		m := afScrape(t, client, a.addr)
+		openDecisions += m.sum("spillway_failure_mode_total")
+		storeErrors += m.sum("spillway_store_errors_total")
+	}
+	figure(t, "Redis decision timeouts (default 50ms budget): %.0f store errors, %.0f decisions by the failure mode (open)", storeErrors, openDecisions)
 	figure(t, "%d accepted, %d ran, %d lost, %d extra executions, %d ran without an accepted answer, %d dead letters", accepted, ran, pending, extra, early, len(dead))
 	if pending != 0 {
 		t.Errorf("%d accepted jobs lost", pending)
