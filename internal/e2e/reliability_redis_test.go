@@ -132,9 +132,13 @@ func rfRedisDecisions(t *testing.T, client *http.Client, addr string) float64 {
 		rfMetric(t, client, addr, "spillway_decisions_total", `reason="excess"`)
 }
 
+// rfOutageConfig gives a decision a budget of 1s (redis.timeout, default
+// 50ms) so that a loaded machine's stalls do not send decisions to the
+// failure mode while Redis is up: a killed Redis refuses connections at
+// once, whatever the budget.
 const rfOutageConfig = `
 nats: {url: "%[1]s"}
-redis: {url: "redis://%[2]s/0", timeout: 50ms}
+redis: {url: "redis://%[2]s/0", timeout: 1s}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 32, grace_period: 5s}
 queues:
