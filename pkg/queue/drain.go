@@ -42,6 +42,9 @@ import (
 // keeps the pacer's chain of starts unbroken.
 const pipeline = 2
 
+// requestTimeout bounds one JetStream API request of the drain loop.
+const requestTimeout = 5 * time.Second
+
 // maxBatch bounds one backlog pull.
 const maxBatch = 256
 
@@ -309,7 +312,13 @@ func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
 			return false
 		}
 	}
-	raw, err := d.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(h.subject))
+	// Each check has a deadline of its own: a request lost as a stream
+	// leader goes away is never answered, and ctx may have no deadline or
+	// a distant one (JetStream's 5s default applies only without one),
+	// which would stall the whole backlog behind this job.
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	raw, err := d.stream.GetMsg(rctx, 1, jetstream.WithGetMsgSubject(h.subject))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		d.forget(h) // gone: another worker released it after our hold lapsed
@@ -322,9 +331,9 @@ func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
 		return false
 	case raw.Sequence != h.seq:
 		now := time.Now()
-		ahead, err := d.dueAheadInStream(ctx, h, raw, now)
+		ahead, err := d.dueAheadInStream(rctx, h, raw, now)
 		if err == nil && !ahead {
-			raw, err = d.stream.GetMsg(ctx, h.seq)
+			raw, err = d.stream.GetMsg(rctx, h.seq)
 		}
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):

@@ -316,7 +316,9 @@ func (r *runner) checkStall(ctx context.Context) {
 	}
 	r.lastStallW = time.Now()
 	r.mu.Unlock()
-	info, err := r.cons.Info(ctx)
+	ictx, cancel := context.WithTimeout(ctx, requestTimeout) // a lost request must not stall the pull loop
+	defer cancel()
+	info, err := r.cons.Info(ictx)
 	if err != nil {
 		return
 	}
