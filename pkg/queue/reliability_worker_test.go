@@ -33,7 +33,10 @@ func TestReliabilityPanickingHandler(t *testing.T) {
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	cfg := testQueue("panics")
 	cfg.Capacity = 100_000
-	ctx, b := setup(t, cfg)
+	_, b := setup(t, cfg)
+	// setup's context lasts a minute; the full version runs longer.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*phase+2*time.Minute)
+	t.Cleanup(cancel)
 	policy := retry.Policy{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}
 	var (
 		mu        sync.Mutex
