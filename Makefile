@@ -32,7 +32,7 @@ COVERPROFILE ?= coverage.out
 
 KILLS ?= 100
 
-.PHONY: help test race bench fuzz fuzz-short kill-test reliability ui-test prom-test lint cover tidy
+.PHONY: help test race bench fuzz fuzz-short kill-test reliability soak ui-test prom-test lint cover tidy
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
@@ -74,6 +74,10 @@ kill-test: ## kill -9 a worker process mid-job KILLS times (default 100; CI runs
 reliability: ## The fault and bad-input suite (issue 6) at full length; `make test` runs its short version. Figures: reliability.log
 	@set -o pipefail; SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestReliability' -timeout 90m ./pkg/... ./internal/... 2>&1 | tee reliability.log
 	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' reliability.log | sed 's/^ *//'
+
+soak: ## Soak (issue 6 item 21): SPILLWAY_SOAK (default 30m) at 70% of the measured admission capacity. Figures: soak.log
+	@set -o pipefail; SPILLWAY_SOAK=$${SPILLWAY_SOAK:-30m} $(GO) test -count=1 -v -run '^TestReliabilitySoak$$' -timeout 90m ./internal/e2e/ 2>&1 | tee soak.log
+	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' soak.log | sed 's/^ *//'
 
 ui-test: ## The /ui page in headless Chromium (Debian's chromium); screenshots kept in artifacts/ui
 	SPILLWAY_ARTIFACTS=$(CURDIR)/artifacts/ui $(GO) test -count=1 -v -run 'TestPage' ./internal/ui/

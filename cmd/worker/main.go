@@ -29,6 +29,16 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A worker does not reload its configuration (restart it to apply a
+	// change); SIGHUP — say, from a "reload everything" script — must not
+	// end it without its graceful stop, as Go's default action would.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			fmt.Fprintln(os.Stderr, "worker: SIGHUP ignored: a worker does not reload its configuration; restart it (SIGTERM stops it gracefully)")
+		}
+	}()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
