@@ -17,12 +17,10 @@ BENCH_PKGS ?= ./pkg/... $(if $(wildcard internal/bucketbench),./internal/bucketb
 # How long each fuzz target runs in `make fuzz`; FUZZ_PKGS is where targets are looked for.
 FUZZTIME ?= 10m
 FUZZ_PKGS ?= ./pkg/... ./internal/...
-# Each fuzz target's run inside `make test` (CI): enough to catch a crash
-# on the seed corpus and its neighbours, short enough for every run. A
-# count, not a duration: with a duration, Go 1.26's fuzz coordinator can
-# fail a clean run with "context deadline exceeded" when a starved worker
-# is mid-input at the deadline (golang/go#75804, fixed in Go 1.27).
-CI_FUZZTIME ?= 50000x
+# Each fuzz target's run inside `make test` (CI): 30 s, as issue 6 asks.
+# scripts/fuzz tells Go 1.26's spurious "context deadline exceeded" at the
+# end of a clean duration run (golang/go#75804) from a real failure.
+CI_FUZZTIME ?= 30s
 
 # golangci-lint v2, pinned; built and cached by `go run` on first use.
 GOLANGCI_LINT_VERSION ?= v2.15.0
@@ -51,19 +49,8 @@ race: ## Every package under the race detector
 bench: ## Benchmarks of pkg/ and internal/bucketbench (override BENCH_ARGS, BENCH_PKGS)
 	$(GO) test $(BENCH_ARGS) $(BENCH_PKGS)
 
-fuzz: ## Run every Fuzz* target in FUZZ_PKGS for FUZZTIME each (default 10m)
-	@set -euo pipefail; \
-	pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' $(FUZZ_PKGS)); \
-	found=0; \
-	for pkg in $$pkgs; do \
-		list=$$($(GO) test -list '^Fuzz' "$$pkg"); \
-		for target in $$(grep '^Fuzz' <<<"$$list" || true); do \
-			found=$$((found + 1)); \
-			echo "==> $$pkg $$target for $(FUZZTIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
-		done; \
-	done; \
-	echo "fuzz: ran $$found target(s)"
+fuzz: ## Run every Fuzz* target in FUZZ_PKGS for FUZZTIME each (default 10m), one after another
+	GO=$(GO) scripts/fuzz $(FUZZTIME) $(FUZZ_PKGS)
 
 fuzz-short: ## Same as fuzz with FUZZTIME=30s
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=30s
