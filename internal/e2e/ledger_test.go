@@ -120,38 +120,50 @@ func (w *webhook) executions() executions {
 	return e
 }
 
-// deadLetters reads the ids in queue q's dead-letter stream, with how many
-// times each is there.
-func deadLetters(t *testing.T, natsURL, q string) map[string]int {
+// streamMsgs reads every message of a stream, in order, with the
+// stream's state at the start of the read.
+func streamMsgs(t *testing.T, natsURL, stream string) ([]*jetstream.RawStreamMsg, jetstream.StreamState) {
 	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.Name("e2e-dead-letters"))
+	nc, err := nats.Connect(natsURL, nats.Name("e2e-stream-reader"))
 	if err != nil {
-		t.Fatalf("connecting to %s to read dead letters: %v", natsURL, err)
+		t.Fatalf("connecting to %s to read %s: %v", natsURL, stream, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, queue.StreamName(q, queue.Dead))
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
-		t.Fatalf("dead-letter stream of %s: %v", q, err)
+		t.Fatalf("stream %s: %v", stream, err)
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := map[string]int{}
+	var msgs []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
 		if err != nil {
-			t.Fatalf("dead letter %d of %s: %v", seq, q, err)
+			t.Fatalf("message %d of %s: %v", seq, stream, err)
 		}
+		msgs = append(msgs, m)
+	}
+	return msgs, info.State
+}
+
+// deadLetters reads the ids in queue q's dead-letter stream, with how many
+// times each is there.
+func deadLetters(t *testing.T, natsURL, q string) map[string]int {
+	t.Helper()
+	msgs, _ := streamMsgs(t, natsURL, queue.StreamName(q, queue.Dead))
+	ids := map[string]int{}
+	for _, m := range msgs {
 		ids[m.Header.Get(queue.HeaderJobID)]++
 	}
 	return ids

@@ -10,7 +10,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -159,38 +158,13 @@ func afReloads(t *testing.T, client *http.Client, a *process, result string) int
 // afStreamIDs reads every message of a stream: job id → subject.
 func afStreamIDs(t *testing.T, natsURL, stream string) map[string]string {
 	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.Name("e2e-stream-reader"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatalf("stream %s: %v", stream, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msgs, state := streamMsgs(t, natsURL, stream)
 	ids := map[string]string{}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("message %d of %s: %v", seq, stream, err)
-		}
+	for _, m := range msgs {
 		ids[m.Header.Get(queue.HeaderJobID)] = m.Subject
 	}
-	if uint64(len(ids)) != info.State.Msgs {
-		t.Errorf("stream %s: %d messages, %d distinct job ids", stream, info.State.Msgs, len(ids))
+	if uint64(len(ids)) != state.Msgs {
+		t.Errorf("stream %s: %d messages, %d distinct job ids", stream, state.Msgs, len(ids))
 	}
 	return ids
 }

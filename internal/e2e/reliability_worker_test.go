@@ -12,8 +12,6 @@ package e2e
 
 import (
 	"bufio"
-	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -535,37 +533,12 @@ func TestReliabilityWorkerSIGTERM(t *testing.T) {
 	}
 }
 
-// wfDeadLetter is one message of the DEAD stream.
+// wfDeadLetters is the DEAD stream's messages by job id.
 func wfDeadLetters(t *testing.T, natsURL string) map[string]*jetstream.RawStreamMsg {
 	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.Name("e2e-wf-dead-letters"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, queue.StreamName(wfQueue, queue.Dead))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msgs, _ := streamMsgs(t, natsURL, queue.StreamName(wfQueue, queue.Dead))
 	out := map[string]*jetstream.RawStreamMsg{}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range msgs {
 		out[m.Header.Get(queue.HeaderJobID)] = m
 	}
 	return out
