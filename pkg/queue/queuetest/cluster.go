@@ -195,12 +195,13 @@ func (c *Cluster) Shutdown() {
 }
 
 // WaitMeta waits until every running node is in the JetStream cluster and
-// one of them is its meta leader, or fails tb after d.
+// one of them is its meta leader with every node's JetStream stats (so a
+// new replicated stream can be placed), or fails tb after d.
 func (c *Cluster) WaitMeta(tb testing.TB, d time.Duration) {
 	tb.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		var leaders, running, current int
+		var leaders, running, current, placeable int
 		for _, n := range c.nodes {
 			srv := n.server()
 			if srv == nil {
@@ -209,16 +210,20 @@ func (c *Cluster) WaitMeta(tb testing.TB, d time.Duration) {
 			running++
 			if srv.JetStreamIsLeader() {
 				leaders++
+				// The peers the leader can place replicas on: it has
+				// their JetStream stats. Until then a new R3 stream is
+				// refused with "no suitable peers for placement".
+				placeable = len(srv.JetStreamClusterPeers())
 			}
 			if srv.JetStreamIsCurrent() {
 				current++
 			}
 		}
-		if leaders == 1 && current == running {
+		if leaders == 1 && current == running && placeable == running {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("queuetest: cluster %s: no JetStream meta leader with every node current after %v (%d leaders, %d of %d current)", c.name, d, leaders, current, running)
+			tb.Fatalf("queuetest: cluster %s: no JetStream meta leader with every node current and placeable after %v (%d leaders, %d of %d current, %d placeable)", c.name, d, leaders, current, running, placeable)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
