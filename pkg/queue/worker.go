@@ -228,22 +228,15 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 // Run works the queue until ctx ends, then stops gracefully: it stops
 // pulling, lets running handlers finish within the grace period, and hands
 // everything else back to JetStream for another worker. It returns nil
-// after a graceful stop, or the error that kept it from starting.
+// after a graceful stop — ctx ending while it starts is one too: nothing
+// was pulled yet — or the error that kept it from starting.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := EnsureStreams(ctx, w.js, w.cfg.Queue); err != nil {
-		return err
-	}
-	ready, err := w.readyConsumer(ctx)
+	ready, backlog, bstream, err := w.start(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
-	}
-	backlog, err := w.backlogConsumer(ctx)
-	if err != nil {
-		return err
-	}
-	bstream, err := w.js.Stream(ctx, StreamName(w.cfg.Queue.Name, Backlog))
-	if err != nil {
-		return fmt.Errorf("queue: stream %s: %w", StreamName(w.cfg.Queue.Name, Backlog), err)
 	}
 
 	// Handlers get a context of their own: it outlives ctx by the grace
@@ -271,6 +264,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	cancelHandlers()
 	r.handBackAll()
 	return nil
+}
+
+// start makes sure of the queue's streams and the workers' consumers.
+func (w *Worker) start(ctx context.Context) (ready, backlog jetstream.Consumer, bstream jetstream.Stream, err error) {
+	if err = EnsureStreams(ctx, w.js, w.cfg.Queue); err != nil {
+		return nil, nil, nil, err
+	}
+	if ready, err = w.readyConsumer(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	if backlog, err = w.backlogConsumer(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	if bstream, err = w.js.Stream(ctx, StreamName(w.cfg.Queue.Name, Backlog)); err != nil {
+		return nil, nil, nil, fmt.Errorf("queue: stream %s: %w", StreamName(w.cfg.Queue.Name, Backlog), err)
+	}
+	return ready, backlog, bstream, nil
 }
 
 // readyConsumer creates or updates the ready consumer. MaxAckPending only

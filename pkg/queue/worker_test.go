@@ -376,6 +376,43 @@ func TestGracefulStop(t *testing.T) {
 
 // A message on a queue's subject that is not a job is dead-lettered with
 // reason "invalid job", not dropped and not retried forever.
+// A worker told to stop while it is still starting (its streams and
+// consumers being made sure of) has pulled nothing: that is a graceful
+// stop, and Run says nil — as for a worker stopped later — while an error
+// that keeps it from starting, such as a closed connection, is returned.
+func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t, testQueue("early"))
+	handler := func(context.Context, *queue.Job) error { return nil }
+	w, err := queue.NewWorker(b.js, queue.WorkerConfig{Queue: b.cfg}, handler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Errorf("Run with its context ended before it started: %v; want nil", err)
+	}
+
+	nc, err := nats.Connect(b.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	if w, err = queue.NewWorker(js, queue.WorkerConfig{Queue: b.cfg}, handler); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err == nil {
+		t.Error("Run on a closed connection: nil; want the error that kept it from starting")
+	} else {
+		t.Logf("Run on a closed connection: %v", err)
+	}
+}
+
 func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t, testQueue("junk"))
