@@ -161,31 +161,47 @@ func TestCleanupKillsServer(t *testing.T) {
 	requireRefused(t, s.Addr())
 }
 
+// Servers started in parallel tests are separate while they run. A port
+// may be used again once its server is gone: with -parallel 2, later
+// subtests start after earlier ones have ended and killed theirs.
 func TestParallelServersAreSeparate(t *testing.T) {
 	t.Parallel()
 	const n = 4
-	addrs := make(chan string, n)
+	var (
+		mu      sync.Mutex
+		live    = map[string]int{} // address → the subtest whose server is on it
+		started int
+	)
 	t.Run("group", func(t *testing.T) {
 		for i := range n {
 			t.Run(fmt.Sprint(i), func(t *testing.T) {
 				t.Parallel()
 				s := Start(t, WithOwnProcess())
+				mu.Lock()
+				if other, ok := live[s.Addr()]; ok {
+					t.Errorf("servers of subtests %d and %d both on %s", other, i, s.Addr())
+				}
+				live[s.Addr()] = i
+				started++
+				mu.Unlock()
+				// Runs before Start's own cleanup kills the server.
+				t.Cleanup(func() {
+					mu.Lock()
+					defer mu.Unlock()
+					if live[s.Addr()] == i {
+						delete(live, s.Addr())
+					}
+				})
 				ping(t, s)
 				do(t, s.Addr(), "SET", "who", fmt.Sprint(i))
 				if got := do(t, s.Addr(), "DBSIZE"); got != int64(1) {
 					t.Errorf("DBSIZE = %v; want 1 (a server of its own)", got)
 				}
-				addrs <- s.Addr()
 			})
 		}
 	})
-	close(addrs)
-	seen := map[string]bool{}
-	for a := range addrs {
-		if seen[a] {
-			t.Errorf("two servers on %s", a)
-		}
-		seen[a] = true
+	if started != n {
+		t.Errorf("%d of %d servers started", started, n)
 	}
 }
 
