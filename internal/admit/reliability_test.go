@@ -426,13 +426,22 @@ func TestReliabilitySkewedClocks(t *testing.T) {
 	d := rfScale(2*time.Second, 20*time.Second)
 
 	// run fills key's bucket through a alone, then submits from 8
-	// goroutines on each of a and b for d. It returns every answer and
+	// goroutines on each of a and b for d. It returns every decision and
 	// how long it all took.
-	run := func(a, b *admit.Admitter, key string) ([]admit.Answer, time.Duration) {
+	//
+	// It keeps only each decision's time and verdict: at a million
+	// submissions and more, whole answers grew a slice of hundreds of MB
+	// whose copies stalled the process past the store's 1 s budget.
+	type decided struct {
+		at      time.Time
+		verdict bucket.Verdict
+	}
+	run := func(a, b *admit.Admitter, key string) ([]decided, bucket.Limit, time.Duration) {
 		var (
-			mu  sync.Mutex
-			out []admit.Answer
-			wg  sync.WaitGroup
+			mu    sync.Mutex
+			out   []decided
+			limit bucket.Limit
+			wg    sync.WaitGroup
 		)
 		begin := time.Now()
 		for {
@@ -440,7 +449,8 @@ func TestReliabilitySkewedClocks(t *testing.T) {
 			if err != nil {
 				t.Fatalf("submit: %v", err)
 			}
-			out = append(out, ans)
+			out = append(out, decided{ans.Decision.At, ans.Decision.Verdict})
+			limit = ans.Limit
 			if ans.Reply.Status == api.Rejected {
 				break
 			}
@@ -456,40 +466,39 @@ func TestReliabilitySkewedClocks(t *testing.T) {
 						return
 					}
 					mu.Lock()
-					out = append(out, ans)
+					out = append(out, decided{ans.Decision.At, ans.Decision.Verdict})
 					mu.Unlock()
 				}
 			})
 		}
 		wg.Wait()
-		return out, time.Since(begin)
+		return out, limit, time.Since(begin)
 	}
 
 	// replay decides every answer's job again, in the order of its
 	// decision time, through the pure algorithm and one bucket: what a
 	// single clock allows. It returns the extra jobs accepted.
-	replay := func(answers []admit.Answer) (accepted, want int) {
-		l := answers[0].Limit
-		sort.SliceStable(answers, func(i, j int) bool { return answers[i].Decision.At.Before(answers[j].Decision.At) })
+	replay := func(answers []decided, l bucket.Limit) (accepted, want int) {
+		sort.SliceStable(answers, func(i, j int) bool { return answers[i].at.Before(answers[j].at) })
 		var b bucket.Bucket
 		for _, ans := range answers {
-			d, err := l.Decide(&b, ans.Decision.At, 1)
+			d, err := l.Decide(&b, ans.at, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if d.Verdict <= bucket.Queued {
 				want++
 			}
-			if ans.Decision.Verdict <= bucket.Queued {
+			if ans.verdict <= bucket.Queued {
 				accepted++
 			}
 		}
 		return accepted, want
 	}
 
-	answers, _ := run(admitter(time.Now, false), admitter(ahead, false), "shared")
-	accepted, want := replay(answers)
-	span := answers[len(answers)-1].Decision.At.Sub(answers[0].Decision.At)
+	answers, l, _ := run(admitter(time.Now, false), admitter(ahead, false), "shared")
+	accepted, want := replay(answers, l)
+	span := answers[len(answers)-1].at.Sub(answers[0].at)
 	t.Logf("figure: %s: Redis TIME, one admitter's clock %v ahead: %d submissions over %v on one key, %d accepted, one clock allows %d: %+d extra",
 		t.Name(), skew, len(answers), span.Round(time.Millisecond), accepted, want, accepted-want)
 	if accepted != want {
@@ -501,14 +510,13 @@ func TestReliabilitySkewedClocks(t *testing.T) {
 
 	// Control: the stores decide at each admitter's own clock. One clock
 	// allows at most the quota plus what leaks meanwhile.
-	answers, took := run(admitter(time.Now, true), admitter(ahead, true), "control")
+	answers, l, took := run(admitter(time.Now, true), admitter(ahead, true), "control")
 	accepted = 0
 	for _, ans := range answers {
-		if ans.Decision.Verdict <= bucket.Queued {
+		if ans.verdict <= bucket.Queued {
 			accepted++
 		}
 	}
-	l := answers[0].Limit
 	allowed := int(l.Quota()) + int(took.Seconds()*5) + 1
 	t.Logf("figure: %s: control, each store on its admitter's clock (%v apart): %d submissions over %v, %d accepted where one clock allows at most %d",
 		t.Name(), skew, len(answers), took.Round(time.Millisecond), accepted, allowed)
