@@ -17,7 +17,7 @@ BENCH_PKGS ?= ./pkg/... $(if $(wildcard internal/bucketbench),./internal/bucketb
 # How long each fuzz target runs in `make fuzz`; FUZZ_PKGS is where targets are looked for.
 FUZZTIME ?= 10m
 FUZZ_PKGS ?= ./pkg/... ./internal/...
-# Each fuzz target's run inside `make test` (CI): 30 s, as issue 6 asks.
+# Each fuzz target's run inside `make test` (CI): 30 s.
 # scripts/fuzz tells Go 1.26's spurious "context deadline exceeded" at the
 # end of a clean duration run (golang/go#75804) from a real failure.
 CI_FUZZTIME ?= 30s
@@ -30,14 +30,17 @@ COVERPROFILE ?= coverage.out
 
 KILLS ?= 100
 
-.PHONY: help test race bench fuzz fuzz-short kill-test reliability soak ui-test prom-test lint cover tidy
+.PHONY: help deps test race bench fuzz fuzz-short kill-test reliability soak ui-test prom-test lint cover tidy
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
 		/^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf '\nVariables: GOTESTFLAGS BENCH_ARGS BENCH_PKGS FUZZTIME FUZZ_PKGS GOLANGCI_LINT_VERSION\n'
 
-test: ## What CI runs: go vet, race tests of pkg/ and internal/, the commands, a short fuzz of every target
+deps: ## Install the Debian packages the tests need when missing (scripts/deps; root or sudo -n; no-op when all present)
+	scripts/deps
+
+test: deps ## What CI runs: deps, go vet, race tests of pkg/ and internal/, the commands, a short fuzz of every target
 	$(GO) vet ./...
 	$(GO) test -count=1 -race $(GOTESTFLAGS) ./pkg/... ./internal/...
 	$(GO) test -count=1 $(GOTESTFLAGS) ./cmd/...
@@ -58,18 +61,18 @@ fuzz-short: ## Same as fuzz with FUZZTIME=30s
 kill-test: ## kill -9 a worker process mid-job KILLS times (default 100; CI runs 20)
 	SPILLWAY_KILLS=$(KILLS) $(GO) test -count=1 -race -v -run '^TestKillWorkerLosesNothing$$' -timeout 30m ./pkg/queue/
 
-reliability: ## The fault and bad-input suite (issue 6) at full length; `make test` runs its short version. Figures: reliability.log
+reliability: ## The fault and bad-input suite at full length; `make test` runs its short version. Figures: reliability.log
 	@set -o pipefail; SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestReliability' -timeout 90m ./pkg/... ./internal/... 2>&1 | tee reliability.log
 	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' reliability.log | sed 's/^ *//'
 
-soak: ## Soak (issue 6 item 21): SPILLWAY_SOAK (default 30m) at 70% of the measured admission capacity. Figures: soak.log
+soak: ## Soak: SPILLWAY_SOAK (default 30m) at 70% of the measured admission capacity. Figures: soak.log
 	@set -o pipefail; SPILLWAY_SOAK=$${SPILLWAY_SOAK:-30m} $(GO) test -count=1 -v -run '^TestReliabilitySoak$$' -timeout 90m ./internal/e2e/ 2>&1 | tee soak.log
 	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' soak.log | sed 's/^ *//'
 
-ui-test: ## The /ui page in headless Chromium (Debian's chromium); screenshots kept in artifacts/ui
+ui-test: deps ## The /ui page in headless Chromium (Debian's chromium); screenshots kept in artifacts/ui
 	SPILLWAY_ARTIFACTS=$(CURDIR)/artifacts/ui $(GO) test -count=1 -v -run 'TestPage' ./internal/ui/
 
-prom-test: ## Debian's Prometheus against admitters under load: dashboard queries, alert rules, promtool
+prom-test: deps ## Debian's Prometheus against admitters under load: dashboard queries, alert rules, promtool
 	$(GO) test -count=1 -v -run 'TestRealPrometheus|TestNoDeadPanels|TestNATSExporterSource|TestPromtool' ./internal/monitoring/
 
 lint: ## golangci-lint v2 (pinned: GOLANGCI_LINT_VERSION) with .golangci.yml
