@@ -60,6 +60,10 @@
 //	  - name: email                     # 1-64 of [A-Za-z0-9_-]
 //	    limits:                         # 1 to 8 tiers, each with its own key
 //	      - key: "header:X-Api-Key"     # global | ip | header:NAME
+//	        name: per-key               # in RateLimit-Policy, RateLimit and messages; unique in
+//	                                    # the queue; 1-64 of [A-Za-z0-9_.-] (default tier<i>)
+//	        on_missing: reject          # header:NAME only: reject (default: 400 bad-key naming
+//	                                    # the header) | shared (one bucket for all without it)
 //	        algorithm: leaky_bucket     # leaky_bucket (default) | token_bucket |
 //	                                    # fixed_window | sliding_log | sliding_window
 //	        rate: 10/s                  # leaky_bucket, token_bucket
@@ -77,6 +81,10 @@
 //	      http: {url: "http://127.0.0.1:9000/send", timeout: 10s, headers: {Authorization: "Bearer x"}}
 //	      # nats: {subject: jobs.email, timeout: 10s}
 //	      # log: true
+//
+// An ip tier keys on the HTTP client's address: the NATS door has none, and
+// answers a submission to such a queue 400 bad-key (the admitter warns at
+// start and at each reload, naming the queue and the tier).
 //
 // A queue without a handler is admit-only: the admitter takes its jobs, and
 // a worker refuses to run it, since nothing could finish its jobs.
