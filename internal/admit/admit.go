@@ -50,6 +50,9 @@ type Request struct {
 	// Peer is the client address for ip tiers (the HTTP door resolves
 	// X-Forwarded-For from trusted proxies); empty on the NATS door.
 	Peer string
+	// NoPeer says the door knows no client address (the NATS door): a
+	// queue with an ip tier refuses the request (bad-key).
+	NoPeer bool
 	// Cost in units (0 means 1).
 	Cost int64
 	// IdempotencyKey, if set, makes the submission idempotent across doors
@@ -301,6 +304,12 @@ func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers [
 // "<tier>:<token of the client key>", so a key of any length or content
 // costs the store the same and never appears raw. The job's key (for the
 // backlog's per-key bound) is the first non-global tier's client key.
+//
+// A request a tier cannot key is refused (bad-key) before anything is
+// taken: one without the header of a header:NAME tier, unless the tier
+// says on_missing: shared (then the empty value is its key, one bucket
+// for all such requests), and one from a door without client addresses
+// to an ip tier.
 func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
 	tiers := make([]bucket.Tier, len(q.Limits))
 	jobKey, haveJobKey := "", false
@@ -309,6 +318,10 @@ func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
 		switch l.Key.Kind {
 		case config.KeyGlobal:
 		case config.KeyIP:
+			if r.NoPeer {
+				return nil, "", &Error{Type: api.ProblemBadKey,
+					Detail: fmt.Sprintf("limit tier %s of queue %s keys on the client's IP address, which only the HTTP door knows: submit over HTTP", l.Name, q.Name)}
+			}
 			k = r.Peer
 		case config.KeyHeader:
 			if r.Header != nil {
@@ -317,6 +330,10 @@ func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
 			if len(k) > MaxKeyLen {
 				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
 					Detail: fmt.Sprintf("header %s of %d bytes: want at most %d", l.Key.Header, len(k), MaxKeyLen)}
+			}
+			if k == "" && l.OnMissing != config.MissingShared {
+				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+					Detail: fmt.Sprintf("missing header %s: limit tier %s of queue %s keys on it", l.Key.Header, l.Name, q.Name)}
 			}
 		}
 		if l.Key.Kind != config.KeyGlobal && !haveJobKey {
