@@ -75,6 +75,10 @@ type Answer struct {
 	// Refunded is how many units the bounding tier got back because the
 	// backlog refused the job (Decision.Remaining does not count them).
 	Refunded int64
+	// RateLimit is what the answer says about the limits, for rate-limit
+	// headers: the first answer's for a duplicate; nil when no tier took
+	// part (a record of an older version).
+	RateLimit *RateLimit
 }
 
 // Error is a submission that could not be decided or stored. Type is an
@@ -171,11 +175,11 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if cost < 1 {
 		return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
 	}
-	for i, l := range q.Limits {
+	for _, l := range q.Limits {
 		// No wait would ever admit it: the request's fault, not a limit.
 		if quota := l.Limit.Quota(); cost > quota {
 			return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
-				Detail: fmt.Sprintf("cost %d: limit tier %d (%s) never grants more than %d", cost, i, l.Limit, quota)}
+				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, l.Name, l.Limit, quota)}
 		}
 	}
 	tiers, jobKey, err := tiersFor(q, r)
@@ -195,15 +199,18 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 			return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}
 		}
 		if first != nil {
-			first.Duplicate = true
+			first.Reply.Duplicate = true
 			a.o.Metrics.decided(q.Name, "duplicate", "idempotency", time.Since(start))
-			return Answer{Reply: *first, Source: FromPrimary}, nil
+			return *first, nil
 		}
 		claim, id = c, c.id
 	}
 	ans, err := a.submit(ctx, q, r, tiers, jobKey, cost, id)
+	if err == nil {
+		ans.RateLimit = rateLimitOf(q, ans)
+	}
 	if claim != nil {
-		a.o.Idempotency.Settle(claim, ans.Reply, err)
+		a.o.Idempotency.Settle(claim, ans, err)
 	}
 	if err == nil {
 		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
