@@ -106,6 +106,9 @@
 // found by polling its modification time, size and contents' hash, which
 // also sees an editor's rename over the file. An invalid reload keeps the
 // running configuration, is logged, and is reported to the OnResult hook.
+// The admitter applies a reload's queues, limits and redis.failure_mode
+// (its decisions and /readyz follow the new mode); redis.url and
+// redis.timeout take effect at its next start.
 //
 // # Dev mode
 //
