@@ -163,7 +163,7 @@ queues:
 func TestReadyFollowsReloadedFailureMode(t *testing.T) {
 	t.Parallel()
 	srv := queuetest.Start(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +184,9 @@ queues:
 	ready := func() int {
 		code, _ := httpGet(t, "http://"+s.HTTPAddr()+"/readyz")
 		return code
+	}
+	if v, ok := gauges(t, reg)["spillway_store_errors_total{store=redis}"]; !ok || v != 0 {
+		t.Errorf("spillway_store_errors_total{store=redis} = %v (exported: %v) before any decision, want 0", v, ok)
 	}
 	if codes := submit(t, s, "q", "a", 1); codes[0] != http.StatusAccepted {
 		t.Fatalf("open, Redis down: %v, want 202", codes)

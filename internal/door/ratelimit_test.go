@@ -89,7 +89,7 @@ func TestRateLimitHeadersOnDuplicates(t *testing.T) {
 // decision the shared store is asked for fails.
 func downFailover(t *testing.T, mode config.FailureMode) *admit.Failover {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
