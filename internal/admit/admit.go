@@ -313,7 +313,8 @@ func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers [
 // backlog's per-key bound) is the first non-global tier's client key.
 //
 // A request a tier cannot key is refused (bad-key) before anything is
-// taken: one without the header of a header:NAME tier, unless the tier
+// taken: one without the header of a header:NAME tier (or with it
+// empty, which keys nobody apart), unless the tier
 // says on_missing: shared (then the empty value is its key, one bucket
 // for all such requests), and one from a door without client addresses
 // to an ip tier.

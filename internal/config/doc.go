@@ -62,8 +62,9 @@
 //	      - key: "header:X-Api-Key"     # global | ip | header:NAME
 //	        name: per-key               # in RateLimit-Policy, RateLimit and messages; unique in
 //	                                    # the queue; 1-64 of [A-Za-z0-9_.-] (default tier<i>)
-//	        on_missing: reject          # header:NAME only: reject (default: 400 bad-key naming
-//	                                    # the header) | shared (one bucket for all without it)
+//	        on_missing: reject          # header:NAME only, for a request without the header or
+//	                                    # with it empty: reject (default: 400 bad-key naming
+//	                                    # the header) | shared (one bucket for all of them)
 //	        algorithm: leaky_bucket     # leaky_bucket (default) | token_bucket |
 //	                                    # fixed_window | sliding_log | sliding_window
 //	        rate: 10/s                  # leaky_bucket, token_bucket
@@ -114,6 +115,7 @@
 //
 // Dev is the built-in configuration of `admitter --dev` without --config:
 // one queue "demo" (leaky_bucket 5/s, burst 20, delay 5 per X-Client-Id,
+// on_missing: shared,
 // backlog 100 drained at 5/s, a handler that logs). LoadDev chooses between
 // it and a file.
 package config
