@@ -50,6 +50,9 @@ type Request struct {
 	// Peer is the client address for ip tiers (the HTTP door resolves
 	// X-Forwarded-For from trusted proxies); empty on the NATS door.
 	Peer string
+	// NoPeer says the door knows no client address (the NATS door): a
+	// queue with an ip tier refuses the request (bad-key).
+	NoPeer bool
 	// Cost in units (0 means 1).
 	Cost int64
 	// IdempotencyKey, if set, makes the submission idempotent across doors
@@ -72,6 +75,10 @@ type Answer struct {
 	// Refunded is how many units the bounding tier got back because the
 	// backlog refused the job (Decision.Remaining does not count them).
 	Refunded int64
+	// RateLimit is what the answer says about the limits, for rate-limit
+	// headers: the first answer's for a duplicate; nil when no tier took
+	// part (a record of an older version).
+	RateLimit *RateLimit
 }
 
 // Error is a submission that could not be decided or stored. Type is an
@@ -168,11 +175,11 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if cost < 1 {
 		return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
 	}
-	for i, l := range q.Limits {
+	for _, l := range q.Limits {
 		// No wait would ever admit it: the request's fault, not a limit.
 		if quota := l.Limit.Quota(); cost > quota {
 			return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
-				Detail: fmt.Sprintf("cost %d: limit tier %d (%s) never grants more than %d", cost, i, l.Limit, quota)}
+				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, l.Name, l.Limit, quota)}
 		}
 	}
 	tiers, jobKey, err := tiersFor(q, r)
@@ -192,15 +199,18 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 			return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}
 		}
 		if first != nil {
-			first.Duplicate = true
+			first.Reply.Duplicate = true
 			a.o.Metrics.decided(q.Name, "duplicate", "idempotency", time.Since(start))
-			return Answer{Reply: *first, Source: FromPrimary}, nil
+			return *first, nil
 		}
 		claim, id = c, c.id
 	}
 	ans, err := a.submit(ctx, q, r, tiers, jobKey, cost, id)
+	if err == nil {
+		ans.RateLimit = rateLimitOf(q, ans)
+	}
 	if claim != nil {
-		a.o.Idempotency.Settle(claim, ans.Reply, err)
+		a.o.Idempotency.Settle(claim, ans, err)
 	}
 	if err == nil {
 		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
@@ -301,6 +311,13 @@ func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers [
 // "<tier>:<token of the client key>", so a key of any length or content
 // costs the store the same and never appears raw. The job's key (for the
 // backlog's per-key bound) is the first non-global tier's client key.
+//
+// A request a tier cannot key is refused (bad-key) before anything is
+// taken: one without the header of a header:NAME tier (or with it
+// empty, which keys nobody apart), unless the tier
+// says on_missing: shared (then the empty value is its key, one bucket
+// for all such requests), and one from a door without client addresses
+// to an ip tier.
 func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
 	tiers := make([]bucket.Tier, len(q.Limits))
 	jobKey, haveJobKey := "", false
@@ -309,6 +326,10 @@ func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
 		switch l.Key.Kind {
 		case config.KeyGlobal:
 		case config.KeyIP:
+			if r.NoPeer {
+				return nil, "", &Error{Type: api.ProblemBadKey,
+					Detail: fmt.Sprintf("limit tier %s of queue %s keys on the client's IP address, which only the HTTP door knows: submit over HTTP", l.Name, q.Name)}
+			}
 			k = r.Peer
 		case config.KeyHeader:
 			if r.Header != nil {
@@ -317,6 +338,10 @@ func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
 			if len(k) > MaxKeyLen {
 				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
 					Detail: fmt.Sprintf("header %s of %d bytes: want at most %d", l.Key.Header, len(k), MaxKeyLen)}
+			}
+			if k == "" && l.OnMissing != config.MissingShared {
+				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+					Detail: fmt.Sprintf("missing header %s: limit tier %s of queue %s keys on it", l.Key.Header, l.Name, q.Name)}
 			}
 		}
 		if l.Key.Kind != config.KeyGlobal && !haveJobKey {

@@ -26,8 +26,6 @@ var ErrStoreUnavailable = errors.New("admit: bucket store unavailable")
 // Safe for concurrent use.
 type Failover struct {
 	primary bucket.Store
-	local   *bucket.Memory // FailLocal only
-	mode    config.FailureMode
 	now     func() time.Time
 
 	// OnError, if set, is called for every failed decision of the primary.
@@ -36,7 +34,13 @@ type Failover struct {
 	// failure mode instead of the primary.
 	OnFallback func(mode config.FailureMode)
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// mode is the failure mode (SetMode changes it at a reload); local is
+	// the memory store of FailLocal, or of every decision without a
+	// primary, made when first needed and kept, so that a decision it
+	// took can be refunded after the mode changed.
+	mode     config.FailureMode
+	local    *bucket.Memory
 	downTill time.Time // zero: primary up
 	backoff  time.Duration
 	probing  bool
@@ -47,28 +51,54 @@ const (
 	maxBackoff = 2 * time.Second
 )
 
-// NewFailover wraps primary with a failure mode. A nil primary means
-// there is no shared store; Decide then uses local only (and mode is
-// irrelevant).
+// NewFailover wraps primary with a failure mode ("" is open). A nil
+// primary means there is no shared store; Decide then uses local only
+// (and mode is irrelevant).
 func NewFailover(primary bucket.Store, mode config.FailureMode) (*Failover, error) {
-	f := &Failover{primary: primary, mode: mode, now: time.Now}
-	switch mode {
-	case config.FailOpen, config.FailClosed:
-	case config.FailLocal, "":
-		if mode == "" {
-			f.mode = config.FailOpen
-		}
-	default:
-		return nil, fmt.Errorf("admit: unknown failure mode %q: want open, closed or local", mode)
-	}
-	if mode == config.FailLocal || primary == nil {
+	f := &Failover{primary: primary, now: time.Now}
+	if primary == nil {
 		m, err := bucket.NewMemory()
 		if err != nil {
 			return nil, err
 		}
 		f.local = m
 	}
+	if err := f.SetMode(mode); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// SetMode changes the failure mode ("" is open), as a reload of
+// redis.failure_mode does: decisions from then on, Mode and the
+// admitter's readiness follow it. A change to local while the shared
+// store is down starts the local store empty.
+func (f *Failover) SetMode(mode config.FailureMode) error {
+	switch mode {
+	case "":
+		mode = config.FailOpen
+	case config.FailOpen, config.FailClosed, config.FailLocal:
+	default:
+		return fmt.Errorf("admit: unknown failure mode %q: want open, closed or local", mode)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if mode == config.FailLocal && f.local == nil {
+		m, err := bucket.NewMemory()
+		if err != nil {
+			return err
+		}
+		f.local = m
+	}
+	f.mode = mode
+	return nil
+}
+
+// state is the failure mode and the local store, read together.
+func (f *Failover) state() (config.FailureMode, *bucket.Memory) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mode, f.local
 }
 
 // Down reports whether the shared store is considered unreachable now,
@@ -83,7 +113,10 @@ func (f *Failover) Down() (bool, time.Duration) {
 }
 
 // Mode is the failure mode decisions take while the shared store is down.
-func (f *Failover) Mode() config.FailureMode { return f.mode }
+func (f *Failover) Mode() config.FailureMode {
+	mode, _ := f.state()
+	return mode
+}
 
 // Source says which store took a decision.
 type Source uint8
@@ -106,7 +139,8 @@ func (f *Failover) Decide(ctx context.Context, group string, tiers []bucket.Tier
 // DecideFrom is Decide that also says which store decided.
 func (f *Failover) DecideFrom(ctx context.Context, group string, tiers []bucket.Tier, cost int64) (bucket.Decision, Source, error) {
 	if f.primary == nil {
-		d, err := f.local.Decide(ctx, group, tiers, cost)
+		_, local := f.state()
+		d, err := local.Decide(ctx, group, tiers, cost)
 		return d, FromPrimary, err
 	}
 	if !f.usePrimary() {
@@ -175,12 +209,13 @@ func (f *Failover) down() {
 }
 
 func (f *Failover) fallback(ctx context.Context, group string, tiers []bucket.Tier, cost int64) (bucket.Decision, Source, error) {
+	mode, local := f.state()
 	if f.OnFallback != nil {
-		f.OnFallback(f.mode)
+		f.OnFallback(mode)
 	}
-	switch f.mode {
+	switch mode {
 	case config.FailLocal:
-		d, err := f.local.Decide(ctx, group, tiers, cost)
+		d, err := local.Decide(ctx, group, tiers, cost)
 		return d, FromLocal, err
 	case config.FailClosed:
 		_, wait := f.Down()
@@ -197,15 +232,16 @@ func (f *Failover) fallback(ctx context.Context, group string, tiers []bucket.Ti
 // Refund gives back the units a decision took, in the store that took it
 // (nothing for a failure-mode-open decision, which took none).
 func (f *Failover) Refund(ctx context.Context, src Source, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) error {
+	_, local := f.state()
 	var s bucket.Store
 	switch src {
 	case FromPrimary:
 		s = f.primary
 		if s == nil {
-			s = f.local
+			s = local
 		}
 	case FromLocal:
-		s = f.local
+		s = local
 	default:
 		return nil
 	}

@@ -3,6 +3,7 @@ package admit_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -222,5 +223,38 @@ queues:
 	// without trying it (the backoff), unless a probe fell due meanwhile.
 	if n := metricSum(t, b.reg, "spillway_store_errors_total"); n < 1 || n > 3 {
 		t.Errorf("spillway_store_errors_total = %v, want 1 to 3", n)
+	}
+}
+
+// TestFailoverSetMode: a reload's failure mode takes over the decisions
+// of an outage already under way; an unknown mode is refused and changes
+// nothing.
+func TestFailoverSetMode(t *testing.T) {
+	t.Parallel()
+	srv, store := redisStore(t)
+	f, err := admit.NewFailover(store, config.FailOpen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	tiers := leaky1m(t, "k")
+	if got := decideN(t, f, tiers, 4); got[3] != (decided{bucket.Admitted, admit.FromOpen}) {
+		t.Fatalf("open, Redis down: %v, want every job admitted by the failure mode", got)
+	}
+	if err := f.SetMode("ajar"); err == nil || f.Mode() != config.FailOpen {
+		t.Errorf("SetMode(ajar): %v, mode %s; want an error and open kept", err, f.Mode())
+	}
+	if err := f.SetMode(config.FailLocal); err != nil || f.Mode() != config.FailLocal {
+		t.Fatalf("SetMode(local): %v, mode %s", err, f.Mode())
+	}
+	want := []decided{{bucket.Admitted, admit.FromLocal}, {bucket.Admitted, admit.FromLocal}, {bucket.Admitted, admit.FromLocal}, {bucket.Rejected, admit.FromLocal}}
+	if got := decideN(t, f, tiers, 4); !slices.Equal(got, want) {
+		t.Errorf("local after SetMode, Redis down: %v, want %v (the limit, in memory)", got, want)
+	}
+	if err := f.SetMode(config.FailClosed); err != nil {
+		t.Fatal(err)
+	}
+	if _, src, err := f.DecideFrom(context.Background(), "q", tiers, 1); !errors.Is(err, admit.ErrStoreUnavailable) || src != admit.FromClosed {
+		t.Errorf("closed after SetMode, Redis down: source %d, %v; want ErrStoreUnavailable", src, err)
 	}
 }

@@ -63,6 +63,9 @@ type idemRecord struct {
 	ID    string           `json:"id"`
 	At    time.Time        `json:"at"`
 	Reply *api.SubmitReply `json:"reply,omitempty"` // nil while pending
+	// RateLimit is what the first answer said about the limits (records
+	// of older versions have none).
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 }
 
 type claim struct {
@@ -72,8 +75,9 @@ type claim struct {
 }
 
 // Claim claims key for queue q. It returns either a claim (this caller
-// decides, with claim.id as the job id) or the first answer.
-func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *api.SubmitReply, error) {
+// decides, with claim.id as the job id) or the first answer, its reply
+// and what it said about the limits.
+func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *Answer, error) {
 	k := "k." + queue.KeyToken(q+"\x00"+key)
 	wait := 2 * time.Millisecond
 	for {
@@ -101,7 +105,7 @@ func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *api.Su
 			return nil, nil, fmt.Errorf("admit: idempotency record %s: %w", k, err)
 		}
 		if rec.Reply != nil {
-			return nil, rec.Reply, nil
+			return nil, &Answer{Reply: *rec.Reply, RateLimit: rec.RateLimit.after(i.now().Sub(rec.At)), Source: FromPrimary}, nil
 		}
 		if i.now().Sub(rec.At) > i.StaleAfter {
 			b, _ := json.Marshal(idemRecord{ID: rec.ID, At: i.now()})
@@ -125,12 +129,13 @@ func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *api.Su
 // Settle records the answer of a claim: kept if the job was stored,
 // left for a retry to take over with the same id if it may have been
 // stored, released otherwise.
-func (i *Idempotency) Settle(c *claim, reply api.SubmitReply, err error) {
+func (i *Idempotency) Settle(c *claim, ans Answer, err error) {
+	reply := ans.Reply
 	// The caller may have gone; the record must still be settled.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err == nil && (reply.Status == api.Admitted || reply.Status == api.Queued) {
-		b, _ := json.Marshal(idemRecord{ID: c.id, At: i.now(), Reply: &reply})
+		b, _ := json.Marshal(idemRecord{ID: c.id, At: i.now(), Reply: &reply, RateLimit: ans.RateLimit})
 		if _, uerr := i.kv.Update(ctx, c.key, b, c.rev); uerr != nil {
 			i.logger.Warn("admit: recording an idempotent answer", "job", c.id, "err", uerr)
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
 // Metrics are the admitter's decision metrics (DESIGN §6). A nil *Metrics
@@ -40,6 +41,61 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode)
 	return m
+}
+
+// Init starts at 0 the series whose label values are known in advance,
+// so that rate() and alert rules see 0 rather than nothing before the
+// first event: each queue of cfg's decisions by the verdicts and reasons
+// its configuration can give, and its decision latency; store errors of
+// store, the kind in use ("redis" or "memory"); and decisions of each
+// failure mode. Call it at start and after each reload, for the queues a
+// reload adds; series of removed queues stay.
+func (m *Metrics) Init(cfg *config.Config, store string) {
+	if m == nil {
+		return
+	}
+	for i := range cfg.Queues {
+		q := &cfg.Queues[i]
+		for _, vr := range decisionSeries(q, cfg.Redis.URL != "", cfg.Redis.FailureMode) {
+			m.decisions.WithLabelValues(q.Name, vr[0], vr[1])
+		}
+		m.duration.WithLabelValues(q.Name)
+	}
+	m.storeErrors.WithLabelValues(store)
+	for _, mode := range []config.FailureMode{config.FailOpen, config.FailClosed, config.FailLocal} {
+		m.failureMode.WithLabelValues(string(mode))
+	}
+}
+
+// decisionSeries are the verdicts and reasons (as Submit counts them) a
+// queue's configuration can give: every queue's, excess when a tier's
+// algorithm has one, key_backlog_full with a per-key bound, and those of
+// the failure mode with a shared store. Errors other than unavailable
+// and internal (ours, which an alert watches) are the clients' and
+// start at their first.
+func decisionSeries(q *config.Queue, shared bool, mode config.FailureMode) [][2]string {
+	s := [][2]string{
+		{"admitted", "limit"}, {"queued", "limit"}, {"rejected", "limit"}, {"rejected", "backlog_full"},
+		{"duplicate", "idempotency"}, {"error", "unavailable"}, {"error", "internal"},
+	}
+	for _, l := range q.Limits {
+		if l.Limit.Algorithm() != bucket.LeakyBucket {
+			s = append(s, [2]string{"queued", "excess"})
+			break
+		}
+	}
+	if q.Backlog.PerKeyCapacity > 0 {
+		s = append(s, [2]string{"rejected", "key_backlog_full"})
+	}
+	if shared {
+		switch mode {
+		case config.FailOpen, "":
+			s = append(s, [2]string{"admitted", "failure_mode_open"})
+		case config.FailLocal:
+			s = append(s, [2]string{"admitted", "limit_local"}, [2]string{"queued", "limit_local"}, [2]string{"rejected", "limit_local"})
+		}
+	}
+	return s
 }
 
 func (m *Metrics) decided(q, verdict, reason string, took time.Duration) {

@@ -65,7 +65,10 @@ type Service struct {
 	status   *jobstatus.Store
 	writes   chan jobstatus.Record
 	metrics  *admit.Metrics
-	reloads  *prometheus.CounterVec
+	// store is the kind of bucket store decisions use: "redis" or
+	// "memory" (the store label of spillway_store_errors_total).
+	store   string
+	reloads *prometheus.CounterVec
 	// statusDropped counts first status records skipped because the
 	// buffer was full (status is advisory; the job itself is stored).
 	statusDropped prometheus.Counter
@@ -149,11 +152,17 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if s.failover, err = admit.NewFailover(shared, cfg.Redis.FailureMode); err != nil {
 		return nil, err
 	}
+	s.store = "memory"
+	if shared != nil {
+		s.store = "redis"
+	}
 	s.failover.OnError = func(err error) {
-		s.metrics.StoreError("redis")
-		s.log.Warn("bucket store failed; using the failure mode", "mode", cfg.Redis.FailureMode, "err", err)
+		s.metrics.StoreError(s.store)
+		s.log.Warn("bucket store failed; using the failure mode", "mode", s.failover.Mode(), "err", err)
 	}
 	s.failover.OnFallback = s.metrics.FailureMode
+	s.metrics.Init(cfg, s.store)
+	s.warnIPTiers(cfg)
 
 	pub, err := queue.NewPublisher(s.js, queue.DefaultMaxInFlight)
 	if err != nil {
@@ -261,7 +270,8 @@ func (s *Service) Ready() error {
 	if !s.nc.IsConnected() {
 		return fmt.Errorf("not connected to NATS (%s)", s.nc.Status())
 	}
-	if s.o.Config.Redis.FailureMode == config.FailClosed {
+	// The failure mode in force, which a reload may have changed.
+	if s.failover.Mode() == config.FailClosed {
 		if down, _ := s.failover.Down(); down {
 			return errors.New("the bucket store is unreachable and redis.failure_mode is closed")
 		}
@@ -270,16 +280,41 @@ func (s *Service) Ready() error {
 }
 
 // Reload applies a new configuration: streams of new or changed queues
-// are created or updated first, then the admitter switches. Limits of the
-// running dev-mode workers are not reloaded.
+// are created or updated first, then the admitter switches, and with it
+// the failure mode (redis.failure_mode) and readiness. Limits of the
+// running dev-mode workers are not reloaded, nor the store's connection
+// (redis.url, redis.timeout: a restart applies them).
 func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
 	if err := s.ensureStreams(ctx, cfg); err != nil {
 		s.reloads.WithLabelValues("failure").Inc()
 		return err
 	}
+	if err := s.failover.SetMode(cfg.Redis.FailureMode); err != nil {
+		s.reloads.WithLabelValues("failure").Inc()
+		return err
+	}
+	if old := s.admitter.Config().Redis; old.URL != cfg.Redis.URL || old.Timeout != cfg.Redis.Timeout {
+		s.log.Warn("redis.url and redis.timeout take effect at the next start; the admitter keeps its bucket store")
+	}
 	s.admitter.SetConfig(cfg)
+	s.metrics.Init(cfg, s.store)
+	s.warnIPTiers(cfg)
 	s.reloads.WithLabelValues("success").Inc()
 	return nil
+}
+
+// warnIPTiers warns of each ip tier of cfg: the NATS door, which every
+// admitter runs, knows no client address and answers such a queue's
+// submissions 400 bad-key.
+func (s *Service) warnIPTiers(cfg *config.Config) {
+	for _, q := range cfg.Queues {
+		for _, l := range q.Limits {
+			if l.Key.Kind == config.KeyIP {
+				s.log.Warn("a limit tier keys on the client's IP address: the NATS door knows none and answers this queue's submissions 400 bad-key; submit over HTTP",
+					"queue", q.Name, "tier", l.Name)
+			}
+		}
+	}
 }
 
 // ReloadFailed counts a reload whose configuration was invalid.

@@ -178,7 +178,7 @@ queues:
 func TestFailureModeActive(t *testing.T) {
 	t.Parallel()
 	srv := queuetest.Start(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

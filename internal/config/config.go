@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -140,11 +141,36 @@ type Key struct {
 	Header string // canonical MIME header name for KeyHeader
 }
 
+// OnMissing is what a header:NAME tier does with a request that does not
+// carry the header (limits[].on_missing).
+type OnMissing string
+
+// What a header:NAME tier does without its header.
+const (
+	// MissingReject answers 400 bad-key naming the header (the default).
+	MissingReject OnMissing = "reject"
+	// MissingShared keys every request without the header on the empty
+	// value: they all share one bucket.
+	MissingShared OnMissing = "shared"
+)
+
 // Limit is one limit tier.
 type Limit struct {
-	Key   Key
-	Limit bucket.Limit
+	// Name names the tier in the RateLimit-Policy and RateLimit headers,
+	// in messages and in metrics: the file's name, or "tier<i>" (i its
+	// index in the queue's limits) when the file gives none. Names are
+	// unique in a queue.
+	Name string
+	Key  Key
+	// OnMissing is what a header:NAME tier does without its header
+	// (default MissingReject); MissingReject for other keys.
+	OnMissing OnMissing
+	Limit     bucket.Limit
 }
+
+// DefaultTierName is the name of tier i of a queue when the file gives it
+// none.
+func DefaultTierName(i int) string { return "tier" + strconv.Itoa(i) }
 
 // Handler is what runs a queue's jobs in a worker. At most one of HTTP, NATS
 // and Log is set; the zero value is no handler (an admit-only queue, which a

@@ -30,7 +30,7 @@ var (
 	workerFields      = []string{"concurrency", "grace_period", "ack_wait"}
 	statusFields      = []string{"ttl"}
 	queueFields       = []string{"name", "limits", "backlog", "retry", "handler"}
-	limitFields       = []string{"key", "algorithm", "rate", "burst", "delay", "nodelay", "limit", "window"}
+	limitFields       = []string{"key", "algorithm", "rate", "burst", "delay", "nodelay", "limit", "window", "name", "on_missing"}
 	backlogFields     = []string{"capacity", "per_key_capacity", "leak_rate", "max_age", "duplicate_window"}
 	retryFields       = []string{"max_attempts", "initial", "max", "jitter"}
 	handlerFields     = []string{"http", "nats", "log"}
@@ -726,13 +726,36 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 		f.errorf("limits", "expected at most %d limit tiers, got %d", bucket.MaxTiers, len(items))
 	}
 	// Tiers may share a key ("10/s and 1000/h per API key"): the admitter
-	// gives each tier its own bucket.
+	// gives each tier its own bucket. Names are unique in the queue,
+	// counting the default names of the tiers the file leaves unnamed.
+	type given struct {
+		at   *yaml.Node
+		tier int
+	}
+	named := map[string]given{} // names the file gives
+	unnamed := map[string]int{} // default names in use → tier index
 	for i, item := range items {
-		l, _, ok := d.limit(item, f.vals["limits"], fmt.Sprintf("%s.limits[%d]", path, i))
+		l, nameAt, ok := d.limit(item, f.vals["limits"], fmt.Sprintf("%s.limits[%d]", path, i))
 		if !ok {
 			continue
 		}
+		if l.Name == "" {
+			l.Name = DefaultTierName(i)
+			unnamed[l.Name] = i
+		} else {
+			if first, dup := named[l.Name]; dup {
+				d.addf(nameAt, fmt.Sprintf("%s.limits[%d].name", path, i), "tier name %q is already given at line %d", l.Name, first.at.Line)
+				continue
+			}
+			named[l.Name] = given{nameAt, i}
+		}
 		q.Limits = append(q.Limits, l)
+	}
+	for name, g := range named {
+		if j, clash := unnamed[name]; clash {
+			d.addf(g.at, fmt.Sprintf("%s.limits[%d].name", path, g.tier),
+				"tier name %q is the default name of limits[%d], which has no name; name that tier too, or choose another name", name, j)
+		}
 	}
 
 	q.Backlog = d.backlog(f, q.Name, replicas)
@@ -754,8 +777,8 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 	return q, f.at("name")
 }
 
-// limit reads one limit tier. It returns the node of the key, where a
-// repeated key is reported.
+// limit reads one limit tier. It returns the node of the name, where a
+// repeated name is reported.
 func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, bool) {
 	var l Limit
 	if isNull(n) {
@@ -776,6 +799,17 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 		}
 		l.Key = k
 	}
+	f.str("name", &l.Name, checkTierName)
+	l.OnMissing = MissingReject
+	var missing string
+	if f.str("on_missing", &missing, func(s string) error { _, err := parseOnMissing(s); return err }) {
+		switch {
+		case l.Key.Kind == KeyHeader:
+			l.OnMissing = OnMissing(missing)
+		case f.vals["key"] != nil:
+			f.errorf("on_missing", "applies to header:NAME keys only, not to %s", l.Key)
+		}
+	}
 
 	var spec bucket.Spec
 	alg := bucket.LeakyBucket
@@ -785,7 +819,7 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 			f.errorf("algorithm", "%v", withSuggestion(
 				expected("one of leaky_bucket, token_bucket, fixed_window, sliding_log or sliding_window", spec.Algorithm),
 				spec.Algorithm, []string{"leaky_bucket", "token_bucket", "fixed_window", "sliding_log", "sliding_window"}))
-			return l, f.at("key"), false
+			return l, f.at("name"), false
 		}
 		alg = a
 	}
@@ -829,7 +863,7 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 		}
 	}
 	if len(d.errs) > before {
-		return l, f.at("key"), false
+		return l, f.at("name"), false
 	}
 
 	built, err := spec.Build()
@@ -837,17 +871,17 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 		var le *bucket.LimitError
 		if !errors.As(err, &le) {
 			f.d.addf(f.node, path, "%v", err)
-			return l, f.at("key"), false
+			return l, f.at("name"), false
 		}
 		problem := le.Reason
 		if le.Value != "" {
 			problem += ", got " + le.Value
 		}
 		f.errorf(le.Field, "%s", problem)
-		return l, f.at("key"), false
+		return l, f.at("name"), false
 	}
 	l.Limit = built
-	return l, f.at("key"), true
+	return l, f.at("name"), true
 }
 
 // backlog reads the backlog section of queue q. A backlog needs a leak

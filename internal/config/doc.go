@@ -60,6 +60,11 @@
 //	  - name: email                     # 1-64 of [A-Za-z0-9_-]
 //	    limits:                         # 1 to 8 tiers, each with its own key
 //	      - key: "header:X-Api-Key"     # global | ip | header:NAME
+//	        name: per-key               # in RateLimit-Policy, RateLimit and messages; unique in
+//	                                    # the queue; 1-64 of [A-Za-z0-9_.-] (default tier<i>)
+//	        on_missing: reject          # header:NAME only, for a request without the header or
+//	                                    # with it empty: reject (default: 400 bad-key naming
+//	                                    # the header) | shared (one bucket for all of them)
 //	        algorithm: leaky_bucket     # leaky_bucket (default) | token_bucket |
 //	                                    # fixed_window | sliding_log | sliding_window
 //	        rate: 10/s                  # leaky_bucket, token_bucket
@@ -77,6 +82,10 @@
 //	      http: {url: "http://127.0.0.1:9000/send", timeout: 10s, headers: {Authorization: "Bearer x"}}
 //	      # nats: {subject: jobs.email, timeout: 10s}
 //	      # log: true
+//
+// An ip tier keys on the HTTP client's address: the NATS door has none, and
+// answers a submission to such a queue 400 bad-key (the admitter warns at
+// start and at each reload, naming the queue and the tier).
 //
 // A queue without a handler is admit-only: the admitter takes its jobs, and
 // a worker refuses to run it, since nothing could finish its jobs.
@@ -98,11 +107,15 @@
 // found by polling its modification time, size and contents' hash, which
 // also sees an editor's rename over the file. An invalid reload keeps the
 // running configuration, is logged, and is reported to the OnResult hook.
+// The admitter applies a reload's queues, limits and redis.failure_mode
+// (its decisions and /readyz follow the new mode); redis.url and
+// redis.timeout take effect at its next start.
 //
 // # Dev mode
 //
 // Dev is the built-in configuration of `admitter --dev` without --config:
 // one queue "demo" (leaky_bucket 5/s, burst 20, delay 5 per X-Client-Id,
+// on_missing: shared,
 // backlog 100 drained at 5/s, a handler that logs). LoadDev chooses between
 // it and a file.
 package config

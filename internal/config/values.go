@@ -32,6 +32,8 @@ const (
 	wantFailure  = `one of open, closed, local`
 	wantProxy    = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
 	wantQueue    = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
+	wantTierName = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
+	wantMissing  = `one of reject, shared`
 )
 
 func expected(want, got string) error {
@@ -84,6 +86,32 @@ func parseFailureMode(s string) (FailureMode, error) {
 		return m, nil
 	}
 	return "", withSuggestion(expected(wantFailure, s), s, []string{"open", "closed", "local"})
+}
+
+func parseOnMissing(s string) (OnMissing, error) {
+	switch m := OnMissing(s); m {
+	case MissingReject, MissingShared:
+		return m, nil
+	}
+	return "", withSuggestion(expected(wantMissing, s), s, []string{"reject", "shared"})
+}
+
+// checkTierName accepts a tier name that is a token in a RateLimit-Policy
+// header's quoted policy name and a plain Prometheus label value: no
+// quotes, backslashes, spaces or other punctuation to escape.
+func checkTierName(s string) error {
+	if s == "" || len(s) > 64 {
+		return expected(wantTierName, s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-', c == '.':
+		default:
+			return expected(wantTierName, s)
+		}
+	}
+	return nil
 }
 
 func checkListen(s string) error {

@@ -28,7 +28,6 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
-	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -165,7 +164,7 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		h.submitError(w, r, name, err)
 		return
 	}
-	rateLimitHeaders(w.Header(), ans)
+	rateLimitHeaders(w.Header(), ans.RateLimit)
 	rep := ans.Reply
 	switch rep.Status {
 	case api.Admitted, api.Queued:
@@ -198,6 +197,7 @@ func (h *httpDoor) submitError(w http.ResponseWriter, r *http.Request, q string,
 		problem(w, r, http.StatusInternalServerError, api.Problem{Type: api.ProblemInternal, Title: "Internal error"})
 		return
 	}
+	// No rate-limit headers: no tier decided an error (rateLimitHeaders).
 	status := statusOf(e.Type)
 	p := api.Problem{Type: e.Type, Title: http.StatusText(status), Detail: e.Detail, Field: e.Field, Queue: q}
 	if status >= 500 {
@@ -310,26 +310,32 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	return false
 }
 
-// rateLimitHeaders describes the bounding tier: RateLimit-Policy and
-// RateLimit (draft-ietf-httpapi-ratelimit-headers-11) and X-RateLimit-*.
-func rateLimitHeaders(h http.Header, a admit.Answer) {
-	if !a.Limit.Valid() || a.Source == admit.FromOpen {
+// rateLimitHeaders writes what an answer says about the limits:
+// RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11,
+// each policy named by its tier's name) and X-RateLimit-*. Answers the
+// tiers did not decide carry none: errors (bad cost or key, unknown
+// queue, the store down with failure mode closed, JetStream not storing
+// the job) were decided by nothing that has a remaining quota to tell.
+// Under failure mode open nothing counts the job, so the answer lists
+// the policies in force and says nothing of what remains.
+func rateLimitHeaders(h http.Header, rl *admit.RateLimit) {
+	if rl == nil || len(rl.Policies) == 0 {
 		return
 	}
-	quota := a.Limit.Quota()
-	window := ceilSeconds(a.Limit.PolicyWindow())
-	remaining := min(max(a.Decision.Remaining, 0)+a.Refunded, quota)
-	reset := a.Decision.ResetAfter
-	if a.Decision.Verdict >= bucket.Excess && a.Decision.RetryAfter > 0 {
-		reset = a.Decision.RetryAfter
+	policies := make([]string, len(rl.Policies))
+	for i, p := range rl.Policies {
+		policies[i] = fmt.Sprintf("%q;q=%d;w=%d", p.Name, p.Quota, ceilSeconds(p.Window))
 	}
-	resetS := ceilSeconds(reset)
-	name := fmt.Sprintf("%q", "tier"+strconv.Itoa(a.Decision.Tier))
-	h.Set("RateLimit-Policy", fmt.Sprintf("%s;q=%d;w=%d", name, quota, window))
-	h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", name, remaining, resetS))
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(quota, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(resetS, 10))
+	h.Set("RateLimit-Policy", strings.Join(policies, ", "))
+	if !rl.Counted {
+		return
+	}
+	p := rl.Policies[0]
+	reset := ceilSeconds(rl.Reset)
+	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", p.Name, rl.Remaining, reset))
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(p.Quota, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(rl.Remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 }
 
 func ceilSeconds(d time.Duration) int64 {

@@ -119,7 +119,7 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
 	ans, err := d.admitter.Submit(ctx, &admit.Request{
-		Queue: name, Payload: m.Data, Header: get, Cost: cost, IdempotencyKey: idem, Trace: traceHeaders(get),
+		Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, IdempotencyKey: idem, Trace: traceHeaders(get),
 	})
 	if err != nil {
 		var e *admit.Error

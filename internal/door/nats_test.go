@@ -84,7 +84,8 @@ func TestNATSErrors(t *testing.T) {
 		{"cost over the limit", "q", []string{api.HeaderCost, "4"}, api.ProblemBadCost},
 		{"unknown queue", "nope", nil, api.ProblemNotFound},
 		{"key too long", "q", []string{"X-Client", strings.Repeat("k", admit.MaxKeyLen+1)}, api.ProblemBadKey},
-		{"idempotency key too long", "q", []string{api.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)}, api.ProblemBadRequest},
+		{"idempotency key too long", "q", []string{"X-Client", "c", api.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)}, api.ProblemBadRequest},
+		{"key header missing", "q", nil, api.ProblemBadKey},
 	} {
 		rep := ask(t, nc, natsMsg(c.q, nil, c.header...))
 		if rep.Status != api.Failed || rep.Type != c.want || rep.Error == "" || rep.ID != "" || rep.Queue != c.q {

@@ -71,6 +71,21 @@ func (m *metrics) setLeak(q string, r bucket.Rate) {
 	m.leak.WithLabelValues(q).Set(float64(r.Count) / r.Per.Seconds())
 }
 
+// initQueue starts queue q's series at 0 before its first event, so that
+// rate() and alert rules (dead letters growing) see 0 rather than nothing.
+func (m *metrics) initQueue(q string) {
+	if m == nil {
+		return
+	}
+	for _, result := range []string{"succeeded", "retrying", "dead"} {
+		m.completed.WithLabelValues(q, result)
+	}
+	m.duration.WithLabelValues(q)
+	m.wait.WithLabelValues(q)
+	m.inFlight.WithLabelValues(q)
+	m.dead.WithLabelValues(q)
+}
+
 func (m *metrics) observe(e queue.Event) {
 	if m == nil {
 		return

@@ -90,6 +90,7 @@ func Run(ctx context.Context, o Options) error {
 			conc = o.Config.Worker.Concurrency
 		}
 		m.setLeak(q.Name, q.Backlog.LeakRate)
+		m.initQueue(q.Name)
 		observe := m.observe
 		if o.Recorder != nil {
 			rec := o.Recorder
