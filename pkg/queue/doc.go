@@ -61,8 +61,10 @@
 // (so a crash between the move and the ack is deduplicated), and acks it in
 // the backlog; the last failed try dead-letters it. A worker that dies
 // mid-try leaves the message unacked: after the ack wait another worker
-// holds it and starts it again. A job older than Config.MaxAge goes to DEAD
-// instead. Event.Stream says where a job's message is: BACKLOG from its
+// holds it and starts it again. A job running from the backlog is still
+// in the stream: until it is settled, its key's later jobs held by other
+// workers wait behind it (in its own worker they may start). A job older
+// than Config.MaxAge goes to DEAD instead. Event.Stream says where a job's message is: BACKLOG from its
 // release (Released) to the end of its first try, READY for its retries.
 //
 // When Run's context ends the worker stops pulling and starting backlog
