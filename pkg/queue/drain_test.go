@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -414,12 +415,20 @@ func TestBacklogStartsNeverBurstAboveLeakRate(t *testing.T) {
 		t.Fatalf("published %d of %d admitted jobs: %v", ok, readyJobs, other)
 	}
 	rec := newRecorder()
+	var running, peak atomic.Int64
 	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
 		rec.started(j)
 		time.Sleep(100 * time.Millisecond) // slow: 2 handlers run at most 20 jobs/s
 		return nil
 	})
 	rec.waitFor(t, 60*time.Second, "every job to succeed", func() bool { return rec.count(queue.Succeeded) == backlogJobs+readyJobs })
+	if p := peak.Load(); p > 2 {
+		t.Errorf("%d handlers ran at once, admitted and backlog jobs together; want at most the concurrency, 2", p)
+	}
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
