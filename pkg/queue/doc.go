@@ -54,7 +54,8 @@
 // message — the job does not pass through READY, where it could wait
 // behind admitted jobs and then start in a crowd. A slot is needed only at
 // the booked start: with every handler busy then, the booking goes unused
-// and the job books again, taking a slot first. The backlog message is kept
+// and the job books again, taking a slot first; a worker whose handlers
+// stay busy hands its due jobs back to workers that have free ones. The backlog message is kept
 // with heartbeats while the handler runs and acked when it succeeds; a
 // failed try that may be retried moves the job to READY with its tries so
 // far and the retry's not-before, under its backlog place as Nats-Msg-Id

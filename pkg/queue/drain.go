@@ -41,7 +41,10 @@ import (
 //     could crowd the next booked starts; the pacer's rate is an upper
 //     bound) and the job books again. When no slot is free, the drainer
 //     takes one before it books, ahead of further READY pulls, so a busy
-//     worker still drains its share at the booked times.
+//     worker still drains its share at the booked times. If none comes
+//     within two pull waits, it hands its due jobs back for workers with
+//     free handlers and pulls no more backlog jobs until one is free here:
+//     held jobs never wait for a busy worker while another is idle.
 //   - The try is settled like a READY job's: a success acks the backlog
 //     message; a failure that may be retried moves the job to READY with
 //     its tries so far and the retry's not-before (Nats-Msg-Id = its backlog
@@ -81,6 +84,9 @@ type drainer struct {
 	// has not settled: still in the stream, they hold back no job of
 	// their key here.
 	running map[uint64]bool
+	// handedOn: every handler stayed busy and the due jobs went back;
+	// no more pulls until a handler is free.
+	handedOn bool
 
 	pipe      chan struct{} // a token per booking held
 	releasing sync.WaitGroup
@@ -124,10 +130,22 @@ func (d *drainer) run(ctx context.Context) {
 	d.handBackAll()
 }
 
-// fetch pulls backlog jobs while this worker holds fewer than maxHeld.
+// fetch pulls backlog jobs while this worker holds fewer than maxHeld and,
+// after it handed its due jobs on, only once a handler is free.
 func (d *drainer) fetch(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
+		d.mu.Lock()
+		gated := d.handedOn
+		d.mu.Unlock()
+		if gated {
+			if d.r.slots.room(ctx.Done()) == 0 {
+				continue
+			}
+			d.mu.Lock()
+			d.handedOn = false
+			d.mu.Unlock()
+		}
 		d.mu.Lock()
 		room := d.maxHeld - len(d.held)
 		d.mu.Unlock()
@@ -344,10 +362,18 @@ func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
 		}
 	}
 	// Every handler busy: take the next free one before the checks and the
-	// booking, so that the job can start at its booked time.
+	// booking, so that the job can start at its booked time. If none comes
+	// within handOffAfter, the worker's due jobs go to workers that may
+	// have one.
 	slot := false
 	if !d.r.slots.idle() {
-		if slot = d.r.slots.take(ctx.Done()); !slot {
+		tctx, cancel := context.WithTimeout(ctx, d.handOffAfter())
+		slot = d.r.slots.take(tctx.Done())
+		cancel()
+		if !slot {
+			if ctx.Err() == nil {
+				d.handOffDue()
+			}
 			d.retryLater(h, 0) // stopping: handed back with the rest
 			return false
 		}
@@ -561,6 +587,41 @@ func (d *drainer) beat(ctx context.Context) {
 		for _, m := range msgs {
 			_ = m.InProgress() // a lost beat is covered by the next one
 		}
+	}
+}
+
+// handOffAfter is how long the drainer waits for a free handler before it
+// hands its due jobs on. Longer than a pull's wait, so that this worker's
+// pull in flight has ended and the jobs go to another worker's.
+func (d *drainer) handOffAfter() time.Duration {
+	return 2 * d.w.cfg.FetchWait
+}
+
+// handOffDue naks the held jobs that are due and not being released, so
+// that workers with free handlers start them, and stops pulling until a
+// handler here is free. Jobs not due yet stay: they hold back nobody.
+func (d *drainer) handOffDue() {
+	now := time.Now()
+	d.mu.Lock()
+	d.handedOn = true
+	var due []*heldJob
+	for _, h := range d.held {
+		if !h.releasing && !h.ready.After(now) {
+			due = append(due, h)
+		}
+	}
+	d.mu.Unlock()
+	for _, h := range due {
+		d.mu.Lock()
+		msg := h.msg
+		d.mu.Unlock()
+		d.forget(h) // first: a delivery back to this worker is then held anew
+		if err := msg.Nak(); err != nil {
+			d.w.log.Warn("handing a due backlog job on failed; it is delivered again after the ack wait", "job", h.job.ID, "error", err)
+		}
+	}
+	if len(due) > 0 {
+		d.w.log.Debug("every handler stayed busy: due backlog jobs handed on to other workers", "jobs", len(due), "waited", d.handOffAfter())
 	}
 }
 

@@ -599,3 +599,49 @@ func TestBacklogJobRunningAtStop(t *testing.T) {
 		t.Errorf("second worker ran %v, want the stuck job %s (and not the finished %s)", got, stuck.ID, quick.ID)
 	}
 }
+
+// A worker whose every handler stays busy does not sit on the due backlog
+// jobs it holds while another worker has handlers free: after a bounded
+// wait for a handler it hands them back, stops pulling the backlog until
+// one is free, and the other worker starts them.
+func TestBacklogBusyWorkerHandsDueJobsOn(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, testQueue("busy"))
+	busy, free := newRecorder(), newRecorder()
+	unblock := make(chan struct{})
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 1, FetchWait: 100 * time.Millisecond, Observe: busy.observe}, func(ctx context.Context, j *queue.Job) error {
+		busy.started(j)
+		if j.Key == "long" {
+			select {
+			case <-unblock:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	t.Cleanup(func() { close(unblock) }) // before the worker stops (cleanups run last first)
+	if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "busy", "long")); err != nil {
+		t.Fatal(err)
+	}
+	busy.waitFor(t, 10*time.Second, "the long job to run", func() bool { return busy.count(queue.Started) == 1 })
+	queued := publishBacklog(t, ctx, b, "q", 2, time.Time{})
+	busy.waitFor(t, 10*time.Second, "the busy worker to hold the backlog", func() bool {
+		info, err := queue.Inspect(ctx, b.js, b.cfg)
+		return err == nil && info.BacklogHeld == 2
+	})
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: free.observe}, func(ctx context.Context, j *queue.Job) error {
+		free.started(j)
+		return nil
+	})
+	free.waitFor(t, 15*time.Second, "the free worker to run the backlog jobs", func() bool { return free.count(queue.Succeeded) == 2 })
+	free.mu.Lock()
+	defer free.mu.Unlock()
+	if got, want := free.order, ids(queued); !slices.Equal(got, want) {
+		t.Errorf("the free worker ran %v, want %v", got, want)
+	}
+	busy.mu.Lock()
+	defer busy.mu.Unlock()
+	if len(busy.order) != 1 {
+		t.Errorf("the busy worker ran %v, want only its long job", busy.order)
+	}
+}
