@@ -349,9 +349,9 @@ func TestDLQReplayAtOnce(t *testing.T) {
 	}
 }
 
-// A job replayed to the backlog at once is drained to READY and runs:
-// the drain's move to READY is keyed by the backlog place, not the job id,
-// which READY still remembers.
+// A job replayed to the backlog at once is drained and runs: the drain
+// keys what it stores (a retry's move to READY, a dead letter) by the
+// backlog place, not the job id, which READY still remembers.
 func TestDLQReplayToBacklogDrains(t *testing.T) {
 	t.Parallel()
 	b := setupDLQ(t, 0, 0)

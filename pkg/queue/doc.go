@@ -1,5 +1,5 @@
 // Package queue is Spillway's durable, bounded FIFO on NATS JetStream: the
-// streams of a queue, the publisher and the paced drainer (DESIGN §2, §4).
+// streams of a queue, the publisher and the paced drainer (docs/jetstream-backlog.md).
 //
 // # Subjects
 //
@@ -33,26 +33,45 @@
 //
 // # Working
 //
-// A Worker (NewWorker, Run) runs one queue's jobs with a Handler. Admitted
-// jobs are pulled from READY, never more than there are free handlers,
-// kept alive with heartbeats (InProgress) while they run, and acked when the
-// handler returns nil. A failed try is nak'd with the retry policy's delay;
-// after the last try, or at once for retry.Permanent, the job is copied to
-// DEAD with its headers, attempts, last error and reason, then acked.
+// A Worker (NewWorker, Run) runs one queue's jobs with a Handler, at most
+// Concurrency at once, admitted and backlog jobs together. Admitted jobs are
+// pulled from READY, never more than there are free handlers, kept alive
+// with heartbeats (InProgress) while they run, and acked when the handler
+// returns nil. A failed try is nak'd with the retry policy's delay; after
+// the last try, or at once for retry.Permanent, the job is copied to DEAD
+// with its headers, attempts, last error and reason, then acked. A READY job
+// that is not due yet is held, with heartbeats, until it is: every delivery
+// counts as a try.
 //
-// Backlog jobs are held, headers only, by the workers, and released in the
+// Backlog jobs are held, headers only, by the workers, and started in the
 // order they became due: never before their not-before, only when no due
 // job of their key is ahead of them in the stream (per-key FIFO among due
-// jobs, across processes; a job not due yet holds back nobody), and each at a
-// start booked from a Pacer. Workers that share a pacer — NewPacer over a
-// redisbucket.Store — share one leak rate whatever their number. A released
-// job is copied to READY under its backlog place as Nats-Msg-Id (so a crash
-// between copy and ack is deduplicated) and acked in the backlog. A job older than Config.MaxAge
-// goes to DEAD instead.
+// jobs, across processes; a job not due yet holds back nobody), and each at
+// a start booked from a Pacer. Workers that share a pacer — NewPacer over a
+// redisbucket.Store — share one leak rate whatever their number. The rate
+// holds for handler starts: at the booked time the worker that booked it
+// runs the handler itself, in one of its handler slots, from the backlog
+// message — the job does not pass through READY, where it could wait
+// behind admitted jobs and then start in a crowd. A slot is needed only at
+// the booked start: with every handler busy then, the booking goes unused
+// and the job books again, taking a slot first; a worker whose handlers
+// stay busy hands its due jobs back to workers that have free ones. The backlog message is kept
+// with heartbeats while the handler runs and acked when it succeeds; a
+// failed try that may be retried moves the job to READY with its tries so
+// far and the retry's not-before, under its backlog place as Nats-Msg-Id
+// (so a crash between the move and the ack is deduplicated), and acks it in
+// the backlog; the last failed try dead-letters it. A worker that dies
+// mid-try leaves the message unacked: after the ack wait another worker
+// holds it and starts it again. A job running from the backlog is still
+// in the stream: until it is settled, its key's later jobs held by other
+// workers wait behind it (in its own worker they may start). A job older
+// than Config.MaxAge goes to DEAD instead. Event.Stream says where a job's message is: BACKLOG from its
+// release (Released) to the end of its first try, READY for its retries.
 //
-// When Run's context ends the worker stops pulling, hands its held backlog
-// jobs back, lets running handlers finish within the grace period and hands
-// back what is left.
+// When Run's context ends the worker stops pulling and starting backlog
+// jobs, hands its held backlog jobs back, lets running handlers — admitted
+// and backlog jobs alike — finish within the grace period and hands back
+// what is left, each to the stream it came from.
 //
 // Inspect reads a queue's depth, capacity, fill, oldest age, in-flight jobs
 // and estimated drain time from JetStream.

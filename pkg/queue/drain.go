@@ -6,34 +6,52 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// How the backlog drains (DESIGN §2):
+// How the backlog drains (docs/jetstream-backlog.md):
 //
 //   - Every worker pulls backlog jobs, headers only, and holds them — with
-//     heartbeats — until it releases them. The backlog consumer allows the
+//     heartbeats — until it starts them. The backlog consumer allows the
 //     whole backlog to be held at once, so every job is seen by some worker
 //     and a job that is not due yet never hides a due one.
 //   - A held job is a candidate once it is due (its not-before has passed)
 //     and no job of its key ahead of it that this worker holds is due or
 //     being released. Candidates go in order of due time.
 //   - Before its release a candidate must have no due job of its key ahead
-//     of it in the stream (gets of the key's messages from its first): so
-//     an earlier due job of the key held by another worker goes first, and
-//     per-key FIFO among due jobs holds across processes, while a job that
-//     is not due yet holds back nobody.
-//   - It then books a start from the Pacer — shared by all workers — sleeps
-//     until the booked time, copies the job to READY (Nats-Msg-Id = its backlog stream and sequence)
-//     and acks it in the backlog. A crash between the copy and the ack makes
-//     the next holder copy it again, which JetStream's duplicate window
-//     turns into nothing.
+//     of it in the stream (gets of the key's messages from its first), other
+//     than jobs this worker is running: so an earlier due job of the key
+//     held — or running — in another worker goes first, and per-key FIFO
+//     among due jobs holds across processes, while a job that is not due
+//     yet holds back nobody.
+//   - It then books a start from the Pacer — shared by all workers — and
+//     at the booked time starts the job's handler itself, in one of the
+//     worker's handler slots (shared with READY jobs), running it from the
+//     backlog message: the payload comes with the get above, and the
+//     message stays in the backlog, kept with heartbeats, until the try is
+//     settled. So a backlog job starts at its booked time, never later in a
+//     crowd: handler starts of backlog jobs keep the leak rate over every
+//     window, not only moves between streams.
+//   - A slot is needed only at the booked start. If one is free when the
+//     start is booked, none is held while it waits; if, at the booked time,
+//     every handler is busy, the booking is let go unused (starting late
+//     could crowd the next booked starts; the pacer's rate is an upper
+//     bound) and the job books again. When no slot is free, the drainer
+//     takes one before it books, ahead of further READY pulls, so a busy
+//     worker still drains its share at the booked times. If none comes
+//     within two pull waits, it hands its due jobs back for workers with
+//     free handlers and pulls no more backlog jobs until one is free here:
+//     held jobs never wait for a busy worker while another is idle.
+//   - The try is settled like a READY job's: a success acks the backlog
+//     message; a failure that may be retried moves the job to READY with
+//     its tries so far and the retry's not-before (Nats-Msg-Id = its backlog
+//     stream and sequence, so a crash between the move and the ack stores it
+//     once), then acks it in the backlog; the last failure dead-letters it.
+//     A crash mid-try leaves the message unacked: after the ack wait it is
+//     held again, by some worker, and started again (at least once).
 //   - A job older than the queue's MaxAge goes to DEAD instead, taking no
 //     start.
 
@@ -50,6 +68,7 @@ const maxBatch = 256
 
 type drainer struct {
 	w       *Worker
+	r       *runner // runs the jobs it starts, in slots shared with READY jobs
 	cons    jetstream.Consumer
 	stream  jetstream.Stream
 	recheck time.Duration // wait before checking again a key held up elsewhere
@@ -61,8 +80,15 @@ type drainer struct {
 	heads dueHeap
 	wake  chan struct{} // a new candidate may be due sooner
 	room  chan struct{} // a held job left
+	// running are the backlog jobs (by sequence) this worker started and
+	// has not settled: still in the stream, they hold back no job of
+	// their key here.
+	running map[uint64]bool
+	// handedOn: every handler stayed busy and the due jobs went back;
+	// no more pulls until a handler is free.
+	handedOn bool
 
-	slots     chan struct{}
+	pipe      chan struct{} // a token per booking held
 	releasing sync.WaitGroup
 }
 
@@ -78,17 +104,18 @@ type heldJob struct {
 	inHeap    bool
 }
 
-func newDrainer(w *Worker, cons jetstream.Consumer, stream jetstream.Stream) *drainer {
+func newDrainer(w *Worker, r *runner, cons jetstream.Consumer, stream jetstream.Stream) *drainer {
 	period := w.cfg.Queue.LeakRate.Per / time.Duration(w.cfg.Queue.LeakRate.Count)
 	return &drainer{
-		w: w, cons: cons, stream: stream,
+		w: w, r: r, cons: cons, stream: stream,
 		recheck: min(max(period, 10*time.Millisecond), time.Second),
 		maxHeld: int(w.cfg.Queue.Capacity),
 		held:    make(map[uint64]*heldJob),
 		keys:    make(map[string][]*heldJob),
 		wake:    make(chan struct{}, 1),
 		room:    make(chan struct{}, 1),
-		slots:   make(chan struct{}, pipeline),
+		running: make(map[uint64]bool),
+		pipe:    make(chan struct{}, pipeline),
 	}
 }
 
@@ -103,10 +130,22 @@ func (d *drainer) run(ctx context.Context) {
 	d.handBackAll()
 }
 
-// fetch pulls backlog jobs while this worker holds fewer than maxHeld.
+// fetch pulls backlog jobs while this worker holds fewer than maxHeld and,
+// after it handed its due jobs on, only once a handler is free.
 func (d *drainer) fetch(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
+		d.mu.Lock()
+		gated := d.handedOn
+		d.mu.Unlock()
+		if gated {
+			if d.r.slots.room(ctx.Done()) == 0 {
+				continue
+			}
+			d.mu.Lock()
+			d.handedOn = false
+			d.mu.Unlock()
+		}
 		d.mu.Lock()
 		room := d.maxHeld - len(d.held)
 		d.mu.Unlock()
@@ -155,6 +194,9 @@ func (d *drainer) add(ctx context.Context, msg jetstream.Msg) {
 	h := &heldJob{msg: msg, seq: meta.Sequence.Stream, subject: msg.Subject(), job: job, ready: due, due: due}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.running[h.seq] {
+		return // delivered again while it runs here (our heartbeats were late): not a second start
+	}
 	if old := d.held[h.seq]; old != nil {
 		// Delivered again (our heartbeats were late): keep the newer
 		// delivery's reply subject, and its place.
@@ -195,7 +237,7 @@ func (d *drainer) pushLocked(h *heldJob) {
 func (d *drainer) schedule(ctx context.Context) {
 	for {
 		select {
-		case d.slots <- struct{}{}:
+		case d.pipe <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
@@ -204,7 +246,7 @@ func (d *drainer) schedule(ctx context.Context) {
 			return
 		}
 		if !d.tryRelease(ctx, h) {
-			<-d.slots
+			<-d.pipe
 		}
 	}
 }
@@ -276,7 +318,8 @@ func (d *drainer) dueAheadLocked(h *heldJob, now time.Time) bool {
 const maxScanAhead = 64
 
 // dueAheadInStream reports whether a job of h's key before it in the
-// stream (held by any worker, or by none) is due: then h waits its turn.
+// stream (held or running in any other worker, or held by none) is due:
+// then h waits its turn. Jobs this worker is running already started.
 // head is the key's first job in the stream.
 func (d *drainer) dueAheadInStream(ctx context.Context, h *heldJob, head *jetstream.RawStreamMsg, now time.Time) (bool, error) {
 	m := head
@@ -284,17 +327,23 @@ func (d *drainer) dueAheadInStream(ctx context.Context, h *heldJob, head *jetstr
 		if m.Sequence >= h.seq {
 			return false, nil
 		}
-		j, err := ParseJob(m.Header, nil)
-		if err != nil {
-			return true, nil // an invalid job ahead: a worker holding it dead-letters it first
+		d.mu.Lock()
+		started := d.running[m.Sequence]
+		d.mu.Unlock()
+		if !started {
+			j, err := ParseJob(m.Header, nil)
+			if err != nil {
+				return true, nil // an invalid job ahead: a worker holding it dead-letters it first
+			}
+			due := j.NotBefore
+			if due.IsZero() {
+				due = j.EnqueuedAt
+			}
+			if !due.After(now) {
+				return true, nil
+			}
 		}
-		due := j.NotBefore
-		if due.IsZero() {
-			due = j.EnqueuedAt
-		}
-		if !due.After(now) {
-			return true, nil
-		}
+		var err error
 		if m, err = d.stream.GetMsg(ctx, m.Sequence+1, jetstream.WithGetMsgSubject(h.subject)); err != nil {
 			return false, err
 		}
@@ -303,8 +352,8 @@ func (d *drainer) dueAheadInStream(ctx context.Context, h *heldJob, head *jetstr
 }
 
 // tryRelease checks that no due job of h's key is ahead of it in the stream, books its start
-// and releases it in the background. It reports whether a release is under
-// way (holding a pipeline slot).
+// and starts it in the background at the booked time. It reports whether a
+// release is under way (holding a pipeline token).
 func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
 	if max := d.w.cfg.Queue.MaxAge; max > 0 {
 		if waited := time.Since(h.job.EnqueuedAt); waited > max {
@@ -312,6 +361,35 @@ func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
 			return false
 		}
 	}
+	// Every handler busy: take the next free one before the checks and the
+	// booking, so that the job can start at its booked time. If none comes
+	// within handOffAfter, the worker's due jobs go to workers that may
+	// have one.
+	slot := false
+	if !d.r.slots.idle() {
+		tctx, cancel := context.WithTimeout(ctx, d.handOffAfter())
+		slot = d.r.slots.take(tctx.Done())
+		cancel()
+		if !slot {
+			if ctx.Err() == nil {
+				d.handOffDue()
+			}
+			d.retryLater(h, 0) // stopping: handed back with the rest
+			return false
+		}
+	}
+	if !d.book(ctx, h, slot) {
+		if slot {
+			d.r.slots.put()
+		}
+		return false
+	}
+	return true
+}
+
+// book checks h's place among its key's due jobs in the stream, books its
+// start and releases it in the background. It reports whether it did.
+func (d *drainer) book(ctx context.Context, h *heldJob, slot bool) bool {
 	// Each check has a deadline of its own: a request lost as a stream
 	// leader goes away is never answered, and ctx may have no deadline or
 	// a distant one (JetStream's 5s default applies only without one),
@@ -362,43 +440,50 @@ func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
 	h.releasing = true
 	d.mu.Unlock()
 	d.releasing.Go(func() {
-		defer func() { <-d.slots }()
-		d.release(ctx, h, raw, wait)
+		defer func() { <-d.pipe }()
+		d.release(ctx, h, raw, wait, slot)
 	})
 	return true
 }
 
-// release waits for h's start, copies it to READY and acks it.
-func (d *drainer) release(ctx context.Context, h *heldJob, raw *jetstream.RawStreamMsg, wait time.Duration) {
+// release waits for h's booked start and starts its handler, in the slot
+// it holds or in a free one. With every handler busy at that time the
+// booking goes unused and h books again.
+func (d *drainer) release(ctx context.Context, h *heldJob, raw *jetstream.RawStreamMsg, wait time.Duration, slot bool) {
 	if err := sleep(ctx, wait); err != nil {
+		if slot {
+			d.r.slots.put()
+		}
 		d.unrelease(h, 0) // stopping: handed back with the rest
 		return
 	}
-	sctx, cancel := settleCtx(ctx)
-	defer cancel()
-	m := nats.NewMsg("spillway." + Ready.String() + "." + d.w.cfg.Queue.Name + "." + h.subject[strings.LastIndexByte(h.subject, '.')+1:])
-	for k, vs := range raw.Header {
-		if !strings.HasPrefix(k, "Nats-Expected-") {
-			m.Header[k] = vs
-		}
-	}
-	// The backlog place, not the job id: a job replayed into the backlog
-	// keeps its id and must not be taken for its own earlier move.
-	m.Header.Set(nats.MsgIdHdr, StreamName(d.w.cfg.Queue.Name, Backlog)+":"+strconv.FormatUint(raw.Sequence, 10))
-	m.Data = raw.Data
-	stored, err := d.w.js.PublishMsg(sctx, m, jetstream.WithExpectStream(StreamName(d.w.cfg.Queue.Name, Ready)))
-	if err != nil {
-		d.w.log.Warn("moving a due backlog job to READY failed; trying again", "job", h.job.ID, "error", err)
-		d.unrelease(h, time.Second)
+	if !slot && !d.r.slots.tryTake() {
+		d.unrelease(h, 0)
 		return
 	}
-	if err := ack(sctx, h.msg); err != nil {
-		// It is in READY. Left in the backlog, it is delivered again after
-		// the ack wait and its copy is then a duplicate, stored once.
-		d.w.log.Warn("backlog job moved to READY but its backlog ack failed", "job", h.job.ID, "error", err)
+	job, err := ParseJob(raw.Header, raw.Data)
+	if err != nil { // its headers parsed when it was held; the stored ones are the same
+		job = h.job
+		job.Payload = raw.Data
+	}
+	e := &execution{
+		stream: StreamName(d.w.cfg.Queue.Name, Backlog), seq: h.seq, subject: h.subject,
+		header: raw.Header, data: raw.Data, job: &job, attempt: job.Attempt + 1, backlog: true,
+	}
+	// From here on the execution keeps the message alive; the next job of
+	// its key may be released.
+	d.mu.Lock()
+	e.msg = h.msg
+	d.running[h.seq] = true
+	d.mu.Unlock()
+	e.done = func() {
+		d.mu.Lock()
+		delete(d.running, h.seq)
+		d.mu.Unlock()
 	}
 	d.forget(h)
-	d.w.observe(Event{Kind: Released, Job: &h.job, Sequence: stored.Sequence, Waited: time.Since(h.job.EnqueuedAt)})
+	d.w.observe(Event{Kind: Released, Job: &job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Waited: time.Since(job.EnqueuedAt)})
+	d.r.runBacklog(e, job)
 }
 
 // expire moves a job that waited longer than MaxAge to DEAD.
@@ -502,6 +587,41 @@ func (d *drainer) beat(ctx context.Context) {
 		for _, m := range msgs {
 			_ = m.InProgress() // a lost beat is covered by the next one
 		}
+	}
+}
+
+// handOffAfter is how long the drainer waits for a free handler before it
+// hands its due jobs on. Longer than a pull's wait, so that this worker's
+// pull in flight has ended and the jobs go to another worker's.
+func (d *drainer) handOffAfter() time.Duration {
+	return 2 * d.w.cfg.FetchWait
+}
+
+// handOffDue naks the held jobs that are due and not being released, so
+// that workers with free handlers start them, and stops pulling until a
+// handler here is free. Jobs not due yet stay: they hold back nobody.
+func (d *drainer) handOffDue() {
+	now := time.Now()
+	d.mu.Lock()
+	d.handedOn = true
+	var due []*heldJob
+	for _, h := range d.held {
+		if !h.releasing && !h.ready.After(now) {
+			due = append(due, h)
+		}
+	}
+	d.mu.Unlock()
+	for _, h := range due {
+		d.mu.Lock()
+		msg := h.msg
+		d.mu.Unlock()
+		d.forget(h) // first: a delivery back to this worker is then held anew
+		if err := msg.Nak(); err != nil {
+			d.w.log.Warn("handing a due backlog job on failed; it is delivered again after the ack wait", "job", h.job.ID, "error", err)
+		}
+	}
+	if len(due) > 0 {
+		d.w.log.Debug("every handler stayed busy: due backlog jobs handed on to other workers", "jobs", len(due), "waited", d.handOffAfter())
 	}
 }
 

@@ -2,10 +2,12 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
 // The pacer chains starts exactly 1/rate apart while bookings keep coming,
@@ -139,9 +142,8 @@ func ids(jobs []*queue.Job) []string {
 	return out
 }
 
-// Three workers share a queue and one pacer: each key's jobs move to READY
-// in their backlog order whichever worker holds them, and the starts are
-// spaced by the leak rate.
+// Three workers share a queue and one pacer: each key's jobs start in
+// their backlog order whichever worker holds them.
 func TestBacklogKeyOrderAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	cfg := testQueue("fifo")
@@ -167,7 +169,10 @@ func TestBacklogKeyOrderAcrossWorkers(t *testing.T) {
 	}
 	rec := newRecorder()
 	for range 3 { // each on a connection of its own
-		runWorker(t, b.srv.JetStream(t), queue.WorkerConfig{Queue: cfg, Pacer: pacer, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error { return nil })
+		runWorker(t, b.srv.JetStream(t), queue.WorkerConfig{Queue: cfg, Pacer: pacer, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+			rec.started(j)
+			return nil
+		})
 	}
 	rec.waitFor(t, 30*time.Second, "60 releases and successes", func() bool {
 		return rec.count(queue.Released) == len(published) && rec.count(queue.Succeeded) == len(published)
@@ -175,23 +180,20 @@ func TestBacklogKeyOrderAcrossWorkers(t *testing.T) {
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	readySeq := map[string]uint64{}
-	for _, e := range rec.events {
-		if e.Kind == queue.Released {
-			readySeq[e.Job.ID] = e.Sequence
-		}
-	}
 	for _, k := range keys {
-		var want []string
+		var want, got []string
 		for _, j := range published {
 			if j.Key == k {
 				want = append(want, j.ID)
 			}
 		}
-		got := slices.Clone(want)
-		slices.SortFunc(got, func(a, b string) int { return int(readySeq[a]) - int(readySeq[b]) })
+		for _, id := range rec.order {
+			if slices.Contains(want, id) {
+				got = append(got, id)
+			}
+		}
 		if !slices.Equal(got, want) {
-			t.Errorf("key %s reached READY in the order %v, want its backlog order %v", k, got, want)
+			t.Errorf("key %s's jobs started in the order %v, want their backlog order %v", k, got, want)
 		}
 	}
 }
@@ -383,5 +385,263 @@ func TestBacklogKeyDueJobPassesOneNotYetDue(t *testing.T) {
 	// is last.
 	if want := ids([]*queue.Job{due[0], due[1], sooner[0], later[0]}); !slices.Equal(rec.order, want) {
 		t.Errorf("start order %v, want %v", rec.order, want)
+	}
+}
+
+// Backlog jobs start at the leak rate, not merely reach READY at it: with
+// every handler of the worker busy (a slow handler, concurrency 2, admitted
+// jobs in READY competing for the slots), released jobs must not wait
+// somewhere and then start together. No sliding 1 s window holds more than
+// rate+1 handler starts of backlog jobs: the pacer books starts exactly
+// 1/rate apart, so any 1 s window holds at most rate booked starts, and a
+// measured start is its booked time plus a scheduling delay shorter than
+// 1/rate, which can bring one more start into a window at its edge —
+// never two, and the same one more for a window of any length. The drain
+// still progresses: every backlog job starts, and every admitted job.
+func TestBacklogStartsNeverBurstAboveLeakRate(t *testing.T) {
+	t.Parallel()
+	const rate, backlogJobs, readyJobs = 10, 40, 40
+	cfg := testQueue("burst")
+	cfg.LeakRate = bucket.Rate{Count: rate, Per: time.Second}
+	ctx, b := setup(t, cfg)
+	var backlog, ready []*queue.Job
+	for i := range backlogJobs {
+		backlog = append(backlog, publishBacklog(t, ctx, b, "b"+strconv.Itoa(i%8), 1, time.Time{})...)
+	}
+	for i := range readyJobs {
+		ready = append(ready, newJob(t, "burst", "r"+strconv.Itoa(i%4)))
+	}
+	if ok, _, _, other := publishAll(ctx, b, queue.Ready, ready); ok != readyJobs {
+		t.Fatalf("published %d of %d admitted jobs: %v", ok, readyJobs, other)
+	}
+	rec := newRecorder()
+	var running, peak atomic.Int64
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		rec.started(j)
+		time.Sleep(100 * time.Millisecond) // slow: 2 handlers run at most 20 jobs/s
+		return nil
+	})
+	rec.waitFor(t, 60*time.Second, "every job to succeed", func() bool { return rec.count(queue.Succeeded) == backlogJobs+readyJobs })
+	if p := peak.Load(); p > 2 {
+		t.Errorf("%d handlers ran at once, admitted and backlog jobs together; want at most the concurrency, 2", p)
+	}
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var starts []time.Time
+	for _, j := range backlog {
+		ss := rec.starts[j.ID]
+		if len(ss) != 1 {
+			t.Fatalf("backlog job %s started %d times, want once", j.ID, len(ss))
+		}
+		starts = append(starts, ss[0])
+	}
+	for _, j := range ready {
+		if n := len(rec.starts[j.ID]); n != 1 {
+			t.Errorf("admitted job %s started %d times, want once", j.ID, n)
+		}
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	// The edge's +1 does not add up: a window of k seconds holds at most
+	// k×rate+1 starts, for every k.
+	for k := 1; k <= 3; k++ {
+		window := time.Duration(k) * time.Second
+		most, at := 0, 0
+		for i := range starts {
+			n, _ := slices.BinarySearchFunc(starts[i:], starts[i].Add(window), time.Time.Compare) // starts in [starts[i], +window)
+			if n > most {
+				most, at = n, i
+			}
+		}
+		span := starts[len(starts)-1].Sub(starts[0])
+		t.Logf("figure: %d backlog starts over %v (%.2f/s overall); at most %d in a %v window (from start %d); leak rate %d/s",
+			len(starts), span.Round(time.Millisecond), float64(len(starts)-1)/span.Seconds(), most, window, at, rate)
+		if most > k*rate+1 {
+			t.Errorf("%d backlog jobs started within %v (from %v after the first), above the leak rate of %d/s (+1 for a window's edge)",
+				most, window, starts[at].Sub(starts[0]).Round(time.Millisecond), rate)
+		}
+	}
+}
+
+// A backlog job runs from its backlog message, and its failures are settled
+// as a READY job's are: a failed try that may be retried moves it to READY
+// with its tries so far and the retry's not-before — the next try is
+// attempt 2, no sooner than the delay; the last failure dead-letters it
+// (from READY, where its retries ran); a permanent failure on the first try
+// dead-letters it from the backlog, payload and headers intact. The events
+// say where each try ran. Nothing is left in the backlog or READY.
+func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, testQueue("bfail"))
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	flaky := publishBacklog(t, ctx, b, "flaky", 1, time.Time{})[0]
+	bad := publishBacklog(t, ctx, b, "bad", 1, time.Time{})[0]
+	perm := newJob(t, "bfail", "perm")
+	perm.Header = map[string][]string{"Traceparent": {traceparent}}
+	if _, err := b.pub.Publish(ctx, queue.Backlog, perm); err != nil {
+		t.Fatal(err)
+	}
+	policy := retry.Policy{MaxAttempts: 3, Initial: 300 * time.Millisecond, Max: 300 * time.Millisecond, Jitter: 0.5}
+	delay := policy.Delay(1) * 3 / 4 // fixedRand takes off half the 50% jitter
+	rec := newRecorder()
+	var mu sync.Mutex
+	attempts := map[string][]int{}
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Retry: policy, Rand: fixedRand{}, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		rec.started(j)
+		mu.Lock()
+		attempts[j.ID] = append(attempts[j.ID], j.Attempt)
+		mu.Unlock()
+		if string(j.Payload) != "payload of "+j.ID {
+			return retry.Permanent(errors.New("payload lost: " + string(j.Payload)))
+		}
+		switch {
+		case j.Key == "perm":
+			return retry.Permanent(errors.New("malformed address"))
+		case j.Key == "bad", j.Attempt == 1:
+			return errors.New("downstream said no")
+		}
+		return nil
+	})
+	rec.waitFor(t, 20*time.Second, "1 success and 2 dead letters", func() bool {
+		return rec.count(queue.Succeeded) == 1 && rec.count(queue.DeadLettered) == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, want := range map[string][]int{flaky.ID: {1, 2}, bad.ID: {1, 2, 3}, perm.ID: {1}} {
+		if got := attempts[id]; !slices.Equal(got, want) {
+			t.Errorf("job %s ran as attempts %v, want %v", id, got, want)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if tries := rec.starts[flaky.ID]; len(tries) == 2 && tries[1].Sub(tries[0]) < delay {
+		t.Errorf("the retry came %v after the first try, want no sooner than the delay %v", tries[1].Sub(tries[0]), delay)
+	}
+	backlog, ready := queue.StreamName("bfail", queue.Backlog), queue.StreamName("bfail", queue.Ready)
+	type step struct {
+		kind    queue.EventKind
+		attempt int
+		stream  string
+	}
+	steps := map[string][]step{}
+	for _, e := range rec.events {
+		steps[e.Job.ID] = append(steps[e.Job.ID], step{e.Kind, e.Attempt, e.Stream})
+	}
+	for id, want := range map[string][]step{
+		flaky.ID: {{queue.Released, 1, backlog}, {queue.Started, 1, backlog}, {queue.Retrying, 1, backlog}, {queue.Started, 2, ready}, {queue.Succeeded, 2, ready}},
+		perm.ID:  {{queue.Released, 1, backlog}, {queue.Started, 1, backlog}, {queue.DeadLettered, 1, backlog}},
+	} {
+		if got := steps[id]; !slices.Equal(got, want) {
+			t.Errorf("job %s's events %v, want %v", id, got, want)
+		}
+	}
+	reasons := map[string][]string{}
+	for _, d := range deadLetters(t, ctx, b.js, "bfail") {
+		reasons[d.Header.Get(queue.HeaderJobID)] = []string{d.Header.Get(queue.HeaderDeadReason), d.Header.Get(queue.HeaderAttempt), d.Header.Get(queue.HeaderSourceStream), d.Header.Get("Traceparent"), string(d.Data)}
+	}
+	if want := []string{"attempts exhausted (3 of 3)", "3", ready, "", "payload of " + bad.ID}; !slices.Equal(reasons[bad.ID], want) {
+		t.Errorf("dead letter of the always failing job %q, want %q", reasons[bad.ID], want)
+	}
+	if want := []string{"permanent error", "1", backlog, traceparent, "payload of " + perm.ID}; !slices.Equal(reasons[perm.ID], want) {
+		t.Errorf("dead letter of the permanently failing job %q, want %q", reasons[perm.ID], want)
+	}
+	for _, s := range []string{backlog, ready} {
+		if n := stored(t, ctx, b.js, s); n != 0 {
+			t.Errorf("%s holds %d jobs after all were settled", s, n)
+		}
+	}
+}
+
+// Stopping a worker lets a backlog job's running handler finish within the
+// grace period and acks it; one still running when the grace period ends
+// is handed back to the backlog — not lost, not moved — and another worker
+// starts it again from there.
+func TestBacklogJobRunningAtStop(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, testQueue("bstop"))
+	quick := publishBacklog(t, ctx, b, "quick", 1, time.Time{})[0]
+	stuck := publishBacklog(t, ctx, b, "stuck", 1, time.Time{})[0]
+	rec := newRecorder()
+	release := make(chan struct{})
+	stop := runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		rec.started(j)
+		if j.Key == "quick" {
+			<-release
+			time.Sleep(100 * time.Millisecond)
+			return nil
+		}
+		<-ctx.Done() // outlives the grace period
+		return ctx.Err()
+	})
+	rec.waitFor(t, 10*time.Second, "both running", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.order) == 2 })
+	close(release)
+	stop()
+	if rec.count(queue.Succeeded) != 1 || rec.count(queue.HandedBack) != 1 {
+		t.Fatalf("after stop: %d succeeded, %d handed back; want 1 and 1", rec.count(queue.Succeeded), rec.count(queue.HandedBack))
+	}
+	if n := stored(t, ctx, b.js, queue.StreamName("bstop", queue.Backlog)); n != 1 {
+		t.Fatalf("the backlog holds %d jobs after the stop, want the handed-back one", n)
+	}
+	if n := stored(t, ctx, b.js, queue.StreamName("bstop", queue.Ready)); n != 0 {
+		t.Fatalf("READY holds %d jobs after the stop, want none", n)
+	}
+	second := newRecorder()
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
+		second.started(j)
+		return nil
+	})
+	second.waitFor(t, 10*time.Second, "the handed-back job", func() bool { return second.count(queue.Succeeded) == 1 })
+	if got := second.order; !slices.Equal(got, []string{stuck.ID}) {
+		t.Errorf("second worker ran %v, want the stuck job %s (and not the finished %s)", got, stuck.ID, quick.ID)
+	}
+}
+
+// A worker whose every handler stays busy does not sit on the due backlog
+// jobs it holds while another worker has handlers free: after a bounded
+// wait for a handler it hands them back, stops pulling the backlog until
+// one is free, and the other worker starts them.
+func TestBacklogBusyWorkerHandsDueJobsOn(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, testQueue("busy"))
+	busy, free := newRecorder(), newRecorder()
+	unblock := make(chan struct{})
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 1, FetchWait: 100 * time.Millisecond, Observe: busy.observe}, func(ctx context.Context, j *queue.Job) error {
+		busy.started(j)
+		if j.Key == "long" {
+			select {
+			case <-unblock:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	t.Cleanup(func() { close(unblock) }) // before the worker stops (cleanups run last first)
+	if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "busy", "long")); err != nil {
+		t.Fatal(err)
+	}
+	busy.waitFor(t, 10*time.Second, "the long job to run", func() bool { return busy.count(queue.Started) == 1 })
+	queued := publishBacklog(t, ctx, b, "q", 2, time.Time{})
+	busy.waitFor(t, 10*time.Second, "the busy worker to hold the backlog", func() bool {
+		info, err := queue.Inspect(ctx, b.js, b.cfg)
+		return err == nil && info.BacklogHeld == 2
+	})
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: free.observe}, func(ctx context.Context, j *queue.Job) error {
+		free.started(j)
+		return nil
+	})
+	free.waitFor(t, 15*time.Second, "the free worker to run the backlog jobs", func() bool { return free.count(queue.Succeeded) == 2 })
+	free.mu.Lock()
+	defer free.mu.Unlock()
+	if got, want := free.order, ids(queued); !slices.Equal(got, want) {
+		t.Errorf("the free worker ran %v, want %v", got, want)
+	}
+	busy.mu.Lock()
+	defer busy.mu.Unlock()
+	if len(busy.order) != 1 {
+		t.Errorf("the busy worker ran %v, want only its long job", busy.order)
 	}
 }

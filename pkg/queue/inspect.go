@@ -18,7 +18,9 @@ type Info struct {
 	// Ready is the number of admitted jobs not yet finished: waiting,
 	// running or waiting for a retry.
 	Ready int64
-	// Backlog is the number of queued jobs waiting for their start.
+	// Backlog is the number of queued jobs waiting for their start, or
+	// running their first try (a backlog job runs from its backlog
+	// message; a retry moves it to READY).
 	Backlog int64
 	// Capacity and PerKeyCapacity are the backlog's bounds.
 	Capacity       int64
@@ -31,13 +33,15 @@ type Info struct {
 	// (0 when it is empty).
 	OldestAge time.Duration
 	// InFlight is the ready consumer's delivered, unacknowledged jobs:
-	// running, or waiting for a retry. MaxAckPending is its bound.
+	// running, or waiting for a retry (backlog jobs on their first try
+	// count in BacklogHeld instead). MaxAckPending is its bound.
 	InFlight      int
 	MaxAckPending int
 	// Redelivered counts ready jobs delivered more than once and not yet
 	// finished.
 	Redelivered int
-	// BacklogHeld is how many backlog jobs workers hold for release;
+	// BacklogHeld is how many backlog jobs workers hold for their start
+	// or run on their first try;
 	// BacklogPullers is how many pull requests wait on the backlog: 0 with
 	// jobs waiting means no worker is draining it.
 	BacklogHeld    int

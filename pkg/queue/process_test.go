@@ -53,7 +53,7 @@ type childConfig struct {
 //	start <job id> <pid> <unix ns> <attempt>
 //	done <job id> <pid>             (the handler finished its work)
 //	ack <job id> <pid>
-//	release <job id> <pid> <unix ns> <READY seq>
+//	release <job id> <pid> <unix ns> <BACKLOG seq>
 //	dead <job id> <pid>
 func childMain(raw string) int {
 	var cfg childConfig

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/retry"
@@ -16,12 +19,14 @@ import (
 // runner pulls jobs from the ready consumer, never more than it has free
 // handlers for (so no job waits in this process while another worker is
 // idle), and runs each with heartbeats until it is settled: acked, nak'd
-// for a retry, dead-lettered or handed back.
+// for a retry, dead-lettered or handed back. It also runs the backlog jobs
+// the drainer starts (runBacklog), in the same slots.
 type runner struct {
 	w     *Worker
 	cons  jetstream.Consumer
+	ctx   context.Context // Run's: a job not started yet when it ends is handed back
 	hctx  context.Context // handlers' context: canceled when the grace period ends
-	slots chan struct{}   // a token per running handler
+	slots *slots
 
 	mu         sync.Mutex
 	active     map[*execution]struct{}
@@ -30,22 +35,24 @@ type runner struct {
 	lastStallW time.Time
 }
 
-// execution is one delivery of a job being run.
+// execution is one delivery of a job being run: from READY, or a backlog
+// job run from its backlog message at its booked start.
 type execution struct {
 	msg     jetstream.Msg
-	meta    *jetstream.MsgMetadata
+	stream  string // where the delivered message is
+	seq     uint64 // its place there (0 if unknown)
+	subject string
+	header  nats.Header // the stored message, for a dead letter or a retry
+	data    []byte
 	job     *Job
 	attempt int
+	// backlog: run from its backlog message. A retry moves it to READY,
+	// since the backlog is for jobs waiting for their first start.
+	backlog bool
+	done    func() // called when the execution ends, if set
 
 	mu      sync.Mutex
 	settled bool
-}
-
-func (e *execution) seq() uint64 {
-	if e.meta == nil {
-		return 0
-	}
-	return e.meta.Sequence.Stream
 }
 
 // claim reports whether the caller is the one to settle the delivery.
@@ -59,10 +66,10 @@ func (e *execution) claim() bool {
 	return true
 }
 
-func newRunner(w *Worker, cons jetstream.Consumer, hctx context.Context) *runner {
+func newRunner(w *Worker, cons jetstream.Consumer, ctx, hctx context.Context) *runner {
 	return &runner{
-		w: w, cons: cons, hctx: hctx,
-		slots:  make(chan struct{}, w.cfg.Concurrency),
+		w: w, cons: cons, ctx: ctx, hctx: hctx,
+		slots:  newSlots(w.cfg.Concurrency),
 		active: make(map[*execution]struct{}),
 		idleCh: make(chan struct{}),
 	}
@@ -70,17 +77,19 @@ func newRunner(w *Worker, cons jetstream.Consumer, hctx context.Context) *runner
 
 // pull fetches and starts jobs until ctx ends. The pull request in flight
 // when ctx ends is allowed to finish (at most FetchWait), so that no job is
-// delivered to this worker and then left unattended.
+// delivered to this worker and then left unattended. A pull asks for as many
+// jobs as there are free handlers, without holding them: the drainer may
+// take one for a backlog job's start meanwhile, and a job the pull then
+// brings for it waits for the next free handler.
 func (r *runner) pull(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
-		n := r.acquire(ctx)
+		n := r.slots.room(ctx.Done())
 		if n == 0 {
 			return
 		}
 		batch, err := r.cons.Fetch(n, jetstream.FetchMaxWait(r.w.cfg.FetchWait))
 		if err != nil {
-			r.release(n)
 			failures++
 			r.w.log.Warn("pulling ready jobs failed; retrying", "error", err, "failures", failures)
 			_ = sleep(ctx, backoff(failures))
@@ -91,7 +100,6 @@ func (r *runner) pull(ctx context.Context) {
 			got++
 			r.start(msg)
 		}
-		r.release(n - got)
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
 			r.w.log.Warn("pulling ready jobs failed; retrying", "error", err, "failures", failures)
@@ -105,43 +113,39 @@ func (r *runner) pull(ctx context.Context) {
 	}
 }
 
-// acquire waits for one free handler and takes every other free one too.
-// It returns 0 when ctx ends first.
-func (r *runner) acquire(ctx context.Context) int {
-	select {
-	case r.slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
-	}
-	n := 1
-	for n < cap(r.slots) {
-		select {
-		case r.slots <- struct{}{}:
-			n++
-		default:
-			return n
-		}
-	}
-	return n
-}
-
-func (r *runner) release(n int) {
-	for range n {
-		<-r.slots
-	}
-}
-
+// start runs a READY delivery. It takes its handler slot at once if one is
+// free, so that the next pull does not count it as free.
 func (r *runner) start(msg jetstream.Msg) {
 	e := &execution{msg: msg}
+	slot := r.slots.tryTake()
+	r.track(e)
+	go r.execute(e, slot)
+}
+
+// runBacklog runs a backlog job whose booked start came, in the handler
+// slot the drainer took for it.
+func (r *runner) runBacklog(e *execution, job Job) {
+	r.track(e)
+	go func() {
+		defer r.finish(e)
+		defer r.slots.put()
+		r.try(e, job)
+	}()
+}
+
+func (r *runner) track(e *execution) {
 	r.mu.Lock()
 	r.active[e] = struct{}{}
 	r.mu.Unlock()
-	go r.execute(e)
 }
 
-// finish forgets e and frees its handler.
+// finish forgets e.
 func (r *runner) finish(e *execution) {
+	if e.done != nil {
+		e.done()
+	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	delete(r.active, e)
 	if r.stopping && len(r.active) == 0 {
 		select {
@@ -150,8 +154,6 @@ func (r *runner) finish(e *execution) {
 			close(r.idleCh)
 		}
 	}
-	r.mu.Unlock()
-	r.release(1)
 }
 
 // idle marks the runner as stopping and returns a channel closed once no
@@ -193,22 +195,32 @@ func (r *runner) handBackAll() {
 	}
 }
 
+// handBack gives a started job back: a READY job to READY, a backlog job
+// to the backlog, where a drainer holds it again and books it a new start.
 func (r *runner) handBack(e *execution) {
 	if err := e.msg.Nak(); err != nil {
 		r.w.log.Warn("handing a job back failed; JetStream will deliver it again after the ack wait", "error", err)
 	}
-	r.w.observe(Event{Kind: HandedBack, Job: e.job, Attempt: e.attempt, Sequence: e.seq()})
+	r.w.observe(Event{Kind: HandedBack, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
 }
 
-func (r *runner) execute(e *execution) {
+// execute runs a READY delivery, in the slot start took or, if none was
+// free, in the next one.
+func (r *runner) execute(e *execution, slot bool) {
 	defer r.finish(e)
+	defer func() {
+		if slot {
+			r.slots.put()
+		}
+	}()
 	meta, err := e.msg.Metadata()
 	if err != nil { // not a JetStream delivery: cannot happen on a pull consumer
 		r.w.log.Error("a ready delivery has no JetStream metadata", "subject", e.msg.Subject(), "error", err)
 		return
 	}
-	e.meta = meta
-	job, err := ParseJob(e.msg.Headers(), e.msg.Data())
+	e.stream, e.seq, e.subject = meta.Stream, meta.Sequence.Stream, e.msg.Subject()
+	e.header, e.data = e.msg.Headers(), e.msg.Data()
+	job, err := ParseJob(e.header, e.data)
 	if err != nil {
 		if e.claim() {
 			r.deadLetter(e, int(meta.NumDelivered), "invalid job", err, 0)
@@ -218,14 +230,43 @@ func (r *runner) execute(e *execution) {
 	e.job = &job
 	e.attempt = job.Attempt + int(meta.NumDelivered)
 	if wait := time.Until(job.NotBefore); wait > 0 {
-		// Not due (a clock ahead of ours stamped it): come back when it is.
-		if e.claim() {
-			if err := e.msg.NakWithDelay(wait); err != nil {
-				r.w.log.Warn("deferring a job that is not due failed", "job", job.ID, "error", err)
-			}
+		// Not due: a failed backlog job's retry, or a clock ahead of ours
+		// stamped it. Held here, with heartbeats and no handler, until it
+		// is: handed back, it would be delivered again, and every delivery
+		// counts as a try.
+		if slot {
+			r.slots.put()
+			slot = false
 		}
-		return
+		stop := heartbeat(e.msg, r.w.cfg.AckWait/3)
+		err := sleep(r.ctx, wait)
+		stop()
+		if err != nil {
+			if e.claim() { // stopping: back to READY until it is due
+				if err := e.msg.NakWithDelay(max(time.Until(job.NotBefore), 0)); err != nil {
+					r.w.log.Warn("handing back a job that is not due failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
+				}
+			}
+			return
+		}
 	}
+	if !slot {
+		// Due, and every handler busy: the drainer took one for a backlog
+		// start while this job was on its way. Wait for the next.
+		if slot = r.slots.take(r.ctx.Done()); !slot {
+			if e.claim() { // stopping before it started: not a try
+				if err := e.msg.Nak(); err != nil {
+					r.w.log.Warn("handing a job back failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
+				}
+			}
+			return
+		}
+	}
+	r.try(e, job)
+}
+
+// try runs one try of a job in a slot of its own and settles it.
+func (r *runner) try(e *execution, job Job) {
 	if most := r.w.cfg.Retry.Attempts(); e.attempt > most {
 		// The worker of the last allowed try stopped before settling it.
 		if e.claim() {
@@ -234,7 +275,7 @@ func (r *runner) execute(e *execution) {
 		return
 	}
 	job.Attempt = e.attempt
-	r.w.observe(Event{Kind: Started, Job: e.job, Attempt: e.attempt, Sequence: e.seq()})
+	r.w.observe(Event{Kind: Started, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
 	stop := heartbeat(e.msg, r.w.cfg.AckWait/3)
 	began := time.Now()
 	herr := r.call(&job)
@@ -256,9 +297,11 @@ func (r *runner) call(j *Job) (err error) {
 	return r.w.handle(r.hctx, j)
 }
 
-// settle acks a success, and after a failure naks for a retry or moves the
+// settle acks a success, and after a failure schedules a retry or moves the
 // job to the dead-letter stream. A failure after the grace period ended is
-// the stop's doing, not the job's: the job is handed back.
+// the stop's doing, not the job's: the job is handed back. A READY job's
+// retry is a nak with the delay; a backlog job's is a move to READY
+// (moveToRetry).
 func (r *runner) settle(e *execution, herr error, took time.Duration) {
 	if herr == nil {
 		ctx, cancel := settleCtx(r.hctx)
@@ -267,7 +310,7 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 			r.w.log.Error("job succeeded but its ack failed; JetStream will deliver it again", "job", e.job.ID, "error", err)
 			return
 		}
-		r.w.observe(Event{Kind: Succeeded, Job: e.job, Attempt: e.attempt, Sequence: e.seq(), Took: took})
+		r.w.observe(Event{Kind: Succeeded, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Took: took})
 		return
 	}
 	if r.hctx.Err() != nil {
@@ -276,13 +319,44 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 	}
 	d := r.w.next(e.attempt, herr)
 	if d.Verdict == retry.Retry {
-		if err := e.msg.NakWithDelay(d.Delay); err != nil {
+		if e.backlog {
+			r.moveToRetry(e, d.Delay)
+		} else if err := e.msg.NakWithDelay(d.Delay); err != nil {
 			r.w.log.Warn("scheduling a retry failed; JetStream will deliver the job again after the ack wait", "job", e.job.ID, "error", err)
 		}
-		r.w.observe(Event{Kind: Retrying, Job: e.job, Attempt: e.attempt, Sequence: e.seq(), Err: herr, Delay: d.Delay, Took: took})
+		r.w.observe(Event{Kind: Retrying, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Err: herr, Delay: d.Delay, Took: took})
 		return
 	}
 	r.deadLetter(e, e.attempt, d.Reason, herr, took)
+}
+
+// moveToRetry puts a failed backlog job in READY with its tries so far and
+// a not-before of now+delay, then acks it in the backlog. Its Nats-Msg-Id is
+// its backlog place, so a worker that dies between the two, and whose
+// successor runs and moves the job again, stores it once. If the move
+// fails the job goes back to the backlog after the delay, and its tries so
+// far are forgotten.
+func (r *runner) moveToRetry(e *execution, delay time.Duration) {
+	ctx, cancel := settleCtx(r.hctx)
+	defer cancel()
+	m := nats.NewMsg("spillway." + Ready.String() + "." + r.w.cfg.Queue.Name + "." + e.subject[strings.LastIndexByte(e.subject, '.')+1:])
+	for k, vs := range e.header {
+		if !strings.HasPrefix(k, "Nats-") {
+			m.Header[k] = vs
+		}
+	}
+	m.Header.Set(nats.MsgIdHdr, e.stream+":"+strconv.FormatUint(e.seq, 10))
+	m.Header.Set(HeaderAttempt, strconv.Itoa(e.attempt))
+	m.Header.Set(HeaderNotBefore, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
+	m.Data = e.data
+	if _, err := r.w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamName(r.w.cfg.Queue.Name, Ready))); err != nil {
+		r.w.log.Error("moving a failed backlog job to READY for its retry failed; it goes back to the backlog", "job", e.job.ID, "error", err)
+		_ = e.msg.NakWithDelay(delay)
+		return
+	}
+	if err := ack(ctx, e.msg); err != nil {
+		r.w.log.Warn("failed backlog job moved to READY for its retry but its backlog ack failed; it may run once more from the backlog", "job", e.job.ID, "error", err)
+	}
 }
 
 // deadLetter stores the delivery in DEAD, then acks it. If the store
@@ -291,19 +365,19 @@ func (r *runner) deadLetter(e *execution, attempts int, reason string, cause err
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
 	dl := deadLetter{
-		queue: r.w.cfg.Queue.Name, subject: e.msg.Subject(), stream: e.meta.Stream, seq: e.meta.Sequence.Stream,
-		header: e.msg.Headers(), data: e.msg.Data(), attempts: attempts, reason: reason, err: cause,
+		queue: r.w.cfg.Queue.Name, subject: e.subject, stream: e.stream, seq: e.seq,
+		header: e.header, data: e.data, attempts: attempts, reason: reason, err: cause,
 	}
 	if err := dl.publish(ctx, r.w.js, time.Now()); err != nil {
-		r.w.log.Error("dead-lettering failed; the job stays in READY and comes back", "stream_seq", dl.seq, "error", err)
+		r.w.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", dl.stream, "stream_seq", dl.seq, "error", err)
 		_ = e.msg.NakWithDelay(time.Second)
 		return
 	}
 	if err := ack(ctx, e.msg); err != nil {
-		r.w.log.Error("job dead-lettered but its ack failed; it will be dead-lettered again (stored once)", "stream_seq", dl.seq, "error", err)
+		r.w.log.Error("job dead-lettered but its ack failed; it will be dead-lettered again (stored once)", "stream", dl.stream, "stream_seq", dl.seq, "error", err)
 		return
 	}
-	r.w.observe(Event{Kind: DeadLettered, Job: e.job, Attempt: attempts, Sequence: e.seq(), Err: cause, Reason: reason, Took: took})
+	r.w.observe(Event{Kind: DeadLettered, Job: e.job, Attempt: attempts, Stream: e.stream, Sequence: e.seq, Err: cause, Reason: reason, Took: took})
 }
 
 // checkStall warns, at most every 10 s, when the ready consumer delivers

@@ -43,8 +43,8 @@ type WorkerConfig struct {
 	// Queue is the queue to work. Its streams are created or updated
 	// (EnsureStreams) when Run starts; its LeakRate is required.
 	Queue Config
-	// Concurrency is how many handlers run at once in this worker
-	// (default 16).
+	// Concurrency is how many handlers run at once in this worker,
+	// admitted and backlog jobs together (default 16).
 	Concurrency int
 	// Retry is the retry schedule and the number of tries (retry.Policy's
 	// defaults: 5 tries, 1s doubling to 5m, 20% jitter).
@@ -84,7 +84,8 @@ type WorkerConfig struct {
 type EventKind uint8
 
 const (
-	// Released: a backlog job took its start slot and moved to READY.
+	// Released: a backlog job's booked start came and its handler starts
+	// now, in this worker, run from its backlog message (Started follows).
 	Released EventKind = iota
 	// Started: the handler was called.
 	Started
@@ -116,8 +117,12 @@ type Event struct {
 	Queue   string
 	Job     *Job
 	Attempt int
-	// Sequence is the job's place in READY: where a Released job was
-	// stored, or the delivery's stream sequence for the other kinds.
+	// Stream and Sequence are the job's place: the READY stream for an
+	// admitted job or a retry; the BACKLOG stream for a backlog job, from
+	// its release to the end of its first try (Released, Started, then
+	// Succeeded, Retrying, DeadLettered or HandedBack). A worker runs a
+	// place at most once at a time, so the pair identifies a running job.
+	Stream   string
 	Sequence uint64
 	// Err is the handler's error (Retrying, DeadLettered).
 	Err error
@@ -128,8 +133,8 @@ type Event struct {
 	// Took is how long the handler ran (Succeeded, Retrying,
 	// DeadLettered after a try).
 	Took time.Duration
-	// Waited is how long a backlog job waited since it was enqueued
-	// (Released).
+	// Waited is how long a backlog job waited since it was enqueued, to
+	// its start (Released).
 	Waited time.Duration
 }
 
@@ -243,14 +248,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	// period.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
-	r := newRunner(w, ready, hctx)
-	d := newDrainer(w, backlog, bstream)
+	r := newRunner(w, ready, ctx, hctx)
+	d := newDrainer(w, r, backlog, bstream)
 
 	var loops sync.WaitGroup
 	loops.Go(func() { r.pull(ctx) })
 	loops.Go(func() { d.run(ctx) })
 	<-ctx.Done()
-	loops.Wait() // no more pulls; the drainer has handed its jobs back
+	loops.Wait() // no more pulls or backlog starts; the drainer has handed its held jobs back
 
 	grace := time.NewTimer(w.cfg.GracePeriod)
 	defer grace.Stop()
