@@ -9,7 +9,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
-// metrics are the worker metrics of DESIGN §6, fed by queue.Events.
+// metrics are the worker metrics, fed by queue.Events.
 type metrics struct {
 	completed *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
@@ -69,6 +69,14 @@ func (m *metrics) setLeak(q string, r bucket.Rate) {
 		return
 	}
 	m.leak.WithLabelValues(q).Set(float64(r.Count) / r.Per.Seconds())
+}
+
+// dropLeak removes the leak rate of a queue no longer worked here.
+func (m *metrics) dropLeak(q string) {
+	if m == nil {
+		return
+	}
+	m.leak.DeleteLabelValues(q)
 }
 
 func (m *metrics) observe(e queue.Event) {
