@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,8 +275,12 @@ func BenchmarkKVPacerReserve(b *testing.B) {
 				}
 				ps = append(ps, p)
 			}
-			var next sync.Mutex
-			i := 0
+			var (
+				next    sync.Mutex
+				i       int
+				latency atomic.Int64
+			)
+			b.SetParallelism(2) // ≥ 3 goroutines on 2 cores: one per pacer at least
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				next.Lock()
@@ -283,10 +288,12 @@ func BenchmarkKVPacerReserve(b *testing.B) {
 				i++
 				next.Unlock()
 				for pb.Next() {
+					t0 := time.Now()
 					if _, err := p.Reserve(context.Background()); err != nil {
 						b.Error(err)
 						return
 					}
+					latency.Add(int64(time.Since(t0)))
 				}
 			})
 			var st queue.KVPacerStats
@@ -296,6 +303,7 @@ func BenchmarkKVPacerReserve(b *testing.B) {
 				st.Conflicts += s.Conflicts
 			}
 			b.ReportMetric(float64(st.Conflicts)/float64(max(st.Bookings, 1)), "conflicts/booking")
+			b.ReportMetric(float64(latency.Load())/float64(max(st.Bookings, 1))/1e3, "µs/reserve")
 		})
 	}
 	b.Run("redis", func(b *testing.B) {
@@ -310,7 +318,7 @@ func BenchmarkKVPacerReserve(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := queue.NewPacer(st, "bench-"+redistest.KeyPrefix(b), fast)
+		p, err := queue.NewPacer(st, "bench", fast)
 		if err != nil {
 			b.Fatal(err)
 		}
