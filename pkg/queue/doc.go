@@ -44,8 +44,11 @@
 // order they became due: never before their not-before, only when no due
 // job of their key is ahead of them in the stream (per-key FIFO among due
 // jobs, across processes; a job not due yet holds back nobody), and each at a
-// start booked from a Pacer. Workers that share a pacer — NewPacer over a
-// redisbucket.Store — share one leak rate whatever their number. A released
+// start booked from a Pacer. Workers that share a pacer's state share one
+// leak rate whatever their number: a KVPacer keeps it in a JetStream
+// key-value entry per queue (NATS alone), NewPacer over a redisbucket.Store
+// in Redis, and a FailoverPacer paces in Redis and, while Redis fails, in
+// JetStream. Every pacer's SetRate takes effect at the next booking. A released
 // job is copied to READY under its backlog place as Nats-Msg-Id (so a crash
 // between copy and ack is deduplicated) and acked in the backlog. A job older than Config.MaxAge
 // goes to DEAD instead.
