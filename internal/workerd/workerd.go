@@ -22,9 +22,10 @@
 // (concurrency, handler, retry policy, backlog bounds, ack wait, grace
 // period) gets a new queue.Worker, started before the old one is stopped
 // gracefully — the old one's running handlers finish within the grace
-// period, and the backlog jobs it held are handed back to JetStream, where
-// the new one takes them; a new queue starts and a removed one stops the
-// same graceful way. A configuration that cannot be applied (a queue given
+// period (meanwhile both run, so the queue briefly has up to old + new
+// concurrency handlers), and the backlog jobs it held are handed back to
+// JetStream, where the new one takes them; a new queue starts and a
+// removed one stops the same graceful way. A configuration that cannot be applied (a queue given
 // with --queues is gone, a handler cannot be built) changes nothing.
 package workerd
 
