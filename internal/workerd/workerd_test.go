@@ -89,7 +89,12 @@ queues:
 	}
 	done := make(chan error, 1)
 	go func() { done <- pool.Wait() }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Wait: %v", err)
+		}
+	})
 
 	pub, err := queue.NewPublisher(js, 0)
 	if err != nil {
