@@ -165,6 +165,64 @@ func TestKVPacerRealClockDistinctStarts(t *testing.T) {
 	}
 }
 
+// Three workers draining at the leak rate as drainers do — book, wait for
+// the start, book again — keep the chain unbroken and rarely conflict: the
+// figure the benchmark's flat-out contention overstates.
+func TestKVPacerConflictsAtLeakRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 s of pacing; -short skips it")
+	}
+	t.Parallel()
+	srv := queuetest.Start(t)
+	const rate = 50
+	ps := kvPacers(t, srv, 3, bucket.Rate{Count: rate, Per: time.Second}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		starts []time.Time
+		wg     sync.WaitGroup
+	)
+	for _, p := range ps {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				d, err := p.Reserve(ctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				starts = append(starts, time.Now().Add(d))
+				mu.Unlock()
+				_ = sleepCtx(ctx, d)
+			}
+		})
+	}
+	wg.Wait()
+	var st queue.KVPacerStats
+	for _, p := range ps {
+		s := p.Stats()
+		st.Bookings += s.Bookings
+		st.Conflicts += s.Conflicts
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	got := float64(len(starts)-1) / starts[len(starts)-1].Sub(starts[0]).Seconds()
+	t.Logf("3 workers at %d/s for 3 s: %d bookings, %d conflicts (%.3f per booking), starts at %.2f/s", rate, st.Bookings, st.Conflicts, float64(st.Conflicts)/float64(st.Bookings), got)
+	if got > rate*1.05 {
+		t.Errorf("starts at %.2f/s, above the rate %d/s", got, rate)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // A FailoverPacer books in Redis, falls back to JetStream when Redis is
 // down — and so does another worker's pacer that can still reach Redis, so
 // that two chains never run side by side — and goes back to Redis after
