@@ -197,6 +197,9 @@ func (p *Pool) apply(cfg *config.Config) error {
 	keep := map[string]bool{}
 	for _, q := range queues {
 		keep[q.Name] = true
+		if _, err := bucket.NewLeakyBucket(q.Backlog.LeakRate, 1, 0); err != nil {
+			return fmt.Errorf("workerd: queue %s: leak_rate: %w", q.Name, err)
+		}
 		sp := p.specOf(cfg, q)
 		if r := p.running[q.Name]; r != nil && reflect.DeepEqual(r.spec, sp) {
 			continue
@@ -206,9 +209,6 @@ func (p *Pool) apply(cfg *config.Config) error {
 			if h, err = handler.New(q.Handler, p.o.NC, p.o.HTTPClient, p.o.Logger); err != nil {
 				return fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 			}
-		}
-		if _, err := bucket.NewLeakyBucket(q.Backlog.LeakRate, 1, 0); err != nil {
-			return fmt.Errorf("workerd: queue %s: leak_rate: %w", q.Name, err)
 		}
 		starts = append(starts, plan{q: q, spec: sp, h: h})
 	}
@@ -226,7 +226,7 @@ func (p *Pool) apply(cfg *config.Config) error {
 	// Leak rates, in place.
 	for _, q := range queues {
 		if pc := p.pacers[q.Name]; pc != nil {
-			_ = pc.SetRate(q.Backlog.LeakRate) // checked above or when the pacer was made
+			_ = pc.SetRate(q.Backlog.LeakRate) // the rate was checked above
 		}
 		p.m.setLeak(q.Name, q.Backlog.LeakRate)
 	}
