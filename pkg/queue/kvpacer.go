@@ -70,7 +70,9 @@ func OpenPacerBucket(ctx context.Context, js jetstream.JetStream, replicas int) 
 // higher rate (with NTP's milliseconds and a leak rate of 100/s, less than
 // one job). A machine whose clock runs ahead pushes the chain later, which
 // slows nobody once the chain is busy (starts follow the chain, not the
-// clock).
+// clock). A machine whose clock is behind by more than 1,024 starts' worth
+// books nothing (its starts would be that far ahead) and waits, as it would
+// with that many bookings outstanding; the others drain.
 //
 // # Rate changes
 //
