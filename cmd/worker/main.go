@@ -29,17 +29,19 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// A worker does not reload its configuration (restart it to apply a
-	// change); SIGHUP — say, from a "reload everything" script — must not
-	// end it without its graceful stop, as Go's default action would.
+	// SIGHUP reloads the configuration file, as the admitter's does.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	reload := make(chan struct{}, 1)
 	go func() {
 		for range hup {
-			fmt.Fprintln(os.Stderr, "worker: SIGHUP ignored: a worker does not reload its configuration; restart it (SIGTERM stops it gracefully)")
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
 		}
 	}()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -54,8 +56,13 @@ Usage:
 
 Admitted jobs run as fast as --concurrency allows; backlog jobs start at the
 queue's backlog.leak_rate in total across all worker processes, paced in
-Redis (redis.url). Without Redis each process paces alone: run one worker
-process per queue then, or each drains at the full leak rate.
+JetStream (or in Redis when redis.url is set, with JetStream taking over
+while Redis is unreachable).
+
+The file is reloaded on SIGHUP and when it changes: leak rates, queues,
+handlers, retry policies and concurrency change without dropping a job; an
+invalid file is reported and the running configuration stays. Connection
+settings (nats, redis) take a restart.
 
 SIGTERM or Ctrl-C: stop pulling, let running jobs finish within
 worker.grace_period, hand the rest back to JetStream.
@@ -63,7 +70,7 @@ worker.grace_period, hand the rest back to JetStream.
 Flags:
 `
 
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f cli.Flags
@@ -84,10 +91,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(f.Config, getenv, o)
+	watcher, err := config.NewWatcher(f.Config, getenv, o, 0, log)
 	if err != nil {
 		return err
 	}
+	cfg := watcher.Current()
 	var names []string
 	if *queues != "" {
 		for _, n := range strings.Split(*queues, ",") {
@@ -98,7 +106,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_config_reloads_total",
+		Help: "Configuration reloads, by result (success, failure).",
+	}, []string{"result"})
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), reloads)
+	for _, result := range []string{"success", "failure"} {
+		reloads.WithLabelValues(result) // at 0 from the start: the first failure is an increase
+	}
 	p, err := workerd.Connect(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -126,5 +141,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "spillway worker: metrics on http://%s/metrics\n", ln.Addr())
 	}
 	log.Info("worker started", "nats", conn.Redact(p.NC.ConnectedUrl()), "redis", cfg.Redis.URL != "")
-	return p.Run(ctx, workerd.Options{Queues: names, Registerer: reg})
+	return p.Run(ctx, workerd.Options{Queues: names, Registerer: reg}, func(pool *workerd.Pool) {
+		watcher.OnReload = func(old, next *config.Config) {
+			if old.NATS != next.NATS || old.Redis != next.Redis {
+				log.Warn("nats and redis settings are not reloaded: restart the worker to apply them", "file", f.Config)
+			}
+			if err := pool.Reload(next); err != nil {
+				reloads.WithLabelValues("failure").Inc()
+				log.Error("applying the reloaded configuration failed; the workers keep their previous settings", "err", err)
+				return
+			}
+			reloads.WithLabelValues("success").Inc()
+			log.Info("configuration applied to the workers", "file", f.Config, "queues", len(next.Queues))
+		}
+		watcher.OnResult = func(ok bool, _ error) {
+			if !ok {
+				reloads.WithLabelValues("failure").Inc()
+			}
+		}
+		r := &cli.Reloader{Watcher: watcher, Requests: reload, Logger: log}
+		go func() { _ = r.Run(ctx) }()
+	})
 }

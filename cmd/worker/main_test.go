@@ -26,7 +26,7 @@ func TestCommandLine(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(t.Context(), tt.args, func(string) string { return "" }, &stdout, &stderr)
+			err := run(t.Context(), tt.args, func(string) string { return "" }, &stdout, &stderr, nil)
 			if !strings.Contains(stdout.String(), tt.wantOut) {
 				t.Errorf("stdout %q, want it to contain %q", stdout.String(), tt.wantOut)
 			}

@@ -59,6 +59,7 @@ type Service struct {
 	redis    *redis.Client
 	failover *admit.Failover
 	admitter *admit.Admitter
+	workers  *workerd.Pool // dev mode only
 	natsDoor *door.NATSDoor
 	http     *http.Server
 	httpLn   net.Listener
@@ -232,12 +233,13 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if o.Dev {
 		rec := jobstatus.NewRecorder(s.status, s.log, 4096)
 		s.goRun(func() error { return rec.Run(runCtx) })
-		s.goRun(func() error {
-			return workerd.Run(runCtx, workerd.Options{
-				NC: s.nc, JS: s.js, Config: cfg, PacerStore: shared, Handlers: o.Handlers,
-				Recorder: rec, Registerer: o.Registry, Logger: s.log,
-			})
-		})
+		if s.workers, err = workerd.Start(runCtx, workerd.Options{
+			NC: s.nc, JS: s.js, Config: cfg, PacerStore: shared, Handlers: o.Handlers,
+			Recorder: rec, Registerer: o.Registry, Logger: s.log,
+		}); err != nil {
+			return nil, err
+		}
+		s.goRun(s.workers.Wait)
 	}
 	s.log.Info("admitter ready", "http", s.HTTPAddr(), "nats", conn.Redact(url), "queues", len(cfg.Queues))
 	return s, nil
@@ -281,9 +283,10 @@ func (s *Service) Ready() error {
 
 // Reload applies a new configuration: streams of new or changed queues
 // are created or updated first, then the admitter switches, and with it
-// the failure mode (redis.failure_mode) and readiness. Limits of the
-// running dev-mode workers are not reloaded, nor the store's connection
-// (redis.url, redis.timeout: a restart applies them).
+// the failure mode (redis.failure_mode) and readiness, then — in dev mode —
+// the in-process workers take it (workerd.Pool.Reload: leak rates, queues,
+// handlers, retry policies, concurrency). The store's connection
+// (redis.url, redis.timeout) is not reloaded: a restart applies it.
 func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
 	if err := s.ensureStreams(ctx, cfg); err != nil {
 		s.reloads.WithLabelValues("failure").Inc()
@@ -299,6 +302,12 @@ func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
 	s.admitter.SetConfig(cfg)
 	s.metrics.Init(cfg, s.store)
 	s.warnIPTiers(cfg)
+	if s.workers != nil {
+		if err := s.workers.Reload(cfg); err != nil {
+			s.reloads.WithLabelValues("failure").Inc()
+			return fmt.Errorf("admitterd: the admitter runs the new configuration, but its workers keep the previous one: %w", err)
+		}
+	}
 	s.reloads.WithLabelValues("success").Inc()
 	return nil
 }

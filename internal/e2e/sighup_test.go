@@ -12,10 +12,10 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
-// TestWorkerSurvivesSIGHUP: a worker does not reload its configuration,
-// and a SIGHUP meant for the admitters must not kill it without its
-// graceful stop: it says so and keeps working.
-func TestWorkerSurvivesSIGHUP(t *testing.T) {
+// TestWorkerReloadsOnSIGHUP: SIGHUP makes a worker read its file again (as
+// an admitter does), counted on its /metrics; it keeps working, and
+// SIGTERM still stops it gracefully.
+func TestWorkerReloadsOnSIGHUP(t *testing.T) {
 	srv := queuetest.Start(t)
 	cfg := writeFile(t, "spillway.yaml", fmt.Sprintf(`
 nats: {url: %q}
@@ -29,10 +29,12 @@ queues:
 	w.signal(syscall.SIGHUP)
 	client := &http.Client{Timeout: 5 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
-	waitFor(t, 10*time.Second, "the worker to log that it ignored SIGHUP", func() bool {
-		b, _ := os.ReadFile(w.log)
-		return strings.Contains(string(b), "SIGHUP ignored")
+	waitFor(t, 10*time.Second, "the reload on SIGHUP to be counted", func() bool {
+		return metric(t, w.addr, `spillway_config_reloads_total{result="success"}`) >= 1
 	})
+	if b, _ := os.ReadFile(w.log); !strings.Contains(string(b), "configuration applied to the workers") {
+		t.Error("the reload on SIGHUP was not logged")
+	}
 	select {
 	case <-w.done:
 		t.Fatalf("the worker exited on SIGHUP: %v", w.err)

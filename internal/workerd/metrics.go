@@ -9,7 +9,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
-// metrics are the worker metrics of DESIGN §6, fed by queue.Events.
+// metrics are the worker metrics, fed by queue.Events.
 type metrics struct {
 	completed *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
@@ -22,9 +22,12 @@ type metrics struct {
 	running map[runKey]struct{} // started and not yet ended, so the gauge never drifts
 }
 
+// runKey is a run's message: a backlog job's first try runs from the
+// backlog stream, so a sequence alone can name two runs at once.
 type runKey struct {
-	queue string
-	seq   uint64
+	queue  string
+	stream string
+	seq    uint64
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -86,6 +89,14 @@ func (m *metrics) initQueue(q string) {
 	m.dead.WithLabelValues(q)
 }
 
+// dropLeak removes the leak rate of a queue no longer worked here.
+func (m *metrics) dropLeak(q string) {
+	if m == nil {
+		return
+	}
+	m.leak.DeleteLabelValues(q)
+}
+
 func (m *metrics) observe(e queue.Event) {
 	if m == nil {
 		return
@@ -93,7 +104,7 @@ func (m *metrics) observe(e queue.Event) {
 	switch e.Kind {
 	case queue.Started:
 		m.mu.Lock()
-		m.running[runKey{e.Queue, e.Sequence}] = struct{}{}
+		m.running[runKey{e.Queue, e.Stream, e.Sequence}] = struct{}{}
 		m.mu.Unlock()
 		m.inFlight.WithLabelValues(e.Queue).Inc()
 	case queue.Succeeded:
@@ -114,7 +125,7 @@ func (m *metrics) observe(e queue.Event) {
 
 // ended takes a run out of the in-flight gauge if it was counted in.
 func (m *metrics) ended(e queue.Event) {
-	k := runKey{e.Queue, e.Sequence}
+	k := runKey{e.Queue, e.Stream, e.Sequence}
 	m.mu.Lock()
 	_, ok := m.running[k]
 	delete(m.running, k)

@@ -1,7 +1,32 @@
 // Package workerd runs a worker process's queues: one queue.Worker per
-// queue with the queue's handler, a shared pacer (Redis when configured),
-// job-status records and the worker metrics of DESIGN §6. cmd/worker and
+// queue with the queue's handler, a pacer shared by every worker process,
+// job-status records and the worker metrics (spillway_jobs_*,
+// spillway_leak_rate, spillway_dead_letters_total). cmd/worker and
 // `admitter --dev` both run it.
+//
+// # Pacing
+//
+// A queue's backlog leak is global across worker processes. Without
+// redis.url the pacer keeps its state in JetStream (queue.KVPacer: one
+// key-value entry per queue, updated by compare-and-set), so NATS alone
+// gives a global leak. With redis.url it paces in Redis and falls back to
+// the JetStream pacer while Redis is unreachable (queue.FailoverPacer), so a
+// Redis outage does not stop the drain. docs/reliability.md has the
+// figures.
+//
+// # Reloading
+//
+// Pool.Reload applies a new configuration without dropping a job: a queue
+// whose leak rate alone changed keeps its worker and its pacer takes the
+// new rate at the next booking; a queue whose worker settings changed
+// (concurrency, handler, retry policy, backlog bounds, ack wait, grace
+// period) gets a new queue.Worker, started before the old one is stopped
+// gracefully — the old one's running handlers finish within the grace
+// period (meanwhile both run, so the queue briefly has up to old + new
+// concurrency handlers), and the backlog jobs it held are handed back to
+// JetStream, where the new one takes them; a new queue starts and a
+// removed one stops the same graceful way. A configuration that cannot be applied (a queue given
+// with --queues is gone, a handler cannot be built) changes nothing.
 package workerd
 
 import (
@@ -10,8 +35,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +50,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
 // Options are a worker process's parts. NC, JS and Config are required.
@@ -34,9 +62,9 @@ type Options struct {
 	Queues []string
 	// Concurrency per queue (default Config.Worker.Concurrency).
 	Concurrency int
-	// PacerStore is the store the backlog pacer uses: a Redis store shared
-	// by every worker process, or nil for one in this process's memory
-	// (right only when this is the one worker process).
+	// PacerStore is the shared store the backlog pacer uses first — Redis —
+	// with the JetStream pacer as its fallback; nil paces in JetStream
+	// alone. Either way the leak is shared by every worker process.
 	PacerStore bucket.Store
 	// Recorder writes job-status records; nil keeps none.
 	Recorder *jobstatus.Recorder
@@ -52,92 +80,275 @@ type Options struct {
 // (in-flight jobs finish within the grace period; the rest are handed
 // back). It returns the first worker error.
 func Run(ctx context.Context, o Options) error {
+	p, err := Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	return p.Wait()
+}
+
+// Pool is a running set of queue workers that a new configuration can be
+// applied to (Reload).
+type Pool struct {
+	o       Options
+	m       *metrics
+	kv      jetstream.KeyValue
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	firstMu sync.Mutex
+	first   error
+
+	mu      sync.Mutex // serialises Reload; guards the fields below
+	running map[string]*running
+	pacers  map[string]pacer // kept when a queue goes, for when it comes back
+}
+
+// pacer is a queue.Pacer whose rate a reload can change.
+type pacer interface {
+	queue.Pacer
+	SetRate(bucket.Rate) error
+}
+
+// running is one queue's current worker.
+type running struct {
+	spec spec
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// spec is everything a queue's worker is built from but the leak rate,
+// which its pacer changes in place.
+type spec struct {
+	backlog     queue.Config // LeakRate zeroed
+	retry       retry.Policy
+	handler     config.Handler
+	concurrency int
+	ackWait     time.Duration
+	grace       time.Duration
+}
+
+// Start starts a worker for each queue and returns at once; the workers
+// run until ctx ends (Wait).
+func Start(ctx context.Context, o Options) (*Pool, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{}
 	}
-	queues, err := pick(o.Config, o.Queues, o.Handlers)
+	if o.Config == nil || o.JS == nil {
+		return nil, errors.New("workerd: Options need Config and JS")
+	}
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	kv, err := queue.OpenPacerBucket(kctx, o.JS, max(o.Config.NATS.Replicas, 1))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("workerd: %w", err)
+	}
+	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]pacer{}}
+	p.ctx, p.cancel = context.WithCancel(ctx)
+	if err := p.apply(o.Config); err != nil {
+		p.cancel()
+		p.wg.Wait()
+		return nil, err
+	}
+	if o.PacerStore == nil {
+		o.Logger.Info("workerd: pacing backlogs in JetStream (no redis.url): the leak rate is shared by every worker process")
+	}
+	return p, nil
+}
+
+// Wait blocks until every worker has stopped (ctx ended, or a worker
+// failed) and returns the first worker error.
+func (p *Pool) Wait() error {
+	<-p.ctx.Done()
+	p.wg.Wait()
+	p.firstMu.Lock()
+	defer p.firstMu.Unlock()
+	return p.first
+}
+
+// Reload applies cfg: see the package documentation. It returns an error,
+// having changed nothing, when cfg cannot be applied.
+func (p *Pool) Reload(cfg *config.Config) error {
+	if p.ctx.Err() != nil {
+		return errors.New("workerd: stopped")
+	}
+	return p.apply(cfg)
+}
+
+// plan is one queue's worker to start.
+type plan struct {
+	q    *config.Queue
+	spec spec
+	h    queue.Handler
+}
+
+func (p *Pool) apply(cfg *config.Config) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	queues, err := pick(cfg, p.o.Queues, p.o.Handlers)
 	if err != nil {
 		return err
 	}
-	m := newMetrics(o.Registerer)
-	type job struct {
-		w *queue.Worker
-		q string
-	}
-	var jobs []job
+	// Everything that can fail first, so that a failure changes nothing.
+	var starts []plan
+	keep := map[string]bool{}
 	for _, q := range queues {
-		h, ok := o.Handlers[q.Name]
+		keep[q.Name] = true
+		if _, err := bucket.NewLeakyBucket(q.Backlog.LeakRate, 1, 0); err != nil {
+			return fmt.Errorf("workerd: queue %s: leak_rate: %w", q.Name, err)
+		}
+		sp := p.specOf(cfg, q)
+		if r := p.running[q.Name]; r != nil && reflect.DeepEqual(r.spec, sp) {
+			continue
+		}
+		h, ok := p.o.Handlers[q.Name]
 		if !ok {
-			if h, err = handler.New(q.Handler, o.NC, o.HTTPClient, o.Logger); err != nil {
+			if h, err = handler.New(q.Handler, p.o.NC, p.o.HTTPClient, p.o.Logger); err != nil {
 				return fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 			}
 		}
-		pacerStore := o.PacerStore
-		if pacerStore == nil {
-			if pacerStore, err = bucket.NewMemory(); err != nil {
-				return err
+		starts = append(starts, plan{q: q, spec: sp, h: h})
+	}
+	workers := make([]*queue.Worker, len(starts))
+	for i, st := range starts {
+		pc, err := p.pacer(st.q)
+		if err != nil {
+			return err
+		}
+		if workers[i], err = p.newWorker(cfg, st, pc); err != nil {
+			return err
+		}
+	}
+
+	// Leak rates, in place.
+	for _, q := range queues {
+		if pc := p.pacers[q.Name]; pc != nil {
+			_ = pc.SetRate(q.Backlog.LeakRate) // the rate was checked above
+		}
+		p.m.setLeak(q.Name, q.Backlog.LeakRate)
+		p.m.initQueue(q.Name)
+	}
+	// New workers first, then the old ones stop: no gap in the drain.
+	for i, st := range starts {
+		old := p.running[st.q.Name]
+		p.running[st.q.Name] = p.launch(st.q.Name, st.spec, workers[i])
+		if old != nil {
+			p.o.Logger.Info("workerd: queue settings changed: a new worker took over; the old one finishes its running jobs", "queue", st.q.Name)
+			old.stop()
+		} else if p.o.Config != cfg {
+			p.o.Logger.Info("workerd: queue added", "queue", st.q.Name)
+		}
+	}
+	for name, r := range p.running {
+		if !keep[name] {
+			p.o.Logger.Info("workerd: queue removed: its worker finishes its running jobs and stops", "queue", name)
+			r.stop()
+			delete(p.running, name)
+			p.m.dropLeak(name)
+		}
+	}
+	p.o.Config = cfg
+	return nil
+}
+
+func (p *Pool) specOf(cfg *config.Config, q *config.Queue) spec {
+	b := q.Backlog
+	b.LeakRate = bucket.Rate{}
+	conc := p.o.Concurrency
+	if conc == 0 {
+		conc = cfg.Worker.Concurrency
+	}
+	return spec{backlog: b, retry: q.Retry, handler: q.Handler, concurrency: conc, ackWait: cfg.Worker.AckWait, grace: cfg.Worker.GracePeriod}
+}
+
+// pacer returns the queue's pacer, made on first use.
+func (p *Pool) pacer(q *config.Queue) (pacer, error) {
+	if pc := p.pacers[q.Name]; pc != nil {
+		return pc, nil
+	}
+	kvp, err := queue.NewKVPacer(p.kv, q.Name, q.Backlog.LeakRate)
+	if err != nil {
+		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
+	}
+	var pc pacer = kvp
+	if p.o.PacerStore != nil {
+		sp, err := queue.NewPacer(p.o.PacerStore, q.Name, q.Backlog.LeakRate)
+		if err != nil {
+			return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
+		}
+		fp, err := queue.NewFailoverPacer(sp, kvp)
+		if err != nil {
+			return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
+		}
+		log := p.o.Logger.With("queue", q.Name)
+		js, stream := p.o.JS, queue.StreamName(q.Name, queue.Backlog)
+		fp.Peers = func(ctx context.Context) int {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			c, err := js.Consumer(ctx, stream, queue.BacklogConsumer)
+			if err != nil {
+				return 1
+			}
+			return max(c.CachedInfo().NumWaiting, 1)
+		}
+		fp.OnSwitch = func(fallback bool, err error) {
+			if fallback {
+				log.Warn("pacing the backlog in JetStream: the Redis pacer is unreachable (or was, for another worker); the leak rate still holds", "error", err)
+			} else {
+				log.Info("pacing the backlog in Redis again")
 			}
 		}
-		pacer, err := queue.NewPacer(pacerStore, q.Name, q.Backlog.LeakRate)
-		if err != nil {
-			return fmt.Errorf("workerd: queue %s: %w", q.Name, err)
-		}
-		conc := o.Concurrency
-		if conc == 0 {
-			conc = o.Config.Worker.Concurrency
-		}
-		m.setLeak(q.Name, q.Backlog.LeakRate)
-		m.initQueue(q.Name)
-		observe := m.observe
-		if o.Recorder != nil {
-			rec := o.Recorder
-			observe = func(e queue.Event) { m.observe(e); rec.Observe(e) }
-		}
-		w, err := queue.NewWorker(o.JS, queue.WorkerConfig{
-			Queue:       q.Backlog,
-			Concurrency: conc,
-			Retry:       q.Retry,
-			Pacer:       pacer,
-			AckWait:     o.Config.Worker.AckWait,
-			GracePeriod: o.Config.Worker.GracePeriod,
-			Logger:      o.Logger.With("queue", q.Name),
-			Observe:     observe,
-		}, h)
-		if err != nil {
-			return fmt.Errorf("workerd: queue %s: %w", q.Name, err)
-		}
-		jobs = append(jobs, job{w, q.Name})
+		pc = fp
 	}
-	if o.PacerStore == nil && len(jobs) > 0 {
-		o.Logger.Info("workerd: pacing backlogs in this process's memory; with several worker processes configure redis.url, or each drains at the full leak rate")
+	p.pacers[q.Name] = pc
+	return pc, nil
+}
+
+func (p *Pool) newWorker(cfg *config.Config, st plan, pc pacer) (*queue.Worker, error) {
+	observe := p.m.observe
+	if p.o.Recorder != nil {
+		rec := p.o.Recorder
+		observe = func(e queue.Event) { p.m.observe(e); rec.Observe(e) }
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	for _, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := j.w.Run(ctx)
-			if err != nil && !errors.Is(err, context.Canceled) {
-				mu.Lock()
-				if first == nil {
-					first = fmt.Errorf("workerd: queue %s: %w", j.q, err)
-				}
-				mu.Unlock()
-				cancel() // one queue failing stops the process: a supervisor restarts it whole
+	w, err := queue.NewWorker(p.o.JS, queue.WorkerConfig{
+		Queue:       st.q.Backlog,
+		Concurrency: st.spec.concurrency,
+		Retry:       st.q.Retry,
+		Pacer:       pc,
+		AckWait:     cfg.Worker.AckWait,
+		GracePeriod: cfg.Worker.GracePeriod,
+		Logger:      p.o.Logger.With("queue", st.q.Name),
+		Observe:     observe,
+	}, st.h)
+	if err != nil {
+		return nil, fmt.Errorf("workerd: queue %s: %w", st.q.Name, err)
+	}
+	return w, nil
+}
+
+// launch runs w until the pool stops or the returned worker is stopped.
+func (p *Pool) launch(name string, sp spec, w *queue.Worker) *running {
+	ctx, stop := context.WithCancel(p.ctx)
+	r := &running{spec: sp, stop: stop, done: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(r.done)
+		defer stop()
+		err := w.Run(ctx)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			p.firstMu.Lock()
+			if p.first == nil {
+				p.first = fmt.Errorf("workerd: queue %s: %w", name, err)
 			}
-		}()
-	}
-	wg.Wait()
-	return first
+			p.firstMu.Unlock()
+			p.cancel() // one queue failing stops the process: a supervisor restarts it whole
+		}
+	}()
+	return r
 }
 
 // pick returns the queues to work: the named ones (each must exist and
@@ -233,17 +444,27 @@ func (p *Process) Ready() error {
 }
 
 // Run works the queues with this process's connections; o's NC, JS,
-// Config, PacerStore, Recorder and Logger are filled in.
-func (p *Process) Run(ctx context.Context, o Options) error {
+// Config, PacerStore, Recorder and Logger are filled in. started, if not
+// nil, is called with the pool once its workers run, so that the caller
+// can reload it.
+func (p *Process) Run(ctx context.Context, o Options, started func(*Pool)) error {
 	o.NC, o.JS, o.Config, o.PacerStore, o.Recorder, o.Logger = p.NC, p.JS, p.Config, p.Pacer, p.Recorder, p.Logger
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	recDone := make(chan struct{})
 	go func() { defer close(recDone); _ = p.Recorder.Run(rctx) }()
-	err := Run(ctx, o)
-	cancel() // after the workers: the last events are recorded first
-	<-recDone
-	return err
+	defer func() {
+		cancel() // after the workers: the last events are recorded first
+		<-recDone
+	}()
+	pool, err := Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	if started != nil {
+		started(pool)
+	}
+	return pool.Wait()
 }
 
 // Close closes the connections.

@@ -47,26 +47,30 @@
 // order they became due: never before their not-before, only when no due
 // job of their key is ahead of them in the stream (per-key FIFO among due
 // jobs, across processes; a job not due yet holds back nobody), and each at
-// a start booked from a Pacer. Workers that share a pacer — NewPacer over a
-// redisbucket.Store — share one leak rate whatever their number. The rate
+// a start booked from a Pacer. Workers that share a pacer's state share one
+// leak rate whatever their number: a KVPacer keeps it in a JetStream
+// key-value entry per queue (NATS alone), NewPacer over a redisbucket.Store
+// in Redis, and a FailoverPacer paces in Redis and, while Redis fails, in
+// JetStream. Every pacer's SetRate takes effect at the next booking. The rate
 // holds for handler starts: at the booked time the worker that booked it
 // runs the handler itself, in one of its handler slots, from the backlog
 // message — the job does not pass through READY, where it could wait
 // behind admitted jobs and then start in a crowd. A slot is needed only at
 // the booked start: with every handler busy then, the booking goes unused
 // and the job books again, taking a slot first; a worker whose handlers
-// stay busy hands its due jobs back to workers that have free ones. The backlog message is kept
-// with heartbeats while the handler runs and acked when it succeeds; a
-// failed try that may be retried moves the job to READY with its tries so
-// far and the retry's not-before, under its backlog place as Nats-Msg-Id
-// (so a crash between the move and the ack is deduplicated), and acks it in
-// the backlog; the last failed try dead-letters it. A worker that dies
-// mid-try leaves the message unacked: after the ack wait another worker
-// holds it and starts it again. A job running from the backlog is still
-// in the stream: until it is settled, its key's later jobs held by other
-// workers wait behind it (in its own worker they may start). A job older
-// than Config.MaxAge goes to DEAD instead. Event.Stream says where a job's message is: BACKLOG from its
-// release (Released) to the end of its first try, READY for its retries.
+// stay busy hands its due jobs back to workers that have free ones. The
+// backlog message is kept with heartbeats while the handler runs and acked
+// when it succeeds; a failed try that may be retried moves the job to READY
+// with its tries so far and the retry's not-before, under its backlog place
+// as Nats-Msg-Id (so a crash between the move and the ack is deduplicated),
+// and acks it in the backlog; the last failed try dead-letters it. A worker
+// that dies mid-try leaves the message unacked: after the ack wait another
+// worker holds it and starts it again. A job running from the backlog is
+// still in the stream: until it is settled, its key's later jobs held by
+// other workers wait behind it (in its own worker they may start). A job
+// older than Config.MaxAge goes to DEAD instead. Event.Stream says where a
+// job's message is: BACKLOG from its release (Released) to the end of its
+// first try, READY for its retries.
 //
 // When Run's context ends the worker stops pulling and starting backlog
 // jobs, hands its held backlog jobs back, lets running handlers — admitted

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -34,7 +35,8 @@ const pacerAhead = 1024
 // different machines share one clock. Safe for concurrent use.
 type StorePacer struct {
 	store bucket.Store
-	tiers []bucket.Tier
+	queue string
+	tiers atomic.Pointer[[]bucket.Tier]
 }
 
 // NewPacer paces the backlog of queue at rate, keeping its state in store:
@@ -47,17 +49,31 @@ func NewPacer(store bucket.Store, queue string, rate bucket.Rate) (*StorePacer, 
 	if err := ValidateQueueName(queue); err != nil {
 		return nil, fmt.Errorf("%w: pacer: %w", ErrInvalidConfig, err)
 	}
+	p := &StorePacer{store: store, queue: queue}
+	if err := p.SetRate(rate); err != nil {
+		return nil, fmt.Errorf("%w: queue %s: %w", ErrInvalidConfig, queue, err)
+	}
+	return p, nil
+}
+
+// SetRate changes the leak rate from the next booking on. The store keeps
+// the bucket's excess scaled by the rate (bucket.Limit.Scaled): for rates
+// whose count divides their period — 5/s, 20/s, 600/m — that is the time
+// the booked chain still runs, in nanoseconds, so the chain carries over
+// exactly and the next start is 1/r_new after the last one booked.
+func (p *StorePacer) SetRate(rate bucket.Rate) error {
 	lim, err := bucket.NewLeakyBucket(rate, pacerAhead, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: queue %s: leak_rate: %w", ErrInvalidConfig, queue, err)
+		return fmt.Errorf("leak_rate: %w", err)
 	}
-	return &StorePacer{store: store, tiers: []bucket.Tier{{Key: queue, Limit: lim}}}, nil
+	p.tiers.Store(&[]bucket.Tier{{Key: p.queue, Limit: lim}})
+	return nil
 }
 
 // Reserve books the next start of the queue's backlog.
 func (p *StorePacer) Reserve(ctx context.Context) (time.Duration, error) {
 	for {
-		d, err := p.store.Decide(ctx, PacerGroup, p.tiers, 1)
+		d, err := p.store.Decide(ctx, PacerGroup, *p.tiers.Load(), 1)
 		if err != nil {
 			return 0, fmt.Errorf("queue: pacer: %w", err)
 		}

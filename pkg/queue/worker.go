@@ -51,8 +51,9 @@ type WorkerConfig struct {
 	Retry retry.Policy
 	// Pacer spaces backlog starts at Queue.LeakRate. Default: a pacer in
 	// this process's memory, which paces this worker alone — workers in
-	// several processes must share one (NewPacer over a redisbucket.Store)
-	// or each drains at the full leak rate.
+	// several processes must share one (NewKVPacer in JetStream, NewPacer
+	// over a redisbucket.Store, or NewFailoverPacer over both) or each
+	// drains at the full leak rate.
 	Pacer Pacer
 	// AckWait is how long JetStream waits for an ack before it hands a job
 	// to another worker (default 30s). Running jobs and held backlog jobs
