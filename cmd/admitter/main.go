@@ -1,5 +1,5 @@
 // Command admitter is Spillway's front door: it admits, queues or rejects
-// submitted jobs over NATS and HTTP (DESIGN §3). With --dev it also runs an
+// submitted jobs over NATS and HTTP (docs/design.md#doors). With --dev it also runs an
 // embedded JetStream server and the queues' workers: one command, no other
 // server.
 package main

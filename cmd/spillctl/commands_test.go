@@ -22,7 +22,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
-// These tests check spillctl's side of the admitter's contract (DESIGN §3,
+// These tests check spillctl's side of the admitter's contract (docs/design.md#doors,
 // internal/api) against a stand-in written here; end-to-end tests against
 // the real admitter belong with it.
 

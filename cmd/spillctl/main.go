@@ -1,6 +1,6 @@
 // Command spillctl is Spillway's command-line tool: submit jobs, look at
 // jobs and queues, watch them live, manage dead letters, load-test an
-// admitter and simulate limits offline (DESIGN §7). Run "spillctl --help".
+// admitter and simulate limits offline (docs/design.md#commands). Run "spillctl --help".
 package main
 
 import (

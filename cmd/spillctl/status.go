@@ -28,7 +28,7 @@ Examples:
 Flags:
 `
 
-// jobStatus is GET /v1/jobs/{id} (DESIGN §3).
+// jobStatus is GET /v1/jobs/{id} (docs/design.md#reads).
 type jobStatus struct {
 	ID         string     `json:"id"`
 	Queue      string     `json:"queue"`

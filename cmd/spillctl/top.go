@@ -111,7 +111,7 @@ type topSample struct {
 // decisions) a verdict.
 type counterKey struct{ metric, queue, verdict string }
 
-// The counters top turns into rates (DESIGN §6).
+// The counters top turns into rates (docs/design.md#metrics).
 const (
 	metricDecisions = "spillway_decisions_total"
 	metricCompleted = "spillway_jobs_completed_total"

@@ -1,6 +1,6 @@
 // Command worker runs Spillway jobs: admitted jobs at once and backlog jobs
 // at each queue's leak rate, shared with every other worker process
-// (DESIGN §4).
+// (docs/design.md#workers).
 package main
 
 import (

@@ -1,7 +1,7 @@
 // Command admissionfloor is the least any admitter with Spillway's
 // architecture must do per submission, and nothing more: it answers NATS
 // requests on spillway.submit.<queue> (so `spillctl bench --via nats` can
-// load it) by deciding in Redis with redis_rate (the peer of issue 4's
+// load it) by deciding in Redis with redis_rate (the peer of docs/performance.md's
 // throughput goal), storing the job in a JetStream stream with a
 // synchronous publish (the answer must follow the PubAck), and replying
 // "admitted". No job-status record, no config, no metrics, no tiers.

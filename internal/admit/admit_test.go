@@ -149,7 +149,7 @@ func replay(t *testing.T, limits []bucket.Limit, at []time.Time, last time.Time)
 }
 
 // TestRefundOnBacklogFull: a job the backlog refuses takes nothing from
-// its tiers (DESIGN §1): the next decision for its key is, to the
+// its tiers (docs/design.md#algorithms): the next decision for its key is, to the
 // nanosecond, what it would be had the refused job never come.
 func TestRefundOnBacklogFull(t *testing.T) {
 	t.Parallel()

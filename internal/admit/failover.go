@@ -16,7 +16,7 @@ import (
 var ErrStoreUnavailable = errors.New("admit: bucket store unavailable")
 
 // Failover decides in the shared store and, while it fails, as the
-// failure mode says (DESIGN §3): open admits, closed refuses with
+// failure mode says (docs/design.md#failure-modes): open admits, closed refuses with
 // ErrStoreUnavailable, local decides in a memory store of this process at
 // the same limits.
 //

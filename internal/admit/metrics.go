@@ -9,7 +9,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
-// Metrics are the admitter's decision metrics (DESIGN §6). A nil *Metrics
+// Metrics are the admitter's decision metrics (docs/design.md#metrics). A nil *Metrics
 // records nothing.
 type Metrics struct {
 	decisions   *prometheus.CounterVec

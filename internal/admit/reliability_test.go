@@ -26,8 +26,8 @@ import (
 )
 
 // This file holds the admitter-level Redis items of the reliability suite
-// (issue 6, docs/reliability.md): a slow Redis (item 12) and admitters whose
-// clocks disagree (item 13).
+// (docs/reliability.md): a slow Redis and admitters whose
+// clocks disagree.
 
 // rfFull reports whether the long version of the suite runs (make
 // reliability).
@@ -233,7 +233,7 @@ func rfLoad(f *admit.Failover, l bucket.Limit, n, keys int, every time.Duration,
 	return func() []rfSample { wg.Wait(); return out }
 }
 
-// TestReliabilityRedisSlow (issue 6, item 12): Redis answers slowly (a
+// TestReliabilityRedisSlow: Redis answers slowly (a
 // delaying TCP proxy between the admitter's client and redis-server) while
 // 16 goroutines submit. Slower than the store timeout (redis.timeout,
 // default 50ms: internal/config, applied by internal/conn to the client
@@ -380,7 +380,7 @@ queues:
     backlog: {capacity: 100000, leak_rate: 1/s}
 `
 
-// TestReliabilitySkewedClocks (issue 6, item 13): two admitters share one
+// TestReliabilitySkewedClocks: two admitters share one
 // Redis while one's clock runs 90 s ahead (admit.Options.Now, the clock of
 // its answers, and a store of its own). With the Redis store deciding at
 // Redis TIME (production: no injected clock), the jobs both admit on one

@@ -18,7 +18,7 @@ import (
 // timeout.
 const inspectTimeout = 3 * time.Second
 
-// queueCollector exports each configured queue's state (DESIGN §6) as
+// queueCollector exports each configured queue's state (docs/design.md#metrics) as
 // read from JetStream at scrape time, so every admitter reports the same
 // figures whichever wrote the jobs; dashboards take max by (queue). A
 // queue JetStream cannot be read for is counted in

@@ -1,4 +1,4 @@
-// Package api holds the wire shapes of Spillway's front doors (DESIGN §3):
+// Package api holds the wire shapes of Spillway's front doors (docs/design.md#doors):
 // the submit reply shared by the NATS and HTTP doors, problem documents,
 // queue info, and the header and subject names. The admitter writes them;
 // spillctl and tests read them.

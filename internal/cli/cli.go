@@ -27,7 +27,7 @@ type Flags struct {
 
 // Register defines the flags on fs.
 func (f *Flags) Register(fs *flag.FlagSet, admitter bool) {
-	fs.StringVar(&f.Config, "config", "", "the YAML configuration `file` (DESIGN §5)")
+	fs.StringVar(&f.Config, "config", "", "the YAML configuration `file` (see docs/design.md#configuration)")
 	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server `URL`s, comma-separated (nats.url; env SPILLWAY_NATS_URL)")
 	fs.StringVar(&f.natsCreds, "nats-creds", "", "NATS credentials `file` (nats.creds_file)")
 	fs.StringVar(&f.redisURL, "redis-url", "", "Redis `URL` of the shared bucket store (redis.url; env SPILLWAY_REDIS_URL)")

@@ -69,7 +69,7 @@ type NATS struct {
 // FailureMode is what an admitter does when its bucket store fails.
 type FailureMode string
 
-// Failure modes (DESIGN §3, redis.failure_mode).
+// Failure modes (redis.failure_mode; docs/design.md#failure-modes).
 const (
 	// FailOpen admits every job while the store is unreachable.
 	FailOpen FailureMode = "open"
@@ -182,7 +182,7 @@ type Handler struct {
 	Log bool
 }
 
-// HTTPHandler POSTs each job to URL (DESIGN §4).
+// HTTPHandler POSTs each job to URL (docs/design.md#handlers).
 type HTTPHandler struct {
 	URL     string
 	Timeout time.Duration // default 10s

@@ -21,7 +21,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
-// The fields of each mapping of the file (DESIGN §5).
+// The fields of each mapping of the file (docs/design.md#configuration).
 var (
 	rootFields        = []string{"nats", "redis", "http", "worker", "status", "queues"}
 	natsFields        = []string{"url", "listen", "store_dir", "creds_file", "replicas"}

@@ -3,7 +3,7 @@ package config
 import "fmt"
 
 // devYAML is the built-in configuration of `admitter --dev` without
-// --config (DESIGN §7). The demo queue limits each client, named by the
+// --config (docs/design.md#commands). The demo queue limits each client, named by the
 // X-Client-Id header, to 5 jobs/s with a burst of 20 of which 5 start at
 // once; a job without the header is keyed by the empty value (on_missing:
 // shared), so all such jobs share one bucket.

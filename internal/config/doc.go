@@ -1,4 +1,4 @@
-// Package config is Spillway's configuration: the YAML file of DESIGN §5,
+// Package config is Spillway's configuration: the YAML file of docs/design.md#configuration,
 // SPILLWAY_… environment overrides and command-line flags, validated into
 // the values the admitter and the worker run with.
 //

@@ -51,7 +51,7 @@ func mustLoad(t *testing.T, src string) *Config {
 	return c
 }
 
-// TestDesignExample loads the example file of DESIGN §5 and checks every
+// TestDesignExample loads the example file of docs/design.md#configuration and checks every
 // value it sets and every default it leaves.
 func TestDesignExample(t *testing.T) {
 	t.Parallel()

@@ -247,7 +247,7 @@ func (k Key) String() string {
 }
 
 // headerName canonicalises a handler header's name and refuses those the
-// worker sets itself (DESIGN §4).
+// worker sets itself (docs/design.md#workers).
 func headerName(s string) (string, error) {
 	if !isToken(s) {
 		return "", fmt.Errorf("expected a header name (letters, digits and !#$%%&'*+-.^_`|~), got %q", s)

@@ -22,7 +22,7 @@ import (
 
 const composeFile = "docker-compose.yml"
 
-// The services DESIGN §8 and issue 5 name, by role.
+// The services docs/deployment.md names, by role.
 var (
 	composeAdmitters = []string{"admitter-1", "admitter-2"}
 	composeWorkers   = []string{"worker-1", "worker-2"}
@@ -245,7 +245,7 @@ func TestComposeServicesAndImages(t *testing.T) {
 	c := loadCompose(t)
 	for _, name := range composeServices {
 		if c.Services[name] == nil {
-			t.Errorf("%s: services.%s is missing (DESIGN §8 and the deployment names list it)", composeFile, name)
+			t.Errorf("%s: services.%s is missing (docs/deployment.md lists it)", composeFile, name)
 		}
 	}
 	for name, s := range c.Services {

@@ -1,4 +1,4 @@
-// Package door holds the admitter's two front doors (DESIGN §3): HTTP and
+// Package door holds the admitter's two front doors (docs/design.md#doors): HTTP and
 // NATS request-reply. Both hand submissions to one admit.Admitter and
 // answer with the same api.SubmitReply.
 package door

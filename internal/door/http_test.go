@@ -566,7 +566,7 @@ queues:
 }
 
 // TestHTTPRateLimitHeaders: the headers describe the bounding tier, in
-// DESIGN §1's leaky-bucket terms: quota burst+1 per the time it takes to
+// The leaky bucket's terms (docs/design.md#leaky-bucket): quota burst+1 per the time it takes to
 // drain, remaining burst−e', reset the time until the bucket is empty;
 // for a rejected job the reset is its Retry-After.
 func TestHTTPRateLimitHeaders(t *testing.T) {

@@ -1,8 +1,8 @@
 package door_test
 
-// Issue 6 (docs/reliability.md), the input items at the front doors:
-// 16 (a spoofed X-Forwarded-For), 17 (hostile input on both doors) and
-// 19 (a missing or bad API key takes nothing from any bucket).
+// The reliability suite (docs/reliability.md), its input cases at the front
+// doors: a spoofed X-Forwarded-For, hostile input on both doors, and a
+// missing or bad API key (which takes nothing from any bucket).
 
 import (
 	"bufio"

@@ -17,7 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
-// The reliability suite (issue 6, docs/reliability.md) is every test
+// The reliability suite (docs/reliability.md) is every test
 // named TestReliability*. `make test` runs its short version; `make
 // reliability` sets SPILLWAY_RELIABILITY=full for the counts the issue
 // names (100 kills, ...). Each test keeps two ledgers — every submission's

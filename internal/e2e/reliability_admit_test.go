@@ -1,9 +1,9 @@
 package e2e
 
-// Issue 6, admission items: 5 (idempotent submit within and after the
-// dedup window), 6 (backlog and per-key backlog full), 7 (kill -9 of an
-// admitter between the bucket decision and the publish) and 20 (config
-// reload under load). Helpers of this file are prefixed af_ (admission
+// The reliability suite's admission cases (docs/reliability.md):
+// idempotent submit within and after the dedup window, backlog and per-key
+// backlog full, kill -9 of an admitter between the bucket decision and the
+// publish, and config reload under load. Helpers of this file are prefixed af_ (admission
 // faults) / af.
 
 import (
@@ -224,12 +224,12 @@ func afSubmit(t *testing.T, c *cluster, client *http.Client, nc *nats.Conn, i in
 }
 
 // ---------------------------------------------------------------------
-// Item 5: idempotent submit within and after the dedup window.
+// idempotent submit within and after the dedup window.
 
 const afIdemConfig = `
 nats: {url: "%[1]s"}
 # A decision's budget well above a loaded machine's stalls: these tests
-# are about admission, not the store's failure mode (items 10-12).
+# are about admission, not the store's failure mode (the Redis fault tests).
 redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 2s}
 http: {listen: "127.0.0.1:0"}
 status: {ttl: %[4]s}
@@ -242,7 +242,7 @@ queues:
     handler: {http: {url: "%[3]s/idem", timeout: 5s}}
 `
 
-// TestReliabilityIdempotentSubmit (issue 6, item 5): N idempotency keys,
+// TestReliabilityIdempotentSubmit: N idempotency keys,
 // each sent R times at once through both doors and both admitters, then
 // R more times one after another once its job has run, all within the
 // dedup window → one job id per key, every other answer a duplicate, one
@@ -421,12 +421,12 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------
-// Item 6: backlog full and per-key backlog full.
+// backlog full and per-key backlog full.
 
 const afFullConfig = `
 nats: {url: "%[1]s"}
 # A decision's budget well above a loaded machine's stalls: these tests
-# are about admission, not the store's failure mode (items 10-12).
+# are about admission, not the store's failure mode (the Redis fault tests).
 redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 2s}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 16, grace_period: 5s}
@@ -440,7 +440,7 @@ queues:
     handler: {http: {url: "%[3]s/full", timeout: 5s}}
 `
 
-// TestReliabilityBacklogFull (issue 6, item 6): bursts through both doors
+// TestReliabilityBacklogFull: bursts through both doors
 // and both admitters into a backlog that can only fill. Phase 1, one key:
 // per_key_capacity jobs queued, the rest 429 key-full. Phase 2, several
 // keys: the backlog fills to exactly its capacity, the rest 429 (key-full
@@ -552,7 +552,7 @@ func TestReliabilityBacklogFull(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------
-// Item 7: kill -9 of an admitter between the bucket decision and the
+// kill -9 of an admitter between the bucket decision and the
 // publish.
 
 // afProxy is a TCP proxy between one admitter and NATS. Server → client
@@ -668,7 +668,7 @@ func (p *afProxy) close() {
 const afCrashConfig = `
 nats: {url: "%[1]s"}
 # A decision's budget well above a loaded machine's stalls: these tests
-# are about admission, not the store's failure mode (items 10-12).
+# are about admission, not the store's failure mode (the Redis fault tests).
 redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 2s}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 16, grace_period: 5s}
@@ -685,7 +685,7 @@ queues:
     handler: {http: {url: "%[3]s/load", timeout: 5s}}
 `
 
-// TestReliabilityKillAdmitterBeforePublish (issue 6, item 7): an admitter
+// TestReliabilityKillAdmitterBeforePublish: an admitter
 // talks to NATS through a proxy. Under load (queue load, recorded in the
 // ledger), the proxy starts keeping the admitter's bytes back; a
 // submission of a fresh key on queue crash is decided (its unit taken in
@@ -796,12 +796,12 @@ func TestReliabilityKillAdmitterBeforePublish(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------
-// Item 20: config reload under load.
+// config reload under load.
 
 const afReloadConfig = `
 nats: {url: "%[1]s"}
 # A decision's budget well above a loaded machine's stalls: these tests
-# are about admission, not the store's failure mode (items 10-12).
+# are about admission, not the store's failure mode (the Redis fault tests).
 redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 2s}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 32, grace_period: 5s}
@@ -827,7 +827,7 @@ const afExtraQueue = `
     handler: {http: {url: "%s/extra", timeout: 5s}}
 `
 
-// TestReliabilityConfigReloadUnderLoad (issue 6, item 20): two admitters
+// TestReliabilityConfigReloadUnderLoad: two admitters
 // (Redis store) read one file while 8 producers submit without pause
 // through both doors. Each cycle: a valid file (new probe burst, one more
 // queue) → applied by both admitters, counted success, the new limit

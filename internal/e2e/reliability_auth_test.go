@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 6, item 19 (docs/reliability.md): authentication, with the real
+// The reliability suite (docs/reliability.md): authentication, with the real
 // admitter binary. A missing or bad API key is 401 and reaches no bucket
 // (Redis runs no script, holds no key); wrong NATS or Redis credentials
 // make the admitter exit once, at once, with a non-zero code and a line

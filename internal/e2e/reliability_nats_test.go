@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 6, item 8: nats-server itself dies (kill -9, file store) under
+// The reliability suite (docs/reliability.md): nats-server itself dies (kill -9, file store) under
 // load and comes back on the same port and store.
 
 import (
@@ -291,7 +291,7 @@ queues:
     handler: {http: {url: "%[3]s/nf", timeout: 5s}}
 `
 
-// TestReliabilityNATSServerKill (issue 6, item 8): nats-server, a process
+// TestReliabilityNATSServerKill: nats-server, a process
 // with its JetStream file store, is killed with SIGKILL under load and
 // started again on the same port and store, 2 times (10 under `make
 // reliability`). Producers submit over HTTP to two admitters all along;

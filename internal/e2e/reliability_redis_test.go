@@ -21,7 +21,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
-// The Redis faults of the reliability suite (issue 6, items 10 and 11):
+// The Redis faults of the reliability suite (docs/reliability.md):
 // real admitter and worker processes under load while the test kills
 // redis-server or flushes its script cache.
 
@@ -153,7 +153,7 @@ queues:
 // Redis alone before probing it again (internal/admit/failover.go).
 const maxFailoverBackoff = 2 * time.Second
 
-// TestReliabilityRedisKilled (issue 6, item 10): three admitters, one per
+// TestReliabilityRedisKilled: three admitters, one per
 // failure mode, under load on one Redis, with two workers running what
 // they admit. Redis is killed (short: 3 s, full: 10 s) and restarted empty.
 //   - Down: open admits every job; closed answers 503 with Retry-After and
@@ -350,7 +350,7 @@ func TestReliabilityRedisKilled(t *testing.T) {
 	}
 }
 
-// TestReliabilityScriptFlush (issue 6, item 11): SCRIPT FLUSH every second
+// TestReliabilityScriptFlush: SCRIPT FLUSH every second
 // (and in the short run every 200 ms, for more flushes in less time) while
 // two admitters are under load on one Redis → 0 answers other than 202 and
 // 429, and every admitted job runs. The package-level proof is

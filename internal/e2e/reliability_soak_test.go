@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 6, item 21: the soak. Helpers of this file are prefixed soak.
+// The reliability suite's soak (docs/reliability.md). Helpers of this file are prefixed soak.
 
 import (
 	"bufio"
@@ -157,7 +157,7 @@ func soakDuration(t *testing.T) time.Duration {
 	return d
 }
 
-// TestReliabilitySoak (issue 6, item 21): measures the admission capacity
+// TestReliabilitySoak: measures the admission capacity
 // with a closed-loop burst (64 callers for 10 s, both doors, the soak
 // queue's per-key limit over 4,000 keys so that everything is admitted), lets the workers drain it, then submits open loop at 70% of
 // it for SPILLWAY_SOAK (polite clients admitted, noisy ones queued and

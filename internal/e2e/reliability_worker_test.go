@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 6, items 1-4: worker faults, with the real binaries. Each test
+// The reliability suite's worker faults (docs/reliability.md), with the real binaries. Each test
 // keeps both ledgers (every submission's answer, every webhook execution)
 // and reconciles them. Helpers are prefixed wf_ (worker faults).
 //
@@ -337,7 +337,7 @@ func wfWork(lo, hi time.Duration) func(hit) time.Duration {
 // wfAccepted is how many accepted answers the ledger holds.
 func wfAccepted(l *ledger) int { return len(l.ids()) }
 
-// Item 1: kill -9 a worker holding in-flight jobs, again and again under
+// kill -9 a worker holding in-flight jobs, again and again under
 // steady load through both admitters, a new worker started after each
 // kill. 0 lost; extra executions ≤ the jobs in flight at the kills; the
 // ready consumer's ack-pending back to 0 within the ack wait once the load
@@ -454,7 +454,7 @@ func TestReliabilityWorkerKill9(t *testing.T) {
 	}
 }
 
-// Item 2: SIGTERM a worker under load: the jobs it runs finish within the
+// SIGTERM a worker under load: the jobs it runs finish within the
 // grace period and are acked; what it holds (backlog jobs being paced) is
 // handed back and run by the other worker. 0 lost, and no job runs twice.
 func TestReliabilityWorkerSIGTERM(t *testing.T) {
@@ -555,7 +555,7 @@ func wfHeader(h nats.Header, name string) string {
 	return ""
 }
 
-// Item 3: a handler that always fails (the webhook answers 500 for one
+// a handler that always fails (the webhook answers 500 for one
 // key's jobs) → each of that key's jobs tried exactly max_attempts times
 // and dead-lettered once with its id, headers, attempts and last error;
 // the other keys' completion rate with the poison key present is within
@@ -694,7 +694,7 @@ func TestReliabilityWorkerPoisonKey(t *testing.T) {
 	}
 }
 
-// Item 4: handlers three times slower than the ack wait, kept alive by
+// handlers three times slower than the ack wait, kept alive by
 // heartbeats: every job runs once. Some go through the backlog, where the
 // drainer holds them past the ack wait until their start.
 func TestReliabilityWorkerSlowHandler(t *testing.T) {

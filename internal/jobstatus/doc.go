@@ -1,5 +1,5 @@
 // Package jobstatus keeps a record of each job's state — what
-// GET /v1/jobs/{id} answers (DESIGN §3) — in a JetStream key-value bucket.
+// GET /v1/jobs/{id} answers (docs/design.md#reads) — in a JetStream key-value bucket.
 //
 // # Records
 //

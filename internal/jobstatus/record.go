@@ -12,7 +12,7 @@ import (
 // State is where a job is in its life.
 type State string
 
-// The states of a job (DESIGN §3).
+// The states of a job (docs/design.md#reads).
 const (
 	// Admitted: accepted to run at once; waiting for a worker.
 	Admitted State = "admitted"

@@ -58,7 +58,7 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:       Bucket,
-		Description:  "Spillway job status records (DESIGN §3)",
+		Description:  "Spillway job status records",
 		History:      1,
 		TTL:          ttl,
 		Storage:      jetstream.FileStorage,

@@ -23,7 +23,7 @@ import (
 // maxReply bounds how much of an answer is read.
 const maxReply = 64 << 10
 
-// HTTPTarget submits jobs to an admitter's HTTP front door (DESIGN §3):
+// HTTPTarget submits jobs to an admitter's HTTP front door (docs/design.md#doors):
 // POST URL with the payload, Header, and the request's key in KeyHeader.
 type HTTPTarget struct {
 	// Client sends the requests (default http.DefaultClient, which has no
@@ -128,7 +128,7 @@ func transportReason(err error) string {
 	return "transport"
 }
 
-// NATSTarget submits jobs to an admitter's NATS front door (DESIGN §3): a
+// NATSTarget submits jobs to an admitter's NATS front door (docs/design.md#doors): a
 // request to Subject with the payload, Header, and the request's key in
 // KeyHeader.
 type NATSTarget struct {

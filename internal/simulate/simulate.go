@@ -1,5 +1,5 @@
 // Package simulate replays arrivals through one limit with a simulated
-// clock: the engine behind `spillctl simulate` (DESIGN §7).
+// clock: the engine behind `spillctl simulate` (docs/design.md#simulate).
 //
 // Input, one arrival per line: "<seconds> [key]" — decimal seconds since the
 // Unix epoch (so fixed windows align as they do in production), never

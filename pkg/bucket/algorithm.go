@@ -79,7 +79,7 @@ func (l *Limit) step(r *tierResult, st state, fresh bool, now, n int64) {
 //
 //	e' = max(0, e − Δt·r + 1) + n − 1     (a key without state: e' = n − 1)
 //
-// For n = 1 this is DESIGN §1's max(0, e − Δt·r + n) exactly; for n > 1 it
+// For n = 1 this is the contract's max(0, e − Δt·r + n) exactly; for n > 1 it
 // keeps a remembered idle key and a forgotten one deciding alike (see
 // docs/admission.md).
 func (l *Limit) leaky(r *tierResult, st state, fresh bool, now, n int64) {

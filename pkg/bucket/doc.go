@@ -1,6 +1,6 @@
 // Package bucket decides whether a job is admitted now, queued until a
 // not-before time, or refused, per client key, with the five algorithms of
-// Spillway's admission contract (DESIGN §1). It uses the standard library
+// Spillway's admission contract (docs/design.md#algorithms in the repository). It uses the standard library
 // only: the Redis store lives in the sub-package redisbucket, so a user of
 // the algorithms does not link go-redis.
 //
@@ -42,7 +42,7 @@
 // An Excess decision has consumed from its other tiers (those that admitted
 // or queued the job: the bits of Decision.Consumed). If the backlog then
 // refuses the job, the caller gives those units back with Store.Refund, so
-// that a refused job consumes from no tier (DESIGN §1). A refund with no
+// that a refused job consumes from no tier (docs/design.md#algorithms in the repository). A refund with no
 // other decision of the key in between — at once or later — leaves every
 // tier as if the job had never come: the next decisions are, to the
 // nanosecond, those without it. Per algorithm, for a job of cost n, at the

@@ -36,7 +36,7 @@ func limitErr(field, value, reason string, args ...any) error {
 // Algorithm selects how a limit decides. The zero value is LeakyBucket.
 type Algorithm uint8
 
-// The five admission algorithms of DESIGN §1.
+// The five admission algorithms of docs/design.md#algorithms.
 const (
 	LeakyBucket Algorithm = iota
 	TokenBucket

@@ -9,7 +9,7 @@ import (
 )
 
 // model is a reference implementation written straight from the formulas of
-// DESIGN §1 in exact rational arithmetic (math/big): slow and obviously
+// The contract's formulas (docs/design.md#algorithms) in exact rational arithmetic (math/big): slow and obviously
 // right. The fuzz target compares the integer algorithms with it.
 type model struct {
 	alg       bucket.Algorithm

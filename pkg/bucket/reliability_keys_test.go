@@ -14,7 +14,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
-// Issue 6, item 15 (docs/reliability.md): a client spraying distinct keys
+// The reliability suite (docs/reliability.md): a client spraying distinct keys
 // cannot grow the memory store past its key cap, and cannot push a
 // legitimate key out of its limit.
 

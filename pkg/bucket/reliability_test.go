@@ -29,7 +29,7 @@ var hotKeySpecs = []struct {
 	{bucket.Spec{Algorithm: "sliding_window", Limit: 100, Window: "1h"}, 100, true},
 }
 
-// TestReliabilityHotKeyMemory (issue 6, item 14): 1,000 goroutines released
+// TestReliabilityHotKeyMemory: 1,000 goroutines released
 // at once on one key of the memory store get exactly what each algorithm
 // allows — the quota accepted, split into admitted and queued as the
 // algorithm says, every other decision refused — on a frozen clock (every

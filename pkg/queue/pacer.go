@@ -28,7 +28,7 @@ const PacerGroup = "spillway-pacer"
 const pacerAhead = 1024
 
 // StorePacer paces with a leaky bucket of delay 0 in a bucket.Store
-// (DESIGN §1: e' = max(0, e − Δt·r + 1), start at t + e'/r). The first
+// (docs/design.md#leaky-bucket: e' = max(0, e − Δt·r + 1), start at t + e'/r). The first
 // booking after a pause starts at once; each following one starts exactly
 // 1/r after the one before it, as long as it is made before that time.
 // A Redis store decides with Redis TIME, so bookings made by processes on

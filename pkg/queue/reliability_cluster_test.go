@@ -107,7 +107,7 @@ func (l *clLedger) counts() (acked, ran int) {
 	return len(l.acked), len(l.runs)
 }
 
-// TestReliabilityClusterLeaderLoss (issue 6, item 9): a 3-node JetStream
+// TestReliabilityClusterLeaderLoss: a 3-node JetStream
 // cluster with R3 streams; under load — a Publisher publishing, a Worker
 // running jobs, both in this process on connections that know the three
 // URLs — the READY stream's leader is shut down 3 times (20 under `make

@@ -16,7 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
-// Issue 6, item 3, the panicking Go handler (the always-failing webhook is
+// The reliability suite's failing handler (docs/reliability.md): the panicking Go handler (the always-failing webhook is
 // internal/e2e TestReliabilityWorkerPoisonKey; TestPermanentErrorsAndPanics
 // and TestPoisonJobIsDeadLetteredAfterMaxAttempts check one job each).
 // Under a steady load of healthy jobs, one key's handler panics on every

@@ -9,7 +9,7 @@ import (
 // ErrInvalidPolicy is wrapped by every error of Policy.Validate.
 var ErrInvalidPolicy = errors.New("retry: invalid policy")
 
-// Defaults of a Policy's zero fields, as in DESIGN §5.
+// Defaults of a Policy's zero fields, as in docs/design.md#retries.
 const (
 	DefaultMaxAttempts = 5
 	DefaultInitial     = time.Second

@@ -12,7 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
-// exerciseRefund checks Store.Refund: DESIGN §1's "a rejected job consumes
+// exerciseRefund checks Store.Refund: the contract's "a rejected job consumes
 // from no tier — also when the backlog refuses a job that the tiers would
 // have queued (its units are given back)".
 func exerciseRefund(t *testing.T, setup func(t *testing.T) (bucket.Store, *Clock)) {

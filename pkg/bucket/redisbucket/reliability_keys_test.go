@@ -17,7 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 )
 
-// Issue 6, item 15 (docs/reliability.md): a client spraying distinct keys
+// The reliability suite (docs/reliability.md): a client spraying distinct keys
 // at the Redis store holds Redis memory only as long as the keys' TTLs,
 // and cannot push a legitimate key out of its limit.
 

@@ -30,7 +30,7 @@ var hotKeySpecs = []struct {
 	{bucket.Spec{Algorithm: "sliding_window", Limit: 100, Window: "1h"}, 100, true},
 }
 
-// TestReliabilityHotKeyRedis (issue 6, item 14): 1,000 goroutines released
+// TestReliabilityHotKeyRedis: 1,000 goroutines released
 // at once on one key of the Redis store get exactly what each algorithm
 // allows, both through the coalesced round trips (the default: batches of
 // up to 64 decisions, 2 in flight) and with coalescing off and 64 scripts
