@@ -241,7 +241,10 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 	dest := queue.Ready
 	if d.Verdict != bucket.Admitted {
 		dest = queue.Backlog
-		if d.Verdict == bucket.Queued && d.NotBefore.After(d.At) {
+		// The latest not-before of the tiers, whichever verdict is the
+		// worst: an excess job must still wait for a leaky tier that
+		// queued it.
+		if d.NotBefore.After(d.At) {
 			j.NotBefore = d.NotBefore
 		}
 	}
