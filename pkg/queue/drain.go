@@ -388,7 +388,15 @@ func (d *drainer) release(ctx context.Context, h *heldJob, raw *jetstream.RawStr
 	m.Data = raw.Data
 	stored, err := d.w.js.PublishMsg(sctx, m, jetstream.WithExpectStream(StreamName(d.w.cfg.Queue.Name, Ready)))
 	if err != nil {
-		d.w.log.Warn("moving a due backlog job to READY failed; trying again", "job", h.job.ID, "error", err)
+		// Not acked: the job stays in the backlog whatever went wrong.
+		if err = publishError(Ready, h.job.ID, err); errors.Is(err, ErrReadyFull) {
+			// Workers are down or far behind; the READY gauges and
+			// alerts say so, a log line per job per second would not.
+			d.w.log.Debug("READY is full; a due backlog job stays in the backlog", "job", h.job.ID)
+			d.w.observe(Event{Kind: ReadyFull, Job: &h.job})
+		} else {
+			d.w.log.Warn("moving a due backlog job to READY failed; trying again", "job", h.job.ID, "error", err)
+		}
 		d.unrelease(h, time.Second)
 		return
 	}

@@ -98,9 +98,12 @@ const (
 	// HandedBack: the worker stopped before the job finished; JetStream
 	// will deliver it again.
 	HandedBack
+	// ReadyFull: a due backlog job could not move because READY holds its
+	// capacity; it stays in the backlog and is tried again.
+	ReadyFull
 )
 
-var eventNames = [...]string{"released", "started", "succeeded", "retrying", "dead_lettered", "handed_back"}
+var eventNames = [...]string{"released", "started", "succeeded", "retrying", "dead_lettered", "handed_back", "ready_full"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
