@@ -40,7 +40,7 @@ queues:
 		if ans.Reply.Status != api.Queued {
 			t.Fatalf("job %d: %+v, want queued", n, ans.Reply)
 		}
-		want := ans.Decision.At.Add(time.Duration(n-1) * time.Second)
+		want := got[0].Decision.At.Add(time.Duration(n-1) * time.Second)
 		if d := ans.Decision.NotBefore.Sub(want); d < -time.Millisecond || d > time.Millisecond {
 			t.Errorf("job %d (%s): the tiers' not-before %v, want %v (the leaky tier's)", n, ans.Decision.Verdict, ans.Decision.NotBefore, want)
 		}
