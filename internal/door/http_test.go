@@ -532,6 +532,7 @@ queues:
   - name: q
     limits: [{key: "header:X-Client", algorithm: leaky_bucket, rate: 1/m, burst: 5}]
     backlog: {capacity: 100, per_key_capacity: 10, leak_rate: 5/s}
+    ready: {capacity: 50}
   - name: other
     limits: [{key: global, algorithm: token_bucket, rate: 1/s, burst: 5}]
     backlog: {capacity: 7, leak_rate: 1/m}
@@ -546,7 +547,7 @@ queues:
 	if err := json.Unmarshal(r.body, &qi); err != nil || r.code != http.StatusOK {
 		t.Fatalf("GET /v1/queues/q: %d %s (%v)", r.code, r.body, err)
 	}
-	want := api.QueueInfo{Name: "q", Ready: 1, Depth: 2, Capacity: 100, PerKeyCapacity: 10, Fill: 0.02,
+	want := api.QueueInfo{Name: "q", Ready: 1, ReadyCapacity: 50, Depth: 2, Capacity: 100, PerKeyCapacity: 10, Fill: 0.02,
 		LeakRate: "5/s", LeakPerSecond: 5, EstimatedDrainMS: 400}
 	qi.OldestAgeMS = 0 // time-dependent
 	if qi != want {
