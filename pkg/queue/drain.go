@@ -48,6 +48,10 @@ const requestTimeout = 5 * time.Second
 // maxBatch bounds one backlog pull.
 const maxBatch = 256
 
+// readyFullPause is how long a release that READY refused for being full
+// holds its pipeline slot before the drain tries again.
+const readyFullPause = time.Second
+
 type drainer struct {
 	w       *Worker
 	cons    jetstream.Consumer
@@ -394,6 +398,10 @@ func (d *drainer) release(ctx context.Context, h *heldJob, raw *jetstream.RawStr
 			// alerts say so, a log line per job per second would not.
 			d.w.log.Debug("READY is full; a due backlog job stays in the backlog", "job", h.job.ID)
 			d.w.observe(Event{Kind: ReadyFull, Job: &h.job})
+			// Every release would fail until workers take jobs:
+			// keeping this pipeline slot a while holds the drain to a
+			// couple of tries a second rather than one per leak slot.
+			_ = sleep(ctx, readyFullPause)
 		} else {
 			d.w.log.Warn("moving a due backlog job to READY failed; trying again", "job", h.job.ID, "error", err)
 		}

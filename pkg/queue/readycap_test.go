@@ -87,7 +87,8 @@ func TestEnsureStreamsBoundsAnExistingReady(t *testing.T) {
 
 // A due backlog job whose copy to READY is refused because READY is full
 // stays in the backlog — nothing is dropped — and starts once READY has
-// room.
+// room. Meanwhile the drain tries a couple of times a second, not once per
+// leak slot (50/s here) for every due job.
 func TestDrainWaitsForRoomInReady(t *testing.T) {
 	t.Parallel()
 	cfg := testQueue("full")
@@ -99,6 +100,10 @@ func TestDrainWaitsForRoomInReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued := publishBacklog(t, ctx, b, "b", 1, time.Time{})[0]
+	var others []*queue.Job
+	for i := range 19 {
+		others = append(others, publishBacklog(t, ctx, b, fmt.Sprint("other-", i), 1, time.Time{})...)
+	}
 	rec := newRecorder()
 	unblock := make(chan struct{})
 	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
@@ -110,18 +115,33 @@ func TestDrainWaitsForRoomInReady(t *testing.T) {
 	})
 	rec.waitFor(t, 20*time.Second, "the blocking job to start", func() bool { return rec.startCount(blocker.ID) == 1 })
 	// The drain tries the due job at once and again every second.
-	rec.waitFor(t, 20*time.Second, "two refused moves of the backlog job", func() bool { return rec.eventsOf(queued.ID, queue.ReadyFull) >= 2 })
-	if n := rec.startCount(queued.ID); n != 0 {
-		t.Fatalf("the backlog job started %d times while READY was full", n)
+	t0 := time.Now()
+	rec.waitFor(t, 30*time.Second, "six refused moves", func() bool { return rec.count(queue.ReadyFull) >= 6 })
+	// Two pipeline slots, each held a second after a refusal: about two
+	// tries a second, where one per leak slot would be 50.
+	if n, took := rec.count(queue.ReadyFull), time.Since(t0); float64(n) > 4*(took.Seconds()+1) {
+		t.Errorf("%d refused moves in %v while READY was full, want about 2 a second", n, took)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("full", queue.Backlog)); n != 1 {
-		t.Fatalf("the backlog holds %d jobs while READY is full, want the 1 that could not move", n)
+	for _, j := range append(others, queued) {
+		if n := rec.startCount(j.ID); n != 0 {
+			t.Fatalf("a backlog job started %d times while READY was full", n)
+		}
+	}
+	if n := stored(t, ctx, b.js, queue.StreamName("full", queue.Backlog)); n != 20 {
+		t.Fatalf("the backlog holds %d jobs while READY is full, want the 20 that could not move", n)
 	}
 	if n := stored(t, ctx, b.js, queue.StreamName("full", queue.Ready)); n != 1 {
 		t.Fatalf("READY holds %d jobs, want the blocking one", n)
 	}
 	close(unblock)
-	rec.waitFor(t, 20*time.Second, "the backlog job to start once READY has room", func() bool { return rec.startCount(queued.ID) == 1 })
+	rec.waitFor(t, 60*time.Second, "the backlog jobs to start once READY has room", func() bool {
+		for _, j := range append(others, queued) {
+			if rec.startCount(j.ID) != 1 {
+				return false
+			}
+		}
+		return true
+	})
 	rec.waitFor(t, 20*time.Second, "both streams to empty", func() bool {
 		return stored(t, ctx, b.js, queue.StreamName("full", queue.Backlog)) == 0 && stored(t, ctx, b.js, queue.StreamName("full", queue.Ready)) == 0
 	})
