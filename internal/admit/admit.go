@@ -319,6 +319,9 @@ func (a *Admitter) retryAfter(ctx context.Context, q *config.Queue, key string, 
 	}
 	if err != nil {
 		d = fallback(q)
+		if ctx.Err() != nil {
+			return d // the caller has gone: nobody reads the answer
+		}
 		a.o.Metrics.retryAfterFallback(q.Name)
 		a.o.Logger.Warn("admit: could not read the backlog for a refused job's Retry-After; answering the time to drain a whole backlog",
 			"queue", q.Name, "retry_after", d, "err", err)
