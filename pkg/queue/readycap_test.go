@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
 // READY holds at most ReadyCapacity jobs: JetStream refuses the next with
@@ -163,4 +164,39 @@ func (r *recorder) eventsOf(id string, kind queue.EventKind) int {
 		}
 	}
 	return n
+}
+
+// A retry is a nak with a delay: the job stays in READY, so a READY at
+// its capacity — here held full by the failing job itself — cannot refuse
+// it. The job is tried again and succeeds; nothing is re-published.
+func TestRetryInFullReady(t *testing.T) {
+	t.Parallel()
+	cfg := testQueue("retryfull")
+	cfg.ReadyCapacity = 1
+	ctx, b := setup(t, cfg)
+	j := newJob(t, "retryfull", "a")
+	if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	full := make(chan error, 1)
+	policy := retry.Policy{MaxAttempts: 3, Initial: 300 * time.Millisecond, Max: time.Second, Jitter: -1}
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Retry: policy, Observe: rec.observe}, func(ctx context.Context, job *queue.Job) error {
+		rec.started(job)
+		if rec.startCount(job.ID) == 1 {
+			// READY is full while the job waits for its retry.
+			_, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "retryfull", "b"))
+			full <- err
+			return errors.New("try again")
+		}
+		return nil
+	})
+	rec.waitFor(t, 20*time.Second, "the retried job to succeed", func() bool { return rec.count(queue.Succeeded) == 1 })
+	if err := <-full; !errors.Is(err, queue.ErrReadyFull) { // sent before the first try ended
+		t.Errorf("a publish while the job ran: %v, want ErrReadyFull (READY held the job)", err)
+	}
+	if n := rec.startCount(j.ID); n != 2 || rec.count(queue.Retrying) != 1 {
+		t.Errorf("the job ran %d times with %d retries, want 2 and 1", n, rec.count(queue.Retrying))
+	}
+	rec.waitFor(t, 20*time.Second, "READY to empty", func() bool { return stored(t, ctx, b.js, queue.StreamName("retryfull", queue.Ready)) == 0 })
 }
