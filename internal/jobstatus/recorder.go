@@ -251,7 +251,7 @@ func update(e queue.Event, now time.Time) (Record, bool) {
 		default:
 			rec.LastError = oneLine(e.Reason, MaxErrorLen)
 		}
-	default: // Released, HandedBack
+	default: // Released, HandedBack, ReadyFull
 		return Record{}, false
 	}
 	return rec, true
