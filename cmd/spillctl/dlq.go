@@ -570,10 +570,12 @@ func (r *replayer) replayOne(ctx context.Context, l deadLetter, now time.Time) r
 		res.Kept = fmt.Sprintf("publishing to %s failed: %v", r.destName, err)
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
-			switch apiErr.Description {
-			case "maximum messages exceeded":
+			switch {
+			case r.dest == queue.Ready && apiErr.Description == "maximum messages exceeded":
+				res.Kept += " (READY is full, at ready.capacity: replay --to backlog, or wait for workers to take jobs)"
+			case apiErr.Description == "maximum messages exceeded":
 				res.Kept += " (the backlog is full: replay --to ready, or wait for it to drain)"
-			case "maximum messages per subject exceeded":
+			case apiErr.Description == "maximum messages per subject exceeded":
 				res.Kept += " (this key's share of the backlog is full: replay --to ready, or wait for it to drain)"
 			}
 		}

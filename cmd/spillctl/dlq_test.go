@@ -395,6 +395,23 @@ func TestDLQReplayFailureKeepsTheDeadLetter(t *testing.T) {
 		}
 	}
 
+	// READY is full (ready capacity 1).
+	full := b.cfg
+	full.ReadyCapacity = 1
+	if err := queue.EnsureStreams(t.Context(), b.js, full); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pub.Publish(t.Context(), queue.Ready, b.newJob(t, 8)); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = b.spill(t, later, "replay", "--queue", "email", "--all", "--to", "ready")
+	if err == nil || strings.Count(out, "READY is full") != 2 || !strings.Contains(out, "replayed 0 of 2") {
+		t.Fatalf("replay to a full READY: %v\n%s", err, out)
+	}
+	if n := b.count(t, queue.Dead); n != 2 {
+		t.Fatalf("%d dead letters after replays to a full READY, want 2", n)
+	}
+
 	// READY is gone.
 	if err := b.js.DeleteStream(t.Context(), queue.StreamName("email", queue.Ready)); err != nil {
 		t.Fatal(err)

@@ -8,10 +8,11 @@
 //     is claimed in a JetStream KV bucket shared by every admitter; a retry
 //     with the same key gets the first answer and takes nothing.
 //  2. The tiers decide (bucket.Store, through Failover for the failure mode).
-//  3. Admitted jobs go to READY; queued and excess ones to the backlog,
-//     whose bounds JetStream enforces. A backlog that refuses gives the
-//     job's units back (bucket refund) and the answer is rejected with the
-//     time until a slot frees at the leak rate.
+//  3. Admitted jobs go to READY — or, when READY holds its capacity, to
+//     the backlog; queued and excess ones to the backlog. JetStream
+//     enforces every bound. A backlog that refuses gives the job's units
+//     back (bucket refund) and the answer is rejected with the time until
+//     a place frees (retryafter.go).
 package admit
 
 import (
@@ -79,6 +80,9 @@ type Answer struct {
 	// headers: the first answer's for a duplicate; nil when no tier took
 	// part (a record of an older version).
 	RateLimit *RateLimit
+	// ReadyFull: the tiers admitted the job but READY was full, so it was
+	// queued in the backlog (or refused when that was full too).
+	ReadyFull bool
 }
 
 // Error is a submission that could not be decided or stored. Type is an
@@ -128,6 +132,7 @@ type Admitter struct {
 	o         Options
 	cfg       atomic.Pointer[config.Config]
 	positions *positions
+	retry     *retryAfters
 }
 
 // New returns an admitter for cfg. The queues' streams must exist
@@ -142,7 +147,7 @@ func New(cfg *config.Config, o Options) (*Admitter, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	a := &Admitter{o: o, positions: newPositions(o.JS)}
+	a := &Admitter{o: o, positions: newPositions(o.JS), retry: newRetryAfters(o.JS, o.Now)}
 	a.cfg.Store(cfg)
 	return a, nil
 }
@@ -251,11 +256,22 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 	dest := queue.Ready
 	if d.Verdict != bucket.Admitted {
 		dest = queue.Backlog
-		if d.Verdict == bucket.Queued && d.NotBefore.After(d.At) {
+		// The latest not-before of the tiers, whichever verdict is the
+		// worst: an excess job must still wait for a leaky tier that
+		// queued it.
+		if d.NotBefore.After(d.At) {
 			j.NotBefore = d.NotBefore
 		}
 	}
 	stored, err := a.o.Publisher.Publish(ctx, dest, j)
+	if errors.Is(err, queue.ErrReadyFull) {
+		// Workers are down or far behind. The tiers admitted the job:
+		// it waits in the backlog instead, its units still taken, and
+		// starts at the leak rate once READY has room.
+		ans.ReadyFull = true
+		dest = queue.Backlog
+		stored, err = a.o.Publisher.Publish(ctx, dest, j)
+	}
 	switch {
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrKeyQueueFull):
 		a.refund(ctx, src, q.Name, tiers, cost, d)
@@ -267,7 +283,7 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 		if errors.Is(err, queue.ErrKeyQueueFull) {
 			ans.Reply.Type = api.ProblemKeyFull
 		}
-		ans.Reply.RetryAfterMS = retryAfterMS(slotEvery(q.Backlog.LeakRate))
+		ans.Reply.RetryAfterMS = retryAfterMS(a.retryAfter(ctx, q, jobKey, errors.Is(err, queue.ErrKeyQueueFull)))
 		return ans, nil
 	case errors.Is(err, nats.ErrMaxPayload):
 		// Refused by the client before it was sent: the job, with its
@@ -299,6 +315,28 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 		a.o.OnStored(j, ans.Reply.Status)
 	}
 	return ans, nil
+}
+
+// retryAfter is how long until the backlog (or the key's share of it)
+// has a place for a refused job (retryafter.go).
+func (a *Admitter) retryAfter(ctx context.Context, q *config.Queue, key string, keyFull bool) time.Duration {
+	var d time.Duration
+	var err error
+	if keyFull {
+		d, err = a.retry.keyFull(ctx, q, key)
+	} else {
+		d, err = a.retry.queueFull(ctx, q)
+	}
+	if err != nil {
+		d = fallback(q)
+		if ctx.Err() != nil {
+			return d // the caller has gone: nobody reads the answer
+		}
+		a.o.Metrics.retryAfterFallback(q.Name)
+		a.o.Logger.Warn("admit: could not read the backlog for a refused job's Retry-After; answering the time to drain a whole backlog",
+			"queue", q.Name, "retry_after", d, "err", err)
+	}
+	return d
 }
 
 func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) {
@@ -387,6 +425,8 @@ func reason(a Answer) string {
 		return "backlog_full"
 	case a.Reply.Type == api.ProblemKeyFull:
 		return "key_backlog_full"
+	case a.ReadyFull:
+		return "ready_full"
 	case a.Source == FromOpen:
 		return "failure_mode_open"
 	case a.Source == FromLocal:

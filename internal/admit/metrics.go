@@ -16,6 +16,7 @@ type Metrics struct {
 	duration    *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
 	failureMode *prometheus.CounterVec
+	fallbacks   *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg.
@@ -38,8 +39,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "spillway_failure_mode_total",
 			Help: "Decisions taken by the failure mode instead of the shared store, by mode (open, closed, local).",
 		}, []string{"mode"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_retry_after_fallbacks_total",
+			Help: "Refusals of a full backlog whose Retry-After could not be read from the backlog and is the time to drain a whole backlog, by queue.",
+		}, []string{"queue"}),
 	}
-	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode)
+	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode, m.fallbacks)
 	return m
 }
 
@@ -104,6 +109,12 @@ func (m *Metrics) decided(q, verdict, reason string, took time.Duration) {
 	}
 	m.decisions.WithLabelValues(q, verdict, reason).Inc()
 	m.duration.WithLabelValues(q).Observe(took.Seconds())
+}
+
+func (m *Metrics) retryAfterFallback(q string) {
+	if m != nil {
+		m.fallbacks.WithLabelValues(q).Inc()
+	}
 }
 
 // StoreError counts a failed decision of store.

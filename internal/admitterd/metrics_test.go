@@ -122,6 +122,7 @@ queues:
 		"spillway_queue_max_ack_pending":         0, // no worker has made the consumer yet
 		"spillway_queue_backlog_pullers":         0,
 		"spillway_queue_backlog_held":            0,
+		"spillway_queue_ready_capacity":          queue.DefaultReadyCapacity,
 	} {
 		if v, ok := got[name+"{queue=q}"]; !ok || v != want {
 			t.Errorf("%s{queue=q} = %v (exported: %v), want %v", name, v, ok, want)

@@ -33,6 +33,7 @@ type queueCollector struct {
 	depth, capacity, perKey, fill, oldest, drain *prometheus.Desc
 	ready, dead, ackPending, maxAckPending       *prometheus.Desc
 	backlogPullers, backlogHeld                  *prometheus.Desc
+	readyCapacity                                *prometheus.Desc
 }
 
 func newQueueCollector(js jetstream.JetStream, cfg func() *config.Config, log *slog.Logger) *queueCollector {
@@ -57,6 +58,7 @@ func newQueueCollector(js jetstream.JetStream, cfg func() *config.Config, log *s
 		maxAckPending:  d("max_ack_pending", "The ready consumer's bound on unacknowledged jobs (0: no consumer yet)."),
 		backlogPullers: d("backlog_pullers", "Pull requests waiting on the backlog consumer: 0 with jobs due means nobody drains it."),
 		backlogHeld:    d("backlog_held", "Backlog jobs workers hold until their start (delivered, not yet released)."),
+		readyCapacity:  d("ready_capacity", "READY's capacity in jobs (ready.capacity); when full, admitted jobs are queued in the backlog."),
 	}
 }
 
@@ -69,7 +71,7 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *queueCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.depth, c.capacity, c.perKey, c.fill, c.oldest, c.drain,
-		c.ready, c.dead, c.ackPending, c.maxAckPending, c.backlogPullers, c.backlogHeld}
+		c.ready, c.dead, c.ackPending, c.maxAckPending, c.backlogPullers, c.backlogHeld, c.readyCapacity}
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -100,6 +102,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.maxAckPending, float64(in.MaxAckPending))
 		g(c.backlogPullers, float64(in.BacklogPullers))
 		g(c.backlogHeld, float64(in.BacklogHeld))
+		g(c.readyCapacity, float64(in.ReadyCapacity))
 	}
 	c.errors.Collect(ch)
 }

@@ -89,6 +89,7 @@ const (
 type QueueInfo struct {
 	Name             string  `json:"name"`
 	Ready            int64   `json:"ready"`
+	ReadyCapacity    int64   `json:"ready_capacity"`
 	Depth            int64   `json:"depth"` // jobs in the backlog
 	Capacity         int64   `json:"capacity"`
 	PerKeyCapacity   int64   `json:"per_key_capacity,omitempty"`

@@ -112,8 +112,9 @@ type Queue struct {
 	Name   string
 	Limits []Limit
 	// Backlog has every field filled: Name is the queue's name, LeakRate
-	// is set (required), Replicas is NATS.Replicas, and Capacity and
-	// DuplicateWindow hold their defaults when the file omits them.
+	// is set (required), Replicas is NATS.Replicas, and Capacity,
+	// DuplicateWindow and ReadyCapacity (ready.capacity) hold their
+	// defaults when the file omits them.
 	Backlog queue.Config
 	// Retry has every field filled with its default when the file omits
 	// it. A file's jitter of 0 turns jitter off and is stored as -1 (a

@@ -29,9 +29,10 @@ var (
 	httpFields        = []string{"listen", "max_body_bytes", "api_keys_file", "trusted_proxies"}
 	workerFields      = []string{"concurrency", "grace_period", "ack_wait"}
 	statusFields      = []string{"ttl"}
-	queueFields       = []string{"name", "limits", "backlog", "retry", "handler"}
+	queueFields       = []string{"name", "limits", "backlog", "ready", "retry", "handler"}
 	limitFields       = []string{"key", "algorithm", "rate", "burst", "delay", "nodelay", "limit", "window", "name", "on_missing"}
 	backlogFields     = []string{"capacity", "per_key_capacity", "leak_rate", "max_age", "duplicate_window"}
+	readyFields       = []string{"capacity"}
 	retryFields       = []string{"max_attempts", "initial", "max", "jitter"}
 	handlerFields     = []string{"http", "nats", "log"}
 	httpHandlerFields = []string{"url", "timeout", "headers"}
@@ -45,7 +46,7 @@ var (
 		"nats": natsFields, "redis": redisFields, "http": httpFields, "worker": workerFields, "status": statusFields,
 	}
 	queueSections = map[string][]string{
-		"limits": limitFields, "backlog": backlogFields, "retry": retryFields, "handler": handlerFields,
+		"limits": limitFields, "backlog": backlogFields, "ready": readyFields, "retry": retryFields, "handler": handlerFields,
 	}
 	handlerSections = map[string][]string{"http": httpHandlerFields, "nats": natsHandlerFields}
 )
@@ -759,6 +760,9 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 	}
 
 	q.Backlog = d.backlog(f, q.Name, replicas)
+	// READY's bound lives with the backlog's: both are the queue's stream
+	// settings (queue.Config).
+	f.sub("ready", readyFields, nil).integer("capacity", &q.Backlog.ReadyCapacity, 1, math.MaxInt64)
 	q.Retry = d.retry(f.sub("retry", retryFields, nil))
 	if f.vals["handler"] != nil {
 		q.Handler = d.handler(f.sub("handler", handlerFields, handlerSections))
@@ -890,6 +894,7 @@ func (d *decoder) backlog(q *fields, name string, replicas int) queue.Config {
 	cfg := queue.Config{
 		Name:            name,
 		Capacity:        queue.DefaultCapacity,
+		ReadyCapacity:   queue.DefaultReadyCapacity,
 		Replicas:        replicas,
 		DuplicateWindow: queue.DefaultDuplicateWindow,
 	}

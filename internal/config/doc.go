@@ -77,6 +77,9 @@
 //	      leak_rate: 50/s               # required
 //	      max_age: 1h                   # default 0: no limit
 //	      duplicate_window: 2m          # default 2m
+//	    ready:
+//	      capacity: 10000               # admitted jobs READY holds (default 10000);
+//	                                    # when full, admitted jobs are queued in the backlog
 //	    retry: {max_attempts: 5, initial: 1s, max: 5m, jitter: 0.2}   # the defaults; jitter 0: none
 //	    handler:                        # one of; leave it out for an admit-only queue
 //	      http: {url: "http://127.0.0.1:9000/send", timeout: 10s, headers: {Authorization: "Bearer x"}}

@@ -418,7 +418,7 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()
 	}
 	return api.QueueInfo{
-		Name: q.Name, Ready: in.Ready, Depth: in.Backlog, Capacity: in.Capacity, PerKeyCapacity: in.PerKeyCapacity,
+		Name: q.Name, Ready: in.Ready, ReadyCapacity: in.ReadyCapacity, Depth: in.Backlog, Capacity: in.Capacity, PerKeyCapacity: in.PerKeyCapacity,
 		Fill: in.Fill, Dead: in.Dead, LeakRate: in.LeakRate.String(), LeakPerSecond: leak,
 		InFlight: in.InFlight, MaxAckPending: in.MaxAckPending,
 		OldestAgeMS: in.OldestAge.Milliseconds(), EstimatedDrainMS: in.EstimatedDrain.Milliseconds(),

@@ -19,6 +19,13 @@ var ErrInvalidConfig = errors.New("queue: invalid config")
 const (
 	DefaultCapacity        = 10_000
 	DefaultDuplicateWindow = 2 * time.Minute
+	// DefaultReadyCapacity bounds READY as the backlog's default bounds
+	// the backlog. A healthy READY holds a few jobs per running handler,
+	// so the bound is met only when workers are down or far behind; then
+	// it caps what JetStream stores (with the backlog, at most twice the
+	// default backlog) instead of letting admitted jobs pile up without
+	// limit.
+	DefaultReadyCapacity = 10_000
 )
 
 // Config describes one queue's streams. The zero value of every field but
@@ -31,6 +38,12 @@ type Config struct {
 	// PerKeyCapacity bounds one key's jobs in the backlog (default 0: only
 	// Capacity bounds a key).
 	PerKeyCapacity int64
+	// ReadyCapacity bounds READY: admitted jobs waiting, running or
+	// waiting for a retry (default 10,000). A publish to a full READY is
+	// refused with ErrReadyFull; the admitter then queues the job in the
+	// backlog, and the drain leaves a due job in the backlog until READY
+	// has room.
+	ReadyCapacity int64
 	// Replicas of every stream (default 1; 3 on a 3-node cluster).
 	Replicas int
 	// Memory keeps the streams in memory instead of files (default false:
@@ -56,6 +69,9 @@ func (c Config) withDefaults() Config {
 	if c.Capacity == 0 {
 		c.Capacity = DefaultCapacity
 	}
+	if c.ReadyCapacity == 0 {
+		c.ReadyCapacity = DefaultReadyCapacity
+	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -75,6 +91,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: queue %s: capacity %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.Name, c.Capacity, DefaultCapacity)
 	case c.PerKeyCapacity < 0:
 		return fmt.Errorf("%w: queue %s: per_key_capacity %d: must be ≥ 0", ErrInvalidConfig, c.Name, c.PerKeyCapacity)
+	case c.ReadyCapacity < 0:
+		return fmt.Errorf("%w: queue %s: ready capacity %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.Name, c.ReadyCapacity, DefaultReadyCapacity)
 	case c.PerKeyCapacity > c.withDefaults().Capacity:
 		return fmt.Errorf("%w: queue %s: per_key_capacity %d is larger than capacity %d", ErrInvalidConfig, c.Name, c.PerKeyCapacity, c.withDefaults().Capacity)
 	case c.Replicas < 0 || c.Replicas > 5:
@@ -132,11 +150,13 @@ func Subject(queue string, d Destination, key string) string {
 // StreamConfig is the JetStream configuration of a queue's destination.
 //
 // Ready and backlog streams use work-queue retention: a job leaves when a
-// worker acks it. The backlog's bounds are JetStream's own — MaxMsgs,
-// MaxMsgsPerSubject with Discard New per subject — so a full backlog refuses
-// the publish itself, with no check-then-publish race between admitters
-// (docs/jetstream-backlog.md: observed on nats-server 2.9 and 2.15). Dead
-// letters are kept until purged (limits retention).
+// worker acks it. Their bounds are JetStream's own — MaxMsgs with Discard
+// New, and for the backlog MaxMsgsPerSubject with Discard New per subject —
+// so a full stream refuses the publish itself, with no check-then-publish
+// race between admitters (docs/jetstream-backlog.md: observed on nats-server
+// 2.9 and 2.15). Lowering a bound under what a stream holds drops nothing:
+// with Discard New the server only refuses new jobs. Dead letters are kept
+// until purged (limits retention).
 func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 	c = c.withDefaults()
 	sc := jetstream.StreamConfig{
@@ -155,6 +175,9 @@ func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 		sc.Storage = jetstream.MemoryStorage
 	}
 	switch d {
+	case Ready:
+		sc.MaxMsgs = c.ReadyCapacity
+		sc.Discard = jetstream.DiscardNew
 	case Backlog:
 		sc.MaxMsgs = c.Capacity
 		sc.Discard = jetstream.DiscardNew

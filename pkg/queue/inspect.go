@@ -16,8 +16,9 @@ import (
 type Info struct {
 	Queue string
 	// Ready is the number of admitted jobs not yet finished: waiting,
-	// running or waiting for a retry.
-	Ready int64
+	// running or waiting for a retry. ReadyCapacity is READY's bound.
+	Ready         int64
+	ReadyCapacity int64
 	// Backlog is the number of queued jobs waiting for their start, or
 	// running their first try (a backlog job runs from its backlog
 	// message; a retry moves it to READY).
@@ -72,6 +73,7 @@ func Inspect(ctx context.Context, js jetstream.JetStream, cfg Config) (Info, err
 		states[i] = s.CachedInfo()
 	}
 	info.Ready = int64(states[0].State.Msgs)
+	info.ReadyCapacity = max(0, states[0].Config.MaxMsgs)
 	info.Backlog = int64(states[1].State.Msgs)
 	info.Dead = int64(states[2].State.Msgs)
 	info.Capacity = states[1].Config.MaxMsgs

@@ -17,6 +17,9 @@ var (
 	// ErrKeyQueueFull: the backlog holds the key's capacity. Nothing was
 	// stored; other keys are not affected.
 	ErrKeyQueueFull = errors.New("queue: backlog full for this key")
+	// ErrReadyFull: READY holds its capacity (Config.ReadyCapacity).
+	// Nothing was stored.
+	ErrReadyFull = errors.New("queue: ready full")
 )
 
 // DefaultMaxInFlight bounds a Publisher's publishes awaiting their PubAck:
@@ -110,8 +113,8 @@ type Stored struct {
 
 // Publish stores j in the queue's destination stream and returns when
 // JetStream has acknowledged it. A full backlog is ErrQueueFull or
-// ErrKeyQueueFull. If ctx ends first, the error wraps ctx.Err() and the job
-// may or may not have been stored: publish it again with the same id, which
+// ErrKeyQueueFull, a full READY ErrReadyFull. If ctx ends first, the error
+// wraps ctx.Err() and the job may or may not have been stored: publish it again with the same id, which
 // stores it at most once. A publish whose caller has gone keeps its slot
 // until JetStream answers it, so maxInFlight bounds what is on the wire.
 func (p *Publisher) Publish(ctx context.Context, d Destination, j *Job) (Stored, error) {
@@ -145,7 +148,7 @@ func (p *Publisher) Publish(ctx context.Context, d Destination, j *Job) (Stored,
 	pb.msg = nil
 	publishPool.Put(pb)
 	if r.err != nil {
-		return Stored{}, publishError(j.ID, r.err)
+		return Stored{}, publishError(d, j.ID, r.err)
 	}
 	return Stored{Stream: r.ack.Stream, Sequence: r.ack.Sequence, Duplicate: r.ack.Duplicate}, nil
 }
@@ -215,14 +218,17 @@ func (p *Publisher) complete(m *nats.Msg, r result) {
 // their description (docs/jetstream-backlog.md; nats-server 2.9 and 2.15).
 const jsMaxMsgs jetstream.ErrorCode = 10077
 
-// publishError turns JetStream's refusals into the package's errors.
-func publishError(id string, err error) error {
+// publishError turns JetStream's refusals of a publish to d into the
+// package's errors.
+func publishError(d Destination, id string, err error) error {
 	var api *jetstream.APIError
 	if errors.As(err, &api) && api.ErrorCode == jsMaxMsgs {
-		switch api.Description {
-		case "maximum messages per subject exceeded":
+		switch {
+		case d == Ready:
+			return fmt.Errorf("%w (job %s: %w)", ErrReadyFull, id, err)
+		case api.Description == "maximum messages per subject exceeded":
 			return fmt.Errorf("%w (job %s: %w)", ErrKeyQueueFull, id, err)
-		case "maximum messages exceeded":
+		case api.Description == "maximum messages exceeded":
 			return fmt.Errorf("%w (job %s: %w)", ErrQueueFull, id, err)
 		}
 	}

@@ -1,0 +1,193 @@
+package admit_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// releases runs a worker of queue q (no-op handler) until the test ends and
+// records when each backlog job left the backlog.
+type releases struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func startWorker(t *testing.T, b *testBundle, q string) *releases {
+	t.Helper()
+	r := &releases{at: map[string]time.Time{}}
+	cfg := b.Config.Queue(q).Backlog
+	cfg.Memory = true
+	w, err := queue.NewWorker(b.JS, queue.WorkerConfig{Queue: cfg, Concurrency: 4, Observe: func(e queue.Event) {
+		if e.Kind == queue.Released {
+			r.mu.Lock()
+			r.at[e.Job.ID] = time.Now()
+			r.mu.Unlock()
+		}
+	}}, func(context.Context, *queue.Job) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+	// Draining: a pull request waits on the backlog consumer.
+	admittest.WaitFor(t, 20*time.Second, "the worker to pull from the backlog", func() bool {
+		in, err := queue.Inspect(context.Background(), b.JS, cfg)
+		return err == nil && in.BacklogPullers > 0 && in.ReadyPullers > 0
+	})
+	return r
+}
+
+func (r *releases) of(id string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.at[id]
+	return at, ok
+}
+
+// retryAt submits r again at the time ans said, and returns the new answer.
+func retryAt(t *testing.T, a *admit.Admitter, r *admit.Request, answered time.Time, ans admit.Answer) admit.Answer {
+	t.Helper()
+	if ans.Reply.RetryAfterMS <= 0 {
+		t.Fatalf("rejected with retry_after_ms %d", ans.Reply.RetryAfterMS)
+	}
+	time.Sleep(time.Until(answered.Add(time.Duration(ans.Reply.RetryAfterMS) * time.Millisecond)))
+	return submit(t, a, r)
+}
+
+func checkAccepted(t *testing.T, ans, retried admit.Answer) {
+	t.Helper()
+	if retried.Reply.Status == api.Rejected {
+		t.Fatalf("retried after retry_after_ms %d: %s again (%+v)", ans.Reply.RetryAfterMS, retried.Reply.Type, retried.Reply)
+	}
+}
+
+// checkHonest checks that the answer was at most one leak slot plus 1s after the slot freed
+// (freed: when the job that made room left the backlog).
+func checkHonest(t *testing.T, answered time.Time, ans, retried admit.Answer, freed time.Time, slot time.Duration) {
+	t.Helper()
+	at := answered.Add(time.Duration(ans.Reply.RetryAfterMS) * time.Millisecond)
+	if late := at.Sub(freed); late > slot+time.Second {
+		t.Errorf("retry_after_ms %d: %v after the slot freed, want at most a leak slot (%v) plus 1s", ans.Reply.RetryAfterMS, late, slot)
+	}
+	t.Logf("retry_after_ms %d; the slot freed %v after the answer", ans.Reply.RetryAfterMS, freed.Sub(answered))
+}
+
+// A key whose share of the backlog is full is told to come back when its
+// first queued job is released, not one leak slot later.
+func TestRetryAfterKeyFull(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, `
+queues:
+  - name: q
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 10}
+    backlog: {capacity: 100, per_key_capacity: 3, leak_rate: 100/s}
+`, setupOptions{})
+	rel := startWorker(t, b, "q")
+	var got []admit.Answer
+	for range 4 {
+		got = append(got, submit(t, a, request("q", "c")))
+	}
+	ans := submit(t, a, request("q", "c"))
+	answered := time.Now()
+	if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemKeyFull {
+		t.Fatalf("5th job of a key with per_key_capacity 3: %+v, want rejected %s", ans.Reply, api.ProblemKeyFull)
+	}
+	first := got[1]
+	if nb := *first.Reply.NotBefore; answered.Add(time.Duration(ans.Reply.RetryAfterMS) * time.Millisecond).Before(nb) {
+		t.Errorf("retry_after_ms %d: before the key's first queued job is due (%v after the answer)", ans.Reply.RetryAfterMS, nb.Sub(answered))
+	}
+	retried := retryAt(t, a, request("q", "c"), answered, ans)
+	checkAccepted(t, ans, retried)
+	freed, ok := rel.of(first.Reply.ID)
+	if !ok {
+		t.Fatalf("the key's first queued job was not released by the time of the retry")
+	}
+	checkHonest(t, answered, ans, retried, freed, 10*time.Millisecond)
+}
+
+// A full backlog whose jobs are not due yet frees a slot when the
+// earliest is due and released.
+func TestRetryAfterQueueFullNotDue(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, `
+queues:
+  - name: q
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 10}
+    backlog: {capacity: 3, leak_rate: 100/s}
+`, setupOptions{})
+	rel := startWorker(t, b, "q")
+	var got []admit.Answer
+	for range 4 {
+		got = append(got, submit(t, a, request("q", "c")))
+	}
+	ans := submit(t, a, request("q", "c"))
+	answered := time.Now()
+	if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemQueueFull {
+		t.Fatalf("a job for a full backlog: %+v, want rejected %s", ans.Reply, api.ProblemQueueFull)
+	}
+	retried := retryAt(t, a, request("q", "c"), answered, ans)
+	checkAccepted(t, ans, retried)
+	freed, ok := rel.of(got[1].Reply.ID)
+	if !ok {
+		t.Fatalf("the earliest queued job was not released by the time of the retry")
+	}
+	checkHonest(t, answered, ans, retried, freed, 10*time.Millisecond)
+}
+
+// A full backlog of due jobs frees a slot at the next release of the leak.
+func TestRetryAfterQueueFullDue(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, `
+queues:
+  - name: q
+    limits:
+      - {key: global, algorithm: token_bucket, rate: 1/h, burst: 1}
+    backlog: {capacity: 3, leak_rate: 2/s}
+`, setupOptions{})
+	rel := startWorker(t, b, "q")
+	var ans admit.Answer
+	var answered time.Time
+	var queued []string
+	for range 10 {
+		ans = submit(t, a, request("q", "c"))
+		answered = time.Now()
+		if ans.Reply.Status == api.Rejected {
+			break
+		}
+		if ans.Reply.Status == api.Queued {
+			queued = append(queued, ans.Reply.ID)
+		}
+	}
+	if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemQueueFull {
+		t.Fatalf("10 jobs into a backlog of 3 drained at 2/s: the last %+v, want rejected %s", ans.Reply, api.ProblemQueueFull)
+	}
+	retried := retryAt(t, a, request("q", "c"), answered, ans)
+	checkAccepted(t, ans, retried)
+	// The slot freed at the first release after the answer.
+	var freed time.Time
+	for _, id := range queued {
+		if at, ok := rel.of(id); ok && at.After(answered) && (freed.IsZero() || at.Before(freed)) {
+			freed = at
+		}
+	}
+	if freed.IsZero() {
+		t.Fatalf("no queued job was released between the answer and the retry")
+	}
+	checkHonest(t, answered, ans, retried, freed, 500*time.Millisecond)
+}
