@@ -87,7 +87,7 @@ type cluster struct {
 
 const clusterConfig = `
 nats: {url: "%[1]s"}
-redis: {url: "redis://%[2]s/0", failure_mode: open}
+redis: {url: "redis://%[2]s/0", failure_mode: open, timeout: 1s}
 http: {listen: "127.0.0.1:0"}
 worker: {concurrency: 32, grace_period: 5s}
 queues:
