@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -298,15 +299,7 @@ func (d *DeadLetters) replayOne(ctx context.Context, l DeadLetter, o ReplayOptio
 		return res
 	}
 	now := o.Now()
-	mv := move{
-		queue: d.queue, subject: raw.Subject, header: raw.Header, data: raw.Data, to: o.To,
-		msgID: job.ID + ":replay:" + strconv.FormatUint(l.Seq, 10),
-		set: map[string]string{
-			HeaderNotBefore:  "", // due at once
-			HeaderAttempt:    "0",
-			HeaderEnqueuedAt: now.UTC().Format(time.RFC3339Nano),
-		},
-	}
+	mv := replayMove(d.queue, raw.Subject, raw.Header, raw.Data, o.To, job.ID, l.Seq, now)
 	undo, note := func() {}, ""
 	if o.Prepare != nil {
 		if u, n := o.Prepare(ctx, job, l, o.To, now); u != nil {
@@ -316,7 +309,7 @@ func (d *DeadLetters) replayOne(ctx context.Context, l DeadLetter, o ReplayOptio
 		}
 	}
 	ack, err := mv.do(ctx, d.js, func(ctx context.Context) error {
-		if err := d.dead.DeleteMsg(ctx, l.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := d.dead.DeleteMsg(ctx, l.Seq); err != nil && !gone(err) {
 			return err
 		}
 		return nil
@@ -348,12 +341,22 @@ func (d *DeadLetters) Purge(ctx context.Context, seqs []uint64) (int, error) {
 	defer cancel()
 	n := 0
 	for _, seq := range seqs {
-		if err := d.dead.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err := d.dead.DeleteMsg(ctx, seq); err != nil && !gone(err) {
 			return n, fmt.Errorf("deleting dead letter %d from %s (%d of %d deleted): %w", seq, d.Stream(), n, len(seqs), err)
 		}
 		n++
 	}
 	return n, nil
+}
+
+// gone reports an error of a delete whose message is already gone
+// (deleted by someone else meanwhile): what the delete was for. JetStream
+// answers such a delete with its error code 10043 (sequence not found),
+// which the client passes on only as text inside
+// ErrMsgDeleteUnsuccessful.
+func gone(err error) bool {
+	return errors.Is(err, jetstream.ErrMsgNotFound) ||
+		errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "err_code=10043")
 }
 
 // PurgeAll deletes every dead letter there was when the stream was

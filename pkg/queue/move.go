@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,4 +105,34 @@ func (mv *move) do(ctx context.Context, js jetstream.JetStream, settle func(cont
 // duplicate of its earlier copy, and its source then settled: lost.
 func placeID(stream string, seq uint64) string {
 	return stream + ":" + strconv.FormatUint(seq, 10)
+}
+
+// retryMove takes a failed backlog job (stream #seq) to READY for its
+// retry: with its tries so far and the retry's not-before.
+func retryMove(queue, subject string, header nats.Header, data []byte, stream string, seq uint64, attempts int, notBefore time.Time) move {
+	return move{
+		queue: queue, subject: subject, header: header, data: data, to: Ready,
+		msgID: placeID(stream, seq),
+		set: map[string]string{
+			HeaderAttempt:   strconv.Itoa(attempts),
+			HeaderNotBefore: notBefore.UTC().Format(time.RFC3339Nano),
+		},
+	}
+}
+
+// replayMove takes dead letter deadSeq of job id back to READY or the
+// backlog as a new job: no tries yet, due at once, enqueued now. Its
+// message id is not the job id, which the destination may still hold in
+// its duplicate window, and is the same for every replay of this dead
+// letter.
+func replayMove(queue, subject string, header nats.Header, data []byte, to Destination, id string, deadSeq uint64, now time.Time) move {
+	return move{
+		queue: queue, subject: subject, header: header, data: data, to: to,
+		msgID: id + ":replay:" + strconv.FormatUint(deadSeq, 10),
+		set: map[string]string{
+			HeaderNotBefore:  "", // due at once
+			HeaderAttempt:    "0",
+			HeaderEnqueuedAt: now.UTC().Format(time.RFC3339Nano),
+		},
+	}
 }

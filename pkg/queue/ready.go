@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -338,14 +337,7 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 func (r *runner) moveToRetry(e *execution, delay time.Duration) {
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
-	mv := move{
-		queue: r.w.cfg.Queue.Name, subject: e.subject, header: e.header, data: e.data, to: Ready,
-		msgID: placeID(e.stream, e.seq),
-		set: map[string]string{
-			HeaderAttempt:   strconv.Itoa(e.attempt),
-			HeaderNotBefore: time.Now().Add(delay).UTC().Format(time.RFC3339Nano),
-		},
-	}
+	mv := retryMove(r.w.cfg.Queue.Name, e.subject, e.header, e.data, e.stream, e.seq, e.attempt, time.Now().Add(delay))
 	moved, err := mv.do(ctx, r.w.js, func(ctx context.Context) error { return ack(ctx, e.msg) })
 	switch {
 	case moved == nil:
