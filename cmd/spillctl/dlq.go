@@ -342,7 +342,7 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 			fmt.Fprintf(d.stderr, "spillctl dlq replay: job status records will not be reset: %v\n", err)
 		}
 		if status != nil {
-			opts.Prepare = resetStatus(status)
+			opts.Prepare = status.ResetForReplay
 		}
 	}
 	var results []replayed
@@ -425,39 +425,6 @@ func (d *dlq) statusStore(ctx context.Context, js jetstream.JetStream) (*jobstat
 	ctx, cancel := context.WithTimeout(ctx, dlqTimeout)
 	defer cancel()
 	return jobstatus.OpenExisting(ctx, js)
-}
-
-// resetStatus makes a replayed job's status record say it was just
-// admitted (or queued) with no tries yet: workers only ever advance a
-// record, and would leave a dead one dead. undo puts back what was there,
-// for a replay that failed. Status is advisory: a failure is a note, not
-// an error.
-func resetStatus(st *jobstatus.Store) func(context.Context, queue.Job, queue.DeadLetter, queue.Destination, time.Time) (func(), string) {
-	return func(ctx context.Context, job queue.Job, l queue.DeadLetter, to queue.Destination, now time.Time) (func(), string) {
-		if jobstatus.ValidateID(job.ID) != nil {
-			return nil, ""
-		}
-		prev, err := st.Get(ctx, job.ID)
-		switch {
-		case errors.Is(err, jobstatus.ErrNotFound):
-			// Expired: what it would say is that the job is dead.
-			prev = jobstatus.Record{
-				ID: job.ID, Queue: job.Queue, State: jobstatus.Dead, Attempts: l.Attempts, LastError: l.LastError,
-				EnqueuedAt: job.EnqueuedAt, FinishedAt: l.DeadAt, UpdatedAt: l.DeadAt,
-			}
-		case err != nil:
-			return nil, "its status record was not reset: " + err.Error()
-		}
-		state := jobstatus.Admitted
-		if to == queue.Backlog {
-			state = jobstatus.Queued
-		}
-		reset := jobstatus.Record{ID: job.ID, Queue: job.Queue, State: state, LastError: prev.LastError, EnqueuedAt: now, UpdatedAt: now}
-		if err := st.Put(ctx, reset); err != nil {
-			return nil, "its status record was not reset: " + err.Error()
-		}
-		return func() { _ = st.Put(context.WithoutCancel(ctx), prev) }, ""
-	}
 }
 
 func (d *dlq) purge(ctx context.Context, args []string) error {
