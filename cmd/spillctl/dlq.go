@@ -153,9 +153,9 @@ func (d *dlq) parse(fs *flag.FlagSet, f dlqFlags, args []string, head string) (b
 // dlqTimeout bounds opening the job-status bucket.
 const dlqTimeout = 10 * time.Second
 
-// open connects to NATS and opens queue q's dead letters; close ends the
+// open connects to NATS and opens queue q's dead letters; closeNATS ends the
 // connection.
-func (d *dlq) open(ctx context.Context, cmd, q, natsURL string) (dl *queue.DeadLetters, js jetstream.JetStream, close func(), err error) {
+func (d *dlq) open(ctx context.Context, cmd, q, natsURL string) (dl *queue.DeadLetters, js jetstream.JetStream, closeNATS func(), err error) {
 	nc, err := connectNATS(natsURL, "spillctl dlq")
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
