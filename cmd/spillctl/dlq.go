@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/jobstatus"
@@ -151,46 +150,31 @@ func (d *dlq) parse(fs *flag.FlagSet, f dlqFlags, args []string, head string) (b
 	return false, nil
 }
 
-// deadQueue is a queue's DEAD stream, opened.
-type deadQueue struct {
-	name string
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	dead jetstream.Stream
-	info *jetstream.StreamInfo // when opened
-}
+// dlqTimeout bounds opening the job-status bucket.
+const dlqTimeout = 10 * time.Second
 
-// apiTimeout bounds one JetStream API call.
-const apiTimeout = 10 * time.Second
-
-func (d *dlq) open(ctx context.Context, cmd, q, natsURL string) (*deadQueue, error) {
+// open connects to NATS and opens queue q's dead letters; closeNATS ends the
+// connection.
+func (d *dlq) open(ctx context.Context, cmd, q, natsURL string) (dl *queue.DeadLetters, js jetstream.JetStream, closeNATS func(), err error) {
 	nc, err := connectNATS(natsURL, "spillctl dlq")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cmd, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("%s: %w", cmd, err)
+	if js, err = jetstream.New(nc); err == nil {
+		dl, err = queue.OpenDeadLetters(ctx, js, q)
 	}
-	name := queue.StreamName(q, queue.Dead)
-	octx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	s, err := js.Stream(octx, name)
 	if err != nil {
 		nc.Close()
 		switch {
-		case errors.Is(err, jetstream.ErrStreamNotFound):
-			return nil, fmt.Errorf("%s: queue %q has no dead-letter stream %s on %s (is the name right? a worker creates the streams when it first runs the queue)", cmd, q, name, natsURL)
-		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, nats.ErrNoResponders):
-			return nil, fmt.Errorf("%s: NATS at %s has no JetStream (is --nats Spillway's server?)", cmd, natsURL)
+		case errors.Is(err, queue.ErrNoStream):
+			return nil, nil, nil, fmt.Errorf("%s: queue %q has no dead-letter stream %s on %s (is the name right? a worker creates the streams when it first runs the queue)", cmd, q, queue.StreamName(q, queue.Dead), natsURL)
+		case errors.Is(err, queue.ErrNoJetStream):
+			return nil, nil, nil, fmt.Errorf("%s: NATS at %s has no JetStream (is --nats Spillway's server?)", cmd, natsURL)
 		}
-		return nil, fmt.Errorf("%s: reading stream %s: %w", cmd, name, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
-	return &deadQueue{name: q, nc: nc, js: js, dead: s, info: s.CachedInfo()}, nil
+	return dl, js, nc.Close, nil
 }
-
-func (q *deadQueue) close() { q.nc.Close() }
 
 // deadLetter is what list shows of one dead letter.
 type deadLetter struct {
@@ -206,81 +190,15 @@ type deadLetter struct {
 	PayloadBytes int        `json:"payload_bytes"`
 }
 
-// letterOf reads a dead letter's headers (the job's and those the worker
-// adds, pkg/queue/dead.go).
-func letterOf(seq uint64, h nats.Header, stored time.Time, size int, now time.Time) deadLetter {
-	l := deadLetter{
-		Seq: seq, ID: h.Get(queue.HeaderJobID), Reason: h.Get(queue.HeaderDeadReason),
-		LastError: h.Get(queue.HeaderLastError), SourceStream: h.Get(queue.HeaderSourceStream), PayloadBytes: size,
+func letterOf(l queue.DeadLetter, now time.Time) deadLetter {
+	v := deadLetter{
+		Seq: l.Seq, ID: l.ID, Reason: l.Reason, Attempts: l.Attempts, LastError: l.LastError, DeadAt: l.DeadAt,
+		AgeMS: max(0, now.Sub(l.DeadAt).Milliseconds()), SourceStream: l.SourceStream, PayloadBytes: l.PayloadBytes,
 	}
-	l.Attempts, _ = strconv.Atoi(h.Get(queue.HeaderAttempt))
-	l.DeadAt = stored
-	if t, err := time.Parse(time.RFC3339Nano, h.Get(queue.HeaderDeadAt)); err == nil {
-		l.DeadAt = t
+	if !l.EnqueuedAt.IsZero() {
+		v.EnqueuedAt = &l.EnqueuedAt
 	}
-	if t, err := time.Parse(time.RFC3339Nano, h.Get(queue.HeaderEnqueuedAt)); err == nil {
-		l.EnqueuedAt = &t
-	}
-	l.AgeMS = max(0, now.Sub(l.DeadAt).Milliseconds())
-	return l
-}
-
-// scan calls fn with each dead letter there was when the stream was
-// opened, oldest first, headers only, until fn returns false.
-func (q *deadQueue) scan(ctx context.Context, now time.Time, fn func(deadLetter) bool) error {
-	last := q.info.State.LastSeq
-	if q.info.State.Msgs == 0 {
-		return nil
-	}
-	octx, cancel := context.WithTimeout(ctx, apiTimeout)
-	cons, err := q.js.OrderedConsumer(octx, q.info.Config.Name, jetstream.OrderedConsumerConfig{
-		HeadersOnly: true, InactiveThreshold: 30 * time.Second,
-	})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", q.info.Config.Name, err)
-	}
-	for {
-		batch, err := cons.FetchNoWait(256)
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", q.info.Config.Name, err)
-		}
-		// The batch is read to its end even after the last wanted message,
-		// so that the fetch's goroutine ends before the connection closes.
-		n, done, mdErr := 0, false, error(nil)
-		for m := range batch.Messages() {
-			n++
-			if done {
-				continue
-			}
-			md, err := m.Metadata()
-			if err != nil {
-				done, mdErr = true, err
-				continue
-			}
-			seq := md.Sequence.Stream
-			if seq > last {
-				done = true
-				continue
-			}
-			size, _ := strconv.Atoi(m.Headers().Get("Nats-Msg-Size"))
-			if !fn(letterOf(seq, m.Headers(), md.Timestamp, size, now)) || seq == last || md.NumPending == 0 {
-				done = true
-			}
-		}
-		if mdErr != nil {
-			return fmt.Errorf("reading %s: %w", q.info.Config.Name, mdErr)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("reading %s: %w", q.info.Config.Name, err)
-		}
-		if done {
-			return nil
-		}
-		if n == 0 {
-			return ctx.Err() // nothing left (some were deleted meanwhile)
-		}
-	}
+	return v
 }
 
 func (d *dlq) list(ctx context.Context, args []string) error {
@@ -292,30 +210,29 @@ func (d *dlq) list(ctx context.Context, args []string) error {
 	if *limit < 0 {
 		return usageErrorf("spillctl dlq list: --limit %d: want 0 (all) or more", *limit)
 	}
-	q, err := d.open(ctx, "spillctl dlq list", *f.queue, *f.nats)
+	dl, _, closeNATS, err := d.open(ctx, "spillctl dlq list", *f.queue, *f.nats)
 	if err != nil {
 		return err
 	}
-	defer q.close()
+	defer closeNATS()
 	now := d.now()
-	letters := []deadLetter{}
-	err = q.scan(ctx, now, func(l deadLetter) bool {
-		letters = append(letters, l)
-		return *limit == 0 || len(letters) < *limit
-	})
+	found, err := dl.List(ctx, queue.ListOptions{Limit: *limit})
 	if err != nil {
 		return fmt.Errorf("spillctl dlq list: %w", err)
 	}
-	total := q.info.State.Msgs
+	letters := make([]deadLetter, 0, len(found))
+	for _, l := range found {
+		letters = append(letters, letterOf(l, now))
+	}
 	if *f.json {
 		return writeJSON(d.stdout, struct {
 			Queue       string       `json:"queue"`
 			Stream      string       `json:"stream"`
 			Total       uint64       `json:"total"`
 			DeadLetters []deadLetter `json:"dead_letters"`
-		}{q.name, q.info.Config.Name, total, letters})
+		}{dl.Queue(), dl.Stream(), dl.Total(), letters})
 	}
-	fmt.Fprint(d.stdout, formatDeadLetters(q.info.Config.Name, total, letters, now))
+	fmt.Fprint(d.stdout, formatDeadLetters(dl.Stream(), dl.Total(), letters, now))
 	return nil
 }
 
@@ -379,6 +296,14 @@ type replayed struct {
 	Note string `json:"note,omitempty"`
 }
 
+func replayedOf(r queue.ReplayResult, q string) replayed {
+	v := replayed{DeadSeq: r.DeadSeq, ID: r.ID, Stream: r.Stream, Seq: r.Seq, Kept: r.Kept, Warning: r.Warning, Note: r.Note}
+	if v.Warning != "" {
+		v.Warning += fmt.Sprintf("; delete it with spillctl dlq purge --queue %s --id %s --yes", q, r.ID)
+	}
+	return v
+}
+
 func (d *dlq) replay(ctx context.Context, args []string) error {
 	fs, f := d.flags("replay")
 	id := fs.String("id", "", "replay the dead letters of the job with this `ID`")
@@ -399,58 +324,31 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 	default:
 		return usageErrorf("spillctl dlq replay: --to %q: want ready or backlog", *to)
 	}
-	q, err := d.open(ctx, "spillctl dlq replay", *f.queue, *f.nats)
+	dl, js, closeNATS, err := d.open(ctx, "spillctl dlq replay", *f.queue, *f.nats)
 	if err != nil {
 		return err
 	}
-	defer q.close()
+	defer closeNATS()
+	destName := queue.StreamName(dl.Queue(), dest)
+	opts := queue.ReplayOptions{To: dest, Now: d.now}
 
-	// The destination must exist before anything is tried.
-	destName := queue.StreamName(q.name, dest)
-	octx, cancel := context.WithTimeout(ctx, apiTimeout)
-	ds, err := q.js.Stream(octx, destName)
-	var destDup time.Duration
-	if err == nil {
-		destDup = ds.CachedInfo().Config.Duplicates
-	}
-	cancel()
+	targets, err := dl.List(ctx, queue.ListOptions{JobID: *id})
 	if err != nil {
-		return fmt.Errorf("spillctl dlq replay: cannot replay to %s: %w; nothing was replayed and the dead letters stay (has a worker run queue %s? it creates the streams)", destName, err, q.name)
-	}
-
-	now := d.now()
-	var targets []deadLetter
-	if err := q.scan(ctx, now, func(l deadLetter) bool {
-		if *all || l.ID == *id {
-			targets = append(targets, l)
-		}
-		return true
-	}); err != nil {
 		return fmt.Errorf("spillctl dlq replay: %w", err)
 	}
-	if len(targets) == 0 {
-		if *all {
-			fmt.Fprintf(d.stdout, "%s: no dead letters to replay\n", q.info.Config.Name)
-			return nil
+	if len(targets) > 0 {
+		status, err := d.statusStore(ctx, js)
+		if err != nil {
+			fmt.Fprintf(d.stderr, "spillctl dlq replay: job status records will not be reset: %v\n", err)
 		}
-		return fmt.Errorf("spillctl dlq replay: no dead letter of job %s in %s (spillctl dlq list --queue %s shows them)", *id, q.info.Config.Name, q.name)
-	}
-
-	status, err := q.statusStore(ctx)
-	if err != nil {
-		fmt.Fprintf(d.stderr, "spillctl dlq replay: job status records will not be reset: %v\n", err)
-	}
-	r := replayer{
-		q: q, dest: dest, destName: destName, status: status,
-		destDup: destDup,
+		if status != nil {
+			opts.Prepare = status.ResetForReplay
+		}
 	}
 	var results []replayed
 	failed := 0
-	for _, l := range targets {
-		if ctx.Err() != nil {
-			break
-		}
-		res := r.replayOne(ctx, l, d.now())
+	opts.Report = func(r queue.ReplayResult) {
+		res := replayedOf(r, dl.Queue())
 		if res.Kept != "" || res.Warning != "" {
 			failed++
 		}
@@ -459,12 +357,25 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 			fmt.Fprintln(d.stdout, formatReplayed(res))
 		}
 	}
+	// Replay checks the destination before anything, even with nothing
+	// to replay; an error with no result and ctx alive is that check's.
+	_, rerr := dl.Replay(ctx, targets, opts)
+	if rerr != nil && len(results) == 0 && ctx.Err() == nil {
+		return fmt.Errorf("spillctl dlq replay: cannot replay to %s: %w; nothing was replayed and the dead letters stay (has a worker run queue %s? it creates the streams)", destName, rerr, dl.Queue())
+	}
+	if len(targets) == 0 && rerr == nil {
+		if *all {
+			fmt.Fprintf(d.stdout, "%s: no dead letters to replay\n", dl.Stream())
+			return nil
+		}
+		return fmt.Errorf("spillctl dlq replay: no dead letter of job %s in %s (spillctl dlq list --queue %s shows them)", *id, dl.Stream(), dl.Queue())
+	}
 	if *f.json {
 		if err := writeJSON(d.stdout, struct {
 			Queue    string     `json:"queue"`
 			To       string     `json:"to"`
 			Replayed []replayed `json:"results"`
-		}{q.name, destName, results}); err != nil {
+		}{dl.Queue(), destName, results}); err != nil {
 			return err
 		}
 	} else {
@@ -473,8 +384,11 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("spillctl dlq replay: interrupted after %d of %d dead letters: %w", len(results), len(targets), err)
 	}
+	if rerr != nil {
+		return fmt.Errorf("spillctl dlq replay: %w", rerr)
+	}
 	if failed > 0 {
-		return fmt.Errorf("spillctl dlq replay: %d of %d dead letters need attention (see above); the ones kept stay in %s", failed, len(targets), q.info.Config.Name)
+		return fmt.Errorf("spillctl dlq replay: %d of %d dead letters need attention (see above); the ones kept stay in %s", failed, len(targets), dl.Stream())
 	}
 	return nil
 }
@@ -505,139 +419,12 @@ func formatReplayed(r replayed) string {
 	return fmt.Sprintf("replayed  %s → %s seq %d", id, r.Stream, r.Seq)
 }
 
-// replayer moves dead letters back to a queue's READY or BACKLOG stream.
-type replayer struct {
-	q        *deadQueue
-	dest     queue.Destination
-	destName string
-	status   *jobstatus.Store // nil: the admitter keeps no job status
-	// The destination's duplicate window.
-	destDup time.Duration
-}
-
-// deadHeaders are the headers a worker adds to a dead letter; a replayed
-// job does not carry them.
-var deadHeaders = []string{
-	queue.HeaderDeadReason, queue.HeaderLastError, queue.HeaderDeadAt, queue.HeaderSourceStream, queue.HeaderSourceSeq,
-}
-
-// replayOne publishes dead letter l to the destination and, once
-// JetStream acknowledged it, deletes the dead letter. Whatever fails
-// before that acknowledgement leaves the dead letter where it is.
-func (r *replayer) replayOne(ctx context.Context, l deadLetter, now time.Time) replayed {
-	res := replayed{DeadSeq: l.Seq, ID: l.ID}
-	octx, cancel := context.WithTimeout(ctx, apiTimeout)
+// statusStore opens the admitter's job-status bucket as it is, or returns
+// nil when there is none.
+func (d *dlq) statusStore(ctx context.Context, js jetstream.JetStream) (*jobstatus.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, dlqTimeout)
 	defer cancel()
-	raw, err := r.q.dead.GetMsg(octx, l.Seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		res.Kept = "gone meanwhile (replayed or purged by someone else?)"
-		return res
-	}
-	if err != nil {
-		res.Kept = "reading it failed: " + err.Error()
-		return res
-	}
-	job, err := queue.ParseJob(raw.Header, raw.Data)
-	if err != nil {
-		res.Kept = fmt.Sprintf("not a job, so it cannot be replayed (%v); purge it by hand (nats stream rmm %s %d)", err, r.q.info.Config.Name, l.Seq)
-		return res
-	}
-	if job.Queue != r.q.name {
-		res.Kept = fmt.Sprintf("it is a job of queue %q, not %q", job.Queue, r.q.name)
-		return res
-	}
-	token := raw.Subject[strings.LastIndexByte(raw.Subject, '.')+1:]
-	m := nats.NewMsg("spillway." + r.dest.String() + "." + r.q.name + "." + token)
-	for k, vs := range raw.Header {
-		if !strings.HasPrefix(k, "Nats-") {
-			m.Header[k] = append([]string(nil), vs...)
-		}
-	}
-	for _, k := range deadHeaders {
-		m.Header.Del(k)
-	}
-	m.Header.Del(queue.HeaderNotBefore) // due at once
-	m.Header.Set(queue.HeaderAttempt, "0")
-	m.Header.Set(queue.HeaderEnqueuedAt, now.UTC().Format(time.RFC3339Nano))
-	// Not the job id, which the destination may still hold in its
-	// duplicate window; the same for every replay of this dead letter.
-	m.Header.Set(nats.MsgIdHdr, job.ID+":replay:"+strconv.FormatUint(l.Seq, 10))
-	m.Data = raw.Data
-	restore, note := r.resetStatus(octx, job, l, now)
-	ack, err := r.q.js.PublishMsg(octx, m, jetstream.WithExpectStream(r.destName))
-	if err != nil {
-		restore()
-		res.Kept = fmt.Sprintf("publishing to %s failed: %v", r.destName, err)
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) {
-			switch {
-			case r.dest == queue.Ready && apiErr.Description == "maximum messages exceeded":
-				res.Kept += " (READY is full, at ready.capacity: replay --to backlog, or wait for workers to take jobs)"
-			case apiErr.Description == "maximum messages exceeded":
-				res.Kept += " (the backlog is full: replay --to ready, or wait for it to drain)"
-			case apiErr.Description == "maximum messages per subject exceeded":
-				res.Kept += " (this key's share of the backlog is full: replay --to ready, or wait for it to drain)"
-			}
-		}
-		return res
-	}
-	res.Stream, res.Seq, res.Note = ack.Stream, ack.Sequence, note
-	if err := r.q.dead.DeleteMsg(octx, l.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		res.Warning = fmt.Sprintf("deleting dead letter %d failed (%v): it is still listed, and replaying it again within %s stores nothing new; delete it with spillctl dlq purge --queue %s --id %s --yes",
-			l.Seq, err, fmtDur(r.destDup), r.q.name, job.ID)
-	}
-	return res
-}
-
-// statusStore opens the admitter's job-status bucket with the settings it
-// has — so that opening changes nothing — or returns nil when there is none.
-func (q *deadQueue) statusStore(ctx context.Context) (*jobstatus.Store, error) {
-	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	kv, err := q.js.KeyValue(ctx, jobstatus.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", jobstatus.Bucket, err)
-	}
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", jobstatus.Bucket, err)
-	}
-	cfg := st.Config()
-	return jobstatus.Open(ctx, q.js, cfg.TTL, cfg.Replicas)
-}
-
-// resetStatus makes the job's status record say it was just admitted (or
-// queued) with no tries yet: workers only ever advance a record, and would
-// leave a dead one dead. restore puts back what was there, for a replay
-// that failed. Status is advisory: a failure is a note, not an error.
-func (r *replayer) resetStatus(ctx context.Context, job queue.Job, l deadLetter, now time.Time) (restore func(), note string) {
-	restore = func() {}
-	if r.status == nil || jobstatus.ValidateID(job.ID) != nil {
-		return restore, ""
-	}
-	prev, err := r.status.Get(ctx, job.ID)
-	switch {
-	case errors.Is(err, jobstatus.ErrNotFound):
-		// Expired: what it would say is that the job is dead.
-		prev = jobstatus.Record{
-			ID: job.ID, Queue: job.Queue, State: jobstatus.Dead, Attempts: l.Attempts, LastError: l.LastError,
-			EnqueuedAt: job.EnqueuedAt, FinishedAt: l.DeadAt, UpdatedAt: l.DeadAt,
-		}
-	case err != nil:
-		return restore, "its status record was not reset: " + err.Error()
-	}
-	state := jobstatus.Admitted
-	if r.dest == queue.Backlog {
-		state = jobstatus.Queued
-	}
-	reset := jobstatus.Record{ID: job.ID, Queue: job.Queue, State: state, LastError: prev.LastError, EnqueuedAt: now, UpdatedAt: now}
-	if err := r.status.Put(ctx, reset); err != nil {
-		return restore, "its status record was not reset: " + err.Error()
-	}
-	return func() { _ = r.status.Put(context.WithoutCancel(ctx), prev) }, ""
+	return jobstatus.OpenExisting(ctx, js)
 }
 
 func (d *dlq) purge(ctx context.Context, args []string) error {
@@ -651,32 +438,31 @@ func (d *dlq) purge(ctx context.Context, args []string) error {
 	if (*id == "") == !*all {
 		return usageErrorf("spillctl dlq purge: give --id ID or --all")
 	}
-	q, err := d.open(ctx, "spillctl dlq purge", *f.queue, *f.nats)
+	dl, _, closeNATS, err := d.open(ctx, "spillctl dlq purge", *f.queue, *f.nats)
 	if err != nil {
 		return err
 	}
-	defer q.close()
-	stream := q.info.Config.Name
+	defer closeNATS()
+	stream := dl.Stream()
 
 	var seqs []uint64
 	var what string
 	if *all {
-		n := q.info.State.Msgs
+		n := dl.Total()
 		if n == 0 {
 			return d.purged(*f.json, stream, 0)
 		}
-		what = fmt.Sprintf("all %d dead letter%s of queue %s (%s)", n, plural(n), q.name, stream)
+		what = fmt.Sprintf("all %d dead letter%s of queue %s (%s)", n, plural(n), dl.Queue(), stream)
 	} else {
-		if err := q.scan(ctx, d.now(), func(l deadLetter) bool {
-			if l.ID == *id {
-				seqs = append(seqs, l.Seq)
-			}
-			return true
-		}); err != nil {
+		letters, err := dl.List(ctx, queue.ListOptions{JobID: *id})
+		if err != nil {
 			return fmt.Errorf("spillctl dlq purge: %w", err)
 		}
+		for _, l := range letters {
+			seqs = append(seqs, l.Seq)
+		}
 		if len(seqs) == 0 {
-			return fmt.Errorf("spillctl dlq purge: no dead letter of job %s in %s (spillctl dlq list --queue %s shows them)", *id, stream, q.name)
+			return fmt.Errorf("spillctl dlq purge: no dead letter of job %s in %s (spillctl dlq list --queue %s shows them)", *id, stream, dl.Queue())
 		}
 		what = fmt.Sprintf("%d dead letter%s of job %s from %s", len(seqs), plural(len(seqs)), *id, stream)
 	}
@@ -685,23 +471,15 @@ func (d *dlq) purge(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-
-	octx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
+	var n int
 	if *all {
 		// Up to the last one counted: later arrivals were not confirmed.
-		last := q.info.State.LastSeq
-		if err := q.dead.Purge(octx, jetstream.WithPurgeSequence(last+1)); err != nil {
-			return fmt.Errorf("spillctl dlq purge: purging %s: %w", stream, err)
-		}
-		return d.purged(*f.json, stream, int(q.info.State.Msgs))
+		n, err = dl.PurgeAll(ctx)
+	} else {
+		n, err = dl.Purge(ctx, seqs)
 	}
-	n := 0
-	for _, seq := range seqs {
-		if err := q.dead.DeleteMsg(octx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return fmt.Errorf("spillctl dlq purge: deleting dead letter %d from %s (%d of %d deleted): %w", seq, stream, n, len(seqs), err)
-		}
-		n++
+	if err != nil {
+		return fmt.Errorf("spillctl dlq purge: %w", err)
 	}
 	return d.purged(*f.json, stream, n)
 }

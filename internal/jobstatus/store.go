@@ -71,6 +71,19 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	return &Store{kv: kv}, nil
 }
 
+// OpenExisting opens the bucket as it is, changing nothing, or returns
+// nil without error when there is none (the admitter keeps no job status).
+func OpenExisting(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobstatus: bucket %s: %w", Bucket, err)
+	}
+	return &Store{kv: kv}, nil
+}
+
 // Get returns the record of job id: ErrNotFound when there is none,
 // ErrInvalidID when id is not a job id.
 func (s *Store) Get(ctx context.Context, id string) (Record, error) {

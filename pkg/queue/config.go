@@ -144,7 +144,7 @@ func StreamName(queue string, d Destination) string {
 // token>. One subject per key is what makes the per-key capacity a
 // JetStream limit.
 func Subject(queue string, d Destination, key string) string {
-	return "spillway." + d.String() + "." + queue + "." + KeyToken(key)
+	return subjectOf(queue, d, KeyToken(key))
 }
 
 // StreamConfig is the JetStream configuration of a queue's destination.
@@ -162,7 +162,7 @@ func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 	sc := jetstream.StreamConfig{
 		Name:        StreamName(c.Name, d),
 		Description: fmt.Sprintf("Spillway queue %s: %s jobs", c.Name, d),
-		Subjects:    []string{"spillway." + d.String() + "." + c.Name + ".*"},
+		Subjects:    []string{subjectFilter(c.Name, d)},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.Replicas,

@@ -43,35 +43,32 @@ type deadLetter struct {
 	err      error
 }
 
-// publish stores the dead letter and waits for JetStream's acknowledgement.
-// Its Nats-Msg-Id is the message's place in the source stream, so a worker
-// that dies between this and its ack of the source message, and whose
-// successor moves the job again, stores it once. Not the job's id: a job
-// replayed from DEAD that dies again within the duplicate window would be
-// dropped as a duplicate of its first dead letter — and acked, so lost.
-func (d *deadLetter) publish(ctx context.Context, js jetstream.JetStream, now time.Time) error {
-	token := d.subject[strings.LastIndexByte(d.subject, '.')+1:]
-	m := nats.NewMsg("spillway." + Dead.String() + "." + d.queue + "." + token)
-	for k, vs := range d.header {
-		if strings.HasPrefix(k, "Nats-") {
-			continue // the server's own (Nats-Expected-Stream would refuse the move)
-		}
-		m.Header[k] = append([]string(nil), vs...)
+// move is the dead letter's move to DEAD. Its message id is the job's
+// place in the source stream (placeID).
+func (d *deadLetter) move(now time.Time) move {
+	set := map[string]string{
+		HeaderAttempt:      strconv.Itoa(d.attempts),
+		HeaderDeadReason:   d.reason,
+		HeaderDeadAt:       now.UTC().Format(time.RFC3339Nano),
+		HeaderSourceStream: d.stream,
+		HeaderSourceSeq:    strconv.FormatUint(d.seq, 10),
 	}
-	m.Header.Set(nats.MsgIdHdr, d.stream+":"+strconv.FormatUint(d.seq, 10))
-	m.Header.Set(HeaderAttempt, strconv.Itoa(d.attempts))
-	m.Header.Set(HeaderDeadReason, d.reason)
 	if d.err != nil {
-		m.Header.Set(HeaderLastError, oneLine(d.err.Error(), MaxErrorLen))
+		set[HeaderLastError] = oneLine(d.err.Error(), MaxErrorLen)
 	}
-	m.Header.Set(HeaderDeadAt, now.UTC().Format(time.RFC3339Nano))
-	m.Header.Set(HeaderSourceStream, d.stream)
-	m.Header.Set(HeaderSourceSeq, strconv.FormatUint(d.seq, 10))
-	m.Data = d.data
-	if _, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamName(d.queue, Dead))); err != nil {
-		return fmt.Errorf("queue: dead-lettering job %s (%s #%d) of queue %s: %w", d.header.Get(HeaderJobID), d.stream, d.seq, d.queue, err)
+	return move{queue: d.queue, subject: d.subject, header: d.header, data: d.data, to: Dead, msgID: placeID(d.stream, d.seq), set: set}
+}
+
+// store moves the dead letter to DEAD, then settles its source with
+// settle. A nil PubAck means nothing was stored and the source is
+// untouched.
+func (d *deadLetter) store(ctx context.Context, js jetstream.JetStream, now time.Time, settle func(context.Context) error) (*jetstream.PubAck, error) {
+	mv := d.move(now)
+	ack, err := mv.do(ctx, js, settle)
+	if ack == nil {
+		return nil, fmt.Errorf("queue: dead-lettering job %s (%s #%d) of queue %s: %w", d.header.Get(HeaderJobID), d.stream, d.seq, d.queue, err)
 	}
-	return nil
+	return ack, err
 }
 
 // oneLine makes s fit a header value: control characters become spaces and

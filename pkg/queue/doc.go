@@ -77,6 +77,13 @@
 // and backlog jobs alike — finish within the grace period and hands back
 // what is left, each to the stream it came from.
 //
+// Every move of a job between a queue's streams — a backlog job's retry
+// to READY, a job to DEAD, a dead letter back to READY or the backlog — is
+// one primitive (move.go): copy under a message id of its own with one
+// header rule, wait for JetStream's acknowledgement, then ack or delete the
+// source.
+//
 // Inspect reads a queue's depth, capacity, fill, oldest age, in-flight jobs
-// and estimated drain time from JetStream.
+// and estimated drain time from JetStream. DeadLetters lists, replays and
+// purges a queue's dead letters.
 package queue

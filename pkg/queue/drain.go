@@ -511,10 +511,7 @@ func (d *drainer) deadLetter(ctx context.Context, msg jetstream.Msg, seq uint64,
 			queue: d.w.cfg.Queue.Name, subject: raw.Subject, stream: StreamName(d.w.cfg.Queue.Name, Backlog), seq: seq,
 			header: raw.Header, data: raw.Data, reason: reason, err: cause,
 		}
-		err = dl.publish(sctx, d.w.js, time.Now())
-	}
-	if err == nil {
-		err = ack(sctx, msg)
+		_, err = dl.store(sctx, d.w.js, time.Now(), func(ctx context.Context) error { return ack(ctx, msg) })
 	}
 	if err != nil {
 		d.w.log.Error("dead-lettering a backlog job failed; it stays in the backlog", "stream_seq", seq, "reason", reason, "error", err)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -330,36 +328,27 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 	r.deadLetter(e, e.attempt, d.Reason, herr, took)
 }
 
-// moveToRetry puts a failed backlog job in READY with its tries so far and
-// a not-before of now+delay, then acks it in the backlog. Its Nats-Msg-Id is
-// its backlog place, so a worker that dies between the two, and whose
-// successor runs and moves the job again, stores it once. If the move
-// fails the job goes back to the backlog after the delay, and its tries so
-// far are forgotten.
+// moveToRetry moves a failed backlog job to READY with its tries so far
+// and a not-before of now+delay, then acks it in the backlog. Its message
+// id is its backlog place (placeID), so a worker that dies between the
+// two, and whose successor runs and moves the job again, stores it once.
+// If the move fails the job goes back to the backlog after the delay, and
+// its tries so far are forgotten.
 func (r *runner) moveToRetry(e *execution, delay time.Duration) {
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
-	m := nats.NewMsg("spillway." + Ready.String() + "." + r.w.cfg.Queue.Name + "." + e.subject[strings.LastIndexByte(e.subject, '.')+1:])
-	for k, vs := range e.header {
-		if !strings.HasPrefix(k, "Nats-") {
-			m.Header[k] = vs
-		}
-	}
-	m.Header.Set(nats.MsgIdHdr, e.stream+":"+strconv.FormatUint(e.seq, 10))
-	m.Header.Set(HeaderAttempt, strconv.Itoa(e.attempt))
-	m.Header.Set(HeaderNotBefore, time.Now().Add(delay).UTC().Format(time.RFC3339Nano))
-	m.Data = e.data
-	if _, err := r.w.js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamName(r.w.cfg.Queue.Name, Ready))); err != nil {
+	mv := retryMove(r.w.cfg.Queue.Name, e.subject, e.header, e.data, e.stream, e.seq, e.attempt, time.Now().Add(delay))
+	moved, err := mv.do(ctx, r.w.js, func(ctx context.Context) error { return ack(ctx, e.msg) })
+	switch {
+	case moved == nil:
 		r.w.log.Error("moving a failed backlog job to READY for its retry failed; it goes back to the backlog", "job", e.job.ID, "error", err)
 		_ = e.msg.NakWithDelay(delay)
-		return
-	}
-	if err := ack(ctx, e.msg); err != nil {
+	case err != nil:
 		r.w.log.Warn("failed backlog job moved to READY for its retry but its backlog ack failed; it may run once more from the backlog", "job", e.job.ID, "error", err)
 	}
 }
 
-// deadLetter stores the delivery in DEAD, then acks it. If the store
+// deadLetter moves the delivery to DEAD, then acks it. If the store
 // fails the job stays where it is and comes back after a short delay.
 func (r *runner) deadLetter(e *execution, attempts int, reason string, cause error, took time.Duration) {
 	ctx, cancel := settleCtx(r.hctx)
@@ -368,12 +357,13 @@ func (r *runner) deadLetter(e *execution, attempts int, reason string, cause err
 		queue: r.w.cfg.Queue.Name, subject: e.subject, stream: e.stream, seq: e.seq,
 		header: e.header, data: e.data, attempts: attempts, reason: reason, err: cause,
 	}
-	if err := dl.publish(ctx, r.w.js, time.Now()); err != nil {
+	moved, err := dl.store(ctx, r.w.js, time.Now(), func(ctx context.Context) error { return ack(ctx, e.msg) })
+	if moved == nil {
 		r.w.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", dl.stream, "stream_seq", dl.seq, "error", err)
 		_ = e.msg.NakWithDelay(time.Second)
 		return
 	}
-	if err := ack(ctx, e.msg); err != nil {
+	if err != nil {
 		r.w.log.Error("job dead-lettered but its ack failed; it will be dead-lettered again (stored once)", "stream", dl.stream, "stream_seq", dl.seq, "error", err)
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrInvalidQueueName is wrapped by the error for a queue name that cannot
@@ -49,4 +50,26 @@ const KeyTokenLen = 26
 func KeyToken(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return keyEncoding.EncodeToString(sum[:16])
+}
+
+// subjectRoot begins every subject of a queue's streams.
+const subjectRoot = "spillway."
+
+// subjectOf is the one place a stream subject is spelled:
+// spillway.<destination>.<queue>.<token>, where token is a KeyToken, or
+// "*" for a filter matching every key.
+func subjectOf(queue string, d Destination, token string) string {
+	return subjectRoot + d.String() + "." + queue + "." + token
+}
+
+// subjectFilter matches every subject of a queue's destination: the
+// stream's subject, and a filter over all its keys.
+func subjectFilter(queue string, d Destination) string {
+	return subjectOf(queue, d, "*")
+}
+
+// tokenOf is a stream subject's last token, the key token: a move keeps
+// it, so a job stays under its key wherever it goes.
+func tokenOf(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
 }

@@ -1,0 +1,40 @@
+package jobstatus
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// ResetForReplay, a queue.ReplayOptions.Prepare, makes a replayed job's
+// record say it was just admitted (or queued) with no tries yet: workers
+// only ever advance a record, and would leave a dead one dead. undo puts
+// back what was there, for a replay that failed. Status is advisory: a
+// failure is a note, not an error.
+func (s *Store) ResetForReplay(ctx context.Context, job queue.Job, l queue.DeadLetter, to queue.Destination, now time.Time) (undo func(), note string) {
+	if ValidateID(job.ID) != nil {
+		return nil, ""
+	}
+	prev, err := s.Get(ctx, job.ID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Expired: what it would say is that the job is dead.
+		prev = Record{
+			ID: job.ID, Queue: job.Queue, State: Dead, Attempts: l.Attempts, LastError: l.LastError,
+			EnqueuedAt: job.EnqueuedAt, FinishedAt: l.DeadAt, UpdatedAt: l.DeadAt,
+		}
+	case err != nil:
+		return nil, "its status record was not reset: " + err.Error()
+	}
+	state := Admitted
+	if to == queue.Backlog {
+		state = Queued
+	}
+	reset := Record{ID: job.ID, Queue: job.Queue, State: state, LastError: prev.LastError, EnqueuedAt: now, UpdatedAt: now}
+	if err := s.Put(ctx, reset); err != nil {
+		return nil, "its status record was not reset: " + err.Error()
+	}
+	return func() { _ = s.Put(context.WithoutCancel(ctx), prev) }, ""
+}

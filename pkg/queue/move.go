@@ -1,0 +1,138 @@
+package queue
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A move takes a job from one stream of its queue to another: a failed
+// backlog job to READY for its retry, a job that failed for good (or
+// expired, or is not a job) to DEAD, a dead letter back to READY or the
+// backlog. Every move is the same three steps, here and nowhere else:
+// copy the message to the destination under a message id of its own, wait
+// for JetStream's acknowledgement, then settle the source (ack it, or
+// delete it). A crash between the copy and the settle leaves the job in
+// both streams; the copy's message id makes the next try of the same move
+// store nothing new, so the job is never lost and stored twice only when
+// the duplicate window has passed.
+type move struct {
+	queue   string
+	subject string      // the source message's subject: its key token is kept
+	header  nats.Header // the source message's headers
+	data    []byte
+	to      Destination
+	// msgID is the copy's Nats-Msg-Id: the same for every try of this
+	// move, and different from any other move's.
+	msgID string
+	// set are the Spillway headers the move sets, after the copy rule;
+	// an empty value removes the header.
+	set map[string]string
+}
+
+// deadLetterHeaders describe a job's last death. Every move drops them;
+// a move to DEAD sets them afresh.
+var deadLetterHeaders = [...]string{HeaderDeadReason, HeaderLastError, HeaderDeadAt, HeaderSourceStream, HeaderSourceSeq}
+
+// isJetStreamHeader reports a header of JetStream's own (Nats-*, in any
+// case).
+func isJetStreamHeader(k string) bool {
+	return len(k) >= len("Nats-") && strings.EqualFold(k[:len("Nats-")], "Nats-")
+}
+
+// message is the copy. Its headers follow one rule for every move:
+//   - No JetStream header of the source is copied. They describe or
+//     instruct about the source message, not the job: its Nats-Msg-Id
+//     would make the destination drop the copy as a duplicate (or
+//     collide with another move's), Nats-Expected-* would make it refuse
+//     the copy, Nats-Rollup could purge the destination, Nats-TTL would
+//     let JetStream delete the job without a trace, and Nats-Msg-Size,
+//     Nats-Stream, Nats-Sequence, Nats-Subject and Nats-Time-Stamp
+//     describe a stored message, not this one.
+//   - The dead-letter headers (Spillway-Dead-Reason, -Last-Error,
+//     -Dead-At, -Source-Stream, -Source-Seq) are dropped: they say why
+//     and where the job last died, and only a move to DEAD sets them.
+//   - Every other header is the job's and is copied: Spillway's job
+//     headers (id, queue, key, cost, enqueued-at, not-before, attempt)
+//     and the producer's own, such as traceparent.
+//   - Then the move sets its Spillway headers (m.set) and its message id.
+func (mv *move) message() *nats.Msg {
+	m := nats.NewMsg(subjectOf(mv.queue, mv.to, tokenOf(mv.subject)))
+	for k, vs := range mv.header {
+		if !isJetStreamHeader(k) {
+			m.Header[k] = append([]string(nil), vs...)
+		}
+	}
+	for _, k := range deadLetterHeaders {
+		m.Header.Del(k)
+	}
+	for k, v := range mv.set {
+		if v == "" {
+			m.Header.Del(k)
+		} else {
+			m.Header.Set(k, v)
+		}
+	}
+	m.Header.Set(nats.MsgIdHdr, mv.msgID)
+	m.Data = mv.data
+	return m
+}
+
+// do stores the copy in the destination stream and, once JetStream has
+// acknowledged it, settles the source with settle (an ack, or a delete).
+// A nil PubAck means the copy was not stored and settle was not called:
+// the job is where it was. A PubAck with an error means the job was
+// copied but settling the source failed: it is in both streams until the
+// next try of the move, which stores nothing new within the duplicate
+// window.
+func (mv *move) do(ctx context.Context, js jetstream.JetStream, settle func(context.Context) error) (*jetstream.PubAck, error) {
+	ack, err := js.PublishMsg(ctx, mv.message(), jetstream.WithExpectStream(StreamName(mv.queue, mv.to)))
+	if err != nil {
+		return nil, err
+	}
+	return ack, settle(ctx)
+}
+
+// placeID is the message id of a move keyed by the source's place: the
+// same for every worker that moves the message, so a worker that dies
+// after the copy and before the settle, and whose successor moves it
+// again, stores it once. Not the job's id: a job replayed from DEAD, or
+// retried again, within the duplicate window would be dropped as a
+// duplicate of its earlier copy, and its source then settled: lost.
+func placeID(stream string, seq uint64) string {
+	return stream + ":" + strconv.FormatUint(seq, 10)
+}
+
+// retryMove takes a failed backlog job (stream #seq) to READY for its
+// retry: with its tries so far and the retry's not-before.
+func retryMove(queue, subject string, header nats.Header, data []byte, stream string, seq uint64, attempts int, notBefore time.Time) move {
+	return move{
+		queue: queue, subject: subject, header: header, data: data, to: Ready,
+		msgID: placeID(stream, seq),
+		set: map[string]string{
+			HeaderAttempt:   strconv.Itoa(attempts),
+			HeaderNotBefore: notBefore.UTC().Format(time.RFC3339Nano),
+		},
+	}
+}
+
+// replayMove takes dead letter deadSeq of job id back to READY or the
+// backlog as a new job: no tries yet, due at once, enqueued now. Its
+// message id is not the job id, which the destination may still hold in
+// its duplicate window, and is the same for every replay of this dead
+// letter.
+func replayMove(queue, subject string, header nats.Header, data []byte, to Destination, id string, deadSeq uint64, now time.Time) move {
+	return move{
+		queue: queue, subject: subject, header: header, data: data, to: to,
+		msgID: id + ":replay:" + strconv.FormatUint(deadSeq, 10),
+		set: map[string]string{
+			HeaderNotBefore:  "", // due at once
+			HeaderAttempt:    "0",
+			HeaderEnqueuedAt: now.UTC().Format(time.RFC3339Nano),
+		},
+	}
+}

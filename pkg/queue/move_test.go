@@ -1,0 +1,160 @@
+package queue
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// The one header rule of every move, move by move: which headers of the
+// source survive, which the move sets, and which it drops.
+func TestMoveHeaderRule(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	stamp := now.Format(time.RFC3339Nano)
+	later := now.Add(time.Minute).Format(time.RFC3339Nano)
+	source := func() nats.Header {
+		return nats.Header{
+			// JetStream's, of the source message: never copied.
+			"Nats-Msg-Id":                         {"the-source-id"},
+			"Nats-Expected-Stream":                {"SPILLWAY_q_BACKLOG"},
+			"Nats-Expected-Last-Seq":              {"7"},
+			"NATS-Expected-Last-Subject-Sequence": {"3"},
+			"nats-rollup":                         {"sub"},
+			"Nats-TTL":                            {"1s"},
+			"Nats-Msg-Size":                       {"12"},
+			"Nats-Stream":                         {"SPILLWAY_q_READY"},
+			"Nats-Sequence":                       {"9"},
+			// The job's: copied.
+			HeaderJobID:      {"job-1"},
+			HeaderQueue:      {"q"},
+			HeaderKey:        {"k"},
+			HeaderCost:       {"2"},
+			HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"},
+			HeaderNotBefore:  {"2026-01-01T00:00:01Z"},
+			HeaderAttempt:    {"1"},
+			"Traceparent":    {"00-abc-def-01"},
+			"X-Several":      {"a", "b"},
+			// A previous death's: dropped (a move to DEAD sets its own).
+			HeaderDeadReason:   {"old reason"},
+			HeaderLastError:    {"old error"},
+			HeaderDeadAt:       {"2025-01-01T00:00:00Z"},
+			HeaderSourceStream: {"SPILLWAY_q_OLD"},
+			HeaderSourceSeq:    {"1"},
+		}
+	}
+	subject := subjectOf("q", Backlog, KeyToken("k"))
+	dead := func(cause error) move {
+		d := deadLetter{queue: "q", subject: subject, stream: "SPILLWAY_q_BACKLOG", seq: 42, header: source(), attempts: 3, reason: "attempts exhausted (3 of 3)", err: cause}
+		return d.move(now)
+	}
+	copied := map[string][]string{
+		HeaderJobID: {"job-1"}, HeaderQueue: {"q"}, HeaderKey: {"k"}, HeaderCost: {"2"},
+		"Traceparent": {"00-abc-def-01"}, "X-Several": {"a", "b"},
+	}
+	with := func(set map[string][]string) map[string][]string {
+		m := map[string][]string{}
+		for k, v := range copied {
+			m[k] = v
+		}
+		for k, v := range set {
+			m[k] = v
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name    string
+		mv      move
+		subject string
+		want    map[string][]string // every header of the copy
+	}{
+		{
+			name: "backlog retry to READY", subject: subjectOf("q", Ready, KeyToken("k")),
+			mv: retryMove("q", subject, source(), nil, "SPILLWAY_q_BACKLOG", 42, 2, now.Add(time.Minute)),
+			want: with(map[string][]string{
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"2"}, HeaderNotBefore: {later},
+				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"},
+			}),
+		},
+		{
+			name: "to DEAD after a failure", subject: subjectOf("q", Dead, KeyToken("k")),
+			mv: dead(errors.New("smtp:\n550")),
+			want: with(map[string][]string{
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"3"}, HeaderNotBefore: {"2026-01-01T00:00:01Z"},
+				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
+				HeaderLastError: {"smtp: 550"}, HeaderDeadAt: {stamp}, HeaderSourceStream: {"SPILLWAY_q_BACKLOG"}, HeaderSourceSeq: {"42"},
+			}),
+		},
+		{
+			name: "to DEAD without an error (expired)", subject: subjectOf("q", Dead, KeyToken("k")),
+			mv: dead(nil),
+			want: with(map[string][]string{
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"3"}, HeaderNotBefore: {"2026-01-01T00:00:01Z"},
+				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
+				HeaderDeadAt: {stamp}, HeaderSourceStream: {"SPILLWAY_q_BACKLOG"}, HeaderSourceSeq: {"42"},
+			}),
+		},
+		{
+			name: "replay to the backlog", subject: subjectOf("q", Backlog, KeyToken("k")),
+			mv: replayMove("q", subjectOf("q", Dead, KeyToken("k")), source(), nil, Backlog, "job-1", 5, now),
+			want: with(map[string][]string{
+				nats.MsgIdHdr: {"job-1:replay:5"}, HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
+			}),
+		},
+		{
+			name: "replay to READY", subject: subjectOf("q", Ready, KeyToken("k")),
+			mv: replayMove("q", subjectOf("q", Dead, KeyToken("k")), source(), nil, Ready, "job-1", 5, now),
+			want: with(map[string][]string{
+				nats.MsgIdHdr: {"job-1:replay:5"}, HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
+			}),
+		},
+	} {
+		m := c.mv.message()
+		if m.Subject != c.subject {
+			t.Errorf("%s: subject %s, want %s", c.name, m.Subject, c.subject)
+		}
+		for k, v := range m.Header {
+			if w, ok := c.want[k]; !ok || !slices.Equal(v, w) {
+				t.Errorf("%s: header %s: %q, want %q", c.name, k, v, w)
+			}
+		}
+		for k, w := range c.want {
+			if _, ok := m.Header[k]; !ok {
+				t.Errorf("%s: header %s missing, want %q", c.name, k, w)
+			}
+		}
+		for k := range m.Header {
+			if strings.HasPrefix(strings.ToLower(k), "nats-") && k != nats.MsgIdHdr {
+				t.Errorf("%s: JetStream header %s copied", c.name, k)
+			}
+		}
+	}
+	// The source is not changed by the copy.
+	h := source()
+	mv := retryMove("q", subject, h, nil, "S", 1, 1, now)
+	mv.message().Header["X-Several"][0] = "changed"
+	if h.Get("X-Several") != "a" || h.Get(HeaderAttempt) != "1" {
+		t.Errorf("the copy shares the source's headers: %v", h)
+	}
+}
+
+func TestSubjectBuilder(t *testing.T) {
+	t.Parallel()
+	tok := KeyToken("k")
+	for _, c := range []struct{ got, want string }{
+		{Subject("q", Ready, "k"), "spillway.ready.q." + tok},
+		{Subject("q", Backlog, "k"), "spillway.backlog.q." + tok},
+		{Subject("q", Dead, "k"), "spillway.dead.q." + tok},
+		{subjectFilter("q", Backlog), "spillway.backlog.q.*"},
+		{Config{Name: "q"}.StreamConfig(Dead).Subjects[0], "spillway.dead.q.*"},
+		{tokenOf(Subject("q", Ready, "k")), tok},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s, want %s", c.got, c.want)
+		}
+	}
+}
