@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -152,12 +153,19 @@ func (l *list[T]) fields() []string { return docFields(reflect.TypeFor[T]()) }
 
 // docFields lists the yaml names of a mapping struct's fields.
 func docFields(t reflect.Type) []string {
+	if names, ok := fieldNames.Load(t); ok {
+		return names.([]string)
+	}
 	names := make([]string, t.NumField())
 	for i := range names {
 		names[i] = t.Field(i).Tag.Get("yaml")
 	}
+	fieldNames.Store(t, names)
 	return names
 }
+
+// fieldNames caches docFields: reflect.Type → []string.
+var fieldNames sync.Map
 
 // maxValues bounds the values one file may hold once aliases are expanded,
 // so that a small file of nested aliases cannot make Load walk billions.
@@ -293,11 +301,14 @@ func join(path, name string) string {
 func (d *decoder) decode(n, parent *yaml.Node, path string, dst any) bool {
 	v := reflect.ValueOf(dst).Elem()
 	known := docFields(v.Type())
-	sections := map[string][]string{}
-	for i, name := range known {
-		if s, ok := v.Field(i).Addr().Interface().(interface{ fields() []string }); ok {
-			sections[name] = s.fields()
+	sections := func() map[string][]string { // for hints: only when a field is unknown
+		m := map[string][]string{}
+		for i, name := range known {
+			if s, ok := v.Field(i).Addr().Interface().(interface{ fields() []string }); ok {
+				m[name] = s.fields()
+			}
 		}
+		return m
 	}
 	m := &mapping{path: path, keys: map[string]*yaml.Node{}, vals: map[string]*yaml.Node{}}
 	holder, bad := parent, false
@@ -331,7 +342,7 @@ type mapping struct {
 // collect adds the fields of mapping n to m: its own first, then those of
 // its merge keys (<<) that m does not have yet, as YAML's merge key
 // specifies.
-func (d *decoder) collect(m *mapping, n *yaml.Node, known []string, sections map[string][]string, depth int) {
+func (d *decoder) collect(m *mapping, n *yaml.Node, known []string, sections func() map[string][]string, depth int) {
 	seen := map[string]*yaml.Node{}
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -357,7 +368,7 @@ func (d *decoder) collect(m *mapping, n *yaml.Node, known []string, sections map
 			continue // an extension field: a place for anchors, as in Compose files
 		}
 		if !slices.Contains(known, name) {
-			d.addf(k, join(m.path, name), "unknown field%s", unknownHint(name, known, sections))
+			d.addf(k, join(m.path, name), "unknown field%s", unknownHint(name, known, sections()))
 			continue
 		}
 		if _, set := m.keys[name]; set {
