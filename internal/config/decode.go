@@ -237,6 +237,15 @@ func (d *decoder) missing(f *field, want string) {
 	}
 }
 
+// given says whether the file gives f, and reports it missing (expected
+// want) if not.
+func (d *decoder) given(f *field, want string) bool {
+	if f.val == nil {
+		d.missing(f, want)
+	}
+	return f.val != nil
+}
+
 // spend takes one value from the budget and reports once when it runs out.
 func (d *decoder) spend() bool {
 	d.budget--
@@ -613,6 +622,9 @@ func (o *owned) report(err error) {
 			p.field, p.value, p.want, p.other, p.otherValue = qe.Field, qe.Value, qe.Want, qe.Other, qe.OtherValue
 		case errors.As(e, &re):
 			p.field, p.value, p.want, p.other, p.otherValue = re.Field, re.Value, re.Want, re.Other, re.OtherValue
+		default: // not a field's problem: not to be lost either
+			o.d.addf(nil, "", "%v", e)
+			continue
 		}
 		f := o.fields[p.field]
 		switch {
@@ -711,8 +723,7 @@ func (d *decoder) config(c *Config, root *yaml.Node) {
 	d.duration(&w.AckWait, &c.Worker.AckWait, true)
 	d.duration(&doc.Status.doc.TTL, &c.Status.TTL, true)
 
-	if doc.Queues.val == nil {
-		d.missing(&doc.Queues, "a list of queues, at least one")
+	if !d.given(&doc.Queues, "a list of queues, at least one") {
 		return
 	}
 	items := d.items(&doc.Queues, "queues")
@@ -747,9 +758,7 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 	if !d.decode(n, parent, path, &doc) {
 		return q, nil
 	}
-	if doc.Name.val == nil {
-		d.missing(&doc.Name, wantQueue)
-	} else {
+	if d.given(&doc.Name, wantQueue) {
 		d.str(&doc.Name, &q.Name, checkQueueName)
 	}
 
@@ -818,9 +827,7 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 	if !d.decode(n, parent, path, &t) {
 		return l, nil, false
 	}
-	if t.Key.val == nil {
-		d.missing(&t.Key, wantKey)
-	} else if s, ok := d.scalar(&t.Key, wantKey); ok {
+	if s, ok := d.scalar(&t.Key, wantKey); d.given(&t.Key, wantKey) && ok {
 		k, err := parseKey(s)
 		if err != nil {
 			d.errorf(&t.Key, "%v", err)
@@ -918,9 +925,7 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 	}}
 	o.int("capacity", &cfg.Capacity)
 	o.int("per_key_capacity", &cfg.PerKeyCapacity)
-	if b.LeakRate.val == nil {
-		d.missing(&b.LeakRate, `a rate such as "50/s" at which the backlog drains; a worker refuses a queue without one`)
-	} else {
+	if d.given(&b.LeakRate, `a rate such as "50/s" at which the backlog drains; a worker refuses a queue without one`) {
 		o.failed["leak_rate"] = !d.rate(&b.LeakRate, &cfg.LeakRate)
 	}
 	o.duration("max_age", &cfg.MaxAge)
@@ -974,7 +979,12 @@ func (d *decoder) handler(s *section[handlerDoc]) Handler {
 	}
 	if s.doc.NATS.val != nil {
 		kinds = append(kinds, "nats")
-		h.NATS = d.natsHandler(&s.doc.NATS.doc)
+		n := &s.doc.NATS.doc
+		h.NATS = &NATSHandler{Timeout: DefaultHandlerTimeout}
+		if d.given(&n.Subject, wantSubject) {
+			d.str(&n.Subject, &h.NATS.Subject, checkSubject)
+		}
+		d.duration(&n.Timeout, &h.NATS.Timeout, true)
 	}
 	if d.boolean(&s.doc.Log, &h.Log) && h.Log {
 		kinds = append(kinds, "log")
@@ -991,9 +1001,7 @@ func (d *decoder) handler(s *section[handlerDoc]) Handler {
 
 func (d *decoder) httpHandler(f *httpHandlerDoc) *HTTPHandler {
 	h := &HTTPHandler{Timeout: DefaultHandlerTimeout}
-	if f.URL.val == nil {
-		d.missing(&f.URL, wantHTTPURL)
-	} else {
+	if d.given(&f.URL, wantHTTPURL) {
 		d.str(&f.URL, &h.URL, checkHTTPURL)
 	}
 	d.duration(&f.Timeout, &h.Timeout, true)
@@ -1038,16 +1046,5 @@ func (d *decoder) httpHandler(f *httpHandlerDoc) *HTTPHandler {
 		}
 		h.Headers[name] = v.Value
 	}
-	return h
-}
-
-func (d *decoder) natsHandler(f *natsHandlerDoc) *NATSHandler {
-	h := &NATSHandler{Timeout: DefaultHandlerTimeout}
-	if f.Subject.val == nil {
-		d.missing(&f.Subject, wantSubject)
-	} else {
-		d.str(&f.Subject, &h.Subject, checkSubject)
-	}
-	d.duration(&f.Timeout, &h.Timeout, true)
 	return h
 }
