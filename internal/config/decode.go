@@ -626,19 +626,19 @@ func (o *owned) report(err error) {
 			o.d.addf(nil, "", "%v", e)
 			continue
 		}
-		f := o.fields[p.field]
+		f, of := o.fields[p.field], o.fields[p.other]
 		switch {
 		case f == nil || o.failed[p.field] || o.failed[p.other]:
 			// reported where it is given (replicas at nats.replicas), or
 			// its syntax was
-		case p.other != "" && f.val == nil && o.fields[p.other].val != nil:
+		case of != nil && f.val == nil && of.val != nil:
 			// The file gives only the bounding field: blame it. Both
 			// bounds (per_key_capacity ≤ capacity, initial ≤ max) are
 			// "at most".
-			o.d.errorf(o.fields[p.other], "expected at least %s (%s, the default), got %s", p.field, p.value, p.otherValue)
+			o.d.errorf(of, "expected at least %s (%s, the default), got %s", p.field, p.value, p.otherValue)
 		case p.other != "":
 			def := ""
-			if of := o.fields[p.other]; of != nil && of.val == nil {
+			if of != nil && of.val == nil {
 				def = ", the default"
 			}
 			o.d.errorf(f, "expected %s (%s%s), got %s", p.want, p.otherValue, def, p.value)
