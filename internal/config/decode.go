@@ -1,18 +1,16 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"path/filepath"
-	"regexp"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
-	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -21,35 +19,153 @@ import (
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
-// The fields of each mapping of the file (docs/design.md#configuration).
-var (
-	rootFields        = []string{"nats", "redis", "http", "worker", "status", "queues"}
-	natsFields        = []string{"url", "listen", "store_dir", "creds_file", "replicas"}
-	redisFields       = []string{"url", "failure_mode", "timeout"}
-	httpFields        = []string{"listen", "max_body_bytes", "api_keys_file", "trusted_proxies"}
-	workerFields      = []string{"concurrency", "grace_period", "ack_wait"}
-	statusFields      = []string{"ttl"}
-	queueFields       = []string{"name", "limits", "backlog", "ready", "retry", "handler"}
-	limitFields       = []string{"key", "algorithm", "rate", "burst", "delay", "nodelay", "limit", "window", "name", "on_missing"}
-	backlogFields     = []string{"capacity", "per_key_capacity", "leak_rate", "max_age", "duplicate_window"}
-	readyFields       = []string{"capacity"}
-	retryFields       = []string{"max_attempts", "initial", "max", "jitter"}
-	handlerFields     = []string{"http", "nats", "log"}
-	httpHandlerFields = []string{"url", "timeout", "headers"}
-	natsHandlerFields = []string{"subject", "timeout"}
+// The file's shape (docs/design.md#configuration): one struct per mapping,
+// its yaml tags the mapping's fields in the order messages list them. A
+// section[T] is a nested mapping and a list[T] a list of them; both name
+// their fields when a field is written one level too high ("leak_rate"
+// directly in a queue). Leaves are fields: the nodes themselves, so that
+// every problem has its line, and the values are read by the rules that
+// own them (bucket, queue and retry for limits, backlogs and retries).
+type (
+	rootDoc struct {
+		NATS   section[natsDoc]   `yaml:"nats"`
+		Redis  section[redisDoc]  `yaml:"redis"`
+		HTTP   section[httpDoc]   `yaml:"http"`
+		Worker section[workerDoc] `yaml:"worker"`
+		Status section[statusDoc] `yaml:"status"`
+		Queues field              `yaml:"queues"`
+	}
+	natsDoc struct {
+		URL       field `yaml:"url"`
+		Listen    field `yaml:"listen"`
+		StoreDir  field `yaml:"store_dir"`
+		CredsFile field `yaml:"creds_file"`
+		Replicas  field `yaml:"replicas"`
+	}
+	redisDoc struct {
+		URL         field `yaml:"url"`
+		FailureMode field `yaml:"failure_mode"`
+		Timeout     field `yaml:"timeout"`
+	}
+	httpDoc struct {
+		Listen         field `yaml:"listen"`
+		MaxBodyBytes   field `yaml:"max_body_bytes"`
+		APIKeysFile    field `yaml:"api_keys_file"`
+		TrustedProxies field `yaml:"trusted_proxies"`
+	}
+	workerDoc struct {
+		Concurrency field `yaml:"concurrency"`
+		GracePeriod field `yaml:"grace_period"`
+		AckWait     field `yaml:"ack_wait"`
+	}
+	statusDoc struct {
+		TTL field `yaml:"ttl"`
+	}
+	queueDoc struct {
+		Name    field               `yaml:"name"`
+		Limits  list[limitDoc]      `yaml:"limits"`
+		Backlog section[backlogDoc] `yaml:"backlog"`
+		Ready   section[readyDoc]   `yaml:"ready"`
+		Retry   section[retryDoc]   `yaml:"retry"`
+		Handler section[handlerDoc] `yaml:"handler"`
+	}
+	limitDoc struct {
+		Key       field `yaml:"key"`
+		Algorithm field `yaml:"algorithm"`
+		Rate      field `yaml:"rate"`
+		Burst     field `yaml:"burst"`
+		Delay     field `yaml:"delay"`
+		NoDelay   field `yaml:"nodelay"`
+		Limit     field `yaml:"limit"`
+		Window    field `yaml:"window"`
+		Name      field `yaml:"name"`
+		OnMissing field `yaml:"on_missing"`
+	}
+	backlogDoc struct {
+		Capacity        field `yaml:"capacity"`
+		PerKeyCapacity  field `yaml:"per_key_capacity"`
+		LeakRate        field `yaml:"leak_rate"`
+		MaxAge          field `yaml:"max_age"`
+		DuplicateWindow field `yaml:"duplicate_window"`
+	}
+	readyDoc struct {
+		Capacity field `yaml:"capacity"`
+	}
+	retryDoc struct {
+		MaxAttempts field `yaml:"max_attempts"`
+		Initial     field `yaml:"initial"`
+		Max         field `yaml:"max"`
+		Jitter      field `yaml:"jitter"`
+	}
+	handlerDoc struct {
+		HTTP section[httpHandlerDoc] `yaml:"http"`
+		NATS section[natsHandlerDoc] `yaml:"nats"`
+		Log  field                   `yaml:"log"`
+	}
+	httpHandlerDoc struct {
+		URL     field `yaml:"url"`
+		Timeout field `yaml:"timeout"`
+		Headers field `yaml:"headers"`
+	}
+	natsHandlerDoc struct {
+		Subject field `yaml:"subject"`
+		Timeout field `yaml:"timeout"`
+	}
 )
 
-// The sections of a mapping, so that a field written one level too high
-// ("leak_rate" directly in a queue) is pointed to where it belongs.
-var (
-	rootSections = map[string][]string{
-		"nats": natsFields, "redis": redisFields, "http": httpFields, "worker": workerFields, "status": statusFields,
+// field is one field of a mapping as the file gives it.
+type field struct {
+	path   string     // queues[0].backlog.leak_rate
+	key    *yaml.Node // nil when the field is absent
+	val    *yaml.Node // its value, aliases followed; nil when absent or null
+	holder *yaml.Node // the mapping, or its parent's when absent: where a missing field is reported
+	bad    bool       // the holder is not a mapping (reported): a missing field is not reported too
+}
+
+func (f *field) base() *field { return f }
+
+// at is the node a problem with the field is reported at: its value, its
+// key, or the mapping.
+func (f *field) at() *yaml.Node {
+	switch {
+	case f.val != nil:
+		return f.val
+	case f.key != nil:
+		return f.key
 	}
-	queueSections = map[string][]string{
-		"limits": limitFields, "backlog": backlogFields, "ready": readyFields, "retry": retryFields, "handler": handlerFields,
+	return f.holder
+}
+
+// section is a field holding a mapping of T's fields, decoded with its
+// parent.
+type section[T any] struct {
+	field
+	doc T
+}
+
+func (s *section[T]) fields() []string { return docFields(reflect.TypeFor[T]()) }
+func (s *section[T]) sub() any         { return &s.doc }
+
+// list is a field holding a list of mappings of T's fields.
+type list[T any] struct{ field }
+
+func (l *list[T]) fields() []string { return docFields(reflect.TypeFor[T]()) }
+
+// docFields lists the yaml names of a mapping struct's fields.
+func docFields(t reflect.Type) []string {
+	if names, ok := fieldNames.Load(t); ok {
+		return names.([]string)
 	}
-	handlerSections = map[string][]string{"http": httpHandlerFields, "nats": natsHandlerFields}
-)
+	names := make([]string, t.NumField())
+	for i := range names {
+		names[i] = t.Field(i).Tag.Get("yaml")
+	}
+	fieldNames.Store(t, names)
+	return names
+}
+
+// fieldNames caches docFields: reflect.Type → []string.
+var fieldNames sync.Map
 
 // maxValues bounds the values one file may hold once aliases are expanded,
 // so that a small file of nested aliases cannot make Load walk billions.
@@ -62,7 +178,7 @@ const maxProblems = 100
 // maxMergeDepth bounds nested merge keys (<<), which may refer to themselves.
 const maxMergeDepth = 8
 
-// decoder walks a YAML document into a Config, collecting every problem.
+// decoder reads a YAML document into a Config, collecting every problem.
 type decoder struct {
 	file   string // the file name as given, for every FieldError
 	dir    string // relative paths in the file are relative to this directory
@@ -111,6 +227,25 @@ func (d *decoder) addf(n *yaml.Node, field, format string, args ...any) {
 	d.errs = append(d.errs, &FieldError{Source: d.file, Line: line, Field: field, Problem: fmt.Sprintf(format, args...)})
 }
 
+func (d *decoder) errorf(f *field, format string, args ...any) {
+	d.addf(f.at(), f.path, format, args...)
+}
+
+func (d *decoder) missing(f *field, want string) {
+	if !f.bad {
+		d.addf(f.holder, f.path, "missing: expected %s", want)
+	}
+}
+
+// given says whether the file gives f, and reports it missing (expected
+// want) if not.
+func (d *decoder) given(f *field, want string) bool {
+	if f.val == nil {
+		d.missing(f, want)
+	}
+	return f.val != nil
+}
+
 // spend takes one value from the budget and reports once when it runs out.
 func (d *decoder) spend() bool {
 	d.budget--
@@ -119,150 +254,6 @@ func (d *decoder) spend() bool {
 			Problem: fmt.Sprintf("more than %d values once aliases are expanded; simplify the file", maxValues)})
 	}
 	return d.budget >= 0
-}
-
-// document parses data into its root node: nil (and ok) for an empty file.
-// It reports syntax errors, a second document and text YAML cannot hold.
-func (d *decoder) document(data []byte) (root *yaml.Node, ok bool) {
-	if line, problem := checkText(data); problem != "" {
-		d.errs = append(d.errs, &FieldError{Source: d.file, Line: line, Problem: problem})
-		return nil, false
-	}
-	// The parser is third-party code running on whatever the file holds;
-	// a reload must not take the process down if it panics.
-	defer func() {
-		if r := recover(); r != nil {
-			d.addf(nil, "", "the YAML parser failed: %v", r)
-			root, ok = nil, false
-		}
-	}()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, true // empty, or only comments
-		}
-		d.syntax(err, data)
-		return nil, false
-	}
-	var next yaml.Node
-	switch err := dec.Decode(&next); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		d.syntax(err, data)
-		return nil, false
-	default:
-		line := next.Line
-		if len(next.Content) > 0 {
-			line = next.Content[0].Line
-		}
-		d.errs = append(d.errs, &FieldError{Source: d.file, Line: line,
-			Problem: "expected one YAML document, found a second one (a line \"---\" starts a new document)"})
-		return nil, false
-	}
-	if len(doc.Content) == 0 {
-		return nil, true
-	}
-	return doc.Content[0], true
-}
-
-var (
-	yamlLineRE   = regexp.MustCompile(`^line (\d+): (.*)$`)
-	yamlAnchorRE = regexp.MustCompile(`^unknown anchor '(.*)' referenced$`)
-)
-
-// syntax reports a yaml.v3 parse error with its line. yaml.v3 counts lines
-// from 0 for parser errors ("did not find expected …") and from 1 for
-// scanner errors, and leaves the line out when it is the first one.
-// TestProblems pins these cases.
-func (d *decoder) syntax(err error, data []byte) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 1
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-		if isParserProblem(msg) {
-			line++
-		}
-	} else if m := yamlAnchorRE.FindStringSubmatch(msg); m != nil {
-		line = lineOf(data, "*"+m[1])
-	}
-	// The end of the stream counts as a line after the last: report the
-	// last line, where the unfinished construct is.
-	line = max(1, min(line, lastLine(data)))
-	d.errs = append(d.errs, &FieldError{Source: d.file, Line: line, Problem: "invalid YAML: " + msg})
-}
-
-func isParserProblem(msg string) bool {
-	return strings.HasPrefix(msg, "did not find expected") ||
-		strings.HasPrefix(msg, "found duplicate %") ||
-		msg == "found incompatible YAML document" ||
-		msg == "found undefined tag handle"
-}
-
-// lineOf is the 1-based line of the first occurrence of s in data, or 1.
-func lineOf(data []byte, s string) int {
-	i := bytes.Index(data, []byte(s))
-	if i < 0 {
-		return 1
-	}
-	return 1 + lineBreaks(data[:i])
-}
-
-// lastLine is the line of the last character of data (1 if it is empty).
-func lastLine(data []byte) int {
-	n := lineBreaks(data)
-	if len(data) == 0 || isBreakAt(data, len(data)-1) {
-		return max(1, n)
-	}
-	return n + 1
-}
-
-// lineBreaks counts line breaks as YAML does: CR LF, CR, LF, NEL, LS and
-// PS.
-func lineBreaks(data []byte) int {
-	n := 0
-	for i := 0; i < len(data); {
-		r, size := utf8.DecodeRune(data[i:])
-		switch r {
-		case '\r':
-			if i+1 < len(data) && data[i+1] == '\n' {
-				size++
-			}
-			n++
-		case '\n', 0x85, 0x2028, 0x2029:
-			n++
-		}
-		i += size
-	}
-	return n
-}
-
-// isBreakAt reports whether data ends a line at byte i (the last byte of a
-// line break).
-func isBreakAt(data []byte, i int) bool {
-	if data[i] == '\n' || data[i] == '\r' {
-		return true
-	}
-	r, _ := utf8.DecodeLastRune(data[:i+1])
-	return r == 0x85 || r == 0x2028 || r == 0x2029
-}
-
-// checkText finds what the YAML reader refuses, so that it can be reported
-// with its line: invalid UTF-8 and control characters.
-func checkText(data []byte) (line int, problem string) {
-	for i := 0; i < len(data); {
-		r, size := utf8.DecodeRune(data[i:])
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			return 1 + lineBreaks(data[:i]), fmt.Sprintf("invalid UTF-8 (byte 0x%02x); the file must be UTF-8 text", data[i])
-		case r == '\t' || r == '\n' || r == '\r' || r == 0x85:
-		case r < 0x20 || (0x7f <= r && r <= 0x9f) || r == 0xfffe || r == 0xffff:
-			return 1 + lineBreaks(data[:i]), fmt.Sprintf("control character %U is not allowed in YAML", r)
-		}
-		i += size
-	}
-	return 0, ""
 }
 
 // deref follows aliases to the node they name.
@@ -311,39 +302,56 @@ func join(path, name string) string {
 	return path + "." + name
 }
 
-// fields is one YAML mapping's fields by name, merge keys applied.
-type fields struct {
-	d    *decoder
-	path string     // of the mapping: "" for the root, "queues[0].backlog"
-	node *yaml.Node // the mapping, or its parent's when absent: where a missing field is reported
+// decode reads the mapping n into dst, a pointer to a mapping struct: it
+// reports unknown and repeated fields, applies merge keys, sets every field
+// of dst, given or not, and decodes its sections. n may be absent (nil or
+// null): an empty mapping whose missing fields are reported at parent. It
+// returns false if n is there but not a mapping (reported).
+func (d *decoder) decode(n, parent *yaml.Node, path string, dst any) bool {
+	v := reflect.ValueOf(dst).Elem()
+	known := docFields(v.Type())
+	sections := func() map[string][]string { // for hints: only when a field is unknown
+		m := map[string][]string{}
+		for i, name := range known {
+			if s, ok := v.Field(i).Addr().Interface().(interface{ fields() []string }); ok {
+				m[name] = s.fields()
+			}
+		}
+		return m
+	}
+	m := &mapping{path: path, keys: map[string]*yaml.Node{}, vals: map[string]*yaml.Node{}}
+	holder, bad := parent, false
+	if n = deref(n); !isNull(n) {
+		holder = n
+		if n.Kind == yaml.MappingNode {
+			d.collect(m, n, known, sections, 0)
+		} else {
+			d.addf(n, path, "expected a mapping of %s, got %s", joinOr(known, "and"), describe(n))
+			bad = true
+		}
+	}
+	for i, name := range known {
+		p := v.Field(i).Addr().Interface()
+		f := p.(interface{ base() *field }).base()
+		*f = field{path: join(path, name), key: m.keys[name], val: m.vals[name], holder: holder, bad: bad}
+		if s, ok := p.(interface{ sub() any }); ok {
+			d.decode(f.val, holder, f.path, s.sub())
+		}
+	}
+	return !bad
+}
+
+// mapping is one YAML mapping's fields by name, merge keys applied.
+type mapping struct {
+	path string // of the mapping: "" for the root, "queues[0].backlog"
 	keys map[string]*yaml.Node
 	vals map[string]*yaml.Node // the fields set to something other than null
-	bad  bool                  // not a mapping (reported): missing fields are not reported too
 }
 
-// mapping reads n as a mapping with the known fields; it reports unknown and
-// repeated fields. n may be nil (absent): an empty mapping whose missing
-// fields are reported at parent.
-func (d *decoder) mapping(n, parent *yaml.Node, path string, known []string, sections map[string][]string) *fields {
-	f := &fields{d: d, path: path, node: parent, keys: map[string]*yaml.Node{}, vals: map[string]*yaml.Node{}}
-	n = deref(n)
-	if isNull(n) {
-		return f
-	}
-	f.node = n
-	if n.Kind != yaml.MappingNode {
-		d.addf(n, path, "expected a mapping of %s, got %s", joinOr(known, "and"), describe(n))
-		f.bad = true
-		return f
-	}
-	d.collect(f, n, known, sections, 0)
-	return f
-}
-
-// collect adds the fields of mapping n to f: its own first, then those of
-// its merge keys (<<) that f does not have yet, as YAML's merge key
+// collect adds the fields of mapping n to m: its own first, then those of
+// its merge keys (<<) that m does not have yet, as YAML's merge key
 // specifies.
-func (d *decoder) collect(f *fields, n *yaml.Node, known []string, sections map[string][]string, depth int) {
+func (d *decoder) collect(m *mapping, n *yaml.Node, known []string, sections func() map[string][]string, depth int) {
 	seen := map[string]*yaml.Node{}
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -352,7 +360,7 @@ func (d *decoder) collect(f *fields, n *yaml.Node, known []string, sections map[
 		}
 		k, v := deref(n.Content[i]), n.Content[i+1]
 		if k == nil || k.Kind != yaml.ScalarNode {
-			d.addf(n.Content[i], f.path, "expected a field name, got %s", describe(n.Content[i]))
+			d.addf(n.Content[i], m.path, "expected a field name, got %s", describe(n.Content[i]))
 			continue
 		}
 		if k.ShortTag() == "!!merge" {
@@ -361,42 +369,42 @@ func (d *decoder) collect(f *fields, n *yaml.Node, known []string, sections map[
 		}
 		name := k.Value
 		if first, dup := seen[name]; dup {
-			d.addf(k, join(f.path, name), "given twice (first at line %d)", first.Line)
+			d.addf(k, join(m.path, name), "given twice (first at line %d)", first.Line)
 			continue
 		}
 		seen[name] = k
-		if f.path == "" && strings.HasPrefix(name, "x-") {
+		if m.path == "" && strings.HasPrefix(name, "x-") {
 			continue // an extension field: a place for anchors, as in Compose files
 		}
 		if !slices.Contains(known, name) {
-			d.addf(k, join(f.path, name), "unknown field%s", unknownHint(name, known, sections))
+			d.addf(k, join(m.path, name), "unknown field%s", unknownHint(name, known, sections()))
 			continue
 		}
-		if _, set := f.keys[name]; set {
+		if _, set := m.keys[name]; set {
 			continue // given by the mapping that merges this one
 		}
-		f.keys[name] = k
+		m.keys[name] = k
 		if v = deref(v); !isNull(v) {
-			f.vals[name] = v
+			m.vals[name] = v
 		}
 	}
-	for _, m := range merges {
-		m = deref(m)
+	for _, mm := range merges {
+		mm = deref(mm)
 		if depth >= maxMergeDepth {
-			d.addf(m, f.path, "merge keys (<<) nested more than %d deep", maxMergeDepth)
+			d.addf(mm, m.path, "merge keys (<<) nested more than %d deep", maxMergeDepth)
 			return
 		}
-		items := []*yaml.Node{m}
-		if m != nil && m.Kind == yaml.SequenceNode {
-			items = m.Content
+		items := []*yaml.Node{mm}
+		if mm != nil && mm.Kind == yaml.SequenceNode {
+			items = mm.Content
 		}
 		for _, item := range items {
 			item = deref(item)
 			if item == nil || item.Kind != yaml.MappingNode {
-				d.addf(m, f.path, "expected a mapping or a list of mappings to merge (<<), got %s", describe(m))
+				d.addf(mm, m.path, "expected a mapping or a list of mappings to merge (<<), got %s", describe(mm))
 				break
 			}
-			d.collect(f, item, known, sections, depth+1)
+			d.collect(m, item, known, sections, depth+1)
 		}
 	}
 }
@@ -427,24 +435,19 @@ func joinOr(words []string, conj string) string {
 	return strings.Join(words[:len(words)-1], ", ") + " " + conj + " " + words[len(words)-1]
 }
 
-// sub reads the field name as a mapping.
-func (f *fields) sub(name string, known []string, sections map[string][]string) *fields {
-	return f.d.mapping(f.vals[name], f.node, join(f.path, name), known, sections)
-}
-
-// list reads the field name as a list, its items with aliases followed.
-func (f *fields) list(name, want string) []*yaml.Node {
-	v := f.vals[name]
-	if v == nil {
+// items reads a list field, its items with aliases followed, reporting a
+// value that is not a list.
+func (d *decoder) items(f *field, want string) []*yaml.Node {
+	if f.val == nil {
 		return nil
 	}
-	if v.Kind != yaml.SequenceNode {
-		f.d.addf(v, join(f.path, name), "expected a list of %s, got %s", want, describe(v))
+	if f.val.Kind != yaml.SequenceNode {
+		d.errorf(f, "expected a list of %s, got %s", want, describe(f.val))
 		return nil
 	}
-	items := make([]*yaml.Node, 0, len(v.Content))
-	for _, item := range v.Content {
-		if !f.d.spend() {
+	items := make([]*yaml.Node, 0, len(f.val.Content))
+	for _, item := range f.val.Content {
+		if !d.spend() {
 			break
 		}
 		items = append(items, deref(item))
@@ -452,52 +455,28 @@ func (f *fields) list(name, want string) []*yaml.Node {
 	return items
 }
 
-// at is the node a problem with field name is reported at: its value, its
-// key, or the mapping.
-func (f *fields) at(name string) *yaml.Node {
-	if v := f.vals[name]; v != nil {
-		return v
-	}
-	if k := f.keys[name]; k != nil {
-		return k
-	}
-	return f.node
-}
-
-func (f *fields) errorf(name, format string, args ...any) {
-	f.d.addf(f.at(name), join(f.path, name), format, args...)
-}
-
-func (f *fields) missing(name, want string) {
-	if f.bad {
-		return
-	}
-	f.d.addf(f.node, join(f.path, name), "missing: expected %s", want)
-}
-
-// scalar is the text of field name when it is set and a scalar; a list or
-// a mapping is reported as not being want.
-func (f *fields) scalar(name, want string) (string, bool) {
-	v := f.vals[name]
-	if v == nil {
+// scalar is the text of f when it is given and a scalar; a list or a
+// mapping is reported as not being want.
+func (d *decoder) scalar(f *field, want string) (string, bool) {
+	if f.val == nil {
 		return "", false
 	}
-	if v.Kind != yaml.ScalarNode {
-		f.errorf(name, "expected %s, got %s", want, describe(v))
+	if f.val.Kind != yaml.ScalarNode {
+		d.errorf(f, "expected %s, got %s", want, describe(f.val))
 		return "", false
 	}
-	return v.Value, true
+	return f.val.Value, true
 }
 
-// str stores field name in dst if it is set and check accepts it.
-func (f *fields) str(name string, dst *string, check func(string) error) bool {
-	s, ok := f.scalar(name, "a string")
+// str stores f in dst if it is given and check accepts it.
+func (d *decoder) str(f *field, dst *string, check func(string) error) bool {
+	s, ok := d.scalar(f, "a string")
 	if !ok {
 		return false
 	}
 	if check != nil {
 		if err := check(s); err != nil {
-			f.errorf(name, "%v", err)
+			d.errorf(f, "%v", err)
 			return false
 		}
 	}
@@ -505,79 +484,70 @@ func (f *fields) str(name string, dst *string, check func(string) error) bool {
 	return true
 }
 
-// file is str for a file name: relative to the configuration file's
+// filename is str for a file name: relative to the configuration file's
 // directory.
-func (f *fields) file(name string, dst *string) {
-	if f.str(name, dst, nil) && *dst != "" && !filepath.IsAbs(*dst) {
-		*dst = filepath.Join(f.d.dir, *dst)
+func (d *decoder) filename(f *field, dst *string) {
+	if d.str(f, dst, nil) && *dst != "" && !filepath.IsAbs(*dst) {
+		*dst = filepath.Join(d.dir, *dst)
 	}
 }
 
-// integer stores field name in dst if it is an integer from lo to hi.
-func (f *fields) integer(name string, dst *int64, lo, hi int64) bool {
-	want := intRange(lo, hi)
-	s, ok := f.scalar(name, want)
+// integer reads f as an integer (1_000 and 0x10 as YAML writes them). want
+// is what a problem says was expected.
+func (d *decoder) integer(f *field, want string) (int64, bool) {
+	s, ok := d.scalar(f, want)
 	if !ok {
-		return false
+		return 0, false
 	}
-	var n int64
-	var err error
-	switch v := f.vals[name]; v.ShortTag() {
-	case "!!int":
-		err = v.Decode(&n) // 0x10, 1_000
-	case "!!str":
-		n, err = strconv.ParseInt(s, 10, 64)
-	default:
-		err = errors.New("not an integer")
-	}
-	if err != nil || n < lo || n > hi {
-		f.errorf(name, "%v", expected(want, s))
-		return false
-	}
-	*dst = n
-	return true
-}
-
-// intField is integer for a field held in an int.
-func (f *fields) intField(name string, dst *int, lo int64) bool {
-	var n int64
-	if !f.integer(name, &n, lo, maxInt) {
-		return false
-	}
-	*dst = int(n)
-	return true
-}
-
-func (f *fields) duration(name string, dst *time.Duration, positive bool) bool {
-	s, ok := f.scalar(name, wantDuration)
-	if !ok {
-		return false
-	}
-	d, err := parseDuration(s, positive)
+	n, err := yamlInt(f.val)
 	if err != nil {
-		f.errorf(name, "%v", err)
+		d.errorf(f, "%v", expected(want, s))
+		return 0, false
+	}
+	return n, true
+}
+
+// ranged stores f in dst if it is an integer from lo to hi: a setting
+// whose range is the configuration's own.
+func (d *decoder) ranged(f *field, dst *int64, lo, hi int64) {
+	want := intRange(lo, hi)
+	if n, ok := d.integer(f, want); ok && n >= lo && n <= hi {
+		*dst = n
+	} else if ok {
+		d.errorf(f, "%v", expected(want, f.val.Value))
+	}
+}
+
+func (d *decoder) duration(f *field, dst *time.Duration, positive bool) bool {
+	s, ok := d.scalar(f, wantDuration)
+	if !ok {
 		return false
 	}
-	*dst = d
+	v, err := parseDuration(s, positive)
+	if err != nil {
+		d.errorf(f, "%v", err)
+		return false
+	}
+	*dst = v
 	return true
 }
 
-func (f *fields) rate(name string, dst *bucket.Rate) bool {
-	s, ok := f.scalar(name, wantRate)
+func (d *decoder) rate(f *field, dst *bucket.Rate) bool {
+	s, ok := d.scalar(f, wantRate)
 	if !ok {
 		return false
 	}
 	r, err := parseRate(s)
 	if err != nil {
-		f.errorf(name, "%v", err)
+		d.errorf(f, "%v", err)
 		return false
 	}
 	*dst = r
 	return true
 }
 
-func (f *fields) boolean(name string, dst *bool) bool {
-	s, ok := f.scalar(name, "true or false")
+func (d *decoder) boolean(f *field, dst *bool) bool {
+	s, ok := d.scalar(f, "true or false")
 	if !ok {
 		return false
 	}
@@ -587,65 +557,182 @@ func (f *fields) boolean(name string, dst *bool) bool {
 	case "false", "False", "FALSE":
 		*dst = false
 	default:
-		f.errorf(name, "%v", expected("true or false", s))
+		d.errorf(f, "%v", expected("true or false", s))
 		return false
 	}
 	return true
 }
 
-func (f *fields) fraction(name string, dst *float64) bool {
-	const want = "a number from 0 to 1"
-	s, ok := f.scalar(name, want)
-	if !ok {
-		return false
-	}
-	x, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(x >= 0 && x <= 1) {
-		f.errorf(name, "%v", expected(want, s))
-		return false
-	}
-	*dst = x
-	return true
+// owned reads the fields of a value whose rules belong to another package
+// (queue.Config, retry.Policy): config reads each field's syntax, the
+// owner's validation decides what is allowed, and report puts the owner's
+// problems at the fields' lines.
+type owned struct {
+	d      *decoder
+	fields map[string]*field // by the owner's name of the field
+	failed map[string]bool   // fields whose syntax was reported already
 }
 
-// orDefault says ", the default" when field name is not given.
-func orDefault(f *fields, name string) string {
-	if f.vals[name] == nil {
-		return ", the default"
+// int reads an integer field. Text that is not an integer is stored as -1,
+// which every owner refuses: its problem says what was expected, and
+// report shows it with the text as written.
+func (o *owned) int(name string, dst *int64) {
+	f := o.fields[name]
+	if f.val == nil {
+		return
 	}
-	return ""
+	*dst = -1
+	if f.val.Kind == yaml.ScalarNode {
+		if n, err := yamlInt(f.val); err == nil {
+			*dst = n
+		}
+	}
+}
+
+// duration reads a duration field; its syntax is config's to report, its
+// sign the owner's.
+func (o *owned) duration(name string, dst *time.Duration) {
+	f := o.fields[name]
+	if s, ok := o.d.scalar(f, wantDuration); ok {
+		v, err := time.ParseDuration(s)
+		if err == nil {
+			*dst = v
+			return
+		}
+		o.d.errorf(f, "%v", expected(wantDuration, s))
+	}
+	o.failed[name] = f.val != nil
+}
+
+// report places the problems of an owner's validation (errors.Join of
+// *queue.FieldError or *retry.FieldError) at the fields they name.
+func (o *owned) report(err error) {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var p struct{ field, value, want, other, otherValue string }
+		var qe *queue.FieldError
+		var re *retry.FieldError
+		switch {
+		case e == nil:
+			continue
+		case errors.As(e, &qe):
+			p.field, p.value, p.want, p.other, p.otherValue = qe.Field, qe.Value, qe.Want, qe.Other, qe.OtherValue
+		case errors.As(e, &re):
+			p.field, p.value, p.want, p.other, p.otherValue = re.Field, re.Value, re.Want, re.Other, re.OtherValue
+		default: // not a field's problem: not to be lost either
+			o.d.addf(nil, "", "%v", e)
+			continue
+		}
+		f, of := o.fields[p.field], o.fields[p.other]
+		switch {
+		case f == nil || o.failed[p.field] || o.failed[p.other]:
+			// reported where it is given (replicas at nats.replicas), or
+			// its syntax was
+		case of != nil && f.val == nil && of.val != nil:
+			// The file gives only the bounding field: blame it. Both
+			// bounds (per_key_capacity ≤ capacity, initial ≤ max) are
+			// "at most".
+			o.d.errorf(of, "expected at least %s (%s, the default), got %s", p.field, p.value, p.otherValue)
+		case p.other != "":
+			def := ""
+			if of != nil && of.val == nil {
+				def = ", the default"
+			}
+			o.d.errorf(f, "expected %s (%s%s), got %s", p.want, p.otherValue, def, p.value)
+		case f.val != nil:
+			o.d.errorf(f, "expected %s, got %s", p.want, describe(f.val))
+		default:
+			o.d.errorf(f, "expected %s, got %s", p.want, p.value)
+		}
+	}
+}
+
+// yamlInt reads an integer scalar as YAML writes it (1_000, 0x10) or as
+// plain text.
+func yamlInt(n *yaml.Node) (int64, error) {
+	var v int64
+	switch n.ShortTag() {
+	case "!!int":
+		return v, n.Decode(&v)
+	case "!!str":
+		return strconv.ParseInt(n.Value, 10, 64)
+	}
+	return 0, errors.New("not an integer")
 }
 
 // config reads the root mapping into c.
 func (d *decoder) config(c *Config, root *yaml.Node) {
+	var doc rootDoc
 	if root = deref(root); root != nil && !isNull(root) && root.Kind != yaml.MappingNode {
-		d.addf(root, "", "expected a mapping of %s, got %s", joinOr(rootFields, "and"), describe(root))
+		d.addf(root, "", "expected a mapping of %s, got %s", joinOr(docFields(reflect.TypeFor[rootDoc]()), "and"), describe(root))
 		return
 	}
-	f := d.mapping(root, nil, "", rootFields, rootSections)
-	if f.node == nil {
-		f.node = &yaml.Node{Line: 1} // an empty file: report missing fields at line 1
-	}
-	d.nats(&c.NATS, f.sub("nats", natsFields, nil))
-	d.redis(&c.Redis, f.sub("redis", redisFields, nil))
-	d.http(&c.HTTP, f.sub("http", httpFields, nil))
-	w := f.sub("worker", workerFields, nil)
-	w.intField("concurrency", &c.Worker.Concurrency, 1)
-	w.duration("grace_period", &c.Worker.GracePeriod, false)
-	w.duration("ack_wait", &c.Worker.AckWait, true)
-	f.sub("status", statusFields, nil).duration("ttl", &c.Status.TTL, true)
+	d.decode(root, &yaml.Node{Line: 1}, "", &doc) // an empty file: missing fields at line 1
 
-	if f.vals["queues"] == nil {
-		f.missing("queues", "a list of queues, at least one")
+	n := &doc.NATS.doc
+	d.str(&n.URL, &c.NATS.URL, checkNATSURL)
+	d.str(&n.Listen, &c.NATS.Listen, checkListen)
+	d.filename(&n.StoreDir, &c.NATS.StoreDir)
+	d.filename(&n.CredsFile, &c.NATS.CredsFile)
+	if n.Replicas.val != nil {
+		replicas := owned{d: d, fields: map[string]*field{"replicas": &n.Replicas}, failed: map[string]bool{}}
+		var r int64
+		replicas.int("replicas", &r)
+		r = max(-1, min(r, 6)) // out of range either way, and an int on every platform
+		if err := queue.ValidateReplicas(int(r)); err != nil {
+			replicas.report(err)
+		} else {
+			c.NATS.Replicas = int(r)
+		}
+	}
+
+	r := &doc.Redis.doc
+	d.str(&r.URL, &c.Redis.URL, checkRedisURL)
+	var mode string
+	if d.str(&r.FailureMode, &mode, func(s string) error { _, err := parseFailureMode(s); return err }) {
+		c.Redis.FailureMode = FailureMode(mode)
+	}
+	d.duration(&r.Timeout, &c.Redis.Timeout, true)
+
+	h := &doc.HTTP.doc
+	d.str(&h.Listen, &c.HTTP.Listen, checkListen)
+	d.ranged(&h.MaxBodyBytes, &c.HTTP.MaxBodyBytes, 1, math.MaxInt64)
+	d.filename(&h.APIKeysFile, &c.HTTP.APIKeysFile)
+	for i, item := range d.items(&h.TrustedProxies, "IP addresses or CIDR prefixes") {
+		field := fmt.Sprintf("%s[%d]", h.TrustedProxies.path, i)
+		if item == nil || item.Kind != yaml.ScalarNode || isNull(item) {
+			d.addf(item, field, "expected %s, got %s", wantProxy, describe(item))
+			continue
+		}
+		p, err := parseProxy(item.Value)
+		if err != nil {
+			d.addf(item, field, "%v", err)
+			continue
+		}
+		c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, p)
+	}
+
+	w := &doc.Worker.doc
+	concurrency := int64(c.Worker.Concurrency)
+	d.ranged(&w.Concurrency, &concurrency, 1, maxInt)
+	c.Worker.Concurrency = int(concurrency)
+	d.duration(&w.GracePeriod, &c.Worker.GracePeriod, false)
+	d.duration(&w.AckWait, &c.Worker.AckWait, true)
+	d.duration(&doc.Status.doc.TTL, &c.Status.TTL, true)
+
+	if !d.given(&doc.Queues, "a list of queues, at least one") {
 		return
 	}
-	items := f.list("queues", "queues")
-	if len(items) == 0 && f.vals["queues"].Kind == yaml.SequenceNode {
-		f.errorf("queues", "expected at least one queue, got an empty list")
+	items := d.items(&doc.Queues, "queues")
+	if len(items) == 0 && doc.Queues.val.Kind == yaml.SequenceNode {
+		d.errorf(&doc.Queues, "expected at least one queue, got an empty list")
 	}
 	first := map[string]int{} // queue name → line
 	for i, item := range items {
-		q, nameAt := d.queue(item, f.vals["queues"], fmt.Sprintf("queues[%d]", i), c.NATS.Replicas)
+		q, nameAt := d.queue(item, doc.Queues.val, fmt.Sprintf("queues[%d]", i), c.NATS.Replicas)
 		if q.Name == "" {
 			c.Queues = append(c.Queues, q)
 			continue
@@ -659,72 +746,31 @@ func (d *decoder) config(c *Config, root *yaml.Node) {
 	}
 }
 
-func (d *decoder) nats(c *NATS, f *fields) {
-	f.str("url", &c.URL, checkNATSURL)
-	f.str("listen", &c.Listen, checkListen)
-	f.file("store_dir", &c.StoreDir)
-	f.file("creds_file", &c.CredsFile)
-	var replicas int64
-	if f.integer("replicas", &replicas, 1, 5) {
-		c.Replicas = int(replicas)
-	}
-}
-
-func (d *decoder) redis(c *Redis, f *fields) {
-	f.str("url", &c.URL, checkRedisURL)
-	var mode string
-	if f.str("failure_mode", &mode, func(s string) error { _, err := parseFailureMode(s); return err }) {
-		c.FailureMode = FailureMode(mode)
-	}
-	f.duration("timeout", &c.Timeout, true)
-}
-
-func (d *decoder) http(c *HTTP, f *fields) {
-	f.str("listen", &c.Listen, checkListen)
-	f.integer("max_body_bytes", &c.MaxBodyBytes, 1, math.MaxInt64)
-	f.file("api_keys_file", &c.APIKeysFile)
-	for i, item := range f.list("trusted_proxies", "IP addresses or CIDR prefixes") {
-		field := fmt.Sprintf("%s[%d]", join(f.path, "trusted_proxies"), i)
-		if item == nil || item.Kind != yaml.ScalarNode || isNull(item) {
-			d.addf(item, field, "expected %s, got %s", wantProxy, describe(item))
-			continue
-		}
-		p, err := parseProxy(item.Value)
-		if err != nil {
-			d.addf(item, field, "%v", err)
-			continue
-		}
-		c.TrustedProxies = append(c.TrustedProxies, p)
-	}
-}
-
 // queue reads one item of queues. It returns the node of the name, where a
 // duplicate name is reported.
 func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue, *yaml.Node) {
 	var q Queue
+	var doc queueDoc
 	if isNull(n) {
-		d.addf(orNode(n, parent), path, "expected a queue (a mapping of %s), got nothing", joinOr(queueFields, "and"))
+		d.addf(orNode(n, parent), path, "expected a queue (a mapping of %s), got nothing", joinOr(docFields(reflect.TypeFor[queueDoc]()), "and"))
 		return q, nil
 	}
-	before := len(d.errs)
-	f := d.mapping(n, parent, path, queueFields, queueSections)
-	if f.bad {
+	if !d.decode(n, parent, path, &doc) {
 		return q, nil
 	}
-	if f.vals["name"] == nil {
-		f.missing("name", wantQueue)
-	} else {
-		f.str("name", &q.Name, checkQueueName)
+	if d.given(&doc.Name, wantQueue) {
+		d.str(&doc.Name, &q.Name, checkQueueName)
 	}
 
-	items := f.list("limits", "limit tiers")
+	limits := &doc.Limits.field
+	items := d.items(limits, "limit tiers")
 	switch {
-	case f.vals["limits"] == nil:
-		f.missing("limits", `a list of limit tiers, such as [{key: global, rate: "10/s", burst: 20}]`)
-	case len(items) == 0 && f.vals["limits"].Kind == yaml.SequenceNode:
-		f.errorf("limits", "expected at least one limit tier, got an empty list")
+	case limits.val == nil:
+		d.missing(limits, `a list of limit tiers, such as [{key: global, rate: "10/s", burst: 20}]`)
+	case len(items) == 0 && limits.val.Kind == yaml.SequenceNode:
+		d.errorf(limits, "expected at least one limit tier, got an empty list")
 	case len(items) > bucket.MaxTiers:
-		f.errorf("limits", "expected at most %d limit tiers, got %d", bucket.MaxTiers, len(items))
+		d.errorf(limits, "expected at most %d limit tiers, got %d", bucket.MaxTiers, len(items))
 	}
 	// Tiers may share a key ("10/s and 1000/h per API key"): the admitter
 	// gives each tier its own bucket. Names are unique in the queue,
@@ -736,7 +782,7 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 	named := map[string]given{} // names the file gives
 	unnamed := map[string]int{} // default names in use → tier index
 	for i, item := range items {
-		l, nameAt, ok := d.limit(item, f.vals["limits"], fmt.Sprintf("%s.limits[%d]", path, i))
+		l, nameAt, ok := d.limit(item, limits.val, fmt.Sprintf("%s.limits[%d]", path, i))
 		if !ok {
 			continue
 		}
@@ -759,138 +805,112 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 		}
 	}
 
-	q.Backlog = d.backlog(f, q.Name, replicas)
-	// READY's bound lives with the backlog's: both are the queue's stream
-	// settings (queue.Config).
-	f.sub("ready", readyFields, nil).integer("capacity", &q.Backlog.ReadyCapacity, 1, math.MaxInt64)
-	q.Retry = d.retry(f.sub("retry", retryFields, nil))
-	if f.vals["handler"] != nil {
-		q.Handler = d.handler(f.sub("handler", handlerFields, handlerSections))
+	q.Backlog = d.backlog(&doc, q.Name, replicas)
+	q.Retry = d.retry(&doc.Retry.doc)
+	if doc.Handler.val != nil {
+		q.Handler = d.handler(&doc.Handler)
 	}
-
-	// The library validators check what the walk above already checked;
-	// they run as a safety net once the queue is otherwise clean.
-	if len(d.errs) == before {
-		if err := q.Backlog.Validate(); err != nil {
-			d.addf(f.at("backlog"), join(path, "backlog"), "%v", err)
-		}
-		if err := q.Retry.Validate(); err != nil {
-			d.addf(f.at("retry"), join(path, "retry"), "%v", err)
-		}
-	}
-	return q, f.at("name")
+	return q, doc.Name.at()
 }
 
-// limit reads one limit tier. It returns the node of the name, where a
+// limit reads one limit tier into a bucket.Spec, and bucket's Build
+// decides whether it is a limit. It returns the node of the name, where a
 // repeated name is reported.
 func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, bool) {
 	var l Limit
+	var t limitDoc
 	if isNull(n) {
-		d.addf(orNode(n, parent), path, "expected a limit tier (a mapping of %s), got nothing", joinOr(limitFields, "and"))
+		d.addf(orNode(n, parent), path, "expected a limit tier (a mapping of %s), got nothing", joinOr(docFields(reflect.TypeFor[limitDoc]()), "and"))
 		return l, nil, false
 	}
 	before := len(d.errs)
-	f := d.mapping(n, parent, path, limitFields, nil)
-	if f.bad {
+	if !d.decode(n, parent, path, &t) {
 		return l, nil, false
 	}
-	if f.vals["key"] == nil {
-		f.missing("key", wantKey)
-	} else if s, ok := f.scalar("key", wantKey); ok {
+	if s, ok := d.scalar(&t.Key, wantKey); d.given(&t.Key, wantKey) && ok {
 		k, err := parseKey(s)
 		if err != nil {
-			f.errorf("key", "%v", err)
+			d.errorf(&t.Key, "%v", err)
 		}
 		l.Key = k
 	}
-	f.str("name", &l.Name, checkTierName)
+	d.str(&t.Name, &l.Name, checkTierName)
 	l.OnMissing = MissingReject
 	var missing string
-	if f.str("on_missing", &missing, func(s string) error { _, err := parseOnMissing(s); return err }) {
+	if d.str(&t.OnMissing, &missing, func(s string) error { _, err := parseOnMissing(s); return err }) {
 		switch {
 		case l.Key.Kind == KeyHeader:
 			l.OnMissing = OnMissing(missing)
-		case f.vals["key"] != nil:
-			f.errorf("on_missing", "applies to header:NAME keys only, not to %s", l.Key)
+		case t.Key.val != nil:
+			d.errorf(&t.OnMissing, "applies to header:NAME keys only, not to %s", l.Key)
 		}
 	}
 
 	var spec bucket.Spec
-	alg := bucket.LeakyBucket
-	if f.str("algorithm", &spec.Algorithm, nil) {
-		a, err := bucket.ParseAlgorithm(spec.Algorithm)
-		if err != nil {
-			f.errorf("algorithm", "%v", withSuggestion(
-				expected("one of leaky_bucket, token_bucket, fixed_window, sliding_log or sliding_window", spec.Algorithm),
-				spec.Algorithm, []string{"leaky_bucket", "token_bucket", "fixed_window", "sliding_log", "sliding_window"}))
-			return l, f.at("name"), false
-		}
-		alg = a
-	}
-
-	takes := map[bucket.Algorithm][]string{
-		bucket.LeakyBucket: {"rate", "burst", "delay", "nodelay"},
-		bucket.TokenBucket: {"rate", "burst"},
-	}[alg]
-	if takes == nil {
-		takes = []string{"limit", "window"}
-	}
-	for _, name := range []string{"rate", "burst", "delay", "nodelay", "limit", "window"} {
-		if f.vals[name] != nil && !slices.Contains(takes, name) {
-			f.errorf(name, "%s takes %s, not %s", alg, joinOr(takes, "and"), name)
+	if d.str(&t.Algorithm, &spec.Algorithm, nil) {
+		if _, err := bucket.ParseAlgorithm(spec.Algorithm); err != nil {
+			var names []string
+			for a := bucket.LeakyBucket; a <= bucket.SlidingWindow; a++ {
+				names = append(names, a.String())
+			}
+			d.errorf(&t.Algorithm, "%v", withSuggestion(expected("one of "+joinOr(names, "or"), spec.Algorithm), spec.Algorithm, names))
+			return l, t.Name.at(), false
 		}
 	}
-	switch alg {
-	case bucket.LeakyBucket, bucket.TokenBucket:
-		var r bucket.Rate
-		if f.vals["rate"] == nil {
-			f.missing("rate", wantRate)
-		} else if f.rate("rate", &r) {
-			spec.Rate = f.vals["rate"].Value
+	if s, ok := d.scalar(&t.Rate, wantRate); ok {
+		if _, err := parseRate(s); err != nil {
+			d.errorf(&t.Rate, "%v", err)
 		}
-		if alg == bucket.TokenBucket && f.vals["burst"] == nil {
-			f.missing("burst", "the token bucket's capacity, an integer ≥ 1")
+		spec.Rate = s
+	}
+	for _, x := range []struct {
+		f   *field
+		dst *int64
+	}{{&t.Burst, &spec.Burst}, {&t.Delay, &spec.Delay}, {&t.Limit, &spec.Limit}} {
+		if x.f.val != nil {
+			*x.dst, _ = d.integer(x.f, "an integer")
 		}
-		f.integer("burst", &spec.Burst, 0, math.MaxInt64)
-		f.integer("delay", &spec.Delay, 0, math.MaxInt64)
-		f.boolean("nodelay", &spec.NoDelay)
-	default:
-		if f.vals["limit"] == nil {
-			f.missing("limit", "an integer ≥ 1, the units allowed per window")
+	}
+	d.boolean(&t.NoDelay, &spec.NoDelay)
+	if s, ok := d.scalar(&t.Window, wantDuration); ok {
+		if _, err := time.ParseDuration(s); err != nil {
+			d.errorf(&t.Window, "%v", expected(wantDuration, s))
 		}
-		f.integer("limit", &spec.Limit, 1, math.MaxInt64)
-		var w time.Duration
-		if f.vals["window"] == nil {
-			f.missing("window", wantDuration)
-		} else if f.duration("window", &w, true) {
-			spec.Window = f.vals["window"].Value
-		}
+		spec.Window = s
 	}
 	if len(d.errs) > before {
-		return l, f.at("name"), false
+		return l, t.Name.at(), false
 	}
 
 	built, err := spec.Build()
+	var le *bucket.LimitError
+	if errors.As(err, &le) {
+		f := map[string]*field{"rate": &t.Rate, "burst": &t.Burst, "delay": &t.Delay, "nodelay": &t.NoDelay,
+			"limit": &t.Limit, "window": &t.Window}[le.Field]
+		switch {
+		case f == nil:
+			d.addf(n, path, "%v", err)
+		case f.val == nil && le.Want != "":
+			d.missing(f, le.Want)
+		case le.Value != "":
+			d.errorf(f, "%s, got %s", le.Reason, le.Value)
+		default:
+			d.errorf(f, "%s", le.Reason)
+		}
+	} else if err != nil {
+		d.addf(n, path, "%v", err)
+	}
 	if err != nil {
-		var le *bucket.LimitError
-		if !errors.As(err, &le) {
-			f.d.addf(f.node, path, "%v", err)
-			return l, f.at("name"), false
-		}
-		problem := le.Reason
-		if le.Value != "" {
-			problem += ", got " + le.Value
-		}
-		f.errorf(le.Field, "%s", problem)
-		return l, f.at("name"), false
+		return l, t.Name.at(), false
 	}
 	l.Limit = built
-	return l, f.at("name"), true
+	return l, t.Name.at(), true
 }
 
-// backlog reads the backlog section of queue q. A backlog needs a leak
-// rate: the worker refuses a queue whose backlog would never drain.
-func (d *decoder) backlog(q *fields, name string, replicas int) queue.Config {
+// backlog reads a queue's backlog and ready sections into a queue.Config,
+// and queue's ValidateGiven decides what may be used. A backlog needs a
+// leak rate: the worker refuses a queue whose backlog would never drain.
+func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 	cfg := queue.Config{
 		Name:            name,
 		Capacity:        queue.DefaultCapacity,
@@ -898,84 +918,98 @@ func (d *decoder) backlog(q *fields, name string, replicas int) queue.Config {
 		Replicas:        replicas,
 		DuplicateWindow: queue.DefaultDuplicateWindow,
 	}
-	f := q.sub("backlog", backlogFields, nil)
-	capOK := f.vals["capacity"] == nil || f.integer("capacity", &cfg.Capacity, 1, math.MaxInt64)
-	if f.integer("per_key_capacity", &cfg.PerKeyCapacity, 0, math.MaxInt64) && capOK && cfg.PerKeyCapacity > cfg.Capacity {
-		f.errorf("per_key_capacity", "expected at most capacity (%d%s), got %d",
-			cfg.Capacity, orDefault(f, "capacity"), cfg.PerKeyCapacity)
+	b := &q.Backlog.doc
+	o := owned{d: d, failed: map[string]bool{}, fields: map[string]*field{
+		"capacity": &b.Capacity, "per_key_capacity": &b.PerKeyCapacity, "leak_rate": &b.LeakRate,
+		"max_age": &b.MaxAge, "duplicate_window": &b.DuplicateWindow, "ready_capacity": &q.Ready.doc.Capacity,
+	}}
+	o.int("capacity", &cfg.Capacity)
+	o.int("per_key_capacity", &cfg.PerKeyCapacity)
+	if d.given(&b.LeakRate, `a rate such as "50/s" at which the backlog drains; a worker refuses a queue without one`) {
+		o.failed["leak_rate"] = !d.rate(&b.LeakRate, &cfg.LeakRate)
 	}
-	if f.vals["leak_rate"] == nil {
-		f.missing("leak_rate", `a rate such as "50/s" at which the backlog drains; a worker refuses a queue without one`)
-	} else {
-		f.rate("leak_rate", &cfg.LeakRate)
-	}
-	f.duration("max_age", &cfg.MaxAge, false)
-	f.duration("duplicate_window", &cfg.DuplicateWindow, true)
+	o.duration("max_age", &cfg.MaxAge)
+	o.duration("duplicate_window", &cfg.DuplicateWindow)
+	// READY's bound lives with the backlog's: both are the queue's stream
+	// settings (queue.Config).
+	o.int("ready_capacity", &cfg.ReadyCapacity)
+	o.report(cfg.ValidateGiven())
 	return cfg
 }
 
-func (d *decoder) retry(f *fields) retry.Policy {
+// retry reads a queue's retry section into a retry.Policy, and retry's
+// ValidateGiven decides what may be used.
+func (d *decoder) retry(r *retryDoc) retry.Policy {
 	p := retry.Policy{
 		MaxAttempts: retry.DefaultMaxAttempts,
 		Initial:     retry.DefaultInitial,
 		Max:         retry.DefaultMax,
 		Jitter:      retry.DefaultJitter,
 	}
-	f.intField("max_attempts", &p.MaxAttempts, 1)
-	initialOK := f.vals["initial"] == nil || f.duration("initial", &p.Initial, true)
-	maxOK := f.vals["max"] == nil || f.duration("max", &p.Max, true)
-	switch {
-	case !initialOK || !maxOK || p.Initial <= p.Max:
-	case f.vals["initial"] != nil:
-		f.errorf("initial", "expected at most max (%v%s), got %v", p.Max, orDefault(f, "max"), p.Initial)
-	default:
-		f.errorf("max", "expected at least initial (%v, the default), got %v", p.Initial, p.Max)
+	o := owned{d: d, failed: map[string]bool{}, fields: map[string]*field{
+		"max_attempts": &r.MaxAttempts, "initial": &r.Initial, "max": &r.Max, "jitter": &r.Jitter,
+	}}
+	attempts := int64(p.MaxAttempts)
+	o.int("max_attempts", &attempts)
+	p.MaxAttempts = int(max(-1, min(attempts, maxInt)))
+	o.duration("initial", &p.Initial)
+	o.duration("max", &p.Max)
+	if r.Jitter.val != nil {
+		p.Jitter = math.NaN() // refused by retry, as o.int's -1
+		if r.Jitter.val.Kind == yaml.ScalarNode {
+			if x, err := strconv.ParseFloat(r.Jitter.val.Value, 64); err == nil {
+				p.Jitter = x
+			}
+		}
 	}
-	if f.fraction("jitter", &p.Jitter) && p.Jitter == 0 {
+	o.report(p.ValidateGiven())
+	if p.Jitter == 0 {
 		p.Jitter = -1 // retry.Policy: 0 is the default, negative is none
 	}
 	return p
 }
 
 // handler reads a queue's handler: exactly one of http, nats and log: true.
-func (d *decoder) handler(f *fields) Handler {
+func (d *decoder) handler(s *section[handlerDoc]) Handler {
 	var h Handler
 	var kinds []string
-	if f.vals["http"] != nil {
+	if s.doc.HTTP.val != nil {
 		kinds = append(kinds, "http")
-		h.HTTP = d.httpHandler(f.sub("http", httpHandlerFields, nil))
+		h.HTTP = d.httpHandler(&s.doc.HTTP.doc)
 	}
-	if f.vals["nats"] != nil {
+	if s.doc.NATS.val != nil {
 		kinds = append(kinds, "nats")
-		h.NATS = d.natsHandler(f.sub("nats", natsHandlerFields, nil))
+		n := &s.doc.NATS.doc
+		h.NATS = &NATSHandler{Timeout: DefaultHandlerTimeout}
+		if d.given(&n.Subject, wantSubject) {
+			d.str(&n.Subject, &h.NATS.Subject, checkSubject)
+		}
+		d.duration(&n.Timeout, &h.NATS.Timeout, true)
 	}
-	if f.boolean("log", &h.Log) && h.Log {
+	if d.boolean(&s.doc.Log, &h.Log) && h.Log {
 		kinds = append(kinds, "log")
 	}
 	switch len(kinds) {
 	case 0:
-		d.addf(f.node, f.path, "expected one of http, nats or log: true (leave handler out for an admit-only queue)")
+		d.addf(s.val, s.path, "expected one of http, nats or log: true (leave handler out for an admit-only queue)")
 	case 1:
 	default:
-		d.addf(f.node, f.path, "expected one kind of handler, got %s", joinOr(kinds, "and"))
+		d.addf(s.val, s.path, "expected one kind of handler, got %s", joinOr(kinds, "and"))
 	}
 	return h
 }
 
-func (d *decoder) httpHandler(f *fields) *HTTPHandler {
+func (d *decoder) httpHandler(f *httpHandlerDoc) *HTTPHandler {
 	h := &HTTPHandler{Timeout: DefaultHandlerTimeout}
-	if f.vals["url"] == nil {
-		f.missing("url", wantHTTPURL)
-	} else {
-		f.str("url", &h.URL, checkHTTPURL)
+	if d.given(&f.URL, wantHTTPURL) {
+		d.str(&f.URL, &h.URL, checkHTTPURL)
 	}
-	f.duration("timeout", &h.Timeout, true)
+	d.duration(&f.Timeout, &h.Timeout, true)
 
-	n := f.vals["headers"]
+	n, path := f.Headers.val, f.Headers.path
 	if n == nil {
 		return h
 	}
-	path := join(f.path, "headers")
 	if n.Kind != yaml.MappingNode {
 		d.addf(n, path, "expected a mapping of header names to values, got %s", describe(n))
 		return h
@@ -1012,16 +1046,5 @@ func (d *decoder) httpHandler(f *fields) *HTTPHandler {
 		}
 		h.Headers[name] = v.Value
 	}
-	return h
-}
-
-func (d *decoder) natsHandler(f *fields) *NATSHandler {
-	h := &NATSHandler{Timeout: DefaultHandlerTimeout}
-	if f.vals["subject"] == nil {
-		f.missing("subject", wantSubject)
-	} else {
-		f.str("subject", &h.Subject, checkSubject)
-	}
-	f.duration("timeout", &h.Timeout, true)
 	return h
 }

@@ -17,6 +17,10 @@ type LimitError struct {
 	Field  string // "rate", "burst", "delay", "limit", "window", "algorithm", "cost"
 	Value  string // the offending value as given
 	Reason string // what was expected
+	// Want, when set, describes what the field should hold for a reader
+	// who left it out ("a rate such as \"10/s\""): a configuration loader
+	// reports "missing: expected " + Want when its file does not give Field.
+	Want string
 }
 
 func (e *LimitError) Error() string {
@@ -31,6 +35,12 @@ func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
 
 func limitErr(field, value, reason string, args ...any) error {
 	return &LimitError{Field: field, Value: value, Reason: fmt.Sprintf(reason, args...)}
+}
+
+// wantErr sets the Want of a *LimitError.
+func wantErr(err error, want string) error {
+	err.(*LimitError).Want = want
+	return err
 }
 
 // Algorithm selects how a limit decides. The zero value is LeakyBucket.
@@ -252,7 +262,8 @@ func NewLeakyBucket(r Rate, burst, delay int64) (Limit, error) {
 // NewTokenBucket returns a token bucket of capacity burst (≥ 1) refilled at r.
 func NewTokenBucket(r Rate, burst int64) (Limit, error) {
 	if burst < 1 {
-		return Limit{}, limitErr("burst", strconv.FormatInt(burst, 10), "a token bucket's capacity must be ≥ 1")
+		return Limit{}, wantErr(limitErr("burst", strconv.FormatInt(burst, 10), "a token bucket's capacity must be ≥ 1"),
+			"the token bucket's capacity, an integer ≥ 1")
 	}
 	l, err := newRateLimit(TokenBucket, r, burst)
 	if err != nil {
@@ -264,7 +275,8 @@ func NewTokenBucket(r Rate, burst int64) (Limit, error) {
 
 func newWindowLimit(alg Algorithm, limit int64, window time.Duration) (Limit, error) {
 	if limit < 1 || limit > maxCount {
-		return Limit{}, limitErr("limit", strconv.FormatInt(limit, 10), "must be between 1 and %d", maxCount)
+		return Limit{}, wantErr(limitErr("limit", strconv.FormatInt(limit, 10), "must be between 1 and %d", maxCount),
+			fmt.Sprintf("an integer from 1 to %d, the units allowed per window", maxCount))
 	}
 	if window <= 0 || window > maxWindow {
 		return Limit{}, limitErr("window", window.String(), "must be positive and at most %s", maxWindow)
@@ -326,10 +338,13 @@ func (s Spec) Build() (Limit, error) {
 	switch alg {
 	case LeakyBucket, TokenBucket:
 		if s.Rate == "" {
-			return Limit{}, limitErr("rate", "", "%s needs a rate such as 10/s", alg)
+			return Limit{}, wantErr(limitErr("rate", "", "%s needs a rate such as 10/s", alg), `a rate such as "10/s"`)
 		}
-		if s.Limit != 0 || s.Window != "" {
+		if s.Window != "" {
 			return Limit{}, limitErr("window", s.Window, "%s takes rate and burst, not limit and window", alg)
+		}
+		if s.Limit != 0 {
+			return Limit{}, limitErr("limit", strconv.FormatInt(s.Limit, 10), "%s takes rate and burst, not limit and window", alg)
 		}
 		r, err := ParseRate(s.Rate)
 		if err != nil {
@@ -350,11 +365,18 @@ func (s Spec) Build() (Limit, error) {
 		}
 		return NewLeakyBucket(r, s.Burst, delay)
 	default:
-		if s.Rate != "" || s.Burst != 0 || s.Delay != 0 || s.NoDelay {
-			return Limit{}, limitErr("rate", s.Rate, "%s takes limit and window, not rate, burst or delay", alg)
+		// Name the field that does not belong, so that a file's loader
+		// can point at it.
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"rate", s.Rate != ""}, {"burst", s.Burst != 0}, {"delay", s.Delay != 0}, {"nodelay", s.NoDelay}} {
+			if f.set {
+				return Limit{}, limitErr(f.name, "", "%s takes limit and window, not %s", alg, f.name)
+			}
 		}
 		if s.Window == "" {
-			return Limit{}, limitErr("window", "", "%s needs a window such as 60s", alg)
+			return Limit{}, wantErr(limitErr("window", "", "%s needs a window such as 60s", alg), `a Go duration such as "1s" or "5m"`)
 		}
 		w, err := time.ParseDuration(s.Window)
 		if err != nil {

@@ -81,30 +81,91 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first field that cannot be used, naming it.
+// Validate reports every field that cannot be used, naming it: the name
+// (ValidateQueueName), then the problems of ValidateGiven once the zero
+// fields hold their defaults.
 func (c Config) Validate() error {
 	if err := ValidateQueueName(c.Name); err != nil {
 		return fmt.Errorf("%w: name: %w", ErrInvalidConfig, err)
 	}
-	switch {
-	case c.Capacity < 0:
-		return fmt.Errorf("%w: queue %s: capacity %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.Name, c.Capacity, DefaultCapacity)
-	case c.PerKeyCapacity < 0:
-		return fmt.Errorf("%w: queue %s: per_key_capacity %d: must be ≥ 0", ErrInvalidConfig, c.Name, c.PerKeyCapacity)
-	case c.ReadyCapacity < 0:
-		return fmt.Errorf("%w: queue %s: ready capacity %d: must be ≥ 1 (0 means %d)", ErrInvalidConfig, c.Name, c.ReadyCapacity, DefaultReadyCapacity)
-	case c.PerKeyCapacity > c.withDefaults().Capacity:
-		return fmt.Errorf("%w: queue %s: per_key_capacity %d is larger than capacity %d", ErrInvalidConfig, c.Name, c.PerKeyCapacity, c.withDefaults().Capacity)
-	case c.Replicas < 0 || c.Replicas > 5:
-		return fmt.Errorf("%w: queue %s: replicas %d: want 1 to 5", ErrInvalidConfig, c.Name, c.Replicas)
-	case c.DuplicateWindow < 0:
-		return fmt.Errorf("%w: queue %s: duplicate_window %v: must be positive", ErrInvalidConfig, c.Name, c.DuplicateWindow)
-	case c.LeakRate.Count < 0 || c.LeakRate.Per < 0 || (c.LeakRate.Count > 0) != (c.LeakRate.Per > 0):
-		return fmt.Errorf("%w: queue %s: leak_rate %s: want COUNT/UNIT such as 50/s", ErrInvalidConfig, c.Name, c.LeakRate)
-	case c.MaxAge < 0:
-		return fmt.Errorf("%w: queue %s: max_age %v: must be positive (0: no limit)", ErrInvalidConfig, c.Name, c.MaxAge)
+	return c.withDefaults().ValidateGiven()
+}
+
+// FieldError is one field of a Config that cannot be used. It wraps
+// ErrInvalidConfig.
+type FieldError struct {
+	Queue string
+	// Field is the field's name in a configuration file: capacity,
+	// per_key_capacity, ready_capacity, replicas, duplicate_window,
+	// leak_rate or max_age.
+	Field string
+	Value string // the value found
+	Want  string // what was expected: "an integer ≥ 1", "at most capacity"
+	// Other names the field whose value bounds this one ("capacity"), and
+	// OtherValue is that value; both are empty when the field is wrong on
+	// its own.
+	Other, OtherValue string
+}
+
+func (e *FieldError) Error() string {
+	prefix := ErrInvalidConfig.Error() + ": "
+	if e.Queue != "" {
+		prefix += "queue " + e.Queue + ": "
+	}
+	if e.Other != "" {
+		return fmt.Sprintf("%s%s %s is larger than %s %s", prefix, e.Field, e.Value, e.Other, e.OtherValue)
+	}
+	return fmt.Sprintf("%s%s %s: expected %s", prefix, e.Field, e.Value, e.Want)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
+func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
+
+// ValidateReplicas checks a stream's replica count: 1 to 5.
+func ValidateReplicas(n int) error {
+	if n < 1 || n > 5 {
+		return &FieldError{Field: "replicas", Value: fmt.Sprint(n), Want: "an integer from 1 to 5"}
 	}
 	return nil
+}
+
+// ValidateGiven is Validate for a Config whose every field is given, such
+// as one a configuration file's loader filled with the defaults itself: a
+// zero Capacity, ReadyCapacity, Replicas or DuplicateWindow is refused,
+// not read as the default. It does not check Name. It reports every
+// problem, each a *FieldError, in the order of a configuration file's
+// fields (errors.Join).
+func (c Config) ValidateGiven() error {
+	var errs []error
+	bad := func(field string, value any, want string) {
+		errs = append(errs, &FieldError{Queue: c.Name, Field: field, Value: fmt.Sprint(value), Want: want})
+	}
+	if c.Capacity < 1 {
+		bad("capacity", c.Capacity, "an integer ≥ 1")
+	}
+	if c.PerKeyCapacity < 0 {
+		bad("per_key_capacity", c.PerKeyCapacity, "an integer ≥ 0")
+	} else if c.Capacity >= 1 && c.PerKeyCapacity > c.Capacity {
+		errs = append(errs, &FieldError{Queue: c.Name, Field: "per_key_capacity", Value: fmt.Sprint(c.PerKeyCapacity),
+			Want: "at most capacity", Other: "capacity", OtherValue: fmt.Sprint(c.Capacity)})
+	}
+	if c.LeakRate.Count < 0 || c.LeakRate.Per < 0 || (c.LeakRate.Count > 0) != (c.LeakRate.Per > 0) {
+		bad("leak_rate", c.LeakRate, "COUNT/UNIT such as 50/s")
+	}
+	if c.MaxAge < 0 {
+		bad("max_age", c.MaxAge, "a duration ≥ 0")
+	}
+	if c.DuplicateWindow <= 0 {
+		bad("duplicate_window", c.DuplicateWindow, "a positive duration")
+	}
+	if c.ReadyCapacity < 1 {
+		bad("ready_capacity", c.ReadyCapacity, "an integer ≥ 1")
+	}
+	if err := ValidateReplicas(c.Replicas); err != nil {
+		err.(*FieldError).Queue = c.Name
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // Destination is a stream of a queue that jobs are published to.

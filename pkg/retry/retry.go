@@ -57,22 +57,61 @@ func (p Policy) withDefaults() Policy {
 // default.
 func (p Policy) Attempts() int { return p.withDefaults().MaxAttempts }
 
-// Validate reports the first field that cannot be used, naming it.
-func (p Policy) Validate() error {
-	switch {
-	case p.MaxAttempts < 0:
-		return fmt.Errorf("%w: max_attempts %d: must be ≥ 1 (0 means the default, %d)", ErrInvalidPolicy, p.MaxAttempts, DefaultMaxAttempts)
-	case p.Initial < 0:
-		return fmt.Errorf("%w: initial %v: must be positive", ErrInvalidPolicy, p.Initial)
-	case p.Max < 0:
-		return fmt.Errorf("%w: max %v: must be positive", ErrInvalidPolicy, p.Max)
-	case p.Jitter > 1:
-		return fmt.Errorf("%w: jitter %v: must be between 0 and 1", ErrInvalidPolicy, p.Jitter)
+// Validate reports every field that cannot be used, naming it: the
+// problems of ValidateGiven once the zero fields hold their defaults.
+func (p Policy) Validate() error { return p.withDefaults().ValidateGiven() }
+
+// FieldError is one field of a Policy that cannot be used. It wraps
+// ErrInvalidPolicy.
+type FieldError struct {
+	// Field is the field's name in a configuration file: max_attempts,
+	// initial, max or jitter.
+	Field string
+	Value string // the value found
+	Want  string // what was expected: "an integer ≥ 1", "at most max"
+	// Other names the field whose value bounds this one ("max"), and
+	// OtherValue is that value; both are empty when the field is wrong on
+	// its own.
+	Other, OtherValue string
+}
+
+func (e *FieldError) Error() string {
+	if e.Other != "" {
+		return fmt.Sprintf("%v: %s %s is longer than %s %s", ErrInvalidPolicy, e.Field, e.Value, e.Other, e.OtherValue)
 	}
-	if q := p.withDefaults(); q.Initial > q.Max {
-		return fmt.Errorf("%w: initial %v is longer than max %v", ErrInvalidPolicy, q.Initial, q.Max)
+	return fmt.Sprintf("%v: %s %s: expected %s", ErrInvalidPolicy, e.Field, e.Value, e.Want)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidPolicy) true.
+func (e *FieldError) Unwrap() error { return ErrInvalidPolicy }
+
+// ValidateGiven is Validate for a Policy whose every field is given, such
+// as one a configuration file's loader filled with the defaults itself:
+// zero is not read as the default, and Jitter must be from 0 to 1. It
+// reports every problem, each a *FieldError, in the order of a
+// configuration file's fields (errors.Join).
+func (p Policy) ValidateGiven() error {
+	var errs []error
+	bad := func(field string, value any, want string) {
+		errs = append(errs, &FieldError{Field: field, Value: fmt.Sprint(value), Want: want})
 	}
-	return nil
+	if p.MaxAttempts < 1 {
+		bad("max_attempts", p.MaxAttempts, "an integer ≥ 1")
+	}
+	if p.Initial <= 0 {
+		bad("initial", p.Initial, "a positive duration")
+	}
+	if p.Max <= 0 {
+		bad("max", p.Max, "a positive duration")
+	}
+	if p.Initial > 0 && p.Max > 0 && p.Initial > p.Max {
+		errs = append(errs, &FieldError{Field: "initial", Value: p.Initial.String(), Want: "at most max",
+			Other: "max", OtherValue: p.Max.String()})
+	}
+	if !(p.Jitter >= 0 && p.Jitter <= 1) {
+		bad("jitter", p.Jitter, "a number from 0 to 1")
+	}
+	return errors.Join(errs...)
 }
 
 // Delay is the exact, unjittered delay after the given failed attempt
