@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -99,18 +97,11 @@ func ClassifyHTTP(status int, contentType string, body []byte) Outcome {
 
 // problemReason is the last segment of a problem document's type, or def.
 func problemReason(contentType string, body []byte, def string) string {
-	if mt, _, _ := mime.ParseMediaType(contentType); mt != api.ProblemContentType {
-		return def
+	if p, ok := api.ParseProblem(contentType, body); ok && p.Type != "" {
+		return api.ProblemReason(p.Type)
 	}
-	var p api.Problem
-	if json.Unmarshal(body, &p) != nil || p.Type == "" {
-		return def
-	}
-	return typeReason(p.Type)
+	return def
 }
-
-// typeReason shortens a problem type URI to its last segment.
-func typeReason(t string) string { return t[strings.LastIndexByte(t, '/')+1:] }
 
 // transportReason names a failed exchange in a word or two.
 func transportReason(err error) string {
@@ -199,12 +190,12 @@ func ClassifyNATS(h nats.Header, data []byte) Outcome {
 		if rep.Type == "" {
 			return Outcome{Rejected, "rejected"}
 		}
-		return Outcome{Rejected, typeReason(rep.Type)}
+		return Outcome{Rejected, api.ProblemReason(rep.Type)}
 	case api.Failed:
 		if rep.Type == "" {
 			return Outcome{Failed, "error"}
 		}
-		return Outcome{Failed, typeReason(rep.Type)}
+		return Outcome{Failed, api.ProblemReason(rep.Type)}
 	}
 	return Outcome{Failed, "bad reply"}
 }
