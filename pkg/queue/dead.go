@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,7 +61,7 @@ func (d *deadLetter) publish(ctx context.Context, js jetstream.JetStream, now ti
 	m.Header.Set(HeaderAttempt, strconv.Itoa(d.attempts))
 	m.Header.Set(HeaderDeadReason, d.reason)
 	if d.err != nil {
-		m.Header.Set(HeaderLastError, oneLine(d.err.Error(), MaxErrorLen))
+		m.Header.Set(HeaderLastError, OneLine(d.err.Error(), MaxErrorLen))
 	}
 	m.Header.Set(HeaderDeadAt, now.UTC().Format(time.RFC3339Nano))
 	m.Header.Set(HeaderSourceStream, d.stream)
@@ -72,23 +71,4 @@ func (d *deadLetter) publish(ctx context.Context, js jetstream.JetStream, now ti
 		return fmt.Errorf("queue: dead-lettering job %s (%s #%d) of queue %s: %w", d.header.Get(HeaderJobID), d.stream, d.seq, d.queue, err)
 	}
 	return nil
-}
-
-// oneLine makes s fit a header value: control characters become spaces and
-// it is cut, on a rune boundary, to at most n bytes.
-func oneLine(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }
