@@ -151,6 +151,43 @@ queues:
 	}
 }
 
+// A path the door does not serve (no metrics or UI handler was given) is
+// 404, not a 405 telling the client to use GET; and the 405 answers come
+// from the same routes as the served ones.
+func TestHTTPUnservedPathNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, `
+queues:
+  - name: q
+    limits: [{key: global, rate: 1/s, burst: 5}]
+    backlog: {leak_rate: 1/s}
+`, setupOptions{})
+	for _, c := range []struct {
+		method, path string
+		code         int
+		typ          string
+	}{
+		{http.MethodGet, "/metrics", http.StatusNotFound, api.ProblemNotFound},
+		{http.MethodGet, "/ui", http.StatusNotFound, api.ProblemNotFound},
+		{http.MethodPost, "/metrics", http.StatusNotFound, api.ProblemNotFound},
+		{http.MethodGet, "/v1/queues/q/jobs/x", http.StatusNotFound, api.ProblemNotFound},
+		{http.MethodPost, "/readyz", http.StatusMethodNotAllowed, api.ProblemMethodNotAllowed},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), c.method, b.srv.URL+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := b.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := readResponse(t, resp)
+		if r.code != c.code || r.problem.Type != c.typ {
+			t.Errorf("%s %s: %d %s, want %d %s", c.method, c.path, r.code, r.body, c.code, c.typ)
+		}
+	}
+}
+
 func TestHTTPBacklogFull(t *testing.T) {
 	t.Parallel()
 	// The limit queues up to 5 jobs of a key; the backlog takes 3, 2 of a key.
