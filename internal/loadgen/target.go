@@ -75,14 +75,10 @@ func ClassifyHTTP(status int, contentType string, body []byte) Outcome {
 	switch status {
 	case http.StatusAccepted:
 		var rep api.SubmitReply
-		if err := json.Unmarshal(body, &rep); err != nil {
-			return Outcome{Failed, "bad reply"}
-		}
-		switch rep.Status {
-		case api.Admitted:
-			return Outcome{Verdict: Admitted}
-		case api.Queued:
-			return Outcome{Verdict: Queued}
+		if err := json.Unmarshal(body, &rep); err == nil {
+			if o, ok := accepted(rep.Status); ok {
+				return o
+			}
 		}
 		return Outcome{Failed, "bad reply"}
 	case http.StatusTooManyRequests:
@@ -171,21 +167,17 @@ func (t *NATSTarget) Submit(ctx context.Context, r Request) Outcome {
 // api.SubmitReply in the body; a rejection's or error's reason is the
 // reply's problem type, shortened ("queue-full").
 func ClassifyNATS(h nats.Header, data []byte) Outcome {
-	switch api.Status(h.Get(api.HeaderStatus)) {
-	case api.Admitted:
-		return Outcome{Verdict: Admitted}
-	case api.Queued:
-		return Outcome{Verdict: Queued}
+	if o, ok := accepted(api.Status(h.Get(api.HeaderStatus))); ok {
+		return o
 	}
 	var rep api.SubmitReply
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return Outcome{Failed, "bad reply"}
 	}
+	if o, ok := accepted(rep.Status); ok {
+		return o
+	}
 	switch rep.Status {
-	case api.Admitted:
-		return Outcome{Verdict: Admitted}
-	case api.Queued:
-		return Outcome{Verdict: Queued}
 	case api.Rejected:
 		if rep.Type == "" {
 			return Outcome{Rejected, "rejected"}
@@ -198,4 +190,16 @@ func ClassifyNATS(h nats.Header, data []byte) Outcome {
 		return Outcome{Failed, api.ProblemReason(rep.Type)}
 	}
 	return Outcome{Failed, "bad reply"}
+}
+
+// accepted is the Outcome of an admitted or queued answer; ok is false for
+// any other status.
+func accepted(s api.Status) (o Outcome, ok bool) {
+	switch s {
+	case api.Admitted:
+		return Outcome{Verdict: Admitted}, true
+	case api.Queued:
+		return Outcome{Verdict: Queued}, true
+	}
+	return Outcome{}, false
 }
