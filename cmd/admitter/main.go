@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admitterd"
@@ -21,18 +19,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	reload := make(chan struct{}, 1)
-	go func() {
-		for range hup {
-			select {
-			case reload <- struct{}{}:
-			default:
-			}
-		}
-	}()
+	ctx, stop, reload := cli.Signals()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
 	stop()
 	if err != nil {
@@ -71,11 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {
 		return err
 	}
-	log, err := f.Logger(stderr)
-	if err != nil {
-		return err
-	}
-	o, err := f.Overrides(fs)
+	log, o, err := f.Setup(fs, stderr)
 	if err != nil {
 		return err
 	}

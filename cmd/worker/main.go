@@ -12,9 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,19 +26,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// SIGHUP reloads the configuration file, as the admitter's does.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	reload := make(chan struct{}, 1)
-	go func() {
-		for range hup {
-			select {
-			case reload <- struct{}{}:
-			default:
-			}
-		}
-	}()
+	ctx, stop, reload := cli.Signals()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
 	stop()
 	if err != nil {
@@ -83,11 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if f.Config == "" {
 		return errors.New("no configuration: give --config FILE (see worker --help)")
 	}
-	log, err := f.Logger(stderr)
-	if err != nil {
-		return err
-	}
-	o, err := f.Overrides(fs)
+	log, o, err := f.Setup(fs, stderr)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/config"
@@ -147,4 +150,38 @@ func Parse(fs *flag.FlagSet, usage string, args []string, stdout io.Writer) (don
 		return false, fmt.Errorf("unexpected argument %q (see %s --help)", fs.Arg(0), fs.Name())
 	}
 	return false, nil
+}
+
+// Setup builds the logger and the configuration overrides from the parsed
+// flags of fs: what every command does right after Parse.
+func (f *Flags) Setup(fs *flag.FlagSet, stderr io.Writer) (*slog.Logger, config.Overrides, error) {
+	log, err := f.Logger(stderr)
+	if err != nil {
+		return nil, config.Overrides{}, err
+	}
+	o, err := f.Overrides(fs)
+	if err != nil {
+		return nil, config.Overrides{}, err
+	}
+	return log, o, nil
+}
+
+// Signals is a command's signal wiring, for main only: ctx ends on
+// SIGINT or SIGTERM (stop releases that), and every SIGHUP is a request on
+// reload, for a Reloader's Requests. Requests coalesce: while one waits,
+// another SIGHUP adds nothing.
+func Signals() (ctx context.Context, stop context.CancelFunc, reload <-chan struct{}) {
+	ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	requests := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case requests <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return ctx, stop, requests
 }
