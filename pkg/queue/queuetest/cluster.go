@@ -162,27 +162,13 @@ func (c *Cluster) URL() string {
 // reconnects forever, to whichever node is up.
 func (c *Cluster) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
-	opts = append([]nats.Option{
-		nats.Name(tb.Name()),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(20 * time.Millisecond),
-	}, opts...)
-	nc, err := nats.Connect(c.URL(), opts...)
-	if err != nil {
-		tb.Fatalf("queuetest: connecting to %s: %v", c.URL(), err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
+	return connect(tb, c.URL(), opts)
 }
 
 // JetStream returns a JetStream context on a new connection.
 func (c *Cluster) JetStream(tb testing.TB) jetstream.JetStream {
 	tb.Helper()
-	js, err := jetstream.New(c.Connect(tb))
-	if err != nil {
-		tb.Fatalf("queuetest: %v", err)
-	}
-	return js
+	return newJetStream(tb, c.Connect(tb))
 }
 
 // Shutdown stops every node.
@@ -314,14 +300,7 @@ func (n *Node) server() *server.Server {
 // Shutdown stops the node and waits until it has stopped. As a real
 // nats-server does on shutdown, it first steps down from what it leads.
 func (n *Node) Shutdown() {
-	n.mu.Lock()
-	srv := n.srv
-	n.srv = nil
-	n.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}
+	stopServer(&n.mu, &n.srv)
 }
 
 // Restart starts a stopped node (or stops and starts a running one) on

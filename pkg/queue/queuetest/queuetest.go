@@ -84,14 +84,7 @@ func (s *Server) StoreDir() string { return s.dir }
 // Shutdown stops the server and waits until it has stopped (a crash as far
 // as clients are concerned; JetStream's file store stays).
 func (s *Server) Shutdown() {
-	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil
-	s.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}
+	stopServer(&s.mu, &s.srv)
 }
 
 // Restart shuts the server down and starts it again on the same port with
@@ -109,28 +102,55 @@ func (s *Server) Restart(tb testing.TB) {
 // forever, so it survives Restart.
 func (s *Server) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
-	opts = append([]nats.Option{
-		nats.Name(tb.Name()),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(20 * time.Millisecond),
-	}, opts...)
-	nc, err := nats.Connect(s.URL(), opts...)
-	if err != nil {
-		tb.Fatalf("queuetest: connecting to %s: %v", s.URL(), err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
+	return connect(tb, s.URL(), opts)
 }
 
 // JetStream returns a JetStream context on a new connection.
 func (s *Server) JetStream(tb testing.TB) jetstream.JetStream {
 	tb.Helper()
-	js, err := jetstream.New(s.Connect(tb))
+	return newJetStream(tb, s.Connect(tb))
+}
+
+// String names the server in test logs.
+func (s *Server) String() string { return fmt.Sprintf("nats-server %s (store %s)", s.URL(), s.dir) }
+
+// stopServer takes the server *srv under mu, leaving nil, and shuts it
+// down, waiting until it has stopped; a nil server is already stopped.
+func stopServer(mu *sync.Mutex, srv **server.Server) {
+	mu.Lock()
+	s := *srv
+	*srv = nil
+	mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// connect dials urls (comma-separated) with the kit's options, then opts:
+// named after the test, reconnecting forever, so a connection survives a
+// restart. It is closed in tb.Cleanup.
+func connect(tb testing.TB, urls string, opts []nats.Option) *nats.Conn {
+	tb.Helper()
+	opts = append([]nats.Option{
+		nats.Name(tb.Name()),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(20 * time.Millisecond),
+	}, opts...)
+	nc, err := nats.Connect(urls, opts...)
+	if err != nil {
+		tb.Fatalf("queuetest: connecting to %s: %v", urls, err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// newJetStream is a JetStream context on nc.
+func newJetStream(tb testing.TB, nc *nats.Conn) jetstream.JetStream {
+	tb.Helper()
+	js, err := jetstream.New(nc)
 	if err != nil {
 		tb.Fatalf("queuetest: %v", err)
 	}
 	return js
 }
-
-// String names the server in test logs.
-func (s *Server) String() string { return fmt.Sprintf("nats-server %s (store %s)", s.URL(), s.dir) }
