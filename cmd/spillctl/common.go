@@ -39,6 +39,27 @@ func apiKeyFlag(fs *flag.FlagSet) *string {
 	return fs.String("api-key", "", "send Authorization: Bearer `KEY` (default $SPILLWAY_API_KEY)")
 }
 
+// apiFlags are --server, --api-key and --timeout: how a command that
+// reads the admitter's HTTP API reaches it.
+type apiFlags struct {
+	server, apiKey *string
+	timeout        *time.Duration
+}
+
+func addAPIFlags(fs *flag.FlagSet, getenv func(string) string) apiFlags {
+	return apiFlags{
+		server:  serverFlag(fs, getenv),
+		apiKey:  apiKeyFlag(fs),
+		timeout: fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`"),
+	}
+}
+
+// admitter is the client the flags describe; cmd names the command in
+// errors.
+func (f apiFlags) admitter(cmd string, getenv func(string) string) (*admitter, error) {
+	return newAdmitter(cmd, *f.server, keyOr(*f.apiKey, getenv), *f.timeout)
+}
+
 func envOr(getenv func(string) string, name, def string) string {
 	if v := getenv(name); v != "" {
 		return v
@@ -69,6 +90,18 @@ func parseArgs(fs *flag.FlagSet, args []string, head string, stdout io.Writer) (
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
+
+// parseNoArgs is parseArgs for a command that takes flags only.
+func parseNoArgs(fs *flag.FlagSet, args []string, head string, stdout io.Writer) (done bool, err error) {
+	pos, done, err := parseArgs(fs, args, head, stdout)
+	if done || err != nil {
+		return done, err
+	}
+	if len(pos) > 0 {
+		return false, usageErrorf("%s: unexpected argument %q (see %s --help)", fs.Name(), pos[0], fs.Name())
+	}
+	return false, nil
 }
 
 // printFlags prints head and then every flag of fs, one a line.
