@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admitterd"
@@ -18,17 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 )
 
-func main() {
-	ctx, stop, reload := cli.Signals()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
-	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "admitter:", err)
-		}
-		os.Exit(2)
-	}
-}
+func main() { cli.Main("admitter", run) }
 
 const usage = `admitter — Spillway's front door: admits, queues or rejects jobs (NATS and HTTP)
 

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -25,15 +24,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 )
 
-func main() {
-	ctx, stop, reload := cli.Signals()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(2)
-	}
-}
+func main() { cli.Main("worker", run) }
 
 const usage = `worker — runs Spillway jobs through each queue's handler
 

@@ -166,11 +166,29 @@ func (f *Flags) Setup(fs *flag.FlagSet, stderr io.Writer) (*slog.Logger, config.
 	return log, o, nil
 }
 
-// Signals is a command's signal wiring, for main only: ctx ends on
-// SIGINT or SIGTERM (stop releases that), and every SIGHUP is a request on
-// reload, for a Reloader's Requests. Requests coalesce: while one waits,
-// another SIGHUP adds nothing.
-func Signals() (ctx context.Context, stop context.CancelFunc, reload <-chan struct{}) {
+// RunFunc is a command's body: main's wiring is passed in, so tests call it
+// with their own. reload receives a request per SIGHUP, for a Reloader.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error
+
+// Main is a command's main: it runs run with the process's arguments,
+// environment, output and signals, prints an error as "name: error" and
+// exits 2 on one. Signals are handled here only, never in a library.
+func Main(name string, run RunFunc) {
+	ctx, stop, reload := signals()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, name+":", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// signals is a command's signal wiring: ctx ends on SIGINT or SIGTERM
+// (stop releases that), and every SIGHUP is a request on reload. Requests
+// coalesce: while one waits, another SIGHUP adds nothing.
+func signals() (ctx context.Context, stop context.CancelFunc, reload <-chan struct{}) {
 	ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
