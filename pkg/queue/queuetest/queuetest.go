@@ -25,16 +25,18 @@ import (
 
 // Server is an embedded NATS server with JetStream.
 type Server struct {
-	mu   sync.Mutex
-	srv  *server.Server
-	port int
-	dir  string
+	clients // Connect, JetStream: they survive Restart
+	mu      sync.Mutex
+	srv     *server.Server
+	port    int
+	dir     string
 }
 
 // Start starts a server for tb and shuts it down in tb.Cleanup.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	s := &Server{dir: tb.TempDir()}
+	s.clients = clients{s.URL}
 	s.start(tb, -1)
 	tb.Cleanup(s.Shutdown)
 	return s
@@ -98,19 +100,6 @@ func (s *Server) Restart(tb testing.TB) {
 	s.start(tb, port)
 }
 
-// Connect returns a client connection, closed in tb.Cleanup. It reconnects
-// forever, so it survives Restart.
-func (s *Server) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
-	tb.Helper()
-	return connect(tb, s.URL(), opts)
-}
-
-// JetStream returns a JetStream context on a new connection.
-func (s *Server) JetStream(tb testing.TB) jetstream.JetStream {
-	tb.Helper()
-	return newJetStream(tb, s.Connect(tb))
-}
-
 // String names the server in test logs.
 func (s *Server) String() string { return fmt.Sprintf("nats-server %s (store %s)", s.URL(), s.dir) }
 
@@ -127,11 +116,17 @@ func stopServer(mu *sync.Mutex, srv **server.Server) {
 	}
 }
 
-// connect dials urls (comma-separated) with the kit's options, then opts:
-// named after the test, reconnecting forever, so a connection survives a
-// restart. It is closed in tb.Cleanup.
-func connect(tb testing.TB, urls string, opts []nats.Option) *nats.Conn {
+// clients makes connections to a Server or a Cluster.
+type clients struct {
+	url func() string // the client URLs, comma-separated
+}
+
+// Connect returns a client connection, closed in tb.Cleanup. It reconnects
+// forever, so it survives a restart (of the server, or of the nodes one at
+// a time).
+func (c clients) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
+	urls := c.url()
 	opts = append([]nats.Option{
 		nats.Name(tb.Name()),
 		nats.MaxReconnects(-1),
@@ -145,10 +140,10 @@ func connect(tb testing.TB, urls string, opts []nats.Option) *nats.Conn {
 	return nc
 }
 
-// newJetStream is a JetStream context on nc.
-func newJetStream(tb testing.TB, nc *nats.Conn) jetstream.JetStream {
+// JetStream returns a JetStream context on a new connection.
+func (c clients) JetStream(tb testing.TB) jetstream.JetStream {
 	tb.Helper()
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(c.Connect(tb))
 	if err != nil {
 		tb.Fatalf("queuetest: %v", err)
 	}
