@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -39,10 +38,8 @@ Flags:
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error {
-	fs := flag.NewFlagSet("admitter", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f cli.Flags
-	f.Register(fs, true)
+	fs := f.FlagSet("admitter", true, stderr)
 	dev := fs.Bool("dev", false, "dev mode: embedded JetStream, in-process workers, built-in demo queue without --config")
 	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {
 		return err

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -48,10 +47,8 @@ Flags:
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f cli.Flags
-	f.Register(fs, false)
+	fs := f.FlagSet("worker", false, stderr)
 	queues := fs.String("queues", "", "comma-separated `names` of the queues to work (default: every queue with a handler)")
 	metricsAddr := fs.String("metrics-listen", ":9090", "`address` of /metrics, /livez and /readyz (empty: none)")
 	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {

@@ -28,6 +28,15 @@ type Flags struct {
 	LogLevel, LogFormat                                               string
 }
 
+// FlagSet returns a command's flag set, reporting errors to stderr, with
+// the common flags defined (Register).
+func (f *Flags) FlagSet(name string, admitter bool, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.Register(fs, admitter)
+	return fs
+}
+
 // Register defines the flags on fs.
 func (f *Flags) Register(fs *flag.FlagSet, admitter bool) {
 	fs.StringVar(&f.Config, "config", "", "the YAML configuration `file` (see docs/design.md#configuration)")
