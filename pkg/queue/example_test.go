@@ -83,24 +83,11 @@ func Example() {
 // ErrQueueFull (or ErrKeyQueueFull for one key's share), and nothing is
 // stored.
 func ExamplePublisher_Publish_backlogFull() {
-	url, stop := embeddedServer()
+	js, stop := exampleJetStream()
 	defer stop()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rate, err := bucket.ParseRate("1/s")
-	if err != nil {
-		log.Fatal(err)
-	}
-	cfg := queue.Config{Name: "reports", Capacity: 2, LeakRate: rate}
+	cfg := queue.Config{Name: "reports", Capacity: 2, LeakRate: bucket.Rate{Count: 1, Per: time.Second}}
 	if err := queue.EnsureStreams(ctx, js, cfg); err != nil {
 		log.Fatal(err)
 	}
@@ -127,6 +114,21 @@ func ExamplePublisher_Publish_backlogFull() {
 	// job 1: queued
 	// job 2: queued
 	// job 3: refused, the backlog is full
+}
+
+// exampleJetStream is a JetStream context on an embedded server, and what
+// stops both.
+func exampleJetStream() (jetstream.JetStream, func()) {
+	url, stopServer := embeddedServer()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return js, func() { nc.Close(); stopServer() }
 }
 
 // embeddedServer starts a JetStream server on a random port with its store
