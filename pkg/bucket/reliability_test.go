@@ -16,10 +16,7 @@ import (
 // not epoch-aligned). Run it under -race.
 func TestReliabilityHotKeyMemory(t *testing.T) {
 	t.Parallel()
-	per := 2
-	if buckettest.ReliabilityFull() {
-		per = 20
-	}
+	per := buckettest.HotKeyPer()
 	frozen := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	for _, c := range buckettest.HotKeyCases() {
 		l, err := c.Spec.Build()

@@ -39,6 +39,15 @@ func HotKeyCases() []HotKeyCase {
 	}
 }
 
+// HotKeyPer is how many decisions each of a hot-key test's goroutines
+// makes: 2, or 20 with ReliabilityFull.
+func HotKeyPer() int {
+	if ReliabilityFull() {
+		return 20
+	}
+	return 2
+}
+
 // HotKeyCounts is how many decisions of each verdict one key got.
 type HotKeyCounts map[bucket.Verdict]int64
 

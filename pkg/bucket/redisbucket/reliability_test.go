@@ -18,10 +18,7 @@ import (
 // under -race.
 func TestReliabilityHotKeyRedis(t *testing.T) {
 	t.Parallel()
-	per := 2
-	if buckettest.ReliabilityFull() {
-		per = 20
-	}
+	per := buckettest.HotKeyPer()
 	srv := redistest.Start(t)
 	client := newClient(t, srv)
 	frozen := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
