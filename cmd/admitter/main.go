@@ -7,12 +7,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admitterd"
@@ -20,28 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	reload := make(chan struct{}, 1)
-	go func() {
-		for range hup {
-			select {
-			case reload <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
-	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "admitter:", err)
-		}
-		os.Exit(2)
-	}
-}
+func main() { cli.Main("admitter", run) }
 
 const usage = `admitter — Spillway's front door: admits, queues or rejects jobs (NATS and HTTP)
 
@@ -63,19 +38,13 @@ Flags:
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error {
-	fs := flag.NewFlagSet("admitter", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f cli.Flags
-	f.Register(fs, true)
+	fs := f.FlagSet("admitter", true, stderr)
 	dev := fs.Bool("dev", false, "dev mode: embedded JetStream, in-process workers, built-in demo queue without --config")
 	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {
 		return err
 	}
-	log, err := f.Logger(stderr)
-	if err != nil {
-		return err
-	}
-	o, err := f.Overrides(fs)
+	log, o, err := f.Setup(fs, stderr)
 	if err != nil {
 		return err
 	}

@@ -73,12 +73,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D` (counted as an error)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
-	pos, done, err := parseArgs(fs, args, benchUsage, stdout)
-	if done || err != nil {
+	if done, err := parseNoArgs(fs, args, benchUsage, stdout); done || err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErrorf("spillctl bench: unexpected argument %q (see spillctl bench --help)", pos[0])
 	}
 	if err := queue.ValidateQueueName(*q); err != nil {
 		return usageErrorf("spillctl bench: --queue: %w", err)
@@ -95,6 +91,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		if !strings.Contains(s, "/") {
 			s += "/s"
 		}
+		var err error
 		if cfg.Rate, err = bucket.ParseRate(s); err != nil {
 			return usageErrorf("spillctl bench: --rate %q: want COUNT/UNIT such as 500/s, 30000/m or 1/10ms", *rateFlag)
 		}

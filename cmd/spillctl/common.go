@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"os"
@@ -40,6 +39,27 @@ func apiKeyFlag(fs *flag.FlagSet) *string {
 	return fs.String("api-key", "", "send Authorization: Bearer `KEY` (default $SPILLWAY_API_KEY)")
 }
 
+// apiFlags are --server, --api-key and --timeout: how a command that
+// reads the admitter's HTTP API reaches it.
+type apiFlags struct {
+	server, apiKey *string
+	timeout        *time.Duration
+}
+
+func addAPIFlags(fs *flag.FlagSet, getenv func(string) string) apiFlags {
+	return apiFlags{
+		server:  serverFlag(fs, getenv),
+		apiKey:  apiKeyFlag(fs),
+		timeout: fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`"),
+	}
+}
+
+// admitter is the client the flags describe; cmd names the command in
+// errors.
+func (f apiFlags) admitter(cmd string, getenv func(string) string) (*admitter, error) {
+	return newAdmitter(cmd, *f.server, keyOr(*f.apiKey, getenv), *f.timeout)
+}
+
 func envOr(getenv func(string) string, name, def string) string {
 	if v := getenv(name); v != "" {
 		return v
@@ -70,6 +90,18 @@ func parseArgs(fs *flag.FlagSet, args []string, head string, stdout io.Writer) (
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
+}
+
+// parseNoArgs is parseArgs for a command that takes flags only.
+func parseNoArgs(fs *flag.FlagSet, args []string, head string, stdout io.Writer) (done bool, err error) {
+	pos, done, err := parseArgs(fs, args, head, stdout)
+	if done || err != nil {
+		return done, err
+	}
+	if len(pos) > 0 {
+		return false, usageErrorf("%s: unexpected argument %q (see %s --help)", fs.Name(), pos[0], fs.Name())
+	}
+	return false, nil
 }
 
 // printFlags prints head and then every flag of fs, one a line.
@@ -198,7 +230,7 @@ func (a *admitter) getJSON(ctx context.Context, path string, v any) ([]byte, err
 // answerError describes an unexpected answer, with its problem document
 // when there is one.
 func (a *admitter) answerError(resp answer) error {
-	p, ok := problemOf(resp.Header.Get("Content-Type"), resp.Body)
+	p, ok := api.ParseProblem(resp.Header.Get("Content-Type"), resp.Body)
 	var b strings.Builder
 	fmt.Fprintf(&b, "the admitter at %s answered %s", a.base, resp.Status)
 	if ok {
@@ -213,7 +245,7 @@ func (a *admitter) answerError(resp answer) error {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		b.WriteString(" (set --api-key or $SPILLWAY_API_KEY)")
 	case http.StatusServiceUnavailable:
-		if ra := retryAfter(resp.Header, p); ra > 0 {
+		if ra := api.RetryAfter(resp.Header, p, time.Now()); ra > 0 {
 			b.WriteString(" (retry after " + fmtDur(ra) + ")")
 		}
 	}
@@ -233,38 +265,6 @@ func isNotFound(err error) bool {
 	var ae *answerError
 	return errors.As(err, &ae) && ae.status == http.StatusNotFound
 }
-
-// problemOf decodes an RFC 9457 problem document.
-func problemOf(contentType string, body []byte) (api.Problem, bool) {
-	var p api.Problem
-	mt, _, _ := mime.ParseMediaType(contentType)
-	if mt != api.ProblemContentType || json.Unmarshal(body, &p) != nil {
-		return api.Problem{}, false
-	}
-	return p, true
-}
-
-// retryAfter is the problem's retry_after_ms, or else the Retry-After
-// header (seconds or an HTTP date).
-func retryAfter(h http.Header, p api.Problem) time.Duration {
-	if p.RetryAfterMS > 0 {
-		return time.Duration(p.RetryAfterMS) * time.Millisecond
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if d, err := time.ParseDuration(v + "s"); err == nil && d >= 0 {
-		return d
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(0, time.Until(t))
-	}
-	return 0
-}
-
-// problemReason is the last segment of a problem type URI: "queue-full".
-func problemReason(t string) string { return t[strings.LastIndexByte(t, '/')+1:] }
 
 // writeJSON prints v indented, for --json.
 func writeJSON(w io.Writer, v any) error {

@@ -44,9 +44,7 @@ type jobStatus struct {
 
 func runStatus(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("spillctl status", flag.ContinueOnError)
-	server := serverFlag(fs, getenv)
-	apiKey := apiKeyFlag(fs)
-	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
+	conn := addAPIFlags(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
 	pos, done, err := parseArgs(fs, args, statusUsage, stdout)
 	if done || err != nil {
@@ -55,7 +53,7 @@ func runStatus(ctx context.Context, args []string, getenv func(string) string, s
 	if len(pos) != 1 {
 		return usageErrorf("spillctl status: want one job ID, got %d arguments (see spillctl status --help)", len(pos))
 	}
-	a, err := newAdmitter("spillctl status", *server, keyOr(*apiKey, getenv), *timeout)
+	a, err := conn.admitter("spillctl status", getenv)
 	if err != nil {
 		return err
 	}
@@ -144,9 +142,7 @@ Flags:
 
 func runQueues(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("spillctl queues", flag.ContinueOnError)
-	server := serverFlag(fs, getenv)
-	apiKey := apiKeyFlag(fs)
-	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
+	conn := addAPIFlags(fs, getenv)
 	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
 	pos, done, err := parseArgs(fs, args, queuesUsage, stdout)
 	if done || err != nil {
@@ -155,7 +151,7 @@ func runQueues(ctx context.Context, args []string, getenv func(string) string, s
 	if len(pos) > 1 {
 		return usageErrorf("spillctl queues: want at most one queue name, got %d arguments", len(pos))
 	}
-	a, err := newAdmitter("spillctl queues", *server, keyOr(*apiKey, getenv), *timeout)
+	a, err := conn.admitter("spillctl queues", getenv)
 	if err != nil {
 		return err
 	}

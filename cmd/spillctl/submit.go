@@ -173,10 +173,10 @@ func replyFromHTTP(q string, resp answer, base string) (api.SubmitReply, error) 
 		}
 		return rep, nil
 	}
-	p, ok := problemOf(resp.Header.Get("Content-Type"), resp.Body)
+	p, ok := api.ParseProblem(resp.Header.Get("Content-Type"), resp.Body)
 	if resp.StatusCode == http.StatusTooManyRequests {
 		rep := api.SubmitReply{Queue: q, Status: api.Rejected, Type: p.Type, Error: p.Detail}
-		rep.RetryAfterMS = retryAfter(resp.Header, p).Milliseconds()
+		rep.RetryAfterMS = api.RetryAfter(resp.Header, p, time.Now()).Milliseconds()
 		return rep, nil
 	}
 	if !ok {
@@ -189,7 +189,7 @@ func replyFromHTTP(q string, resp answer, base string) (api.SubmitReply, error) 
 	if p.Field != "" {
 		msg += " (field " + p.Field + ")"
 	}
-	if ra := retryAfter(resp.Header, p); ra > 0 && resp.StatusCode == http.StatusServiceUnavailable {
+	if ra := api.RetryAfter(resp.Header, p, time.Now()); ra > 0 && resp.StatusCode == http.StatusServiceUnavailable {
 		msg += "; retry after " + fmtDur(ra)
 	}
 	return api.SubmitReply{Queue: q, Status: api.Failed, Type: p.Type, Error: fmt.Sprintf("%s: %s", resp.Status, msg)}, nil
@@ -278,7 +278,7 @@ func formatReply(rep api.SubmitReply, now time.Time) string {
 			fmt.Fprintf(&b, " retry after %s", fmtDur(time.Duration(rep.RetryAfterMS)*time.Millisecond))
 		}
 		if rep.Type != "" {
-			fmt.Fprintf(&b, " (%s)", problemReason(rep.Type))
+			fmt.Fprintf(&b, " (%s)", api.ProblemReason(rep.Type))
 		}
 	default:
 		fmt.Fprintf(&b, "%s id=%s", rep.Status, rep.ID)

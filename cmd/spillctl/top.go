@@ -47,12 +47,8 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 	interval := fs.Duration("interval", time.Second, "`D` between frames")
 	once := fs.Bool("once", false, "print one frame (rates over one interval) and exit")
 	asJSON := fs.Bool("json", false, "print frames as JSON lines")
-	pos, done, err := parseArgs(fs, args, topUsage, stdout)
-	if done || err != nil {
+	if done, err := parseNoArgs(fs, args, topUsage, stdout); done || err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErrorf("spillctl top: unexpected argument %q (see spillctl top --help)", pos[0])
 	}
 	if *interval < 10*time.Millisecond {
 		return usageErrorf("spillctl top: --interval %v: want at least 10ms", *interval)

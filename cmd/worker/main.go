@@ -6,15 +6,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,27 +23,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// SIGHUP reloads the configuration file, as the admitter's does.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	reload := make(chan struct{}, 1)
-	go func() {
-		for range hup {
-			select {
-			case reload <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(2)
-	}
-}
+func main() { cli.Main("worker", run) }
 
 const usage = `worker — runs Spillway jobs through each queue's handler
 
@@ -71,10 +47,8 @@ Flags:
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f cli.Flags
-	f.Register(fs, false)
+	fs := f.FlagSet("worker", false, stderr)
 	queues := fs.String("queues", "", "comma-separated `names` of the queues to work (default: every queue with a handler)")
 	metricsAddr := fs.String("metrics-listen", ":9090", "`address` of /metrics, /livez and /readyz (empty: none)")
 	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {
@@ -83,11 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if f.Config == "" {
 		return errors.New("no configuration: give --config FILE (see worker --help)")
 	}
-	log, err := f.Logger(stderr)
-	if err != nil {
-		return err
-	}
-	o, err := f.Overrides(fs)
+	log, o, err := f.Setup(fs, stderr)
 	if err != nil {
 		return err
 	}

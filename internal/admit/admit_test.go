@@ -128,7 +128,8 @@ func sameDecision(got, want bucket.Decision) string {
 // store under test should say if nothing else ever happened to the key.
 func replay(t *testing.T, limits []bucket.Limit, at []time.Time, last time.Time) bucket.Decision {
 	t.Helper()
-	m, err := bucket.NewMemory()
+	var now time.Time
+	m, err := bucket.NewMemory(bucket.WithClock(func() time.Time { return now }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,12 +137,13 @@ func replay(t *testing.T, limits []bucket.Limit, at []time.Time, last time.Time)
 	for i, l := range limits {
 		tiers[i] = bucket.Tier{Key: fmt.Sprint(i), Limit: l}
 	}
-	for _, ts := range at {
-		if _, err := m.DecideAt(ts, "ref", tiers, 1); err != nil {
+	for _, now = range at {
+		if _, err := m.Decide(t.Context(), "ref", tiers, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	d, err := m.DecideAt(last, "ref", tiers, 1)
+	now = last
+	d, err := m.Decide(t.Context(), "ref", tiers, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/config"
@@ -23,6 +26,15 @@ type Flags struct {
 	redisTimeout, gracePeriod                                         time.Duration
 	concurrency                                                       int
 	LogLevel, LogFormat                                               string
+}
+
+// FlagSet returns a command's flag set, reporting errors to stderr, with
+// the common flags defined (Register).
+func (f *Flags) FlagSet(name string, admitter bool, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.Register(fs, admitter)
+	return fs
 }
 
 // Register defines the flags on fs.
@@ -147,4 +159,56 @@ func Parse(fs *flag.FlagSet, usage string, args []string, stdout io.Writer) (don
 		return false, fmt.Errorf("unexpected argument %q (see %s --help)", fs.Arg(0), fs.Name())
 	}
 	return false, nil
+}
+
+// Setup builds the logger and the configuration overrides from the parsed
+// flags of fs: what every command does right after Parse.
+func (f *Flags) Setup(fs *flag.FlagSet, stderr io.Writer) (*slog.Logger, config.Overrides, error) {
+	log, err := f.Logger(stderr)
+	if err != nil {
+		return nil, config.Overrides{}, err
+	}
+	o, err := f.Overrides(fs)
+	if err != nil {
+		return nil, config.Overrides{}, err
+	}
+	return log, o, nil
+}
+
+// RunFunc is a command's body: main's wiring is passed in, so tests call it
+// with their own. reload receives a request per SIGHUP, for a Reloader.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error
+
+// Main is a command's main: it runs run with the process's arguments,
+// environment, output and signals, prints an error as "name: error" and
+// exits 2 on one. Signals are handled here only, never in a library.
+func Main(name string, run RunFunc) {
+	ctx, stop, reload := signals()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, name+":", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// signals is a command's signal wiring: ctx ends on SIGINT or SIGTERM
+// (stop releases that), and every SIGHUP is a request on reload. Requests
+// coalesce: while one waits, another SIGHUP adds nothing.
+func signals() (ctx context.Context, stop context.CancelFunc, reload <-chan struct{}) {
+	ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	requests := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case requests <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return ctx, stop, requests
 }

@@ -53,49 +53,61 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		o.Logger = slog.Default()
 	}
 	h := &httpDoor{o: o}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/queues/{queue}/jobs", h.submit)
-	mux.HandleFunc("GET /v1/jobs/{id}", h.auth(h.job))
-	mux.HandleFunc("GET /v1/queues", h.auth(h.queues))
-	mux.HandleFunc("GET /v1/queues/{queue}", h.auth(h.queueInfo))
-	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", h.readyz)
+	routes := []route{
+		{http.MethodPost, "/v1/queues/{queue}/jobs", h.submit},
+		{http.MethodGet, "/v1/jobs/{id}", h.auth(h.job)},
+		{http.MethodGet, "/v1/queues", h.auth(h.queues)},
+		{http.MethodGet, "/v1/queues/{queue}", h.auth(h.queueInfo)},
+		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = io.WriteString(w, "ok\n")
+		}},
+		{http.MethodGet, "/readyz", h.readyz},
+	}
 	if o.Metrics != nil {
-		mux.Handle("GET /metrics", o.Metrics)
+		routes = append(routes, route{http.MethodGet, "/metrics", o.Metrics.ServeHTTP})
 	}
 	if o.UI != nil {
-		mux.Handle("GET /ui", o.UI)
-		mux.Handle("GET /ui/", o.UI)
+		routes = append(routes, route{http.MethodGet, "/ui", o.UI.ServeHTTP}, route{http.MethodGet, "/ui/", o.UI.ServeHTTP})
+	}
+	return newRouter(routes)
+}
+
+// route is one entry of the door's route table.
+type route struct {
+	method, path string
+	h            http.HandlerFunc
+}
+
+// newRouter serves routes. A served path asked with another method is 405
+// with Allow, and any other request 404, both as problem documents (the
+// mux's own answers are plain text).
+func newRouter(routes []route) http.Handler {
+	mux := http.NewServeMux()
+	paths := http.NewServeMux() // a served path, whatever the method
+	allow := map[string][]string{}
+	for _, rt := range routes {
+		mux.HandleFunc(rt.method+" "+rt.path, rt.h)
+		if allow[rt.path] == nil {
+			paths.Handle(rt.path, http.NotFoundHandler())
+		}
+		allow[rt.path] = append(allow[rt.path], rt.method)
+		if rt.method == http.MethodGet { // a GET route serves HEAD too
+			allow[rt.path] = append(allow[rt.path], http.MethodHead)
+		}
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if allow := allowed(r.URL.Path); allow != "" {
-			w.Header().Set("Allow", allow)
+		if _, pattern := paths.Handler(r); len(allow[pattern]) > 0 {
+			methods := strings.Join(allow[pattern], ", ")
+			w.Header().Set("Allow", methods)
 			problem(w, r, http.StatusMethodNotAllowed, api.Problem{Type: api.ProblemMethodNotAllowed, Title: "Method not allowed",
-				Detail: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, allow)})
+				Detail: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, methods)})
 			return
 		}
 		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Not found",
 			Detail: fmt.Sprintf("no route for %s %s; see GET /v1/queues", r.Method, r.URL.Path)})
 	})
 	return mux
-}
-
-// allowed is the method a known path takes ("" for an unknown path): the
-// catch-all route answers 405 with Allow for those, not 404.
-func allowed(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) == 4 && parts[0] == "v1" && parts[1] == "queues" && parts[3] == "jobs":
-		return http.MethodPost
-	case len(parts) == 3 && parts[0] == "v1" && (parts[1] == "jobs" || parts[1] == "queues"),
-		len(parts) == 2 && parts[0] == "v1" && parts[1] == "queues",
-		len(parts) == 1 && (parts[0] == "livez" || parts[0] == "readyz" || parts[0] == "metrics" || parts[0] == "ui"):
-		return http.MethodGet + ", " + http.MethodHead
-	}
-	return ""
 }
 
 type httpDoor struct {

@@ -120,7 +120,9 @@ queues:
 	}
 }
 
-// A known path with another method is 405 with Allow, as problem+json.
+// A known path with another method is 405 with Allow, as problem+json;
+// a path the door does not serve (no metrics or UI handler was given) is
+// 404, not a 405 telling the client to use GET.
 func TestHTTPMethodNotAllowed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, `
@@ -135,18 +137,21 @@ queues:
 		{http.MethodDelete, "/v1/queues", "GET, HEAD"},
 		{http.MethodPut, "/v1/jobs/x", "GET, HEAD"},
 		{http.MethodPost, "/livez", "GET, HEAD"},
+		{http.MethodPost, "/readyz", "GET, HEAD"},
 	} {
-		req, err := http.NewRequestWithContext(t.Context(), c.method, b.srv.URL+c.path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := b.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := readResponse(t, resp)
+		r := b.request(t, c.method, c.path)
 		if r.code != http.StatusMethodNotAllowed || r.problem.Type != api.ProblemMethodNotAllowed || r.header.Get("Allow") != c.allow {
 			t.Errorf("%s %s: %d Allow %q %s, want 405 Allow %q", c.method, c.path, r.code, r.header.Get("Allow"), r.body, c.allow)
+		}
+	}
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, "/metrics"},
+		{http.MethodGet, "/ui"},
+		{http.MethodPost, "/metrics"},
+		{http.MethodGet, "/v1/queues/q/jobs/x"},
+	} {
+		if r := b.request(t, c.method, c.path); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
+			t.Errorf("%s %s without a metrics or UI handler: %d %s, want 404 %s", c.method, c.path, r.code, r.body, api.ProblemNotFound)
 		}
 	}
 }
@@ -401,15 +406,7 @@ func TestHTTPNotFound(t *testing.T) {
 		{http.MethodPost, "/v1/jobs"},
 		{http.MethodGet, "/v1/queues/nope"},
 	} {
-		req, err := http.NewRequestWithContext(t.Context(), c.method, b.srv.URL+c.path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := b.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r := readResponse(t, resp); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
+		if r := b.request(t, c.method, c.path); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
 			t.Errorf("%s %s: %d %s, want 404 %s", c.method, c.path, r.code, r.body, api.ProblemNotFound)
 		}
 	}

@@ -123,6 +123,20 @@ type response struct {
 	problem api.Problem     // application/problem+json
 }
 
+// request sends a bodiless request to the HTTP door and reads the answer.
+func (b *testBundle) request(t *testing.T, method, path string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, b.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readResponse(t, resp)
+}
+
 func readResponse(t *testing.T, resp *http.Response) response {
 	t.Helper()
 	defer resp.Body.Close()

@@ -181,24 +181,3 @@ func isDigits(s string) bool {
 	}
 	return s != ""
 }
-
-// oneLine makes s fit one line of an error: control characters become
-// spaces, invalid UTF-8 becomes U+FFFD, surrounding space is trimmed and
-// it is cut, on a rune boundary, to at most n bytes.
-func oneLine(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-	s = strings.TrimSpace(s)
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return strings.TrimSpace(s)
-}

@@ -161,7 +161,7 @@ func keepPost(req *http.Request, via []*http.Request) error {
 func snippet(body io.Reader) string {
 	buf := make([]byte, snippetLen)
 	n, _ := io.ReadFull(body, buf) // a short or failed read leaves what it got
-	return oneLine(string(buf[:n]), snippetLen)
+	return queue.OneLine(string(buf[:n]), snippetLen)
 }
 
 // validHeaderName reports whether name is an RFC 9110 token.

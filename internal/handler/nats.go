@@ -71,7 +71,7 @@ func (h *natsHandler) handle(ctx context.Context, j *queue.Job) error {
 // replyError maps a reply to the handler's result.
 func (h *natsHandler) replyError(reply *nats.Msg) error {
 	status := strings.ToLower(strings.TrimSpace(header(reply.Header, HeaderStatus)))
-	text := oneLine(header(reply.Header, HeaderError), queue.MaxErrorLen)
+	text := queue.OneLine(header(reply.Header, HeaderError), queue.MaxErrorLen)
 	if status == "" {
 		if text == "" {
 			return nil
@@ -82,7 +82,7 @@ func (h *natsHandler) replyError(reply *nats.Msg) error {
 		return nil
 	}
 	if text == "" {
-		text = oneLine(string(reply.Data[:min(len(reply.Data), snippetLen)]), snippetLen)
+		text = queue.OneLine(string(reply.Data[:min(len(reply.Data), snippetLen)]), snippetLen)
 	}
 	if text == "" {
 		text = "replied " + HeaderStatus + ": " + status
@@ -93,7 +93,7 @@ func (h *natsHandler) replyError(reply *nats.Msg) error {
 		return retry.Permanent(err)
 	case StatusRetry:
 	default:
-		err = fmt.Errorf("request %s: %s (unknown %s %q, retried)", h.subject, text, HeaderStatus, oneLine(status, 32))
+		err = fmt.Errorf("request %s: %s (unknown %s %q, retried)", h.subject, text, HeaderStatus, queue.OneLine(status, 32))
 	}
 	if d, ok := parseRetryAfter(header(reply.Header, HeaderRetryAfter), "", time.Now()); ok {
 		return retry.After(err, d)

@@ -2,11 +2,11 @@ package jobstatus
 
 import (
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // State is where a job is in its life.
@@ -110,7 +110,7 @@ func (r Record) normalized() Record {
 			*t = t.UTC().Round(0)
 		}
 	}
-	r.LastError = oneLine(r.LastError, MaxErrorLen)
+	r.LastError = queue.OneLine(r.LastError, MaxErrorLen)
 	return r
 }
 
@@ -140,28 +140,4 @@ func merge(cur, update Record) (Record, bool) {
 	keep(&out.NotBefore, cur.NotBefore)
 	keep(&out.StartedAt, cur.StartedAt)
 	return out, true
-}
-
-// oneLine makes s fit one line: control characters become spaces, invalid
-// UTF-8 becomes U+FFFD, and it is cut, on a rune boundary, to at most n bytes.
-func oneLine(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-	return truncate(strings.TrimSpace(s), n)
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }

@@ -239,17 +239,17 @@ func update(e queue.Event, now time.Time) (Record, bool) {
 	case queue.Retrying:
 		rec.State, rec.StartedAt, rec.NotBefore = Retrying, began, now.Add(e.Delay)
 		if e.Err != nil {
-			rec.LastError = oneLine(e.Err.Error(), MaxErrorLen)
+			rec.LastError = queue.OneLine(e.Err.Error(), MaxErrorLen)
 		}
 	case queue.DeadLettered:
 		rec.State, rec.StartedAt, rec.FinishedAt = Dead, began, now
 		switch {
 		case e.Err != nil && e.Reason != "":
-			rec.LastError = oneLine(e.Reason+": "+e.Err.Error(), MaxErrorLen)
+			rec.LastError = queue.OneLine(e.Reason+": "+e.Err.Error(), MaxErrorLen)
 		case e.Err != nil:
-			rec.LastError = oneLine(e.Err.Error(), MaxErrorLen)
+			rec.LastError = queue.OneLine(e.Err.Error(), MaxErrorLen)
 		default:
-			rec.LastError = oneLine(e.Reason, MaxErrorLen)
+			rec.LastError = queue.OneLine(e.Reason, MaxErrorLen)
 		}
 	default: // Released, HandedBack
 		return Record{}, false

@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -77,14 +75,10 @@ func ClassifyHTTP(status int, contentType string, body []byte) Outcome {
 	switch status {
 	case http.StatusAccepted:
 		var rep api.SubmitReply
-		if err := json.Unmarshal(body, &rep); err != nil {
-			return Outcome{Failed, "bad reply"}
-		}
-		switch rep.Status {
-		case api.Admitted:
-			return Outcome{Verdict: Admitted}
-		case api.Queued:
-			return Outcome{Verdict: Queued}
+		if err := json.Unmarshal(body, &rep); err == nil {
+			if o, ok := accepted(rep.Status); ok {
+				return o
+			}
 		}
 		return Outcome{Failed, "bad reply"}
 	case http.StatusTooManyRequests:
@@ -99,18 +93,11 @@ func ClassifyHTTP(status int, contentType string, body []byte) Outcome {
 
 // problemReason is the last segment of a problem document's type, or def.
 func problemReason(contentType string, body []byte, def string) string {
-	if mt, _, _ := mime.ParseMediaType(contentType); mt != api.ProblemContentType {
-		return def
+	if p, ok := api.ParseProblem(contentType, body); ok && p.Type != "" {
+		return api.ProblemReason(p.Type)
 	}
-	var p api.Problem
-	if json.Unmarshal(body, &p) != nil || p.Type == "" {
-		return def
-	}
-	return typeReason(p.Type)
+	return def
 }
-
-// typeReason shortens a problem type URI to its last segment.
-func typeReason(t string) string { return t[strings.LastIndexByte(t, '/')+1:] }
 
 // transportReason names a failed exchange in a word or two.
 func transportReason(err error) string {
@@ -180,31 +167,39 @@ func (t *NATSTarget) Submit(ctx context.Context, r Request) Outcome {
 // api.SubmitReply in the body; a rejection's or error's reason is the
 // reply's problem type, shortened ("queue-full").
 func ClassifyNATS(h nats.Header, data []byte) Outcome {
-	switch api.Status(h.Get(api.HeaderStatus)) {
-	case api.Admitted:
-		return Outcome{Verdict: Admitted}
-	case api.Queued:
-		return Outcome{Verdict: Queued}
+	if o, ok := accepted(api.Status(h.Get(api.HeaderStatus))); ok {
+		return o
 	}
 	var rep api.SubmitReply
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return Outcome{Failed, "bad reply"}
 	}
+	if o, ok := accepted(rep.Status); ok {
+		return o
+	}
 	switch rep.Status {
-	case api.Admitted:
-		return Outcome{Verdict: Admitted}
-	case api.Queued:
-		return Outcome{Verdict: Queued}
 	case api.Rejected:
 		if rep.Type == "" {
 			return Outcome{Rejected, "rejected"}
 		}
-		return Outcome{Rejected, typeReason(rep.Type)}
+		return Outcome{Rejected, api.ProblemReason(rep.Type)}
 	case api.Failed:
 		if rep.Type == "" {
 			return Outcome{Failed, "error"}
 		}
-		return Outcome{Failed, typeReason(rep.Type)}
+		return Outcome{Failed, api.ProblemReason(rep.Type)}
 	}
 	return Outcome{Failed, "bad reply"}
+}
+
+// accepted is the Outcome of an admitted or queued answer; ok is false for
+// any other status.
+func accepted(s api.Status) (o Outcome, ok bool) {
+	switch s {
+	case api.Admitted:
+		return Outcome{Verdict: Admitted}, true
+	case api.Queued:
+		return Outcome{Verdict: Queued}, true
+	}
+	return Outcome{}, false
 }

@@ -75,6 +75,53 @@
 // state you keep yourself, Limit.Decide is the pure algorithm with time as a
 // parameter.
 //
+// # Writing a store
+//
+// A Store of your own (another database, a sharded cluster) must decide
+// exactly as Memory does; the conformance suite checks that it does.
+//
+//   - Decide: check the request with CheckRequest, then, for every tier,
+//     run its Limit's algorithm on the key's state at one instant t (Unix
+//     nanoseconds) and fold the tiers' results with Combine, which gives
+//     the verdict, NotBefore, Remaining and Consumed every store reports.
+//     A denial is a Decision, not an error; errors are for bad requests and
+//     for a store that cannot answer.
+//   - Atomicity across tiers: the tiers of one decision are read and
+//     written as one step, all or nothing. A Rejected decision changes no
+//     tier; an Excess one writes only the tiers that admitted or queued
+//     the job (its Consumed bits). No other decision of those keys may
+//     interleave: Memory holds the locks of every shard involved at once;
+//     redisbucket decides inside a Lua script, which Redis runs as one
+//     step, with every key of a group in one hash slot (the group is the
+//     Redis Cluster hash tag).
+//   - Refund: check it with CheckRefund, then give the units back per
+//     algorithm as described under Refunds and in Store.Refund, in one
+//     atomic step over the tiers of d.Consumed, at the store's clock; a
+//     decision that consumed nothing needs no work, and a key the store no
+//     longer holds has nothing to give back.
+//   - The clock: a store decides and refunds at its own clock, read once
+//     per call, never at a time the caller passes. Stores shared between
+//     processes need one clock for all of them (redisbucket reads Redis
+//     TIME inside the script). For the suite the constructor must accept an
+//     injected clock function and read it for every call (WithClock,
+//     redisbucket.WithClock).
+//   - Memory: state may be forgotten once it is back to empty (a key never
+//     seen decides the same), and may be evicted under a bound; it must
+//     never decide differently from the state it holds.
+//
+// Then run the conformance suite in a test of your store's package; it
+// drives the clock itself and covers every algorithm, costs, tiers,
+// concurrency, refunds and a randomised comparison with Limit.Decide:
+//
+//	func TestConformance(t *testing.T) {
+//		buckettest.Exercise(t, func(t *testing.T, clock func() time.Time) bucket.Store {
+//			return newMyStore(t, clock) // isolated: a fresh prefix or database
+//		})
+//	}
+//
+// buckettest.HotKey and buckettest.HotKeyCases check the store under a
+// thousand goroutines on one key; run them under -race.
+//
 // # Which function to use
 //
 // Most callers build limits once with Spec.Build (from configuration

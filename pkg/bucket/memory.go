@@ -108,13 +108,6 @@ func (m *Memory) Decide(_ context.Context, group string, tiers []Tier, cost int6
 	return d, err
 }
 
-// DecideAt decides at the given time: the form for simulations, where time
-// is a parameter.
-func (m *Memory) DecideAt(now time.Time, group string, tiers []Tier, cost int64) (d Decision, err error) {
-	err = m.decide(&d, now.UnixNano(), group, tiers, cost)
-	return d, err
-}
-
 func (m *Memory) decide(d *Decision, t int64, group string, tiers []Tier, cost int64) error {
 	if err := CheckRequest(tiers, cost); err != nil {
 		return err
@@ -188,11 +181,6 @@ func (l *shardLocks) unlock(m *Memory) {
 // returns an error for a valid request; ctx is not used.
 func (m *Memory) Refund(_ context.Context, group string, tiers []Tier, cost int64, d Decision) error {
 	return m.refund(m.now(), group, tiers, cost, d)
-}
-
-// RefundAt is Refund at the given time: the form for simulations.
-func (m *Memory) RefundAt(now time.Time, group string, tiers []Tier, cost int64, d Decision) error {
-	return m.refund(now.UnixNano(), group, tiers, cost, d)
 }
 
 func (m *Memory) refund(t int64, group string, tiers []Tier, cost int64, d Decision) error {

@@ -95,11 +95,11 @@ func TestMemoryBytesPerKey(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	s, err := bucket.NewMemory(bucket.WithMaxKeys(n))
+	now := time.Now()
+	s, err := bucket.NewMemory(bucket.WithMaxKeys(n), bucket.WithClock(func() time.Time { return now }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
 	tier := make([]bucket.Tier, 1)
 	buf := make([]byte, 0, 64)
 	for i := range n {
@@ -107,7 +107,7 @@ func TestMemoryBytesPerKey(t *testing.T) {
 		// stays live between the two readings.
 		buf = fmt.Appendf(buf[:0], "203.0.113.%d:%d", i%256, i)
 		tier[0] = bucket.Tier{Key: string(buf), Limit: l}
-		if _, err := s.DecideAt(now, "g", tier, 1); err != nil {
+		if _, err := s.Decide(t.Context(), "g", tier, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

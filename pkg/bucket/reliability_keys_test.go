@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/bucket/buckettest"
 )
 
 // The reliability suite (docs/reliability.md): a client spraying distinct keys
 // cannot grow the memory store past its key cap, and cannot push a
 // legitimate key out of its limit.
-
-func sprayFull() bool { return os.Getenv("SPILLWAY_RELIABILITY") == "full" }
 
 // sprayRSS is the process's resident set (VmRSS of /proc/self/status).
 func sprayRSS(t *testing.T) int64 {
@@ -65,7 +64,7 @@ func TestReliabilityKeySprayMemory(t *testing.T) {
 		keys, cap int
 	}
 	runs := []run{{300_000, 30_000}}
-	if sprayFull() {
+	if buckettest.ReliabilityFull() {
 		runs = []run{{1_000_000, 100_000}, {3_000_000, bucket.DefaultMaxKeys}}
 	}
 	for _, r := range runs {

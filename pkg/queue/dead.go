@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -54,7 +52,7 @@ func (d *deadLetter) move(now time.Time) move {
 		HeaderSourceSeq:    strconv.FormatUint(d.seq, 10),
 	}
 	if d.err != nil {
-		set[HeaderLastError] = oneLine(d.err.Error(), MaxErrorLen)
+		set[HeaderLastError] = OneLine(d.err.Error(), MaxErrorLen)
 	}
 	return move{queue: d.queue, subject: d.subject, header: d.header, data: d.data, to: Dead, msgID: placeID(d.stream, d.seq), set: set}
 }
@@ -69,23 +67,4 @@ func (d *deadLetter) store(ctx context.Context, js jetstream.JetStream, now time
 		return nil, fmt.Errorf("queue: dead-lettering job %s (%s #%d) of queue %s: %w", d.header.Get(HeaderJobID), d.stream, d.seq, d.queue, err)
 	}
 	return ack, err
-}
-
-// oneLine makes s fit a header value: control characters become spaces and
-// it is cut, on a rune boundary, to at most n bytes.
-func oneLine(s string, n int) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }

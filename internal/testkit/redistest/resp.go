@@ -93,12 +93,9 @@ func (rc *respConn) read() (any, error) {
 	case ':':
 		return strconv.ParseInt(body, 10, 64)
 	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, fmt.Errorf("redistest: bad bulk length %q: %w", body, err)
-		}
-		if n < 0 {
-			return nil, nil
+		n, err := respLen(body, "bulk")
+		if n < 0 || err != nil {
+			return nil, err
 		}
 		buf := make([]byte, n+2)
 		if _, err := io.ReadFull(rc.r, buf); err != nil {
@@ -106,12 +103,9 @@ func (rc *respConn) read() (any, error) {
 		}
 		return string(buf[:n]), nil
 	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil {
-			return nil, fmt.Errorf("redistest: bad array length %q: %w", body, err)
-		}
-		if n < 0 {
-			return nil, nil
+		n, err := respLen(body, "array")
+		if n < 0 || err != nil {
+			return nil, err
 		}
 		out := make([]any, 0, n)
 		for range n {
@@ -129,6 +123,16 @@ func (rc *respConn) read() (any, error) {
 	default:
 		return nil, fmt.Errorf("redistest: unexpected RESP type in %q", line)
 	}
+}
+
+// respLen parses the length of a bulk string or an array (what): -1 is
+// a nil reply, and so is any negative length.
+func respLen(body, what string) (int, error) {
+	n, err := strconv.Atoi(body)
+	if err != nil {
+		return 0, fmt.Errorf("redistest: bad %s length %q: %w", what, body, err)
+	}
+	return max(n, -1), nil
 }
 
 // infoField returns the value of field in the reply to INFO.

@@ -2,7 +2,6 @@ package redisbucket_test
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/bucket/buckettest"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 )
 
@@ -91,7 +91,7 @@ func usedMemory(ctx context.Context, c *redis.Client) (int64, error) {
 func TestReliabilityKeySprayRedis(t *testing.T) {
 	t.Parallel()
 	total := 100_000
-	if os.Getenv("SPILLWAY_RELIABILITY") == "full" {
+	if buckettest.ReliabilityFull() {
 		total = 1_000_000
 	}
 	const (

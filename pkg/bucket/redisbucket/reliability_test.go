@@ -1,34 +1,13 @@
 package redisbucket_test
 
 import (
-	"context"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
-	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/bucket/buckettest"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 )
-
-// hotKeySpecs is one limit of each algorithm with a quota of 100 at one
-// instant, and how many of those are admitted (the rest of a leaky bucket's
-// quota is queued). Rates of 1/h and windows of an hour: within a test no
-// unit comes back by itself.
-var hotKeySpecs = []struct {
-	spec     bucket.Spec
-	admitted int64
-	// aligned: windows aligned to the Unix epoch, so an hour boundary inside
-	// the test would change the count on a real clock; frozen clock only.
-	aligned bool
-}{
-	{bucket.Spec{Rate: "1/h", Burst: 99, Delay: 49}, 50, false},
-	{bucket.Spec{Algorithm: "token_bucket", Rate: "1/h", Burst: 100}, 100, false},
-	{bucket.Spec{Algorithm: "sliding_log", Limit: 100, Window: "1h"}, 100, false},
-	{bucket.Spec{Algorithm: "fixed_window", Limit: 100, Window: "1h"}, 100, true},
-	{bucket.Spec{Algorithm: "sliding_window", Limit: 100, Window: "1h"}, 100, true},
-}
 
 // TestReliabilityHotKeyRedis: 1,000 goroutines released
 // at once on one key of the Redis store get exactly what each algorithm
@@ -39,10 +18,7 @@ var hotKeySpecs = []struct {
 // under -race.
 func TestReliabilityHotKeyRedis(t *testing.T) {
 	t.Parallel()
-	per := 2
-	if os.Getenv("SPILLWAY_RELIABILITY") == "full" {
-		per = 20
-	}
+	per := buckettest.HotKeyPer()
 	srv := redistest.Start(t)
 	client := newClient(t, srv)
 	frozen := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -53,10 +29,10 @@ func TestReliabilityHotKeyRedis(t *testing.T) {
 		{"coalesced", nil},
 		{"one script per decision, 64 in flight", []redisbucket.Option{redisbucket.WithMaxBatch(1), redisbucket.WithMaxInFlight(64)}},
 	}
-	for _, c := range hotKeySpecs {
-		l := mustLimit(t, c.spec)
+	for _, c := range buckettest.HotKeyCases() {
+		l := mustLimit(t, c.Spec)
 		for _, clock := range []string{"frozen", "Redis TIME"} {
-			if clock != "frozen" && c.aligned {
+			if clock != "frozen" && c.Aligned {
 				continue
 			}
 			for _, p := range paths {
@@ -68,57 +44,9 @@ func TestReliabilityHotKeyRedis(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := hotKey(t, store, l, 1000, per)
-				quota := l.Quota()
-				refused := got[bucket.Excess] + got[bucket.Rejected]
-				total := int64(1000 * per)
-				t.Logf("figure: %s: %s, %s, %s clock, %d decisions from 1000 goroutines on one key: %d admitted, %d queued, %d refused (quota %d, %d admitted)",
-					t.Name(), l, p.name, clock, total, got[bucket.Admitted], got[bucket.Queued], refused, quota, c.admitted)
-				if got[bucket.Admitted] != c.admitted || got[bucket.Queued] != quota-c.admitted || refused != total-quota {
-					t.Errorf("%s, %s, %s clock: %d admitted, %d queued, %d refused; want exactly %d, %d, %d",
-						l, p.name, clock, got[bucket.Admitted], got[bucket.Queued], refused, c.admitted, quota-c.admitted, total-quota)
-				}
+				got := buckettest.HotKey(t, store, l, 1000, per)
+				buckettest.CheckHotKey(t, l, c, p.name+", "+clock+" clock", got, 1000, 1000*per)
 			}
 		}
 	}
-}
-
-// hotKey releases n goroutines at once, each deciding per jobs of cost 1 on
-// the same key, and counts the verdicts.
-func hotKey(t *testing.T, store bucket.Store, l bucket.Limit, n, per int) map[bucket.Verdict]int64 {
-	t.Helper()
-	var (
-		mu     sync.Mutex
-		counts = map[bucket.Verdict]int64{}
-		errs   = make(chan error, n)
-		wg     sync.WaitGroup
-		gate   = make(chan struct{})
-	)
-	tiers := []bucket.Tier{{Key: "hot", Limit: l}}
-	for range n {
-		wg.Go(func() {
-			local := map[bucket.Verdict]int64{}
-			<-gate
-			for range per {
-				d, err := store.Decide(context.Background(), "g", tiers, 1)
-				if err != nil {
-					errs <- err
-					return
-				}
-				local[d.Verdict]++
-			}
-			mu.Lock()
-			for v, k := range local {
-				counts[v] += k
-			}
-			mu.Unlock()
-		})
-	}
-	close(gate)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("%s: %v", l, err)
-	}
-	return counts
 }

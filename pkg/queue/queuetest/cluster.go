@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -31,8 +30,9 @@ import (
 //	n.Restart(t)
 //	c.WaitCurrent(t, js, stream, time.Minute)
 type Cluster struct {
-	name  string
-	nodes []*Node
+	clients // Connect, JetStream: to whichever node is up
+	name    string
+	nodes   []*Node
 }
 
 // Node is one server of a Cluster.
@@ -60,6 +60,7 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		tb.Fatalf("queuetest: %v", err)
 	}
 	c := &Cluster{name: "queuetest-" + strconv.Itoa(ports[0])}
+	c.clients = clients{c.URL}
 	var routes []*url.URL
 	for i := range n {
 		routes = append(routes, &url.URL{Scheme: "nats-route", Host: "127.0.0.1:" + strconv.Itoa(ports[n+i])})
@@ -156,33 +157,6 @@ func (c *Cluster) URL() string {
 		urls[i] = n.URL()
 	}
 	return strings.Join(urls, ",")
-}
-
-// Connect returns a connection to the cluster, closed in tb.Cleanup. It
-// reconnects forever, to whichever node is up.
-func (c *Cluster) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
-	tb.Helper()
-	opts = append([]nats.Option{
-		nats.Name(tb.Name()),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(20 * time.Millisecond),
-	}, opts...)
-	nc, err := nats.Connect(c.URL(), opts...)
-	if err != nil {
-		tb.Fatalf("queuetest: connecting to %s: %v", c.URL(), err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
-}
-
-// JetStream returns a JetStream context on a new connection.
-func (c *Cluster) JetStream(tb testing.TB) jetstream.JetStream {
-	tb.Helper()
-	js, err := jetstream.New(c.Connect(tb))
-	if err != nil {
-		tb.Fatalf("queuetest: %v", err)
-	}
-	return js
 }
 
 // Shutdown stops every node.
@@ -314,14 +288,7 @@ func (n *Node) server() *server.Server {
 // Shutdown stops the node and waits until it has stopped. As a real
 // nats-server does on shutdown, it first steps down from what it leads.
 func (n *Node) Shutdown() {
-	n.mu.Lock()
-	srv := n.srv
-	n.srv = nil
-	n.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}
+	stopServer(&n.mu, &n.srv)
 }
 
 // Restart starts a stopped node (or stops and starts a running one) on

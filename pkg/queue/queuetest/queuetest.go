@@ -25,16 +25,18 @@ import (
 
 // Server is an embedded NATS server with JetStream.
 type Server struct {
-	mu   sync.Mutex
-	srv  *server.Server
-	port int
-	dir  string
+	clients // Connect, JetStream: they survive Restart
+	mu      sync.Mutex
+	srv     *server.Server
+	port    int
+	dir     string
 }
 
 // Start starts a server for tb and shuts it down in tb.Cleanup.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	s := &Server{dir: tb.TempDir()}
+	s.clients = clients{s.URL}
 	s.start(tb, -1)
 	tb.Cleanup(s.Shutdown)
 	return s
@@ -84,14 +86,7 @@ func (s *Server) StoreDir() string { return s.dir }
 // Shutdown stops the server and waits until it has stopped (a crash as far
 // as clients are concerned; JetStream's file store stays).
 func (s *Server) Shutdown() {
-	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil
-	s.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}
+	stopServer(&s.mu, &s.srv)
 }
 
 // Restart shuts the server down and starts it again on the same port with
@@ -105,32 +100,52 @@ func (s *Server) Restart(tb testing.TB) {
 	s.start(tb, port)
 }
 
+// String names the server in test logs.
+func (s *Server) String() string { return fmt.Sprintf("nats-server %s (store %s)", s.URL(), s.dir) }
+
+// stopServer takes the server *srv under mu, leaving nil, and shuts it
+// down, waiting until it has stopped; a nil server is already stopped.
+func stopServer(mu *sync.Mutex, srv **server.Server) {
+	mu.Lock()
+	s := *srv
+	*srv = nil
+	mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// clients makes connections to a Server or a Cluster.
+type clients struct {
+	url func() string // the client URLs, comma-separated
+}
+
 // Connect returns a client connection, closed in tb.Cleanup. It reconnects
-// forever, so it survives Restart.
-func (s *Server) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
+// forever, so it survives a restart (of the server, or of the nodes one at
+// a time).
+func (c clients) Connect(tb testing.TB, opts ...nats.Option) *nats.Conn {
 	tb.Helper()
+	urls := c.url()
 	opts = append([]nats.Option{
 		nats.Name(tb.Name()),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(20 * time.Millisecond),
 	}, opts...)
-	nc, err := nats.Connect(s.URL(), opts...)
+	nc, err := nats.Connect(urls, opts...)
 	if err != nil {
-		tb.Fatalf("queuetest: connecting to %s: %v", s.URL(), err)
+		tb.Fatalf("queuetest: connecting to %s: %v", urls, err)
 	}
 	tb.Cleanup(nc.Close)
 	return nc
 }
 
 // JetStream returns a JetStream context on a new connection.
-func (s *Server) JetStream(tb testing.TB) jetstream.JetStream {
+func (c clients) JetStream(tb testing.TB) jetstream.JetStream {
 	tb.Helper()
-	js, err := jetstream.New(s.Connect(tb))
+	js, err := jetstream.New(c.Connect(tb))
 	if err != nil {
 		tb.Fatalf("queuetest: %v", err)
 	}
 	return js
 }
-
-// String names the server in test logs.
-func (s *Server) String() string { return fmt.Sprintf("nats-server %s (store %s)", s.URL(), s.dir) }
