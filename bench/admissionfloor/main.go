@@ -10,7 +10,7 @@
 // nats-server and redis-server, under the same loads: its figures are the
 // floor this machine sets for the admitter's (docs/performance.md).
 //
-//	go run ./internal/admissionfloor --nats nats://127.0.0.1:4222 --redis redis://127.0.0.1:6379/0
+//	go run ./bench/admissionfloor --nats nats://127.0.0.1:4222 --redis redis://127.0.0.1:6379/0
 package main
 
 import (
