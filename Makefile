@@ -22,7 +22,8 @@ FUZZ_PKGS ?= ./pkg/... ./internal/...
 # end of a clean duration run (golang/go#75804) from a real failure.
 CI_FUZZTIME ?= 30s
 
-# golangci-lint v2, pinned; built and cached by `go run` on first use.
+# golangci-lint v2, pinned; `go run` builds it from the Go module proxy on first use and
+# keeps the executable in the Go build cache (Go >= 1.24), so later runs start at once.
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
@@ -40,8 +41,9 @@ help: ## Show this help
 deps: ## Install the Debian packages the tests need when missing (scripts/deps; root or sudo -n; no-op when all present)
 	scripts/deps
 
-test: deps ## What CI runs: deps, go vet, race tests of pkg/ internal/ test/ bench/, the commands, a short fuzz of every target
+test: deps ## What CI runs: deps, go vet, lint, race tests of pkg/ internal/ test/ bench/, the commands, a short fuzz of every target
 	$(GO) vet ./...
+	@$(MAKE) --no-print-directory lint
 	$(GO) test -count=1 -race $(GOTESTFLAGS) ./pkg/... ./internal/... ./test/... ./bench/...
 	$(GO) test -count=1 $(GOTESTFLAGS) ./cmd/...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
