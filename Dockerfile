@@ -7,7 +7,7 @@
 #   docker build -t spillway .
 #   docker run --rm spillway admitter --help
 #
-# The builder's Go version is go.mod's `go` line (internal/deployfiles checks
+# The builder's Go version is go.mod's `go` line (test/deployfiles checks
 # that they agree, and builds the binaries with this file's flags).
 
 FROM --platform=$BUILDPLATFORM golang:1.26.8-bookworm AS build

@@ -12,7 +12,7 @@ GOTESTFLAGS ?=
 # Benchmarks: BENCH_ARGS replaces the flags, BENCH_PKGS the packages, e.g.
 #   make bench BENCH_ARGS="-run '^$$' -bench Leaky -benchmem -count 10"
 BENCH_ARGS ?= -run '^$$' -bench . -benchmem -count 5
-BENCH_PKGS ?= ./pkg/... $(if $(wildcard internal/bucketbench),./internal/bucketbench/...)
+BENCH_PKGS ?= ./pkg/... ./bench/...
 
 # How long each fuzz target runs in `make fuzz`; FUZZ_PKGS is where targets are looked for.
 FUZZTIME ?= 10m
@@ -22,7 +22,8 @@ FUZZ_PKGS ?= ./pkg/... ./internal/...
 # end of a clean duration run (golang/go#75804) from a real failure.
 CI_FUZZTIME ?= 30s
 
-# golangci-lint v2, pinned; built and cached by `go run` on first use.
+# golangci-lint v2, pinned; `go run` builds it from the Go module proxy on first use and
+# keeps the executable in the Go build cache (Go >= 1.24), so later runs start at once.
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
@@ -40,16 +41,17 @@ help: ## Show this help
 deps: ## Install the Debian packages the tests need when missing (scripts/deps; root or sudo -n; no-op when all present)
 	scripts/deps
 
-test: deps ## What CI runs: deps, go vet, race tests of pkg/ and internal/, the commands, a short fuzz of every target
+test: deps ## What CI runs: deps, go vet, lint, race tests of pkg/ internal/ test/ bench/, the commands, a short fuzz of every target
 	$(GO) vet ./...
-	$(GO) test -count=1 -race $(GOTESTFLAGS) ./pkg/... ./internal/...
+	@$(MAKE) --no-print-directory lint
+	$(GO) test -count=1 -race $(GOTESTFLAGS) ./pkg/... ./internal/... ./test/... ./bench/...
 	$(GO) test -count=1 $(GOTESTFLAGS) ./cmd/...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
 
 race: ## Every package under the race detector
 	$(GO) test -race $(GOTESTFLAGS) ./...
 
-bench: ## Benchmarks of pkg/ and internal/bucketbench (override BENCH_ARGS, BENCH_PKGS)
+bench: ## Benchmarks of pkg/ and bench/bucketbench (override BENCH_ARGS, BENCH_PKGS)
 	$(GO) test $(BENCH_ARGS) $(BENCH_PKGS)
 
 fuzz: ## Run every Fuzz* target in FUZZ_PKGS for FUZZTIME each (default 10m), one after another
@@ -62,18 +64,18 @@ kill-test: ## kill -9 a worker process mid-job KILLS times (default 100; CI runs
 	SPILLWAY_KILLS=$(KILLS) $(GO) test -count=1 -race -v -run '^TestKillWorkerLosesNothing$$' -timeout 30m ./pkg/queue/
 
 reliability: ## The fault and bad-input suite at full length; `make test` runs its short version. Figures: reliability.log
-	@set -o pipefail; SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestReliability' -timeout 90m ./pkg/... ./internal/... 2>&1 | tee reliability.log
+	@set -o pipefail; SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestReliability' -timeout 90m ./pkg/... ./internal/... ./test/... 2>&1 | tee reliability.log
 	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' reliability.log | sed 's/^ *//'
 
 soak: ## Soak: SPILLWAY_SOAK (default 30m) at 70% of the measured admission capacity. Figures: soak.log
-	@set -o pipefail; SPILLWAY_SOAK=$${SPILLWAY_SOAK:-30m} $(GO) test -count=1 -v -run '^TestReliabilitySoak$$' -timeout 90m ./internal/e2e/ 2>&1 | tee soak.log
+	@set -o pipefail; SPILLWAY_SOAK=$${SPILLWAY_SOAK:-30m} $(GO) test -count=1 -v -run '^TestReliabilitySoak$$' -timeout 90m ./test/e2e/ 2>&1 | tee soak.log
 	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' soak.log | sed 's/^ *//'
 
 ui-test: deps ## The /ui page in headless Chromium (Debian's chromium); screenshots kept in artifacts/ui
 	SPILLWAY_ARTIFACTS=$(CURDIR)/artifacts/ui $(GO) test -count=1 -v -run 'TestPage' ./internal/ui/
 
 prom-test: deps ## Debian's Prometheus against admitters under load: dashboard queries, alert rules, promtool
-	$(GO) test -count=1 -v -run 'TestRealPrometheus|TestNoDeadPanels|TestNATSExporterSource|TestPromtool' ./internal/monitoring/
+	$(GO) test -count=1 -v -run 'TestRealPrometheus|TestNoDeadPanels|TestNATSExporterSource|TestPromtool' ./test/monitoring/
 
 lint: ## golangci-lint v2 (pinned: GOLANGCI_LINT_VERSION) with .golangci.yml
 	$(GOLANGCI_LINT) run ./...

@@ -16,7 +16,15 @@ import (
 )
 
 // serve runs one request through the handler over a real connection.
-func serve(t *testing.T, method, path string) (*http.Response, []byte) {
+// answer is what a test reads of a response once serve has read and closed
+// its body.
+type answer struct {
+	StatusCode    int
+	Header        http.Header
+	ContentLength int64
+}
+
+func serve(t *testing.T, method, path string) (answer, []byte) {
 	t.Helper()
 	srv := httptest.NewServer(ui.Handler())
 	t.Cleanup(srv.Close)
@@ -33,7 +41,7 @@ func serve(t *testing.T, method, path string) (*http.Response, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp, body
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header, ContentLength: resp.ContentLength}, body
 }
 
 // inline returns the text between the page's only open and close tags.

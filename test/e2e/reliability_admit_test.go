@@ -385,9 +385,9 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 	}
 	units := bucketBurst + 1 - probes
 
-	r := settle(t, l, c.hook, c.nats.URL(), "idem", 60*time.Second)
+	settle(t, l, c.hook, c.nats.URL(), "idem", 60*time.Second)
 	time.Sleep(500 * time.Millisecond) // a redelivered duplicate would arrive about now
-	r = reconcile(l, c.hook.executions(), deadLetters(t, c.nats.URL(), "idem"))
+	r := reconcile(l, c.hook.executions(), deadLetters(t, c.nats.URL(), "idem"))
 	// Executions per idempotency key: the logical submission ran this
 	// many times.
 	runs := c.hook.countByID()

@@ -10,12 +10,13 @@
 // nats-server and redis-server, under the same loads: its figures are the
 // floor this machine sets for the admitter's (docs/performance.md).
 //
-//	go run ./internal/admissionfloor --nats nats://127.0.0.1:4222 --redis redis://127.0.0.1:6379/0
+//	go run ./bench/admissionfloor --nats nats://127.0.0.1:4222 --redis redis://127.0.0.1:6379/0
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -43,7 +44,7 @@ func main() {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
 		os.Exit(2)

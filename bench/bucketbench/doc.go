@@ -4,5 +4,5 @@
 // github.com/go-redis/redis_rate on one redis-server. It has no code of its
 // own; run
 //
-//	go test -run '^$' -bench . -count 3 ./internal/bucketbench/
+//	go test -run '^$' -bench . -count 3 ./bench/bucketbench/
 package bucketbench

@@ -25,7 +25,7 @@ import (
 // PerSecond(1000000). "callers" goroutines split b.N; every operation's
 // latency is recorded and reported as p50-ns and p99-ns.
 //
-//	go test -run '^$' -bench Redis -count 3 ./internal/bucketbench/
+//	go test -run '^$' -bench Redis -count 3 ./bench/bucketbench/
 
 // runRedisCallers runs op b.N times split over callers goroutines, caller i
 // starting at key i·(keys/callers), and reports latency percentiles.

@@ -148,7 +148,7 @@ type soakSample struct {
 func soakDuration(t *testing.T) time.Duration {
 	v := os.Getenv("SPILLWAY_SOAK")
 	if v == "" {
-		t.Skip("the soak runs only with SPILLWAY_SOAK set (`make soak`, or SPILLWAY_SOAK=3m go test -run TestReliabilitySoak -v ./internal/e2e/)")
+		t.Skip("the soak runs only with SPILLWAY_SOAK set (`make soak`, or SPILLWAY_SOAK=3m go test -run TestReliabilitySoak -v ./test/e2e/)")
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {

@@ -8,7 +8,7 @@
 //
 // Run with -v to see every observation (exact error codes and texts):
 //
-//	go test -count=1 -v ./internal/jsprobe/
+//	go test -count=1 -v ./test/jsprobe/
 package jsprobe
 
 import (
