@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admitterd"
@@ -16,7 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 )
 
-func main() { cli.Main("admitter", run) }
+func main() { os.Exit(cli.Main("admitter", run)) }
 
 const usage = `admitter — Spillway's front door: admits, queues or rejects jobs (NATS and HTTP)
 

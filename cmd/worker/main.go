@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 )
 
-func main() { cli.Main("worker", run) }
+func main() { os.Exit(cli.Main("worker", run)) }
 
 const usage = `worker — runs Spillway jobs through each queue's handler
 

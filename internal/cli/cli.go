@@ -179,10 +179,12 @@ func (f *Flags) Setup(fs *flag.FlagSet, stderr io.Writer) (*slog.Logger, config.
 // with their own. reload receives a request per SIGHUP, for a Reloader.
 type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, reload <-chan struct{}) error
 
-// Main is a command's main: it runs run with the process's arguments,
-// environment, output and signals, prints an error as "name: error" and
-// exits 2 on one. Signals are handled here only, never in a library.
-func Main(name string, run RunFunc) {
+// Main is the body of a command's main: it runs run with the process's
+// arguments, environment, output and signals, prints an error as
+// "name: error" and returns the exit code (2 on an error), which main
+// passes to os.Exit: only main exits. Signals are handled here, for main,
+// never in a library.
+func Main(name string, run RunFunc) int {
 	ctx, stop, reload := signals()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, reload)
 	stop()
@@ -190,8 +192,9 @@ func Main(name string, run RunFunc) {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, name+":", err)
 		}
-		os.Exit(2)
+		return 2
 	}
+	return 0
 }
 
 // signals is a command's signal wiring: ctx ends on SIGINT or SIGTERM

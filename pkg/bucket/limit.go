@@ -39,7 +39,10 @@ func limitErr(field, value, reason string, args ...any) error {
 
 // wantErr sets the Want of a *LimitError.
 func wantErr(err error, want string) error {
-	err.(*LimitError).Want = want
+	var le *LimitError
+	if errors.As(err, &le) {
+		le.Want = want
+	}
 	return err
 }
 

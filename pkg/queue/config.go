@@ -162,7 +162,10 @@ func (c Config) ValidateGiven() error {
 		bad("ready_capacity", c.ReadyCapacity, "an integer ≥ 1")
 	}
 	if err := ValidateReplicas(c.Replicas); err != nil {
-		err.(*FieldError).Queue = c.Name
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			fe.Queue = c.Name
+		}
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

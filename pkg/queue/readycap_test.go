@@ -149,18 +149,6 @@ func (r *recorder) startCount(id string) int {
 	return len(r.starts[id])
 }
 
-func (r *recorder) eventsOf(id string, kind queue.EventKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if e.Kind == kind && e.Job != nil && e.Job.ID == id {
-			n++
-		}
-	}
-	return n
-}
-
 // A retry is a nak with a delay: the job stays in READY, so a READY at
 // its capacity — here held full by the failing job itself — cannot refuse
 // it. The job is tried again and succeeds; nothing is re-published.

@@ -146,7 +146,9 @@ func TestReliabilityClusterLeaderLoss(t *testing.T) {
 	go func() { workerDone <- w.Run(wctx) }()
 	t.Cleanup(func() {
 		stopWorker()
-		<-workerDone
+		if err := <-workerDone; err != nil {
+			t.Errorf("worker: %v", err)
+		}
 	})
 	// The worker has created its consumers once they appear.
 	waitCluster(t, 30*time.Second, "the worker's consumers", func() bool {
