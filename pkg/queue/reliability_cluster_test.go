@@ -19,7 +19,7 @@ import (
 )
 
 // clusterScale is short in the default run and long under `make
-// reliability` (SPILLWAY_RELIABILITY=full), as internal/e2e's scale.
+// reliability` (SPILLWAY_RELIABILITY=full), as test/e2e's scale.
 func clusterScale(short, long int) int {
 	if os.Getenv("SPILLWAY_RELIABILITY") == "full" {
 		return long

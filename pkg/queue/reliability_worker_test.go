@@ -17,7 +17,7 @@ import (
 )
 
 // The reliability suite's failing handler (docs/reliability.md): the panicking Go handler (the always-failing webhook is
-// internal/e2e TestReliabilityWorkerPoisonKey; TestPermanentErrorsAndPanics
+// test/e2e TestReliabilityWorkerPoisonKey; TestPermanentErrorsAndPanics
 // and TestPoisonJobIsDeadLetteredAfterMaxAttempts check one job each).
 // Under a steady load of healthy jobs, one key's handler panics on every
 // try: each of its jobs is tried exactly MaxAttempts times and lands once
