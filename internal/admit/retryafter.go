@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -103,20 +104,10 @@ func (r *retryAfters) scan(q string, v *backlogView) {
 		if c := a.Due.Compare(b.Due); c != 0 {
 			return c
 		}
-		return cmpSeq(a.Sequence, b.Sequence)
+		return cmp.Compare(a.Sequence, b.Sequence)
 	})
 	v.at, v.jobs, v.err = r.now(), jobs, err
 	close(v.done)
-}
-
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // queueFull is how long until q's backlog has a free place: the first

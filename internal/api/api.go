@@ -4,7 +4,10 @@
 // spillctl and tests read them.
 package api
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Subjects and headers of the NATS front door.
 const (
@@ -108,4 +111,22 @@ type QueueInfo struct {
 // QueueList is GET /v1/queues.
 type QueueList struct {
 	Queues []QueueInfo `json:"queues"`
+}
+
+// IsToken reports whether s is an RFC 9110 token: what a header name, and
+// a parameter such as a rate-limit policy's name, must be.
+func IsToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/api"
+
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
@@ -224,7 +226,7 @@ func parseKey(s string) (Key, error) {
 	}
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
 		name = strings.TrimSpace(name)
-		if !isToken(name) {
+		if !api.IsToken(name) {
 			return Key{}, fmt.Errorf("expected a header name after \"header:\" (letters, digits and !#$%%&'*+-.^_`|~), got %q", s)
 		}
 		return Key{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}, nil
@@ -249,7 +251,7 @@ func (k Key) String() string {
 // headerName canonicalises a handler header's name and refuses those the
 // worker sets itself (docs/design.md#workers).
 func headerName(s string) (string, error) {
-	if !isToken(s) {
+	if !api.IsToken(s) {
 		return "", fmt.Errorf("expected a header name (letters, digits and !#$%%&'*+-.^_`|~), got %q", s)
 	}
 	name := textproto.CanonicalMIMEHeaderKey(s)
@@ -264,22 +266,4 @@ func checkHeaderValue(s string) error {
 		return errors.New("expected a header value on one line, got a line break or NUL")
 	}
 	return nil
-}
-
-// isToken reports whether s is an RFC 9110 token, the syntax of a header
-// name.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

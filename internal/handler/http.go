@@ -9,8 +9,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/spillway-dev/spillway/internal/api"
 
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -63,7 +64,7 @@ func HTTP(cfg config.HTTPHandler, client *http.Client) (queue.Handler, error) {
 	static := http.Header{}
 	for name, v := range cfg.Headers {
 		switch {
-		case !validHeaderName(name):
+		case !api.IsToken(name):
 			return nil, fmt.Errorf("%w: http header %q: not a valid header name", ErrInvalidConfig, name)
 		case reserved(name):
 			return nil, fmt.Errorf("%w: http header %s: set by Spillway, cannot be configured", ErrInvalidConfig, http.CanonicalHeaderKey(name))
@@ -162,21 +163,4 @@ func snippet(body io.Reader) string {
 	buf := make([]byte, snippetLen)
 	n, _ := io.ReadFull(body, buf) // a short or failed read leaves what it got
 	return queue.OneLine(string(buf[:n]), snippetLen)
-}
-
-// validHeaderName reports whether name is an RFC 9110 token.
-func validHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c < 0x80 && strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -205,19 +206,9 @@ func (d *drainer) add(ctx context.Context, msg jetstream.Msg) {
 	}
 	d.held[h.seq] = h
 	q := d.keys[h.subject]
-	i, _ := slices.BinarySearchFunc(q, h.seq, func(x *heldJob, seq uint64) int { return cmpSeq(x.seq, seq) })
+	i, _ := slices.BinarySearchFunc(q, h.seq, func(x *heldJob, seq uint64) int { return cmp.Compare(x.seq, seq) })
 	d.keys[h.subject] = slices.Insert(q, i, h)
 	d.pushLocked(h)
-}
-
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // pushLocked makes h a candidate and wakes the scheduler.

@@ -35,18 +35,26 @@ func (s *slots) take(done <-chan struct{}) bool {
 	s.waiting++
 	defer func() { s.waiting-- }()
 	for s.busy >= s.size {
-		ch := s.freed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-done:
-			s.mu.Lock()
+		if !s.waitLocked(done) {
 			return false
 		}
-		s.mu.Lock()
 	}
 	s.busy++
 	return true
+}
+
+// waitLocked waits, with s.mu released, until a slot is put back or done
+// closes; it reports false for done. s.mu is held again when it returns.
+func (s *slots) waitLocked(done <-chan struct{}) bool {
+	ch := s.freed
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-ch:
+		return true
+	case <-done:
+		return false
+	}
 }
 
 // put gives a slot back.
@@ -75,14 +83,8 @@ func (s *slots) room(done <-chan struct{}) int {
 		if n := s.size - s.busy - s.waiting; n > 0 {
 			return n
 		}
-		ch := s.freed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-done:
-			s.mu.Lock()
+		if !s.waitLocked(done) {
 			return 0
 		}
-		s.mu.Lock()
 	}
 }
