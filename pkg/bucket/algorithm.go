@@ -181,20 +181,32 @@ func (l *Limit) fixed(r *tierResult, st state, fresh bool, now, n int64) {
 func packCounts(cur, prev int64) int64       { return cur | prev<<32 }
 func unpackCounts(x int64) (cur, prev int64) { return x & (1<<32 - 1), x >> 32 }
 
+// slidingState reads a sliding window's stored state as of now: the
+// current window's start (the stored one if it is later, as another
+// admitter's clock may be ahead), now moved up to that start, and the
+// current and previous windows' counts (a state older than the previous
+// window counts nothing).
+func slidingState(st state, now, w int64) (start, at, cur, prev int64) {
+	start, at = now-floorMod(now, w), now
+	switch {
+	case st.t >= start:
+		start = st.t
+		at = max(now, start)
+		cur, prev = unpackCounts(st.x)
+	case st.t == start-w:
+		prev, _ = unpackCounts(st.x)
+	}
+	return start, at, cur, prev
+}
+
 // slidingWindow is the sliding-window counter: p·(W−elapsed) + (c+n)·W ≤ L·W.
 func (l *Limit) slidingWindow(r *tierResult, st state, fresh bool, now, n int64) {
 	w, lim := l.window, l.count
-	start := now - floorMod(now, w)
-	var c, p int64
-	if !fresh {
-		switch {
-		case st.t >= start:
-			start = st.t
-			now = max(now, start)
-			c, p = unpackCounts(st.x)
-		case st.t == start-w:
-			p, _ = unpackCounts(st.x)
-		}
+	var start, c, p int64
+	if fresh {
+		start = now - floorMod(now, w)
+	} else {
+		start, now, c, p = slidingState(st, now, w)
 	}
 	el := now - start
 	r.at, r.NotBefore = now, now
@@ -339,16 +351,8 @@ func (l *Limit) refund(r *refundResult, st state, now, at, n int64) bool {
 		}
 	default:
 		w := l.window
-		start := now - floorMod(now, w)
-		var c, pc int64 // current and previous counts as of now
-		switch {
-		case st.t >= start:
-			start = st.t
-			now = max(now, start)
-			c, pc = unpackCounts(st.x)
-		case st.t == start-w:
-			pc, _ = unpackCounts(st.x)
-		}
+		var start, c, pc int64 // current and previous counts as of now
+		start, now, c, pc = slidingState(st, now, w)
 		switch at - floorMod(at, w) {
 		case start:
 			c = max(0, c-n)
