@@ -11,9 +11,10 @@ import (
 )
 
 // citation matches a reference to a document or tracker that a reader of
-// the repository cannot open: the product contract's sections ("DESIGN §3",
-// "DESIGN.md") and issue or item numbers. docs/design.md is the repository's
-// own contract; code, docs and tests point there instead.
+// the repository cannot open: the sections of the product contract kept
+// outside the repository (its file name, or its name with a section sign)
+// and issue or item numbers. docs/design.md is the repository's own
+// contract; code, docs and tests point there instead.
 var citation = regexp.MustCompile(`DESIGN ?§|DESIGN\.md|\b[Ii]ssues? #?[0-9]+|\b[Ii]tems? [0-9]+[a-z]?\b`)
 
 // TestNoCitationsOfUnseenDocuments reads every tracked file but the
