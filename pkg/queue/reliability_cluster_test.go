@@ -150,9 +150,14 @@ func TestReliabilityClusterLeaderLoss(t *testing.T) {
 			t.Errorf("worker: %v", err)
 		}
 	})
-	// The worker has created its consumers once they appear.
-	waitCluster(t, 30*time.Second, "the worker's consumers", func() bool {
-		_, err := js.Consumer(ctx, streams[1], queue.BacklogConsumer)
+	// The worker has created its consumers once they appear. Each look has
+	// a deadline of its own: a request lost in the young cluster is never
+	// answered, and ctx's deadline is minutes away (a run in CI once spent
+	// 270 s in one such look).
+	waitCluster(t, time.Minute, "the worker's consumers", func() bool {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := js.Consumer(rctx, streams[1], queue.BacklogConsumer)
 		return err == nil
 	})
 	for _, s := range streams {
