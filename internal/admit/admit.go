@@ -267,7 +267,7 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 	if errors.Is(err, queue.ErrReadyFull) {
 		// Workers are down or far behind. The tiers admitted the job:
 		// it waits in the backlog instead, its units still taken, and
-		// starts at the leak rate once READY has room.
+		// starts at the leak rate from there.
 		ans.ReadyFull = true
 		dest = queue.Backlog
 		stored, err = a.o.Publisher.Publish(ctx, dest, j)

@@ -41,8 +41,8 @@ type Config struct {
 	// ReadyCapacity bounds READY: admitted jobs waiting, running or
 	// waiting for a retry (default 10,000). A publish to a full READY is
 	// refused with ErrReadyFull; the admitter then queues the job in the
-	// backlog, and the drain leaves a due job in the backlog until READY
-	// has room.
+	// backlog. A full READY holds back no backlog job: those run from the
+	// backlog at their booked start.
 	ReadyCapacity int64
 	// Replicas of every stream (default 1; 3 on a 3-node cluster).
 	Replicas int
