@@ -58,6 +58,13 @@ type Config struct {
 	// across every worker process (no default: a worker refuses a queue
 	// without one, since its backlog would never drain).
 	LeakRate bucket.Rate
+	// Adaptive makes LeakRate the most the leak runs at: the rate is cut
+	// when a handler's downstream pushes back (429, 503) and climbs back
+	// while it does not (default false: the leak runs at LeakRate, and
+	// pushback only pauses it).
+	Adaptive bool
+	// Fairness shares the leak among keys and priority classes.
+	Fairness Fairness
 	// MaxAge is how long a job may wait in the backlog; an older job is
 	// moved to the dead-letter stream instead of starting (default 0: no
 	// limit). It is deliberately not JetStream's MaxAge, which would delete
@@ -318,4 +325,46 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.Discard == want.Discard &&
 		unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
 		have.DiscardNewPerSubject == want.DiscardNewPerSubject
+}
+
+// Fairness shares a queue's leak among its keys and priority classes
+// (docs/design.md#fair-drain). The zero value gives every key weight 1 and
+// the classes strict priority.
+type Fairness struct {
+	// Weights give keys other weights than 1, matched by the admitter
+	// (WeightOf) and carried with each job; the first rule that matches a
+	// key wins.
+	Weights []WeightRule
+	// MinShare is the share of the starts each lower class keeps while it
+	// has due jobs, however many jobs of higher classes are due (0 to 0.5;
+	// 0: strict priority).
+	MinShare float64
+}
+
+// WeightRule gives the keys it matches a weight.
+type WeightRule struct {
+	// Key is the key, or with Prefix the beginning of the keys.
+	Key    string
+	Prefix bool
+	// Weight is the keys' share of the leak relative to weight-1 keys
+	// (1 to MaxWeight).
+	Weight int
+}
+
+// Matches reports whether the rule applies to key.
+func (r WeightRule) Matches(key string) bool {
+	if r.Prefix {
+		return len(key) >= len(r.Key) && key[:len(r.Key)] == r.Key
+	}
+	return key == r.Key
+}
+
+// WeightOf is key's weight: the first matching rule's, or 1.
+func (f Fairness) WeightOf(key string) int {
+	for _, r := range f.Weights {
+		if r.Matches(key) {
+			return r.Weight
+		}
+	}
+	return 1
 }

@@ -19,7 +19,17 @@ const (
 	HeaderEnqueuedAt = "Spillway-Enqueued-At"
 	HeaderNotBefore  = "Spillway-Not-Before"
 	HeaderAttempt    = "Spillway-Attempt"
+	// HeaderPriority is the job's class in the backlog's drain: high or
+	// low (absent: normal).
+	HeaderPriority = "Spillway-Priority"
+	// HeaderWeight is the job's key's weight in the backlog's drain, set
+	// by the admitter from the queue's fairness weights (absent: 1), so
+	// that the drain need not match raw keys.
+	HeaderWeight = "Spillway-Weight"
 )
+
+// MaxWeight bounds a key's weight in the drain.
+const MaxWeight = 1000
 
 // ErrInvalidJob is wrapped by the error for a job that cannot be published
 // or a message that is not a job.
@@ -35,6 +45,11 @@ type Job struct {
 	EnqueuedAt time.Time
 	NotBefore  time.Time // zero: may start at once
 	Attempt    int       // tries so far (0 before the first)
+	// Priority is the job's class in the backlog's drain (zero: Normal).
+	Priority Priority
+	// Weight is the job's key's share of the leak relative to other keys
+	// (1 to MaxWeight; 0 means 1).
+	Weight int
 	// Header holds further headers to carry, such as W3C traceparent.
 	// Spillway's own names and Nats-* are set by the publisher.
 	Header nats.Header
@@ -60,6 +75,12 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 	if j.Cost < 1 {
 		return nil, fmt.Errorf("%w %s: cost %d: must be ≥ 1", ErrInvalidJob, j.ID, j.Cost)
 	}
+	if j.Priority < High || j.Priority > Low {
+		return nil, fmt.Errorf("%w %s: priority %d: want High, Normal or Low", ErrInvalidJob, j.ID, j.Priority)
+	}
+	if j.Weight < 0 || j.Weight > MaxWeight {
+		return nil, fmt.Errorf("%w %s: weight %d: want 1 to %d (0 means 1)", ErrInvalidJob, j.ID, j.Weight, MaxWeight)
+	}
 	m := nats.NewMsg(Subject(j.Queue, d, j.Key))
 	for k, vs := range j.Header {
 		for _, v := range vs {
@@ -76,6 +97,12 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 		m.Header.Set(HeaderNotBefore, j.NotBefore.UTC().Format(time.RFC3339Nano))
 	}
 	m.Header.Set(HeaderAttempt, strconv.Itoa(j.Attempt))
+	if j.Priority != Normal {
+		m.Header.Set(HeaderPriority, j.Priority.String())
+	}
+	if j.Weight > 1 {
+		m.Header.Set(HeaderWeight, strconv.Itoa(j.Weight))
+	}
 	m.Data = j.Payload
 	return m, nil
 }
@@ -105,9 +132,17 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 			return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderNotBefore, nb)
 		}
 	}
+	if j.Priority, err = ParsePriority(h.Get(HeaderPriority)); err != nil {
+		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, HeaderPriority, err)
+	}
+	if w := h.Get(HeaderWeight); w != "" {
+		if j.Weight, err = strconv.Atoi(w); err != nil || j.Weight < 1 || j.Weight > MaxWeight {
+			return Job{}, fmt.Errorf("%w %s: header %s %q: want an integer from 1 to %d", ErrInvalidJob, j.ID, HeaderWeight, w, MaxWeight)
+		}
+	}
 	for k, vs := range h {
 		switch k {
-		case HeaderJobID, HeaderQueue, HeaderKey, HeaderCost, HeaderEnqueuedAt, HeaderNotBefore, HeaderAttempt, nats.MsgIdHdr:
+		case HeaderJobID, HeaderQueue, HeaderKey, HeaderCost, HeaderEnqueuedAt, HeaderNotBefore, HeaderAttempt, HeaderPriority, HeaderWeight, nats.MsgIdHdr:
 			continue
 		}
 		if j.Header == nil {
