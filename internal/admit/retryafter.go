@@ -119,7 +119,7 @@ func (r *retryAfters) queueFull(ctx context.Context, q *config.Queue) (time.Dura
 // keyFull is how long until key has a free place in q's backlog: the
 // release of its first job.
 func (r *retryAfters) keyFull(ctx context.Context, q *config.Queue, key string) (time.Duration, error) {
-	head, found, err := queue.BacklogKeyHead(ctx, r.js, q.Name, key)
+	head, found, err := queue.BacklogKeyHead(ctx, r.js, q.Name, key, queue.Normal)
 	if err != nil {
 		return 0, err
 	}

@@ -284,11 +284,11 @@ func (p *Pool) pacer(q *config.Queue) (pacer, error) {
 			return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 		}
 		log := p.o.Logger.With("queue", q.Name)
-		js, stream := p.o.JS, queue.StreamName(q.Name, queue.Backlog)
+		js, stream := p.o.JS, queue.GrantsStreamName(q.Name)
 		fp.Peers = func(ctx context.Context) int {
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			c, err := js.Consumer(ctx, stream, queue.BacklogConsumer)
+			c, err := js.Consumer(ctx, stream, queue.GrantsConsumer)
 			if err != nil {
 				return 1
 			}

@@ -35,8 +35,10 @@ type Config struct {
 	Name string
 	// Capacity bounds the backlog: jobs waiting in total (default 10,000).
 	Capacity int64
-	// PerKeyCapacity bounds one key's jobs in the backlog (default 0: only
-	// Capacity bounds a key).
+	// PerKeyCapacity bounds one key's jobs of one priority class in the
+	// backlog (default 0: only Capacity bounds a key). Most keys send one
+	// class; a key that sends high, normal and low jobs may hold this many
+	// of each.
 	PerKeyCapacity int64
 	// ReadyCapacity bounds READY: admitted jobs waiting, running or
 	// waiting for a retry (default 10,000). A publish to a full READY is
@@ -211,9 +213,9 @@ func StreamName(queue string, d Destination) string {
 	return "SPILLWAY_" + queue + "_READY"
 }
 
-// Subject is where a job of key lands: spillway.<destination>.<queue>.<key
-// token>. One subject per key is what makes the per-key capacity a
-// JetStream limit.
+// Subject is where a job of key lands (in the backlog, a job of the
+// normal class): spillway.<destination>.<queue>.<key token>. One subject
+// per key (and class) is what makes the per-key capacity a JetStream limit.
 func Subject(queue string, d Destination, key string) string {
 	return subjectOf(queue, d, KeyToken(key))
 }
@@ -262,7 +264,8 @@ func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 	return sc
 }
 
-// EnsureStreams creates a queue's three streams, or updates them to cfg:
+// EnsureStreams creates a queue's streams (READY, BACKLOG, DEAD and the
+// drain's GRANTS), or updates them to cfg:
 // it is idempotent, and safe for several processes to call at once. A
 // stream that already has cfg's settings is left alone rather than updated
 // to the same thing: every worker and admitter calls this at start, and an
@@ -277,6 +280,10 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg Config) erro
 		if err := ensureStream(ctx, js, sc); err != nil {
 			return fmt.Errorf("queue: stream %s: %w", sc.Name, err)
 		}
+	}
+	sc := cfg.grantsStreamConfig()
+	if err := ensureStream(ctx, js, sc); err != nil {
+		return fmt.Errorf("queue: stream %s: %w", sc.Name, err)
 	}
 	return nil
 }

@@ -1,172 +1,150 @@
 package queue
 
 import (
-	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// How the backlog drains (docs/jetstream-backlog.md):
+// How the backlog drains (docs/design.md#fair-drain):
 //
-//   - Every worker pulls backlog jobs, headers only, and holds them — with
-//     heartbeats — until it starts them. The backlog consumer allows the
-//     whole backlog to be held at once, so every job is seen by some worker
-//     and a job that is not due yet never hides a due one.
-//   - A held job is a candidate once it is due (its not-before has passed)
-//     and no job of its key ahead of it that this worker holds is due or
-//     being released. Candidates go in order of due time.
-//   - Before its release a candidate must have no due job of its key ahead
-//     of it in the stream (gets of the key's messages from its first), other
-//     than jobs this worker is running: so an earlier due job of the key
-//     held — or running — in another worker goes first, and per-key FIFO
-//     among due jobs holds across processes, while a job that is not due
-//     yet holds back nobody.
-//   - It then books a start from the Pacer — shared by all workers — and
-//     at the booked time starts the job's handler itself, in one of the
-//     worker's handler slots (shared with READY jobs), running it from the
-//     backlog message: the payload comes with the get above, and the
-//     message stays in the backlog, kept with heartbeats, until the try is
-//     settled. So a backlog job starts at its booked time, never later in a
-//     crowd: handler starts of backlog jobs keep the leak rate over every
-//     window, not only moves between streams.
-//   - A slot is needed only at the booked start. If one is free when the
-//     start is booked, none is held while it waits; if, at the booked time,
-//     every handler is busy, the booking is let go unused (starting late
-//     could crowd the next booked starts; the pacer's rate is an upper
-//     bound) and the job books again. When no slot is free, the drainer
-//     takes one before it books, ahead of further READY pulls, so a busy
-//     worker still drains its share at the booked times. If none comes
-//     within two pull waits, it hands its due jobs back for workers with
-//     free handlers and pulls no more backlog jobs until one is free here:
-//     held jobs never wait for a busy worker while another is idle.
-//   - The try is settled like a READY job's: a success acks the backlog
-//     message; a failure that may be retried moves the job to READY with
-//     its tries so far and the retry's not-before (Nats-Msg-Id = its backlog
-//     stream and sequence, so a crash between the move and the ack stores it
-//     once), then acks it in the backlog; the last failure dead-letters it.
-//     A crash mid-try leaves the message unacked: after the ack wait it is
-//     held again, by some worker, and started again (at least once).
-//   - A job older than the queue's MaxAge goes to DEAD instead, taking no
-//     start.
-
-// pipeline is how many bookings a worker holds at once: one waiting for
-// its time while the next candidate is checked, so that one worker alone
-// keeps the pacer's chain of starts unbroken.
-const pipeline = 2
+//   - One worker process at a time leads a queue's drain (lease). The
+//     leader keeps an index of the backlog by flow — a key's jobs of one
+//     priority class, one backlog subject — holding a window of each
+//     flow's first jobs (headers only), and learns of new jobs by reading
+//     the stream after the last one it read, woken by the jobs' own
+//     publishes. Its fair scheduler (fairSched) picks the next job.
+//   - For each pick it books a start from the Pacer — shared by all
+//     workers — and publishes a grant: the job's backlog sequence and its
+//     booked start, on the queue's GRANTS stream, with the sequence as the
+//     message id so a job is granted once. It books at most one start
+//     ahead of the next one due, and only while the grants it published
+//     are being taken, so the picks stay fresh: a key that becomes due
+//     gets one of the next starts.
+//   - Every worker pulls grants — one at a time, while it has a handler
+//     slot free for it — waits for the booked start and runs the job's
+//     handler from its backlog message, heartbeating the grant. A success
+//     deletes the backlog message, then acks the grant; a failure that may
+//     be retried moves the job to READY (the move's message id is its
+//     backlog place, so a crash between the move and the delete stores it
+//     once); the last failure dead-letters it.
+//   - A worker that dies mid-try leaves the grant unacked: JetStream gives
+//     it to another worker after the ack wait, which books a new start and
+//     runs the job again (at least once). A grant taken late — every
+//     handler was busy — books a new start too, so starts never crowd.
+//   - A job older than the queue's MaxAge, or a message that is not a job,
+//     goes to DEAD from the leader, taking no start.
+//
+// The drain's JetStream traffic is per start (a grant, its pull, a get, a
+// delete, an ack) plus one get per arriving job; a backlog that waits
+// costs nothing but the lease's renewals, whatever its depth.
 
 // requestTimeout bounds one JetStream API request of the drain loop.
 const requestTimeout = 5 * time.Second
 
-// maxBatch bounds one backlog pull.
-const maxBatch = 256
+// Grant headers.
+const (
+	headerGrantSeq   = "Spillway-Grant-Seq"   // the job's backlog sequence
+	headerGrantStart = "Spillway-Grant-Start" // its booked start, unix ns
+)
+
+// GrantsConsumer is the durable consumer every worker pulls grants from.
+const GrantsConsumer = "spillway-grants"
+
+// GrantsStreamName is the stream of a queue's grants: SPILLWAY_<queue>_GRANTS.
+func GrantsStreamName(queue string) string { return "SPILLWAY_" + queue + "_GRANTS" }
+
+// grantsStreamConfig keeps a queue's grants until a worker settles them.
+func (c Config) grantsStreamConfig() jetstream.StreamConfig {
+	c = c.withDefaults()
+	sc := jetstream.StreamConfig{
+		Name:        GrantsStreamName(c.Name),
+		Description: fmt.Sprintf("Spillway queue %s: backlog starts granted by the drain's leader", c.Name),
+		Subjects:    []string{grantSubject(c.Name)},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+		Duplicates:  c.DuplicateWindow,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+	}
+	if c.Memory {
+		sc.Storage = jetstream.MemoryStorage
+	}
+	return sc
+}
 
 type drainer struct {
 	w       *Worker
 	r       *runner // runs the jobs it starts, in slots shared with READY jobs
-	cons    jetstream.Consumer
-	stream  jetstream.Stream
-	recheck time.Duration // wait before checking again a key held up elsewhere
-	maxHeld int
+	grants  jetstream.Consumer
+	backlog jetstream.Stream
+	gstream jetstream.Stream
+	kv      jetstream.KeyValue // the pacer bucket: the lease
+	period  time.Duration      // one start's share of the leak
 
-	mu    sync.Mutex
-	held  map[uint64]*heldJob   // by backlog sequence
-	keys  map[string][]*heldJob // by subject, in sequence order
-	heads dueHeap
-	wake  chan struct{} // a new candidate may be due sooner
-	room  chan struct{} // a held job left
-	// running are the backlog jobs (by sequence) this worker started and
-	// has not settled: still in the stream, they hold back no job of
-	// their key here.
-	running map[uint64]bool
-	// handedOn: every handler stayed busy and the due jobs went back;
-	// no more pulls until a handler is free.
-	handedOn bool
-
-	pipe      chan struct{} // a token per booking held
-	releasing sync.WaitGroup
+	mu      sync.Mutex
+	waiting map[jetstream.Msg]struct{} // grants taken, not started yet
+	starts  sync.WaitGroup
 }
 
-// heldJob is a backlog job this worker holds.
-type heldJob struct {
-	msg       jetstream.Msg
-	seq       uint64
-	subject   string
-	job       Job       // from the headers; no payload
-	ready     time.Time // the job's own due time: its not-before, or when it was queued
-	due       time.Time // when to look at it next: ready, or later after a failed check
-	releasing bool
-	inHeap    bool
-}
-
-func newDrainer(w *Worker, r *runner, cons jetstream.Consumer, stream jetstream.Stream) *drainer {
-	period := w.cfg.Queue.LeakRate.Per / time.Duration(w.cfg.Queue.LeakRate.Count)
+func newDrainer(w *Worker, r *runner, grants jetstream.Consumer, backlog, gstream jetstream.Stream, kv jetstream.KeyValue) *drainer {
 	return &drainer{
-		w: w, r: r, cons: cons, stream: stream,
-		recheck: min(max(period, 10*time.Millisecond), time.Second),
-		maxHeld: int(w.cfg.Queue.Capacity),
-		held:    make(map[uint64]*heldJob),
-		keys:    make(map[string][]*heldJob),
-		wake:    make(chan struct{}, 1),
-		room:    make(chan struct{}, 1),
-		running: make(map[uint64]bool),
-		pipe:    make(chan struct{}, pipeline),
+		w: w, r: r, grants: grants, backlog: backlog, gstream: gstream, kv: kv,
+		period:  w.cfg.Queue.LeakRate.Per / time.Duration(w.cfg.Queue.LeakRate.Count),
+		waiting: make(map[jetstream.Msg]struct{}),
 	}
 }
 
-// run drains until ctx ends, then hands every job it holds back.
+// run drains until ctx ends: it leads when it holds the lease, and takes
+// grants always. Grants taken and not started are handed back.
 func (d *drainer) run(ctx context.Context) {
 	var loops sync.WaitGroup
-	loops.Go(func() { d.fetch(ctx) })
-	loops.Go(func() { d.beat(ctx) })
-	d.schedule(ctx)
+	l := &lease{
+		kv: d.kv, key: leaseKey(d.w.cfg.Queue.Name), id: uuid.NewString(),
+		ttl: min(max(d.w.cfg.AckWait/2, time.Second), 5*time.Second),
+		log: d.w.log.Info,
+	}
+	loops.Go(func() {
+		l.hold(ctx, func(lctx context.Context) { newLeader(d).run(lctx) })
+	})
+	d.take(ctx)
 	loops.Wait()
-	d.releasing.Wait()
-	d.handBackAll()
+	d.starts.Wait()
 }
 
-// fetch pulls backlog jobs while this worker holds fewer than maxHeld and,
-// after it handed its due jobs on, only once a handler is free.
-func (d *drainer) fetch(ctx context.Context) {
+// take pulls grants, one at a time, while a handler slot is free for it.
+func (d *drainer) take(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
-		d.mu.Lock()
-		gated := d.handedOn
-		d.mu.Unlock()
-		if gated {
-			if d.r.slots.room(ctx.Done()) == 0 {
-				continue
-			}
-			d.mu.Lock()
-			d.handedOn = false
-			d.mu.Unlock()
+		if !d.r.slots.reserve(ctx.Done()) {
+			return
 		}
-		d.mu.Lock()
-		room := d.maxHeld - len(d.held)
-		d.mu.Unlock()
-		if room <= 0 {
-			select {
-			case <-d.room:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		batch, err := d.cons.Fetch(min(room, maxBatch), jetstream.FetchMaxWait(d.w.cfg.FetchWait))
+		batch, err := d.grants.Fetch(1, jetstream.FetchMaxWait(d.w.cfg.FetchWait))
+		got := false
 		if err == nil {
 			for msg := range batch.Messages() {
-				d.add(ctx, msg)
+				got = true
+				d.mu.Lock()
+				d.waiting[msg] = struct{}{}
+				d.mu.Unlock()
+				d.starts.Go(func() { d.start(ctx, msg) })
 			}
 			err = batch.Error()
 		}
+		if !got {
+			d.r.slots.unreserve()
+		}
 		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
-			d.w.log.Warn("pulling backlog jobs failed; retrying", "error", err, "failures", failures)
+			d.w.log.Warn("pulling backlog grants failed; retrying", "error", err, "failures", failures)
 			_ = sleep(ctx, backoff(failures))
 			continue
 		}
@@ -174,479 +152,403 @@ func (d *drainer) fetch(ctx context.Context) {
 	}
 }
 
-// add holds a delivered backlog job.
-func (d *drainer) add(ctx context.Context, msg jetstream.Msg) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		d.w.log.Error("a backlog delivery has no JetStream metadata", "subject", msg.Subject(), "error", err)
+// start waits for a grant's booked start and runs its job in the slot
+// reserved for it.
+func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
+	defer func() {
+		d.mu.Lock()
+		delete(d.waiting, msg)
+		d.mu.Unlock()
+	}()
+	seq, err := strconv.ParseUint(msg.Headers().Get(headerGrantSeq), 10, 64)
+	at, err2 := strconv.ParseInt(msg.Headers().Get(headerGrantStart), 10, 64)
+	if err != nil || err2 != nil {
+		d.w.log.Error("a grant names no backlog job; dropped", "seq", msg.Headers().Get(headerGrantSeq), "start", msg.Headers().Get(headerGrantStart))
+		d.r.slots.unreserve()
+		_ = msg.Term()
 		return
 	}
-	job, err := ParseJob(msg.Headers(), nil)
-	if err != nil {
-		d.deadLetter(ctx, msg, meta.Sequence.Stream, "invalid job", err)
-		return
-	}
-	// A job is due at its not-before, or when it was queued if it has
-	// none: candidates go in the order they became due.
-	due := job.NotBefore
-	if due.IsZero() {
-		due = job.EnqueuedAt
-	}
-	h := &heldJob{msg: msg, seq: meta.Sequence.Stream, subject: msg.Subject(), job: job, ready: due, due: due}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.running[h.seq] {
-		return // delivered again while it runs here (our heartbeats were late): not a second start
-	}
-	if old := d.held[h.seq]; old != nil {
-		// Delivered again (our heartbeats were late): keep the newer
-		// delivery's reply subject, and its place.
-		old.msg = msg
-		return
-	}
-	d.held[h.seq] = h
-	q := d.keys[h.subject]
-	i, _ := slices.BinarySearchFunc(q, h.seq, func(x *heldJob, seq uint64) int { return cmp.Compare(x.seq, seq) })
-	d.keys[h.subject] = slices.Insert(q, i, h)
-	d.pushLocked(h)
-}
-
-// pushLocked makes h a candidate and wakes the scheduler.
-func (d *drainer) pushLocked(h *heldJob) {
-	if h.inHeap {
-		return
-	}
-	h.inHeap = true
-	heap.Push(&d.heads, h)
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
-
-// schedule releases candidates, each at a start booked from the pacer.
-func (d *drainer) schedule(ctx context.Context) {
-	for {
-		select {
-		case d.pipe <- struct{}{}:
-		case <-ctx.Done():
+	stop := heartbeat(msg, d.w.cfg.AckWait/3)
+	start := time.Unix(0, at)
+	meta, _ := msg.Metadata()
+	// Taken again after a worker died, or late because every handler was
+	// busy: its booked start is spent. Book a new one, so that starts
+	// never crowd.
+	if (meta != nil && meta.NumDelivered > 1) || time.Since(start) > max(d.period, 20*time.Millisecond) {
+		wait, err := d.w.cfg.Pacer.Reserve(ctx)
+		if err != nil {
+			stop()
+			d.r.slots.unreserve()
+			d.handBack(msg, time.Second, err)
 			return
 		}
-		h := d.next(ctx)
-		if h == nil {
-			return
-		}
-		if !d.tryRelease(ctx, h) {
-			<-d.pipe
-		}
+		start = time.Now().Add(wait)
 	}
-}
-
-// next waits for a due candidate and takes it from the heap. It returns nil
-// when ctx ends.
-func (d *drainer) next(ctx context.Context) *heldJob {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		d.mu.Lock()
-		h := d.peekLocked()
-		var wait time.Duration
-		if h != nil {
-			if wait = time.Until(h.due); wait <= 0 {
-				heap.Pop(&d.heads)
-				h.inHeap = false
-				d.mu.Unlock()
-				return h
-			}
-		}
-		d.mu.Unlock()
-		var tick <-chan time.Time
-		if h != nil {
-			timer.Reset(wait)
-			tick = timer.C
-		}
-		select {
-		case <-tick:
-		case <-d.wake:
-		case <-ctx.Done():
-			return nil
-		}
+	err = sleep(ctx, time.Until(start))
+	stop()
+	if err != nil {
+		d.r.slots.unreserve()
+		d.handBack(msg, 0, nil) // stopping
+		return
 	}
-}
-
-// peekLocked drops heap entries that are no longer candidates and returns
-// the first one that is.
-func (d *drainer) peekLocked() *heldJob {
-	for d.heads.Len() > 0 {
-		h := d.heads[0]
-		if d.held[h.seq] == h && !h.releasing && !d.dueAheadLocked(h, time.Now()) {
-			return h
-		}
-		heap.Pop(&d.heads)
-		h.inHeap = false
+	if !d.r.slots.claim() {
+		// A READY job took the slot meanwhile: another worker, or this one
+		// later, books the job a new start.
+		d.handBack(msg, 0, nil)
+		return
 	}
-	return nil
-}
-
-// dueAheadLocked reports whether a job of h's key ahead of it in the stream,
-// held here, is due or on its way: FIFO among a key's due jobs. A job
-// ahead that is not due yet does not hold h back. h leaves the candidates
-// until that job is gone (forget makes the key's jobs candidates again).
-func (d *drainer) dueAheadLocked(h *heldJob, now time.Time) bool {
-	for _, x := range d.keys[h.subject] {
-		if x == h {
-			return false
-		}
-		if x.releasing || !x.ready.After(now) {
-			return true
-		}
-	}
-	return false
-}
-
-// maxScanAhead bounds how many earlier jobs of its key a due job's check
-// reads from the stream; with more ahead it waits for the key's head.
-const maxScanAhead = 64
-
-// dueAheadInStream reports whether a job of h's key before it in the
-// stream (held or running in any other worker, or held by none) is due:
-// then h waits its turn. Jobs this worker is running already started.
-// head is the key's first job in the stream.
-func (d *drainer) dueAheadInStream(ctx context.Context, h *heldJob, head *jetstream.RawStreamMsg, now time.Time) (bool, error) {
-	m := head
-	for range maxScanAhead {
-		if m.Sequence >= h.seq {
-			return false, nil
-		}
-		d.mu.Lock()
-		started := d.running[m.Sequence]
-		d.mu.Unlock()
-		if !started {
-			j, err := ParseJob(m.Header, nil)
-			if err != nil {
-				return true, nil // an invalid job ahead: a worker holding it dead-letters it first
-			}
-			due := j.NotBefore
-			if due.IsZero() {
-				due = j.EnqueuedAt
-			}
-			if !due.After(now) {
-				return true, nil
-			}
-		}
-		var err error
-		if m, err = d.stream.GetMsg(ctx, m.Sequence+1, jetstream.WithGetMsgSubject(h.subject)); err != nil {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-// tryRelease checks that no due job of h's key is ahead of it in the stream, books its start
-// and starts it in the background at the booked time. It reports whether a
-// release is under way (holding a pipeline token).
-func (d *drainer) tryRelease(ctx context.Context, h *heldJob) bool {
-	if max := d.w.cfg.Queue.MaxAge; max > 0 {
-		if waited := time.Since(h.job.EnqueuedAt); waited > max {
-			d.expire(ctx, h, waited)
-			return false
-		}
-	}
-	// Every handler busy: take the next free one before the checks and the
-	// booking, so that the job can start at its booked time. If none comes
-	// within handOffAfter, the worker's due jobs go to workers that may
-	// have one.
-	slot := false
-	if !d.r.slots.idle() {
-		tctx, cancel := context.WithTimeout(ctx, d.handOffAfter())
-		slot = d.r.slots.take(tctx.Done())
-		cancel()
-		if !slot {
-			if ctx.Err() == nil {
-				d.handOffDue()
-			}
-			d.retryLater(h, 0) // stopping: handed back with the rest
-			return false
-		}
-	}
-	if !d.book(ctx, h, slot) {
-		if slot {
-			d.r.slots.put()
-		}
-		return false
-	}
-	return true
-}
-
-// book checks h's place among its key's due jobs in the stream, books its
-// start and releases it in the background. It reports whether it did.
-func (d *drainer) book(ctx context.Context, h *heldJob, slot bool) bool {
-	// Each check has a deadline of its own: a request lost as a stream
-	// leader goes away is never answered, and ctx may have no deadline or
-	// a distant one (JetStream's 5s default applies only without one),
-	// which would stall the whole backlog behind this job.
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	raw, err := d.stream.GetMsg(rctx, 1, jetstream.WithGetMsgSubject(h.subject))
+	raw, err := d.backlog.GetMsg(rctx, seq)
+	cancel()
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		d.forget(h) // gone: another worker released it after our hold lapsed
-		return false
+		d.r.slots.put()
+		_ = ack(ctx, msg) // settled already, by whoever ran it before
+		return
 	case err != nil:
-		if ctx.Err() == nil {
-			d.w.log.Warn("reading a backlog key's first job failed; trying again", "job", h.job.ID, "error", err)
-			d.retryLater(h, time.Second)
-		}
-		return false
-	case raw.Sequence != h.seq:
-		now := time.Now()
-		ahead, err := d.dueAheadInStream(rctx, h, raw, now)
-		if err == nil && !ahead {
-			raw, err = d.stream.GetMsg(rctx, h.seq)
-		}
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			d.forget(h)
-			return false
-		case err != nil:
-			if ctx.Err() == nil {
-				d.w.log.Warn("reading a backlog key's earlier jobs failed; trying again", "job", h.job.ID, "error", err)
-				d.retryLater(h, time.Second)
-			}
-			return false
-		case ahead:
-			d.retryLater(h, d.recheck) // an earlier due job of the key goes first
-			return false
-		}
-	}
-	wait, err := d.w.cfg.Pacer.Reserve(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			d.w.log.Warn("booking a backlog start failed; trying again", "job", h.job.ID, "error", err)
-			d.retryLater(h, time.Second)
-		}
-		return false
-	}
-	d.mu.Lock()
-	h.releasing = true
-	d.mu.Unlock()
-	d.releasing.Go(func() {
-		defer func() { <-d.pipe }()
-		d.release(ctx, h, raw, wait, slot)
-	})
-	return true
-}
-
-// release waits for h's booked start and starts its handler, in the slot
-// it holds or in a free one. With every handler busy at that time the
-// booking goes unused and h books again.
-func (d *drainer) release(ctx context.Context, h *heldJob, raw *jetstream.RawStreamMsg, wait time.Duration, slot bool) {
-	if err := sleep(ctx, wait); err != nil {
-		if slot {
-			d.r.slots.put()
-		}
-		d.unrelease(h, 0) // stopping: handed back with the rest
+		d.r.slots.put()
+		d.handBack(msg, time.Second, err)
 		return
-	}
-	if !slot && !d.r.slots.tryTake() {
-		d.unrelease(h, 0)
-		return
-	}
-	job, err := ParseJob(raw.Header, raw.Data)
-	if err != nil { // its headers parsed when it was held; the stored ones are the same
-		job = h.job
-		job.Payload = raw.Data
 	}
 	e := &execution{
-		stream: StreamName(d.w.cfg.Queue.Name, Backlog), seq: h.seq, subject: h.subject,
-		header: raw.Header, data: raw.Data, job: &job, attempt: job.Attempt + 1, backlog: true,
+		msg: msg, stream: StreamName(d.w.cfg.Queue.Name, Backlog), seq: seq, subject: raw.Subject,
+		header: raw.Header, data: raw.Data, backlog: d.backlog,
 	}
-	// From here on the execution keeps the message alive; the next job of
-	// its key may be released.
-	d.mu.Lock()
-	e.msg = h.msg
-	d.running[h.seq] = true
-	d.mu.Unlock()
-	e.done = func() {
-		d.mu.Lock()
-		delete(d.running, h.seq)
-		d.mu.Unlock()
+	job, err := ParseJob(raw.Header, raw.Data)
+	if err != nil {
+		d.r.slots.put()
+		if e.claim() {
+			d.r.deadLetter(e, 0, "invalid job", err, 0)
+		}
+		return
 	}
-	d.forget(h)
+	e.job, e.attempt = &job, job.Attempt+1
 	d.w.observe(Event{Kind: Released, Job: &job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Waited: time.Since(job.EnqueuedAt)})
 	d.r.runBacklog(e, job)
 }
 
-// expire moves a job that waited longer than MaxAge to DEAD.
-func (d *drainer) expire(ctx context.Context, h *heldJob, waited time.Duration) {
-	reason := fmt.Sprintf("expired in backlog (waited %v, max_age %v)", waited.Round(time.Millisecond), d.w.cfg.Queue.MaxAge)
-	if d.deadLetter(ctx, h.msg, h.seq, reason, nil) {
-		d.forget(h)
-		d.w.observe(Event{Kind: DeadLettered, Job: &h.job, Reason: reason, Waited: waited})
-		return
+// handBack gives a grant back for another start.
+func (d *drainer) handBack(msg jetstream.Msg, delay time.Duration, cause error) {
+	if cause != nil {
+		d.w.log.Warn("starting a backlog job failed; its grant goes back", "error", cause)
 	}
-	d.retryLater(h, time.Second)
+	if err := msg.NakWithDelay(delay); err != nil {
+		d.w.log.Warn("handing a backlog grant back failed; it is delivered again after the ack wait", "error", err)
+	}
 }
 
-// deadLetter moves backlog message seq, read in full, to DEAD and acks
-// it. It reports success.
-func (d *drainer) deadLetter(ctx context.Context, msg jetstream.Msg, seq uint64, reason string, cause error) bool {
+// leader runs a queue's drain while its worker holds the lease.
+type leader struct {
+	d      *drainer
+	sched  *fairSched
+	filter string
+	wake   chan struct{} // a job was published to the backlog
+	// granted are the jobs granted and not yet settled when this leader
+	// began: they are not granted again.
+	granted map[uint64]bool
+	next    uint64 // the first backlog sequence the feed has not read
+	stats   *releaseStats
+}
+
+func newLeader(d *drainer) *leader {
+	q := d.w.cfg.Queue
+	return &leader{
+		d: d, sched: newFairSched(q.Fairness.MinShare), filter: subjectFilter(q.Name, Backlog),
+		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
+	}
+}
+
+// run leads until ctx ends.
+func (l *leader) run(ctx context.Context) {
+	log := l.d.w.log
+	log.Info("leading the backlog's drain")
+	defer log.Info("no longer leading the backlog's drain")
+	sub, err := l.d.w.js.Conn().Subscribe(l.filter, func(*nats.Msg) {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		log.Error("watching the backlog for new jobs failed; reading it every second instead", "error", err)
+	} else {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	for failures := 0; ctx.Err() == nil; failures++ {
+		if err = l.index(ctx); err == nil {
+			break
+		}
+		log.Warn("reading the backlog's keys failed; retrying", "error", err, "failures", failures+1)
+		_ = sleep(ctx, backoff(failures+1))
+	}
+	var pipe chan struct{}
+	for ctx.Err() == nil {
+		l.feed(ctx)
+		l.read(ctx)
+		now := time.Now()
+		if !l.sched.peek(now.UnixNano()) {
+			l.idle(ctx, now)
+			continue
+		}
+		if !l.demand(ctx) {
+			continue
+		}
+		if pipe != nil {
+			select { // book at most one start ahead of the next one due
+			case <-pipe:
+			case <-ctx.Done():
+				return
+			}
+		}
+		pipe = l.grantNext(ctx)
+	}
+}
+
+// idle waits for a job to become due or arrive.
+func (l *leader) idle(ctx context.Context, now time.Time) {
+	wait := time.Second // the feed is read at least this often
+	if at, ok := l.sched.nextDue(); ok {
+		wait = min(wait, time.Duration(at-now.UnixNano()))
+	}
+	t := time.NewTimer(max(wait, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-l.wake:
+	case <-ctx.Done():
+	}
+}
+
+// index reads which flows the backlog holds and each one's first job;
+// the feed reads what arrives after.
+func (l *leader) index(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 4*requestTimeout)
+	defer cancel()
+	gi, err := l.d.gstream.Info(rctx)
+	if err != nil {
+		return err
+	}
+	for seq := gi.State.FirstSeq; gi.State.Msgs > 0 && seq <= gi.State.LastSeq; {
+		m, err := l.d.gstream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(grantSubject(l.d.w.cfg.Queue.Name)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if s, err := strconv.ParseUint(m.Header.Get(headerGrantSeq), 10, 64); err == nil {
+			l.granted[s] = true
+		}
+		seq = m.Sequence + 1
+	}
+	info, err := l.d.backlog.Info(rctx, jetstream.WithSubjectFilter(l.filter))
+	if err != nil {
+		return err
+	}
+	l.next = info.State.LastSeq + 1
+	now := time.Now().UnixNano()
+	for subject := range info.State.Subjects {
+		f := l.sched.flow(subject)
+		f.more = true
+		l.sched.place(f, now)
+	}
+	l.d.w.log.Debug("backlog indexed", "flows", len(info.State.Subjects), "jobs", info.State.Msgs, "granted", len(l.granted))
+	return nil
+}
+
+// feed reads the jobs published since the last read.
+func (l *leader) feed(ctx context.Context) {
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		m, err := l.d.backlog.GetMsg(rctx, l.next, jetstream.WithGetMsgSubject(l.filter))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				l.d.w.log.Warn("reading new backlog jobs failed; trying again", "error", err)
+			}
+			return
+		}
+		l.next = m.Sequence + 1
+		l.sched.add(m.Subject, l.pending(m), time.Now().UnixNano())
+	}
+}
+
+// read fills the windows that have room from the stream.
+func (l *leader) read(ctx context.Context) {
+	for f := range l.sched.reads {
+		for f.needsRead() && ctx.Err() == nil {
+			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			m, err := l.d.backlog.GetMsg(rctx, f.last+1, jetstream.WithGetMsgSubject(f.subject))
+			cancel()
+			now := time.Now().UnixNano()
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				l.sched.exhausted(f, now)
+				break
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					l.d.w.log.Warn("reading a backlog key's jobs failed; trying again", "error", err)
+				}
+				return
+			}
+			if l.granted[m.Sequence] {
+				f.last = m.Sequence
+				continue
+			}
+			f.more = false // add appends it, and says more if the window is full
+			l.sched.add(f.subject, l.pending(m), now)
+			f.more = true
+			l.sched.place(f, now)
+		}
+	}
+}
+
+// pending is a backlog message as the scheduler sees it.
+func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
+	j, err := ParseJob(m.Header, nil)
+	if err != nil {
+		return pendingJob{seq: m.Sequence, bad: err}
+	}
+	due := j.NotBefore
+	if due.IsZero() {
+		due = j.EnqueuedAt
+	}
+	return pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1)}
+}
+
+// demand waits until the grants published so far are being taken: fewer
+// than two wait for a worker. It reports false if the caller should look
+// at the backlog again first.
+func (l *leader) demand(ctx context.Context) bool {
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		info, err := l.d.grants.Info(rctx)
+		cancel()
+		if err == nil && info.NumPending < 2 {
+			return true
+		}
+		if sleep(ctx, wait) != nil {
+			return false
+		}
+		if err != nil {
+			l.d.w.log.Warn("reading the grants consumer failed; trying again", "error", err)
+			return false
+		}
+	}
+}
+
+// grantNext picks the next job, books its start and grants it. The
+// returned channel closes one start before the booked one, when the next
+// start may be booked.
+func (l *leader) grantNext(ctx context.Context) chan struct{} {
+	now := time.Now()
+	f, j, ok := l.sched.pick(now.UnixNano())
+	if !ok {
+		return nil
+	}
+	q := l.d.w.cfg.Queue
+	switch {
+	case j.bad != nil:
+		l.deadLetter(ctx, f.subject, j, "invalid job", j.bad)
+		return nil
+	case q.MaxAge > 0 && now.Sub(time.Unix(0, j.enqueued)) > q.MaxAge:
+		waited := now.Sub(time.Unix(0, j.enqueued))
+		reason := fmt.Sprintf("expired in backlog (waited %v, max_age %v)", waited.Round(time.Millisecond), q.MaxAge)
+		l.deadLetter(ctx, f.subject, j, reason, nil)
+		return nil
+	}
+	wait, err := l.d.w.cfg.Pacer.Reserve(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.d.w.log.Warn("booking a backlog start failed; trying again", "error", err)
+			_ = sleep(ctx, time.Second)
+		}
+		l.sched.putBack(f.subject, j, time.Now().UnixNano())
+		return nil
+	}
+	start := time.Now().Add(wait)
+	m := nats.NewMsg(grantSubject(q.Name))
+	m.Header.Set(headerGrantSeq, strconv.FormatUint(j.seq, 10))
+	m.Header.Set(headerGrantStart, strconv.FormatInt(start.UnixNano(), 10))
+	m.Header.Set(nats.MsgIdHdr, "grant:"+strconv.FormatUint(j.seq, 10))
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	_, err = l.d.w.js.PublishMsg(rctx, m, jetstream.WithExpectStream(GrantsStreamName(q.Name)))
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			l.d.w.log.Warn("granting a backlog start failed; trying again", "error", err)
+		}
+		l.sched.putBack(f.subject, j, time.Now().UnixNano())
+		return nil
+	}
+	l.stats.add(tokenOf(f.subject), start)
+	next := make(chan struct{})
+	time.AfterFunc(time.Until(start)-l.d.period, func() { close(next) })
+	return next
+}
+
+// deadLetter moves a backlog job that will never start to DEAD.
+func (l *leader) deadLetter(ctx context.Context, subject string, j pendingJob, reason string, cause error) {
 	sctx, cancel := settleCtx(ctx)
 	defer cancel()
-	raw, err := d.stream.GetMsg(sctx, seq)
+	q := l.d.w.cfg.Queue
+	raw, err := l.d.backlog.GetMsg(sctx, j.seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return true // already gone
+		return // gone already
 	}
 	if err == nil {
 		dl := deadLetter{
-			queue: d.w.cfg.Queue.Name, subject: raw.Subject, stream: StreamName(d.w.cfg.Queue.Name, Backlog), seq: seq,
+			queue: q.Name, subject: raw.Subject, stream: StreamName(q.Name, Backlog), seq: j.seq,
 			header: raw.Header, data: raw.Data, reason: reason, err: cause,
 		}
-		_, err = dl.store(sctx, d.w.js, time.Now(), func(ctx context.Context) error { return ack(ctx, msg) })
+		_, err = dl.store(sctx, l.d.w.js, time.Now(), func(ctx context.Context) error { return deleteMsg(ctx, l.d.backlog, j.seq) })
 	}
 	if err != nil {
-		d.w.log.Error("dead-lettering a backlog job failed; it stays in the backlog", "stream_seq", seq, "reason", reason, "error", err)
-		return false
-	}
-	return true
-}
-
-// retryLater makes h a candidate again after wait.
-func (d *drainer) retryLater(h *heldJob, wait time.Duration) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.held[h.seq] != h {
+		l.d.w.log.Error("dead-lettering a backlog job failed; it stays in the backlog", "stream_seq", j.seq, "reason", reason, "error", err)
+		l.sched.putBack(subject, j, time.Now().Add(time.Second).UnixNano())
 		return
 	}
-	if t := time.Now().Add(wait); t.After(h.due) {
-		h.due = t
+	var job *Job
+	if parsed, err := ParseJob(raw.Header, nil); err == nil {
+		job = &parsed
 	}
-	d.pushLocked(h)
+	l.d.w.observe(Event{Kind: DeadLettered, Job: job, Reason: reason, Stream: StreamName(q.Name, Backlog), Sequence: j.seq,
+		Waited: time.Since(time.Unix(0, j.enqueued))})
 }
 
-// unrelease returns a job whose release did not happen to the candidates.
-func (d *drainer) unrelease(h *heldJob, wait time.Duration) {
-	d.mu.Lock()
-	h.releasing = false
-	d.mu.Unlock()
-	d.retryLater(h, wait)
+// deleteMsg removes a settled job from the backlog; one removed already
+// is fine.
+func deleteMsg(ctx context.Context, s jetstream.Stream, seq uint64) error {
+	err := s.DeleteMsg(ctx, seq)
+	if err == nil {
+		return nil
+	}
+	if _, gerr := s.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	return err
 }
 
-// forget drops h; the next job of its key becomes a candidate.
-func (d *drainer) forget(h *heldJob) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.held[h.seq] != h {
-		return
-	}
-	delete(d.held, h.seq)
-	q := slices.DeleteFunc(d.keys[h.subject], func(x *heldJob) bool { return x == h })
-	if len(q) == 0 {
-		delete(d.keys, h.subject)
-	} else {
-		d.keys[h.subject] = q
-		for _, x := range q { // those it held back are candidates again
-			d.pushLocked(x)
-		}
-	}
-	select {
-	case d.room <- struct{}{}:
-	default:
-	}
+// releaseStats counts the leader's grants per key token over the last
+// minute, for the per-key view.
+type releaseStats struct {
+	mu    sync.Mutex
+	slots [6]map[string]int // 10-second buckets
+	at    [6]int64          // the bucket's start, unix seconds / 10
 }
 
-// beat sends heartbeats for every held job every AckWait/3.
-func (d *drainer) beat(ctx context.Context) {
-	t := time.NewTicker(d.w.cfg.AckWait / 3)
-	defer t.Stop()
-	var msgs []jetstream.Msg
-	for {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-		msgs = msgs[:0]
-		d.mu.Lock()
-		for _, h := range d.held {
-			msgs = append(msgs, h.msg)
-		}
-		d.mu.Unlock()
-		for _, m := range msgs {
-			_ = m.InProgress() // a lost beat is covered by the next one
-		}
-	}
-}
+func newReleaseStats() *releaseStats { return &releaseStats{} }
 
-// handOffAfter is how long the drainer waits for a free handler before it
-// hands its due jobs on. Longer than a pull's wait, so that this worker's
-// pull in flight has ended and the jobs go to another worker's.
-func (d *drainer) handOffAfter() time.Duration {
-	return 2 * d.w.cfg.FetchWait
-}
-
-// handOffDue naks the held jobs that are due and not being released, so
-// that workers with free handlers start them, and stops pulling until a
-// handler here is free. Jobs not due yet stay: they hold back nobody.
-func (d *drainer) handOffDue() {
-	now := time.Now()
-	d.mu.Lock()
-	d.handedOn = true
-	var due []*heldJob
-	for _, h := range d.held {
-		if !h.releasing && !h.ready.After(now) {
-			due = append(due, h)
-		}
+func (s *releaseStats) add(token string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := at.Unix() / 10
+	i := int(b % int64(len(s.slots)))
+	if s.at[i] != b || s.slots[i] == nil {
+		s.slots[i], s.at[i] = make(map[string]int), b
 	}
-	d.mu.Unlock()
-	for _, h := range due {
-		d.mu.Lock()
-		msg := h.msg
-		d.mu.Unlock()
-		d.forget(h) // first: a delivery back to this worker is then held anew
-		if err := msg.Nak(); err != nil {
-			d.w.log.Warn("handing a due backlog job on failed; it is delivered again after the ack wait", "job", h.job.ID, "error", err)
-		}
-	}
-	if len(due) > 0 {
-		d.w.log.Debug("every handler stayed busy: due backlog jobs handed on to other workers", "jobs", len(due), "waited", d.handOffAfter())
-	}
-}
-
-// handBackAll naks every held job, so other workers get them at once.
-func (d *drainer) handBackAll() {
-	d.mu.Lock()
-	left := make([]*heldJob, 0, len(d.held))
-	for _, h := range d.held {
-		left = append(left, h)
-	}
-	clear(d.held)
-	clear(d.keys)
-	d.heads = d.heads[:0]
-	d.mu.Unlock()
-	for _, h := range left {
-		if err := h.msg.Nak(); err != nil {
-			d.w.log.Warn("handing a backlog job back failed; it is delivered again after the ack wait", "job", h.job.ID, "error", err)
-		}
-	}
-}
-
-// dueHeap orders candidates by due time, then by backlog sequence.
-type dueHeap []*heldJob
-
-func (h dueHeap) Len() int { return len(h) }
-func (h dueHeap) Less(i, j int) bool {
-	if !h[i].due.Equal(h[j].due) {
-		return h[i].due.Before(h[j].due)
-	}
-	return h[i].seq < h[j].seq
-}
-func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *dueHeap) Push(x any)   { *h = append(*h, x.(*heldJob)) }
-func (h *dueHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return x
+	s.slots[i][token]++
 }

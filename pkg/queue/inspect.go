@@ -92,7 +92,7 @@ func Inspect(ctx context.Context, js jetstream.JetStream, cfg Config) (Info, err
 	} else if c != nil {
 		info.InFlight, info.MaxAckPending, info.Redelivered, info.ReadyPullers = c.NumAckPending, c.Config.MaxAckPending, c.NumRedelivered, c.NumWaiting
 	}
-	if c, err := consumerInfo(ctx, js, StreamName(cfg.Name, Backlog), BacklogConsumer); err != nil {
+	if c, err := consumerInfo(ctx, js, GrantsStreamName(cfg.Name), GrantsConsumer); err != nil {
 		return Info{}, err
 	} else if c != nil {
 		info.BacklogHeld, info.BacklogPullers = c.NumAckPending, c.NumWaiting

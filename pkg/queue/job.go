@@ -81,7 +81,7 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 	if j.Weight < 0 || j.Weight > MaxWeight {
 		return nil, fmt.Errorf("%w %s: weight %d: want 1 to %d (0 means 1)", ErrInvalidJob, j.ID, j.Weight, MaxWeight)
 	}
-	m := nats.NewMsg(Subject(j.Queue, d, j.Key))
+	m := nats.NewMsg(classSubject(j.Queue, d, j.Priority, KeyToken(j.Key)))
 	for k, vs := range j.Header {
 		for _, v := range vs {
 			m.Header.Add(k, v)

@@ -61,7 +61,9 @@ func isJetStreamHeader(k string) bool {
 //     and the producer's own, such as traceparent.
 //   - Then the move sets its Spillway headers (m.set) and its message id.
 func (mv *move) message() *nats.Msg {
-	m := nats.NewMsg(subjectOf(mv.queue, mv.to, tokenOf(mv.subject)))
+	// The job's class, from its headers, picks its backlog subject.
+	class, _ := ParsePriority(mv.header.Get(HeaderPriority))
+	m := nats.NewMsg(classSubject(mv.queue, mv.to, class, tokenOf(mv.subject)))
 	for k, vs := range mv.header {
 		if !isJetStreamHeader(k) {
 			m.Header[k] = append([]string(nil), vs...)

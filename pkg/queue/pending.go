@@ -30,15 +30,15 @@ func pendingOf(m *jetstream.RawStreamMsg) Pending {
 	return p
 }
 
-// BacklogKeyHead reads the first job of key in queue's backlog: the job
-// whose release frees the key's first place. found is false when the key
-// has no job there.
-func BacklogKeyHead(ctx context.Context, js jetstream.JetStream, queue, key string) (p Pending, found bool, err error) {
+// BacklogKeyHead reads the first job of key and class in queue's backlog:
+// the job whose release frees the first place of the key's jobs of that
+// class. found is false when there is none.
+func BacklogKeyHead(ctx context.Context, js jetstream.JetStream, queue, key string, class Priority) (p Pending, found bool, err error) {
 	s, err := js.Stream(ctx, StreamName(queue, Backlog))
 	if err != nil {
 		return Pending{}, false, fmt.Errorf("queue: backlog of %s: %w", queue, err)
 	}
-	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(Subject(queue, Backlog, key)))
+	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(classSubject(queue, Backlog, class, KeyToken(key))))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Pending{}, false, nil
 	}

@@ -44,13 +44,26 @@ type execution struct {
 	data    []byte
 	job     *Job
 	attempt int
-	// backlog: run from its backlog message. A retry moves it to READY,
-	// since the backlog is for jobs waiting for their first start.
-	backlog bool
+	// backlog is set for a job run from its backlog message, msg being
+	// its grant: settling it deletes the message there, then acks the
+	// grant. A retry moves it to READY, since the backlog is for jobs
+	// waiting for their first start.
+	backlog jetstream.Stream
 	done    func() // called when the execution ends, if set
 
 	mu      sync.Mutex
 	settled bool
+}
+
+// settleSource removes a settled job from where it was: it acks a READY
+// delivery; it deletes a backlog job's message, then acks its grant.
+func (e *execution) settleSource(ctx context.Context) error {
+	if e.backlog != nil {
+		if err := deleteMsg(ctx, e.backlog, e.seq); err != nil {
+			return err
+		}
+	}
+	return ack(ctx, e.msg)
 }
 
 // claim reports whether the caller is the one to settle the delivery.
@@ -193,8 +206,9 @@ func (r *runner) handBackAll() {
 	}
 }
 
-// handBack gives a started job back: a READY job to READY, a backlog job
-// to the backlog, where a drainer holds it again and books it a new start.
+// handBack gives a started job back: a READY job to READY; a backlog
+// job's grant to the grants, where a worker takes it and books it a new
+// start.
 func (r *runner) handBack(e *execution) {
 	if err := e.msg.Nak(); err != nil {
 		r.w.log.Warn("handing a job back failed; JetStream will deliver it again after the ack wait", "error", err)
@@ -304,7 +318,7 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 	if herr == nil {
 		ctx, cancel := settleCtx(r.hctx)
 		defer cancel()
-		if err := ack(ctx, e.msg); err != nil {
+		if err := e.settleSource(ctx); err != nil {
 			r.w.log.Error("job succeeded but its ack failed; JetStream will deliver it again", "job", e.job.ID, "error", err)
 			return
 		}
@@ -317,7 +331,7 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 	}
 	d := r.w.next(e.attempt, herr)
 	if d.Verdict == retry.Retry {
-		if e.backlog {
+		if e.backlog != nil {
 			r.moveToRetry(e, d.Delay)
 		} else if err := e.msg.NakWithDelay(d.Delay); err != nil {
 			r.w.log.Warn("scheduling a retry failed; JetStream will deliver the job again after the ack wait", "job", e.job.ID, "error", err)
@@ -329,7 +343,8 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 }
 
 // moveToRetry moves a failed backlog job to READY with its tries so far
-// and a not-before of now+delay, then acks it in the backlog. Its message
+// and a not-before of now+delay, then deletes it from the backlog and acks
+// its grant. Its message
 // id is its backlog place (placeID), so a worker that dies between the
 // two, and whose successor runs and moves the job again, stores it once.
 // If the move fails the job goes back to the backlog after the delay, and
@@ -338,7 +353,7 @@ func (r *runner) moveToRetry(e *execution, delay time.Duration) {
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
 	mv := retryMove(r.w.cfg.Queue.Name, e.subject, e.header, e.data, e.stream, e.seq, e.attempt, time.Now().Add(delay))
-	moved, err := mv.do(ctx, r.w.js, func(ctx context.Context) error { return ack(ctx, e.msg) })
+	moved, err := mv.do(ctx, r.w.js, e.settleSource)
 	switch {
 	case moved == nil:
 		r.w.log.Error("moving a failed backlog job to READY for its retry failed; it goes back to the backlog", "job", e.job.ID, "error", err)
@@ -357,7 +372,7 @@ func (r *runner) deadLetter(e *execution, attempts int, reason string, cause err
 		queue: r.w.cfg.Queue.Name, subject: e.subject, stream: e.stream, seq: e.seq,
 		header: e.header, data: e.data, attempts: attempts, reason: reason, err: cause,
 	}
-	moved, err := dl.store(ctx, r.w.js, time.Now(), func(ctx context.Context) error { return ack(ctx, e.msg) })
+	moved, err := dl.store(ctx, r.w.js, time.Now(), e.settleSource)
 	if moved == nil {
 		r.w.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", dl.stream, "stream_seq", dl.seq, "error", err)
 		_ = e.msg.NakWithDelay(time.Second)

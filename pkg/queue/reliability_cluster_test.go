@@ -157,7 +157,7 @@ func TestReliabilityClusterLeaderLoss(t *testing.T) {
 	waitCluster(t, time.Minute, "the worker's consumers", func() bool {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err := js.Consumer(rctx, streams[1], queue.BacklogConsumer)
+		_, err := js.Consumer(rctx, queue.GrantsStreamName("r3"), queue.GrantsConsumer)
 		return err == nil
 	})
 	for _, s := range streams {
@@ -346,12 +346,12 @@ func clDiagnose(t *testing.T, js jetstream.JetStream, l *clLedger, lost []string
 	for _, d := range []queue.Destination{queue.Ready, queue.Backlog} {
 		info := clusterInfo(t, js, queue.StreamName("r3", d))
 		t.Logf("%s: state %+v cluster leader %s", info.Config.Name, info.State, info.Cluster.Leader)
-		name := queue.ReadyConsumer
+		stream, name := info.Config.Name, queue.ReadyConsumer
 		if d == queue.Backlog {
-			name = queue.BacklogConsumer
+			stream, name = queue.GrantsStreamName("r3"), queue.GrantsConsumer
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err := js.Consumer(ctx, info.Config.Name, name)
+		c, err := js.Consumer(ctx, stream, name)
 		cancel()
 		if err != nil {
 			t.Logf("consumer %s: %v", name, err)

@@ -9,6 +9,11 @@ type slots struct {
 	size    int
 	busy    int           // taken: a handler runs or is about to start
 	waiting int           // callers of take waiting for a slot
+	// reserved are promised to backlog grants waiting for their booked
+	// start, and taken (claim) at the start. A READY pull may still use
+	// them: READY jobs go first, and a grant whose slot was taken goes
+	// back for another worker.
+	reserved int
 	freed   chan struct{} // closed, and replaced, when a slot is put back
 }
 
@@ -62,15 +67,53 @@ func (s *slots) put() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.busy--
-	close(s.freed)
-	s.freed = make(chan struct{})
+	s.signalLocked()
 }
 
-// idle reports whether a slot is free that nobody waits for.
-func (s *slots) idle() bool {
+// free is how many slots nobody has taken, waits for or reserved.
+func (s *slots) free() int { return s.size - s.busy - s.waiting - s.reserved }
+
+// reserve waits until a slot is free and promises it to a grant, without
+// taking it: until the grant's start, a READY job that arrives may still
+// use it. It reports false if done closes first.
+func (s *slots) reserve(done <-chan struct{}) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.size-s.busy-s.waiting > 0
+	for s.free() <= 0 {
+		if !s.waitLocked(done) {
+			return false
+		}
+	}
+	s.reserved++
+	return true
+}
+
+// unreserve gives a promise back.
+func (s *slots) unreserve() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reserved--
+	s.signalLocked()
+}
+
+// claim turns a promise into a taken slot, if one is free; otherwise the
+// promise is given back and claim reports false.
+func (s *slots) claim() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reserved--
+	if s.busy < s.size {
+		s.busy++
+		return true
+	}
+	s.signalLocked()
+	return false
+}
+
+// signalLocked wakes the callers waiting for a slot.
+func (s *slots) signalLocked() {
+	close(s.freed)
+	s.freed = make(chan struct{})
 }
 
 // room waits until slots are free that nobody waits for, and returns how

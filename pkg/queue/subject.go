@@ -57,19 +57,53 @@ const subjectRoot = "spillway."
 
 // subjectOf is the one place a stream subject is spelled:
 // spillway.<destination>.<queue>.<token>, where token is a KeyToken, or
-// "*" for a filter matching every key.
+// "*" for a filter matching every key of the normal class. In the backlog,
+// the jobs of the other priority classes have a subject of their own
+// (classSubject), so that the drain reads each key's jobs of a class in
+// order without reading the others.
 func subjectOf(queue string, d Destination, token string) string {
 	return subjectRoot + d.String() + "." + queue + "." + token
 }
 
+// classSubject is the subject of a job of class p: in the backlog, a high
+// or low job of a key lands on spillway.backlog.<queue>.<class>.<token>;
+// every other job on subjectOf's subject.
+func classSubject(queue string, d Destination, p Priority, token string) string {
+	if d != Backlog || p == Normal {
+		return subjectOf(queue, d, token)
+	}
+	return subjectRoot + d.String() + "." + queue + "." + p.String() + "." + token
+}
+
 // subjectFilter matches every subject of a queue's destination: the
-// stream's subject, and a filter over all its keys.
+// stream's subject, and a filter over all its keys (and, in the backlog,
+// all its classes).
 func subjectFilter(queue string, d Destination) string {
+	if d == Backlog {
+		return subjectRoot + d.String() + "." + queue + ".>"
+	}
 	return subjectOf(queue, d, "*")
+}
+
+// grantSubject is where the drain's leader publishes a queue's grants.
+func grantSubject(queue string) string {
+	return subjectRoot + "grants." + queue
 }
 
 // tokenOf is a stream subject's last token, the key token: a move keeps
 // it, so a job stays under its key wherever it goes.
 func tokenOf(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+// classOf is the priority class of a backlog subject.
+func classOf(subject string) Priority {
+	rest := subject[:strings.LastIndexByte(subject, '.')]
+	switch rest[strings.LastIndexByte(rest, '.')+1:] {
+	case "high":
+		return High
+	case "low":
+		return Low
+	}
+	return Normal
 }

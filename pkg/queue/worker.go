@@ -24,7 +24,9 @@ type Handler func(ctx context.Context, j *Job) error
 
 // Durable consumer names, one of each per queue, shared by every worker.
 const (
-	ReadyConsumer   = "spillway-ready"
+	ReadyConsumer = "spillway-ready"
+	// BacklogConsumer is the backlog consumer of earlier versions, whose
+	// workers each held the backlog's jobs; workers delete it at start.
 	BacklogConsumer = "spillway-backlog"
 )
 
@@ -237,7 +239,7 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 // after a graceful stop — ctx ending while it starts is one too: nothing
 // was pulled yet — or the error that kept it from starting.
 func (w *Worker) Run(ctx context.Context) error {
-	ready, backlog, bstream, err := w.start(ctx)
+	ready, deps, err := w.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -250,7 +252,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	r := newRunner(w, ready, ctx, hctx)
-	d := newDrainer(w, r, backlog, bstream)
+	d := newDrainer(w, r, deps.grants, deps.backlog, deps.gstream, deps.kv)
 
 	var loops sync.WaitGroup
 	loops.Go(func() { r.pull(ctx) })
@@ -273,20 +275,61 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // start makes sure of the queue's streams and the workers' consumers.
-func (w *Worker) start(ctx context.Context) (ready, backlog jetstream.Consumer, bstream jetstream.Stream, err error) {
+func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainDeps, err error) {
 	if err = EnsureStreams(ctx, w.js, w.cfg.Queue); err != nil {
-		return nil, nil, nil, err
+		return nil, d, err
 	}
 	if ready, err = w.readyConsumer(ctx); err != nil {
-		return nil, nil, nil, err
+		return nil, d, err
 	}
-	if backlog, err = w.backlogConsumer(ctx); err != nil {
-		return nil, nil, nil, err
+	if err = w.retireBacklogConsumer(ctx); err != nil {
+		return nil, d, err
 	}
-	if bstream, err = w.js.Stream(ctx, StreamName(w.cfg.Queue.Name, Backlog)); err != nil {
-		return nil, nil, nil, fmt.Errorf("queue: stream %s: %w", StreamName(w.cfg.Queue.Name, Backlog), err)
+	gname := GrantsStreamName(w.cfg.Queue.Name)
+	if d.grants, err = w.ensureConsumer(ctx, gname, jetstream.ConsumerConfig{
+		Durable:       GrantsConsumer,
+		Description:   "Spillway workers: backlog jobs whose start the drain's leader booked",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: -1, // bounded by the workers' handlers: each takes one grant per free one
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}); err != nil {
+		return nil, d, err
 	}
-	return ready, backlog, bstream, nil
+	if d.backlog, err = w.js.Stream(ctx, StreamName(w.cfg.Queue.Name, Backlog)); err != nil {
+		return nil, d, fmt.Errorf("queue: stream %s: %w", StreamName(w.cfg.Queue.Name, Backlog), err)
+	}
+	if d.gstream, err = w.js.Stream(ctx, gname); err != nil {
+		return nil, d, fmt.Errorf("queue: stream %s: %w", gname, err)
+	}
+	if d.kv, err = OpenPacerBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
+		return nil, d, err
+	}
+	return ready, d, nil
+}
+
+// drainDeps are what the drain works with.
+type drainDeps struct {
+	grants           jetstream.Consumer
+	backlog, gstream jetstream.Stream
+	kv               jetstream.KeyValue
+}
+
+// retireBacklogConsumer deletes the backlog consumer of earlier versions,
+// whose workers held every backlog job: left in place, such a worker would
+// drain beside the leader.
+func (w *Worker) retireBacklogConsumer(ctx context.Context) error {
+	stream := StreamName(w.cfg.Queue.Name, Backlog)
+	err := w.js.DeleteConsumer(ctx, stream, BacklogConsumer)
+	switch {
+	case err == nil:
+		w.log.Warn("deleted the backlog consumer of an earlier Spillway version: the backlog now drains through grants; stop workers of earlier versions", "consumer", BacklogConsumer)
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+	default:
+		return fmt.Errorf("queue: consumer %s on %s: %w", BacklogConsumer, stream, err)
+	}
+	return nil
 }
 
 // readyConsumer creates or updates the ready consumer. MaxAckPending only
@@ -307,23 +350,6 @@ func (w *Worker) readyConsumer(ctx context.Context) (jetstream.Consumer, error) 
 		AckWait:       w.cfg.AckWait,
 		MaxDeliver:    -1, // the worker dead-letters; JetStream never drops
 		MaxAckPending: pending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-}
-
-// backlogConsumer creates or updates the backlog consumer. It delivers
-// headers only, and may have every job of the backlog delivered at once
-// (MaxAckPending = capacity), so that a job that is not due yet never hides
-// a due one behind it.
-func (w *Worker) backlogConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	return w.ensureConsumer(ctx, StreamName(w.cfg.Queue.Name, Backlog), jetstream.ConsumerConfig{
-		Durable:       BacklogConsumer,
-		Description:   "Spillway workers: the backlog, released at the leak rate",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.cfg.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: int(w.cfg.Queue.Capacity),
-		HeadersOnly:   true,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 }

@@ -1,0 +1,327 @@
+package queue
+
+import "container/heap"
+
+// The drain's scheduler decides which backlog job the next start of the
+// leak goes to (docs/design.md#fair-drain). It sees the backlog as flows:
+// the jobs of one key in one priority class, in stream order — one backlog
+// subject each. Of each flow it holds a window: at most flowWindow jobs,
+// their headers only.
+//
+//   - Among the flows of a class that have a due job, it picks by
+//     start-time fair queuing: each flow carries a finish tag in virtual
+//     time; a flow that becomes due after being idle starts at the class's
+//     virtual time, so it gets the next turn (an idle key saves nothing up);
+//     each start advances its flow's tag by tagScale/weight. Over any
+//     stretch where flows stay due, their starts are in proportion to their
+//     weights, within one start each; a lone due flow gets every start.
+//   - The first due job of the flow's window goes: FIFO within key and
+//     class among due jobs; a job not due yet holds back nobody behind it.
+//   - The highest class with a due flow goes first. With a minimum share m,
+//     each lower class with due jobs earns m of a start per start; once it
+//     has earned a whole one it goes next, so it keeps at least m of the
+//     starts while its jobs are due.
+//
+// Its cost is bounded by the flows, not by the backlog's depth: per flow a
+// window of headers, a tag and a place in a heap.
+type fairSched struct {
+	minShare int64 // per mille of the starts each lower class keeps
+	flows    map[string]*flow
+	classes  [len(Priorities)]classQueue
+	waiting  waitHeap // flows with jobs, none due yet: by their next due time
+	order    uint64
+	// reads are the flows that need a read from the stream (needsRead).
+	reads map[*flow]struct{}
+}
+
+// flowWindow is how many jobs of a flow the scheduler holds.
+const flowWindow = 8
+
+// tagScale is a start's cost in virtual time for a flow of weight 1.
+const tagScale = 1 << 20
+
+type classQueue struct {
+	vtime  uint64  // start tag of the class's last start
+	credit int64   // per mille of a start earned through the minimum share
+	due    dueFlow // flows with a due job, by start tag
+}
+
+// flow is the scheduler's view of one backlog subject.
+type flow struct {
+	subject string
+	class   Priority
+	window  []pendingJob // read and not granted, in stream order
+	last    uint64       // the highest sequence read into the window, or skipped
+	more    bool         // jobs after last may be in the stream: read them when there is room
+	finish  uint64       // finish tag of its last start
+	order   uint64       // breaks ties between equal tags: who became due first
+	dueIdx  int          // place in its class's due heap, or -1
+	waitIdx int          // place in the waiting heap, or -1
+	next    int64        // its earliest due time (unix ns) while waiting
+	grants  int          // starts granted over the scheduler's life
+}
+
+// pendingJob is a job of a flow's window.
+type pendingJob struct {
+	seq      uint64
+	due      int64 // unix ns: its not-before, or when it was queued
+	enqueued int64
+	weight   int
+	bad      error // its headers are not a job's: it is dead-lettered
+}
+
+func newFairSched(minShare float64) *fairSched {
+	return &fairSched{minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow), reads: make(map[*flow]struct{})}
+}
+
+// flow returns the flow of subject, making it if needed.
+func (s *fairSched) flow(subject string) *flow {
+	f := s.flows[subject]
+	if f == nil {
+		f = &flow{subject: subject, class: classOf(subject), dueIdx: -1, waitIdx: -1}
+		s.flows[subject] = f
+	}
+	return f
+}
+
+// add offers a job read from the stream, or seen arriving. A job at or
+// before the flow's last read is known already; with the window full, it
+// is left in the stream for a later read.
+func (s *fairSched) add(subject string, j pendingJob, now int64) {
+	f := s.flow(subject)
+	if j.seq <= f.last {
+		return
+	}
+	if len(f.window) >= flowWindow || f.more {
+		f.more = true
+		s.place(f, now)
+		return
+	}
+	f.window = append(f.window, j)
+	f.last = j.seq
+	s.place(f, now)
+}
+
+// exhausted records that the stream holds no job of f after its last read.
+func (s *fairSched) exhausted(f *flow, now int64) {
+	f.more = false
+	s.place(f, now)
+}
+
+// needsRead reports whether f should be read from the stream: it may hold
+// more jobs and its window has room.
+func (f *flow) needsRead() bool { return f.more && len(f.window) < flowWindow }
+
+// place puts f where it belongs: due, waiting for its first due job, or
+// gone when it holds nothing and nothing more is in the stream.
+func (s *fairSched) place(f *flow, now int64) {
+	if f.needsRead() {
+		s.reads[f] = struct{}{}
+	} else {
+		delete(s.reads, f)
+	}
+	due, next := false, int64(0)
+	for i, j := range f.window {
+		if j.due <= now || j.bad != nil {
+			due = true
+			break
+		}
+		if i == 0 || j.due < next {
+			next = j.due
+		}
+	}
+	c := &s.classes[f.class.index()]
+	switch {
+	case due:
+		if f.waitIdx >= 0 {
+			heap.Remove(&s.waiting, f.waitIdx)
+		}
+		if f.dueIdx < 0 {
+			// Due after being idle: it starts at the class's virtual time,
+			// after the flows that were due before it.
+			f.finish = max(f.finish, c.vtime)
+			s.order++
+			f.order = s.order
+			heap.Push(&c.due, f)
+		}
+	case len(f.window) > 0:
+		if f.dueIdx >= 0 {
+			heap.Remove(&c.due, f.dueIdx)
+		}
+		f.next = next
+		if f.waitIdx >= 0 {
+			heap.Fix(&s.waiting, f.waitIdx)
+		} else {
+			heap.Push(&s.waiting, f)
+		}
+	default:
+		if f.dueIdx >= 0 {
+			heap.Remove(&c.due, f.dueIdx)
+		}
+		if f.waitIdx >= 0 {
+			heap.Remove(&s.waiting, f.waitIdx)
+		}
+		if !f.more {
+			delete(s.flows, f.subject)
+		}
+	}
+}
+
+// wake makes due the waiting flows whose first job is due by now.
+func (s *fairSched) wake(now int64) {
+	for len(s.waiting) > 0 && s.waiting[0].next <= now {
+		f := heap.Pop(&s.waiting).(*flow)
+		s.place(f, now)
+	}
+}
+
+// nextDue is when the first waiting flow becomes due, and false if none
+// waits.
+func (s *fairSched) nextDue() (int64, bool) {
+	if len(s.waiting) == 0 {
+		return 0, false
+	}
+	return s.waiting[0].next, true
+}
+
+// pickClass is the class the next start goes to: the highest with a due
+// flow, or a lower one that has earned a start through the minimum share.
+// It settles the credits as if the start were made.
+func (s *fairSched) pickClass() (int, bool) {
+	top := -1
+	for i := range s.classes {
+		if len(s.classes[i].due) > 0 {
+			top = i
+			break
+		}
+	}
+	if top < 0 {
+		return 0, false
+	}
+	pick := top
+	if s.minShare > 0 {
+		for i := top + 1; i < len(s.classes); i++ {
+			c := &s.classes[i]
+			if len(c.due) == 0 {
+				continue
+			}
+			c.credit = min(c.credit+s.minShare, 1000)
+			if c.credit >= 1000 && pick == top {
+				pick = i
+			}
+		}
+	}
+	c := &s.classes[pick]
+	c.credit = max(c.credit-1000, 0)
+	return pick, true
+}
+
+// peek reports whether a job is due.
+func (s *fairSched) peek(now int64) bool {
+	s.wake(now)
+	for i := range s.classes {
+		if len(s.classes[i].due) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// pick takes the next job to start, from the flow it picks, and advances
+// that flow's tag. ok is false when no job is due.
+func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
+	s.wake(now)
+	ci, ok := s.pickClass()
+	if !ok {
+		return nil, pendingJob{}, false
+	}
+	c := &s.classes[ci]
+	f = c.due[0]
+	i := 0
+	for ; i < len(f.window); i++ {
+		if f.window[i].due <= now || f.window[i].bad != nil {
+			break
+		}
+	}
+	j = f.window[i]
+	f.window = append(f.window[:i], f.window[i+1:]...)
+	start := max(c.vtime, f.finish)
+	c.vtime = start
+	f.finish = start + tagScale/uint64(max(j.weight, 1))
+	f.grants++
+	heap.Remove(&c.due, f.dueIdx)
+	s.order++
+	f.order = s.order
+	s.place(f, now)
+	return f, j, true
+}
+
+// putBack returns a job that pick took but that could not be granted to
+// the front of its flow's window: it goes next in its flow.
+func (s *fairSched) putBack(subject string, j pendingJob, now int64) {
+	f := s.flow(subject)
+	i := 0
+	for i < len(f.window) && f.window[i].seq < j.seq {
+		i++
+	}
+	f.window = append(f.window[:i], append([]pendingJob{j}, f.window[i:]...)...)
+	f.last = max(f.last, j.seq)
+	if len(f.window) > flowWindow { // the window's last goes back to the stream
+		f.last = f.window[flowWindow-1].seq
+		f.window = f.window[:flowWindow]
+		f.more = true
+	}
+	s.place(f, now)
+}
+
+// dueFlow orders a class's due flows by start tag, then by when they
+// became due.
+type dueFlow []*flow
+
+func (h dueFlow) Len() int { return len(h) }
+func (h dueFlow) Less(i, j int) bool {
+	if h[i].finish != h[j].finish {
+		return h[i].finish < h[j].finish
+	}
+	return h[i].order < h[j].order
+}
+func (h dueFlow) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].dueIdx, h[j].dueIdx = i, j
+}
+func (h *dueFlow) Push(x any) {
+	f := x.(*flow)
+	f.dueIdx = len(*h)
+	*h = append(*h, f)
+}
+func (h *dueFlow) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	f.dueIdx = -1
+	return f
+}
+
+// waitHeap orders waiting flows by their next due time.
+type waitHeap []*flow
+
+func (h waitHeap) Len() int           { return len(h) }
+func (h waitHeap) Less(i, j int) bool { return h[i].next < h[j].next }
+func (h waitHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].waitIdx, h[j].waitIdx = i, j
+}
+func (h *waitHeap) Push(x any) {
+	f := x.(*flow)
+	f.waitIdx = len(*h)
+	*h = append(*h, f)
+}
+func (h *waitHeap) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	f.waitIdx = -1
+	return f
+}
