@@ -158,6 +158,23 @@ func repeat(n int, at time.Duration, f func(k int) Arrival) []Arrival {
 	return out
 }
 
+// atOnce returns n arrivals at the start: the first admitted pass, the
+// next queued wait one spacing apart (the first of them one spacing after
+// the start), and the rest are rejected, with retryAfter checked when it is
+// not zero.
+func atOnce(n, admitted, queued int, spacing, retryAfter time.Duration) []Arrival {
+	return repeat(n, 0, func(k int) Arrival {
+		switch {
+		case k <= admitted:
+			return Arrival{Want: A}
+		case k <= admitted+queued:
+			return Arrival{Want: Q, NotBefore: time.Duration(k-admitted) * spacing}
+		default:
+			return Arrival{Want: R, RetryAfter: retryAfter}
+		}
+	})
+}
+
 const (
 	A = bucket.Admitted
 	Q = bucket.Queued
@@ -226,30 +243,12 @@ func Exercise(t *testing.T, newStore NewStore) {
 	// rejected. (nginx compares the excess before counting the request in
 	// service, so 9 pass, 4 wait, the 14th is rejected.)
 	scenario("nginx/two_stage", bucket.Spec{Rate: "5r/s", Burst: 12, Delay: 8}, func() []Arrival {
-		return repeat(15, 0, func(k int) Arrival {
-			switch {
-			case k <= 9:
-				return Arrival{Want: A}
-			case k <= 13:
-				return Arrival{Want: Q, NotBefore: time.Duration(k-9) * 200 * time.Millisecond}
-			default:
-				return Arrival{Want: R, RetryAfter: 200 * time.Millisecond}
-			}
-		})
+		return atOnce(15, 9, 4, 200*time.Millisecond, 200*time.Millisecond)
 	})
 	// The end-to-end check of the running system: 40 at once at rate 1/s,
 	// burst 20, delay 5 → 6 admitted, 15 queued, 19 rejected.
 	scenario("leaky/burst20_delay5", bucket.Spec{Rate: "1/s", Burst: 20, Delay: 5}, func() []Arrival {
-		return repeat(40, 0, func(k int) Arrival {
-			switch {
-			case k <= 6:
-				return Arrival{Want: A}
-			case k <= 21:
-				return Arrival{Want: Q, NotBefore: time.Duration(k-6) * time.Second}
-			default:
-				return Arrival{Want: R}
-			}
-		})
+		return atOnce(40, 6, 15, time.Second, 0)
 	})
 	// Steady arrivals exactly at the rate never build excess.
 	scenario("leaky/at_rate", bucket.Spec{Rate: "4/s"}, func() []Arrival {
