@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,30 +119,26 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	payload := make([]byte, *payloadBytes)
 	_, _ = rand.Read(payload)
-	key := keyOr(*apiKey, getenv)
+	// Every job carries the same headers; the payload goes in each one.
+	job := submission{queue: *q, headers: headers, cost: *cost, apiKey: keyOr(*apiKey, getenv)}
 
 	var where string
 	switch *via {
 	case "http":
-		u, err := url.Parse(*server)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usageErrorf("spillctl bench: --server %q: want an http:// or https:// URL such as %s", *server, defaultServer)
+		a, err := newAdmitter("spillctl bench", *server, job.apiKey, *timeout)
+		if err != nil {
+			return err
 		}
 		h := http.Header{"Content-Type": {"application/octet-stream"}}
-		headers.each(func(k, v string) { h.Add(k, v) })
-		if *cost > 0 {
-			h.Set(api.HeaderCost, strconv.FormatInt(*cost, 10))
-		}
-		if key != "" {
-			h.Set("Authorization", "Bearer "+key)
-		}
+		job.setHeaders(h)
+		// The admitter's client, with a connection for each caller.
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = max(cfg.Callers, min(*maxOut, 1024))
 		tr.MaxIdleConns = tr.MaxIdleConnsPerHost
-		client := &http.Client{Timeout: *timeout, Transport: tr}
-		defer client.CloseIdleConnections()
-		where = strings.TrimRight(*server, "/") + "/v1/queues/" + *q + "/jobs"
-		cfg.Target = &loadgen.HTTPTarget{Client: client, URL: where, Header: h, KeyHeader: *keyHeader, Payload: payload}
+		a.client.Transport = tr
+		defer a.client.CloseIdleConnections()
+		where = a.base + jobsPath(*q)
+		cfg.Target = &loadgen.HTTPTarget{Client: a.client, URL: where, Header: h, KeyHeader: *keyHeader, Payload: payload}
 	case "nats":
 		nc, err := connectNATS(*natsURL, "spillctl bench")
 		if err != nil {
@@ -151,13 +146,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		defer nc.Close()
 		h := nats.Header{}
-		headers.each(func(k, v string) { h.Add(k, v) })
-		if *cost > 0 {
-			h.Set(api.HeaderCost, strconv.FormatInt(*cost, 10))
-		}
-		if key != "" {
-			h.Set("Authorization", "Bearer "+key)
-		}
+		job.setHeaders(h)
 		where = *natsURL + " " + api.SubmitPrefix + *q
 		cfg.Target = &loadgen.NATSTarget{Conn: nc, Subject: api.SubmitPrefix + *q, Header: h, KeyHeader: *keyHeader, Payload: payload, Timeout: *timeout}
 	default:

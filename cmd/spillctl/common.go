@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/spillway-dev/spillway/internal/api"
 )
 
@@ -159,11 +161,27 @@ type admitter struct {
 }
 
 func newAdmitter(cmd, server, apiKey string, timeout time.Duration) (*admitter, error) {
-	u, err := url.Parse(server)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if _, ok := httpURL(server); !ok {
 		return nil, usageErrorf("%s: --server %q: want an http:// or https:// URL such as %s", cmd, server, defaultServer)
 	}
 	return &admitter{base: strings.TrimRight(server, "/"), apiKey: apiKey, client: &http.Client{Timeout: timeout}}, nil
+}
+
+// httpURL parses s as an http:// or https:// URL with a host; ok is false
+// for anything else.
+func httpURL(s string) (u *url.URL, ok bool) {
+	u, err := url.Parse(s)
+	return u, err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// connectNATS connects with a short timeout and an error that says what
+// to do.
+func connectNATS(natsURL, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(natsURL, nats.Name(name), nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach NATS at %s: %w (is nats-server running? set --nats or $SPILLWAY_NATS_URL)", natsURL, err)
+	}
+	return nc, nil
 }
 
 // answer is an HTTP answer, read in full.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -37,8 +36,8 @@ func runProbe(ctx context.Context, args []string, stdout io.Writer) error {
 	if *timeout <= 0 {
 		return usageErrorf("spillctl probe: --timeout must be positive, got %s", *timeout)
 	}
-	u, err := url.Parse(pos[0])
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, ok := httpURL(pos[0])
+	if !ok {
 		return usageErrorf("spillctl probe: %q is not an http:// or https:// URL with a host", pos[0])
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)

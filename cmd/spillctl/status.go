@@ -43,33 +43,61 @@ type jobStatus struct {
 }
 
 func runStatus(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("spillctl status", flag.ContinueOnError)
-	conn := addAPIFlags(fs, getenv)
-	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
-	pos, done, err := parseArgs(fs, args, statusUsage, stdout)
+	g, done, err := parseGetter("spillctl status", statusUsage, "job ID", true, args, getenv, stdout)
 	if done || err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageErrorf("spillctl status: want one job ID, got %d arguments (see spillctl status --help)", len(pos))
-	}
-	a, err := conn.admitter("spillctl status", getenv)
-	if err != nil {
-		return err
-	}
 	var st jobStatus
-	raw, err := a.getJSON(ctx, "/v1/jobs/"+url.PathEscape(pos[0]), &st)
+	raw, err := g.a.getJSON(ctx, "/v1/jobs/"+url.PathEscape(g.arg), &st)
 	if err != nil {
 		if isNotFound(err) {
-			return fmt.Errorf("spillctl status: the admitter at %s knows no job %q (ids are what spillctl submit prints)", a.base, pos[0])
+			return fmt.Errorf("spillctl status: the admitter at %s knows no job %q (ids are what spillctl submit prints)", g.a.base, g.arg)
 		}
 		return fmt.Errorf("spillctl status: %w", err)
 	}
-	if *asJSON {
-		return writeRaw(stdout, raw)
+	return g.print(stdout, raw, formatJob(st, time.Now()))
+}
+
+// getter is a command that gets one of the admitter's JSON documents and
+// prints it for people, or with --json as the admitter sent it.
+type getter struct {
+	a      *admitter
+	arg    string // what the document is of (a job ID, a queue); "" when not given
+	asJSON bool
+}
+
+// parseGetter parses a getter's flags and its one positional argument,
+// what, which may be optional. done is true when --help was printed.
+func parseGetter(name, usage, what string, required bool, args []string, getenv func(string) string, stdout io.Writer) (g getter, done bool, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	conn := addAPIFlags(fs, getenv)
+	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
+	pos, done, err := parseArgs(fs, args, usage, stdout)
+	if done || err != nil {
+		return getter{}, done, err
 	}
-	fmt.Fprint(stdout, formatJob(st, time.Now()))
-	return nil
+	if len(pos) > 1 || required && len(pos) == 0 {
+		want := "one " + what
+		if !required {
+			want = "at most " + want
+		}
+		return getter{}, false, usageErrorf("%s: want %s, got %d arguments (see %s --help)", name, want, len(pos), name)
+	}
+	if len(pos) == 1 {
+		g.arg = pos[0]
+	}
+	g.asJSON = *asJSON
+	g.a, err = conn.admitter(name, getenv)
+	return g, false, err
+}
+
+// print writes the document: raw, indented, with --json; text otherwise.
+func (g getter) print(w io.Writer, raw []byte, text string) error {
+	if g.asJSON {
+		return writeRaw(w, raw)
+	}
+	_, err := io.WriteString(w, text)
+	return err
 }
 
 // keyOr is the --api-key value, or $SPILLWAY_API_KEY.
@@ -141,40 +169,26 @@ Flags:
 `
 
 func runQueues(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("spillctl queues", flag.ContinueOnError)
-	conn := addAPIFlags(fs, getenv)
-	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
-	pos, done, err := parseArgs(fs, args, queuesUsage, stdout)
+	g, done, err := parseGetter("spillctl queues", queuesUsage, "queue name", false, args, getenv, stdout)
 	if done || err != nil {
-		return err
-	}
-	if len(pos) > 1 {
-		return usageErrorf("spillctl queues: want at most one queue name, got %d arguments", len(pos))
-	}
-	a, err := conn.admitter("spillctl queues", getenv)
-	if err != nil {
 		return err
 	}
 	var list api.QueueList
 	var raw []byte
-	if len(pos) == 1 {
+	if g.arg != "" {
 		var qi api.QueueInfo
-		raw, err = a.getJSON(ctx, "/v1/queues/"+url.PathEscape(pos[0]), &qi)
+		raw, err = g.a.getJSON(ctx, "/v1/queues/"+url.PathEscape(g.arg), &qi)
 		if isNotFound(err) {
-			return fmt.Errorf("spillctl queues: the admitter at %s has no queue %q (spillctl queues lists them)", a.base, pos[0])
+			return fmt.Errorf("spillctl queues: the admitter at %s has no queue %q (spillctl queues lists them)", g.a.base, g.arg)
 		}
 		list.Queues = []api.QueueInfo{qi}
 	} else {
-		raw, err = a.getJSON(ctx, "/v1/queues", &list)
+		raw, err = g.a.getJSON(ctx, "/v1/queues", &list)
 	}
 	if err != nil {
 		return fmt.Errorf("spillctl queues: %w", err)
 	}
-	if *asJSON {
-		return writeRaw(stdout, raw)
-	}
-	fmt.Fprint(stdout, formatQueues(list.Queues))
-	return nil
+	return g.print(stdout, raw, formatQueues(list.Queues))
 }
 
 // formatQueues prints the queue table, and a warning under it for each

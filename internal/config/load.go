@@ -89,13 +89,7 @@ var settings = []setting{
 		setString(func(c *Config) *string { return &c.Redis.URL }, checkRedisURL),
 		func(o *Overrides) (string, bool) { return text(o.RedisURL) }},
 	{"redis.failure_mode", "SPILLWAY_REDIS_FAILURE_MODE",
-		func(c *Config, s string) error {
-			m, err := parseFailureMode(s)
-			if err == nil {
-				c.Redis.FailureMode = m
-			}
-			return err
-		},
+		setParsed(func(c *Config) *FailureMode { return &c.Redis.FailureMode }, parseFailureMode),
 		func(o *Overrides) (string, bool) { return text(o.RedisFailureMode) }},
 	{"redis.timeout", "SPILLWAY_REDIS_TIMEOUT",
 		setDuration(func(c *Config) *time.Duration { return &c.Redis.Timeout }, true),
@@ -104,25 +98,13 @@ var settings = []setting{
 		setString(func(c *Config) *string { return &c.HTTP.Listen }, checkListen),
 		func(o *Overrides) (string, bool) { return text(o.HTTPListen) }},
 	{"http.max_body_bytes", "SPILLWAY_HTTP_MAX_BODY_BYTES",
-		func(c *Config, s string) error {
-			n, err := parseInt(s, 1, maxInt64)
-			if err == nil {
-				c.HTTP.MaxBodyBytes = n
-			}
-			return err
-		},
+		setInt(func(c *Config) *int64 { return &c.HTTP.MaxBodyBytes }, maxInt64),
 		func(o *Overrides) (string, bool) { return intText(o.HTTPMaxBodyBytes) }},
 	{"http.api_keys_file", "SPILLWAY_HTTP_API_KEYS_FILE",
 		setString(func(c *Config) *string { return &c.HTTP.APIKeysFile }, nil),
 		func(o *Overrides) (string, bool) { return text(o.HTTPAPIKeysFile) }},
 	{"worker.concurrency", "SPILLWAY_WORKER_CONCURRENCY",
-		func(c *Config, s string) error {
-			n, err := parseInt(s, 1, maxInt)
-			if err == nil {
-				c.Worker.Concurrency = int(n)
-			}
-			return err
-		},
+		setInt(func(c *Config) *int { return &c.Worker.Concurrency }, maxInt),
 		func(o *Overrides) (string, bool) { return intText(o.WorkerConcurrency) }},
 	{"worker.grace_period", "SPILLWAY_WORKER_GRACE_PERIOD",
 		setDuration(func(c *Config) *time.Duration { return &c.Worker.GracePeriod }, false),
@@ -182,14 +164,27 @@ func setString(field func(*Config) *string, check func(string) error) func(*Conf
 	}
 }
 
-func setDuration(field func(*Config) *time.Duration, positive bool) func(*Config, string) error {
+// setParsed stores in field what parse makes of the value.
+func setParsed[T any](field func(*Config) *T, parse func(string) (T, error)) func(*Config, string) error {
 	return func(c *Config, s string) error {
-		d, err := parseDuration(s, positive)
+		v, err := parse(s)
 		if err == nil {
-			*field(c) = d
+			*field(c) = v
 		}
 		return err
 	}
+}
+
+func setDuration(field func(*Config) *time.Duration, positive bool) func(*Config, string) error {
+	return setParsed(field, func(s string) (time.Duration, error) { return parseDuration(s, positive) })
+}
+
+// setInt takes an integer from 1 to hi.
+func setInt[T int | int64](field func(*Config) *T, hi int64) func(*Config, string) error {
+	return setParsed(field, func(s string) (T, error) {
+		n, err := parseInt(s, 1, hi)
+		return T(n), err
+	})
 }
 
 func text[T ~string](p *T) (string, bool) {

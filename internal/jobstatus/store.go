@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // Bucket is the JetStream key-value bucket of job records.
@@ -53,7 +55,8 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	case ttl < time.Second:
 		return nil, fmt.Errorf("%w: ttl %v: must be at least 1s", ErrInvalidConfig, ttl)
 	}
-	if replicas < 0 || replicas > 5 {
+	replicas, err := queue.KVReplicas(replicas)
+	if err != nil {
 		return nil, fmt.Errorf("%w: replicas %d: want 1 to 5", ErrInvalidConfig, replicas)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -62,7 +65,7 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 		History:      1,
 		TTL:          ttl,
 		Storage:      jetstream.FileStorage,
-		Replicas:     max(replicas, 1),
+		Replicas:     replicas,
 		MaxValueSize: maxValueSize,
 	})
 	if err != nil {

@@ -20,6 +20,15 @@ import (
 // state in: one key per queue, named after it.
 const PacerBucket = "spillway-pacer"
 
+// KVReplicas is the replica count of a key-value bucket asked for as n: 0
+// means 1, any other n must be a stream's (ValidateReplicas: 1 to 5).
+func KVReplicas(n int) (int, error) {
+	if n == 0 {
+		return 1, nil
+	}
+	return n, ValidateReplicas(n)
+}
+
 // OpenPacerBucket creates the pacers' key-value bucket, or opens it if it
 // exists. It keeps only the latest value of each key; replicas is the
 // bucket's replica count (1 to 5; 0 means 1).
@@ -27,15 +36,16 @@ func OpenPacerBucket(ctx context.Context, js jetstream.JetStream, replicas int) 
 	if js == nil {
 		return nil, fmt.Errorf("%w: pacer: nil JetStream", ErrInvalidConfig)
 	}
-	if replicas < 0 || replicas > 5 {
-		return nil, fmt.Errorf("%w: pacer: replicas %d: want 1 to 5", ErrInvalidConfig, replicas)
+	replicas, err := KVReplicas(replicas)
+	if err != nil {
+		return nil, err
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      PacerBucket,
 		Description: "Spillway: the next backlog start of each queue, shared by every worker (docs/reliability.md)",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
+		Replicas:    replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: pacer bucket %s: %w", PacerBucket, err)

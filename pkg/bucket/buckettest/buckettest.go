@@ -158,6 +158,23 @@ func repeat(n int, at time.Duration, f func(k int) Arrival) []Arrival {
 	return out
 }
 
+// atOnce returns n arrivals at the start: the first admitted pass, the
+// next queued wait one spacing apart (the first of them one spacing after
+// the start), and the rest are rejected, with retryAfter checked when it is
+// not zero.
+func atOnce(n, admitted, queued int, spacing, retryAfter time.Duration) []Arrival {
+	return repeat(n, 0, func(k int) Arrival {
+		switch {
+		case k <= admitted:
+			return Arrival{Want: A}
+		case k <= admitted+queued:
+			return Arrival{Want: Q, NotBefore: time.Duration(k-admitted) * spacing}
+		default:
+			return Arrival{Want: R, RetryAfter: retryAfter}
+		}
+	})
+}
+
 const (
 	A = bucket.Admitted
 	Q = bucket.Queued
@@ -165,17 +182,48 @@ const (
 	R = bucket.Rejected
 )
 
+// concurrently runs f(g) in n goroutines, g from 0, and fails t with the
+// errors they return once all are done.
+func concurrently(t *testing.T, n int, f func(g int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for g := range n {
+		wg.Go(func() {
+			if err := f(g); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// setupFunc makes a store for one test, and the clock the store reads.
+type setupFunc func(t *testing.T) (bucket.Store, *Clock)
+
+// parallel runs f as a parallel subtest of t, with a store and clock of
+// its own.
+func (setup setupFunc) parallel(t *testing.T, name string, f func(t *testing.T, store bucket.Store, clock *Clock)) {
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		store, clock := setup(t)
+		f(t, store, clock)
+	})
+}
+
 // Exercise runs the whole suite against stores made by newStore.
 func Exercise(t *testing.T, newStore NewStore) {
-	setup := func(t *testing.T) (bucket.Store, *Clock) {
+	setup := setupFunc(func(t *testing.T) (bucket.Store, *Clock) {
 		t.Helper()
 		c := NewClock(Base)
 		return newStore(t, c.Now), c
-	}
+	})
 	scenario := func(name string, spec bucket.Spec, timeline func() []Arrival) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			store, clock := setup(t)
+		setup.parallel(t, name, func(t *testing.T, store bucket.Store, clock *Clock) {
 			Run(t, store, clock, Base, must(t, spec), timeline())
 		})
 	}
@@ -226,30 +274,12 @@ func Exercise(t *testing.T, newStore NewStore) {
 	// rejected. (nginx compares the excess before counting the request in
 	// service, so 9 pass, 4 wait, the 14th is rejected.)
 	scenario("nginx/two_stage", bucket.Spec{Rate: "5r/s", Burst: 12, Delay: 8}, func() []Arrival {
-		return repeat(15, 0, func(k int) Arrival {
-			switch {
-			case k <= 9:
-				return Arrival{Want: A}
-			case k <= 13:
-				return Arrival{Want: Q, NotBefore: time.Duration(k-9) * 200 * time.Millisecond}
-			default:
-				return Arrival{Want: R, RetryAfter: 200 * time.Millisecond}
-			}
-		})
+		return atOnce(15, 9, 4, 200*time.Millisecond, 200*time.Millisecond)
 	})
 	// The end-to-end check of the running system: 40 at once at rate 1/s,
 	// burst 20, delay 5 → 6 admitted, 15 queued, 19 rejected.
 	scenario("leaky/burst20_delay5", bucket.Spec{Rate: "1/s", Burst: 20, Delay: 5}, func() []Arrival {
-		return repeat(40, 0, func(k int) Arrival {
-			switch {
-			case k <= 6:
-				return Arrival{Want: A}
-			case k <= 21:
-				return Arrival{Want: Q, NotBefore: time.Duration(k-6) * time.Second}
-			default:
-				return Arrival{Want: R}
-			}
-		})
+		return atOnce(40, 6, 15, time.Second, 0)
 	})
 	// Steady arrivals exactly at the rate never build excess.
 	scenario("leaky/at_rate", bucket.Spec{Rate: "4/s"}, func() []Arrival {
@@ -337,9 +367,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		)
 	})
 
-	t.Run("keys_and_groups_are_isolated", func(t *testing.T) {
-		t.Parallel()
-		store, _ := setup(t)
+	setup.parallel(t, "keys_and_groups_are_isolated", func(t *testing.T, store bucket.Store, _ *Clock) {
 		l := must(t, bucket.Spec{Rate: "1/s"})
 		ctx := context.Background()
 		for _, c := range []struct {
@@ -353,9 +381,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		}
 	})
 
-	t.Run("tiers_all_or_nothing", func(t *testing.T) {
-		t.Parallel()
-		store, clock := setup(t)
+	setup.parallel(t, "tiers_all_or_nothing", func(t *testing.T, store bucket.Store, clock *Clock) {
 		tiers := []bucket.Tier{
 			{Key: "0:client", Limit: must(t, bucket.Spec{Algorithm: "token_bucket", Rate: "1/h", Burst: 2})},
 			{Key: "1:global", Limit: must(t, bucket.Spec{Rate: "1/s"})},
@@ -383,9 +409,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 		}
 	})
 
-	t.Run("tiers_worst_verdict_latest_not_before", func(t *testing.T) {
-		t.Parallel()
-		store, _ := setup(t)
+	setup.parallel(t, "tiers_worst_verdict_latest_not_before", func(t *testing.T, store bucket.Store, _ *Clock) {
 		tiers := []bucket.Tier{
 			{Key: "a", Limit: must(t, bucket.Spec{Rate: "1/s", Burst: 10})},   // queues 1 s per job
 			{Key: "b", Limit: must(t, bucket.Spec{Rate: "2/s", Burst: 10})},   // queues 0.5 s per job
@@ -437,36 +461,25 @@ func Exercise(t *testing.T, newStore NewStore) {
 			store, _ := setup(t) // the clock stands still
 			l := must(t, spec)
 			var accepted atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, 32)
-			for range 32 {
-				wg.Go(func() {
-					for range 40 {
-						d, err := store.Decide(context.Background(), "g", []bucket.Tier{{Key: "hot", Limit: l}}, 1)
-						if err != nil {
-							errs <- err
-							return
-						}
-						if d.Verdict <= Q {
-							accepted.Add(1)
-						}
+			concurrently(t, 32, func(int) error {
+				for range 40 {
+					d, err := store.Decide(context.Background(), "g", []bucket.Tier{{Key: "hot", Limit: l}}, 1)
+					if err != nil {
+						return err
 					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+					if d.Verdict <= Q {
+						accepted.Add(1)
+					}
+				}
+				return nil
+			})
 			if got, want := accepted.Load(), l.Quota(); got != want {
 				t.Errorf("%s: 1280 concurrent jobs at one instant: %d accepted, want exactly %d", l, got, want)
 			}
 		}
 	})
 
-	t.Run("bad_requests", func(t *testing.T) {
-		t.Parallel()
-		store, _ := setup(t)
+	setup.parallel(t, "bad_requests", func(t *testing.T, store bucket.Store, _ *Clock) {
 		ok := must(t, bucket.Spec{Rate: "1/s"})
 		ctx := context.Background()
 		cases := []struct {

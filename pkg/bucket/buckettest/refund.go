@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 // exerciseRefund checks Store.Refund: the contract's "a rejected job consumes
 // from no tier — also when the backlog refuses a job that the tiers would
 // have queued (its units are given back)".
-func exerciseRefund(t *testing.T, setup func(t *testing.T) (bucket.Store, *Clock)) {
+func exerciseRefund(t *testing.T, setup setupFunc) {
 	ctx := context.Background()
 	one := func(key string, l bucket.Limit) []bucket.Tier { return []bucket.Tier{{Key: key, Limit: l}} }
 
@@ -100,9 +99,7 @@ func exerciseRefund(t *testing.T, setup func(t *testing.T) (bucket.Store, *Clock
 
 	// An Excess decision over several tiers consumed from the tiers that
 	// admitted it; the refund gives back exactly those.
-	t.Run("refund/multi_tier_excess", func(t *testing.T) {
-		t.Parallel()
-		store, _ := setup(t)
+	setup.parallel(t, "refund/multi_tier_excess", func(t *testing.T, store bucket.Store, _ *Clock) {
 		tiers := []bucket.Tier{
 			{Key: "0:client", Limit: must(t, bucket.Spec{Rate: "1/s", Burst: 5, NoDelay: true})},
 			{Key: "1:global", Limit: must(t, bucket.Spec{Algorithm: "token_bucket", Rate: "1/h", Burst: 1})},
@@ -146,9 +143,7 @@ func exerciseRefund(t *testing.T, setup func(t *testing.T) (bucket.Store, *Clock
 
 	// A leaky bucket's Queued verdict consumed its excess; the refund takes
 	// the excess back and the next job is queued where the refunded one was.
-	t.Run("refund/leaky_queued", func(t *testing.T) {
-		t.Parallel()
-		store, clock := setup(t)
+	setup.parallel(t, "refund/leaky_queued", func(t *testing.T, store bucket.Store, clock *Clock) {
 		l := must(t, bucket.Spec{Rate: "1/s", Burst: 5, Delay: 1})
 		for k := 1; k <= 3; k++ {
 			if _, err := store.Decide(ctx, "g", one("k", l), 1); err != nil {
@@ -278,9 +273,7 @@ func exerciseRefund(t *testing.T, setup func(t *testing.T) (bucket.Store, *Clock
 
 	// A rejected decision consumed nothing (Consumed 0), and refunding it
 	// gives nothing back.
-	t.Run("refund/rejected_consumed_nothing", func(t *testing.T) {
-		t.Parallel()
-		store, _ := setup(t)
+	setup.parallel(t, "refund/rejected_consumed_nothing", func(t *testing.T, store bucket.Store, _ *Clock) {
 		tiers := []bucket.Tier{
 			{Key: "0:tokens", Limit: must(t, bucket.Spec{Algorithm: "token_bucket", Rate: "1/h", Burst: 5})},
 			{Key: "1:leaky", Limit: must(t, bucket.Spec{Rate: "1/s"})},
@@ -325,28 +318,19 @@ func exerciseRefund(t *testing.T, setup func(t *testing.T) (bucket.Store, *Clock
 		for _, spec := range allSpecs() {
 			store, _ := setup(t) // the clock stands still
 			l := must(t, spec)
-			var wg sync.WaitGroup
-			errs := make(chan error, 16)
-			for g := range 16 {
-				wg.Go(func() {
-					for i := range 30 {
-						cost := int64(1 + (g+i)%3)
-						d, err := store.Decide(ctx, "g", one("hot", l), cost)
-						if err == nil {
-							err = store.Refund(ctx, "g", one("hot", l), cost, d)
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
+			concurrently(t, 16, func(g int) error {
+				for i := range 30 {
+					cost := int64(1 + (g+i)%3)
+					d, err := store.Decide(ctx, "g", one("hot", l), cost)
+					if err == nil {
+						err = store.Refund(ctx, "g", one("hot", l), cost, d)
 					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 			accepted := int64(0)
 			for range 40 {
 				d, err := store.Decide(ctx, "g", one("hot", l), 1)
@@ -363,9 +347,7 @@ func exerciseRefund(t *testing.T, setup func(t *testing.T) (bucket.Store, *Clock
 		}
 	})
 
-	t.Run("refund/bad_requests", func(t *testing.T) {
-		t.Parallel()
-		store, _ := setup(t)
+	setup.parallel(t, "refund/bad_requests", func(t *testing.T, store bucket.Store, _ *Clock) {
 		ok := must(t, bucket.Spec{Rate: "1/s"})
 		tiers := []bucket.Tier{{Key: "a", Limit: ok}, {Key: "b", Limit: ok}}
 		d := bucket.Decision{Verdict: A, At: Base, NotBefore: Base, Consumed: 0b11}

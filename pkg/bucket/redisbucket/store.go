@@ -80,13 +80,7 @@ func WithPrefix(prefix string) Option {
 // WithMaxBatch bounds how many concurrent decisions share one round trip
 // (default DefaultMaxBatch, 1 to 1024). 1 turns coalescing off.
 func WithMaxBatch(n int) Option {
-	return func(s *Store) error {
-		if n < 1 || n > maxMaxBatch {
-			return fmt.Errorf("%w: max batch %d: want 1 to %d", ErrInvalidOption, n, maxMaxBatch)
-		}
-		s.maxBatch = n
-		return nil
-	}
+	return withCount("max batch", n, maxMaxBatch, func(s *Store) *int { return &s.maxBatch })
 }
 
 // WithMaxInFlight bounds how many round trips run at once (default
@@ -94,11 +88,17 @@ func WithMaxBatch(n int) Option {
 // together in the next one. Each round trip holds one connection of the
 // client's pool.
 func WithMaxInFlight(n int) Option {
+	return withCount("max in flight", n, maxMaxInFlight, func(s *Store) *int { return &s.maxInFlight })
+}
+
+// withCount is an option setting field to n, which must be 1 to hi; what
+// names it in the error.
+func withCount(what string, n, hi int, field func(*Store) *int) Option {
 	return func(s *Store) error {
-		if n < 1 || n > maxMaxInFlight {
-			return fmt.Errorf("%w: max in flight %d: want 1 to %d", ErrInvalidOption, n, maxMaxInFlight)
+		if n < 1 || n > hi {
+			return fmt.Errorf("%w: %s %d: want 1 to %d", ErrInvalidOption, what, n, hi)
 		}
-		s.maxInFlight = n
+		*field(s) = n
 		return nil
 	}
 }
