@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -281,6 +282,7 @@ func (l *leader) run(ctx context.Context) {
 		log.Warn("reading the backlog's keys failed; retrying", "error", err, "failures", failures+1)
 		_ = sleep(ctx, backoff(failures+1))
 	}
+	go l.publishStats(ctx)
 	var pipe chan struct{}
 	for ctx.Err() == nil {
 		l.feed(ctx)
@@ -533,11 +535,11 @@ func deleteMsg(ctx context.Context, s jetstream.Stream, seq uint64) error {
 }
 
 // releaseStats counts the leader's grants per key token over the last
-// minute, for the per-key view.
+// minute, in 10-second buckets, for the per-key view (KeyReleases).
 type releaseStats struct {
-	mu    sync.Mutex
-	slots [6]map[string]int // 10-second buckets
-	at    [6]int64          // the bucket's start, unix seconds / 10
+	mu      sync.Mutex
+	buckets [6]map[string]int
+	at      [6]int64 // each bucket's start, in unix seconds / 10
 }
 
 func newReleaseStats() *releaseStats { return &releaseStats{} }
@@ -546,9 +548,84 @@ func (s *releaseStats) add(token string, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b := at.Unix() / 10
-	i := int(b % int64(len(s.slots)))
-	if s.at[i] != b || s.slots[i] == nil {
-		s.slots[i], s.at[i] = make(map[string]int), b
+	i := int(b % int64(len(s.buckets)))
+	if s.at[i] != b || s.buckets[i] == nil {
+		s.buckets[i], s.at[i] = make(map[string]int), b
 	}
-	s.slots[i][token]++
+	s.buckets[i][token]++
+}
+
+// last is the grants per key token over the minute before now.
+func (s *releaseStats) last(now time.Time) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int)
+	b := now.Unix() / 10
+	for i, m := range s.buckets {
+		if b-s.at[i] < int64(len(s.buckets)) {
+			for k, n := range m {
+				out[k] += n
+			}
+		}
+	}
+	return out
+}
+
+// KeyReleases is the share of a queue's backlog starts each key had over
+// the last minute, as the drain's leader last published it (every few
+// seconds): by KeyToken.
+type KeyReleases struct {
+	At       time.Time      `json:"at"`
+	WindowS  int            `json:"window_s"`
+	Releases map[string]int `json:"releases"`
+}
+
+// keyReleasesKey is where the leader publishes a queue's KeyReleases in
+// the pacer bucket.
+func keyReleasesKey(queue string) string { return queue + ".key-releases" }
+
+// ReadKeyReleases reads what the drain's leader of queue last published;
+// found is false if it published nothing yet.
+func ReadKeyReleases(ctx context.Context, kv jetstream.KeyValue, queue string) (r KeyReleases, found bool, err error) {
+	e, err := kv.Get(ctx, keyReleasesKey(queue))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return KeyReleases{}, false, nil
+	}
+	if err != nil {
+		return KeyReleases{}, false, fmt.Errorf("queue: key releases of %s: %w", queue, err)
+	}
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return KeyReleases{}, false, fmt.Errorf("queue: key releases of %s: %w", queue, err)
+	}
+	return r, true, nil
+}
+
+// publishStats writes the last minute's releases per key every 5 s while
+// there were any, until ctx ends.
+func (l *leader) publishStats(ctx context.Context) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	empty := true
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		r := KeyReleases{At: time.Now().UTC(), WindowS: 60, Releases: l.stats.last(time.Now())}
+		if len(r.Releases) == 0 && empty {
+			continue // nothing new to say: an idle queue writes nothing
+		}
+		empty = len(r.Releases) == 0
+		b, err := json.Marshal(r)
+		if err != nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		_, err = l.d.kv.Put(rctx, keyReleasesKey(l.d.w.cfg.Queue.Name), b)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			l.d.w.log.Debug("publishing the releases per key failed", "error", err)
+		}
+	}
 }

@@ -109,17 +109,23 @@ func (s *fairSched) exhausted(f *flow, now int64) {
 }
 
 // needsRead reports whether f should be read from the stream: it may hold
-// more jobs and its window has room.
-func (f *flow) needsRead() bool { return f.more && len(f.window) < flowWindow }
+// more jobs, and its window is empty, or has room while the flow is due.
+// A flow whose first jobs are not due yet is read no further until they
+// are, so a backlog that waits costs one read per flow.
+func (f *flow) needsRead() bool {
+	return f.more && (len(f.window) == 0 || f.dueIdx >= 0 && len(f.window) < flowWindow)
+}
 
 // place puts f where it belongs: due, waiting for its first due job, or
 // gone when it holds nothing and nothing more is in the stream.
 func (s *fairSched) place(f *flow, now int64) {
-	if f.needsRead() {
-		s.reads[f] = struct{}{}
-	} else {
-		delete(s.reads, f)
-	}
+	defer func() {
+		if f.needsRead() {
+			s.reads[f] = struct{}{}
+		} else {
+			delete(s.reads, f)
+		}
+	}()
 	due, next := false, int64(0)
 	for i, j := range f.window {
 		if j.due <= now || j.bad != nil {
