@@ -82,11 +82,12 @@ type (
 		OnMissing field `yaml:"on_missing"`
 	}
 	backlogDoc struct {
-		Capacity        field `yaml:"capacity"`
-		PerKeyCapacity  field `yaml:"per_key_capacity"`
-		LeakRate        field `yaml:"leak_rate"`
-		MaxAge          field `yaml:"max_age"`
-		DuplicateWindow field `yaml:"duplicate_window"`
+		Capacity        field                `yaml:"capacity"`
+		PerKeyCapacity  field                `yaml:"per_key_capacity"`
+		LeakRate        field                `yaml:"leak_rate"`
+		MaxAge          field                `yaml:"max_age"`
+		DuplicateWindow field                `yaml:"duplicate_window"`
+		Fairness        section[fairnessDoc] `yaml:"fairness"`
 	}
 	readyDoc struct {
 		Capacity field `yaml:"capacity"`
@@ -933,6 +934,7 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 	// READY's bound lives with the backlog's: both are the queue's stream
 	// settings (queue.Config).
 	o.int("ready_capacity", &cfg.ReadyCapacity)
+	d.fairness(&b.Fairness, &o, &cfg.Fairness) // fairness.go
 	o.report(cfg.ValidateGiven())
 	return cfg
 }
