@@ -16,8 +16,12 @@ const (
 	// AdmitterGroup is the queue group every admitter subscribes in.
 	AdmitterGroup = "spillway-admitters"
 
-	HeaderStatus         = "Spillway-Status"
-	HeaderCost           = "Spillway-Cost"
+	HeaderStatus = "Spillway-Status"
+	HeaderCost   = "Spillway-Cost"
+	// HeaderPriority is a submission's class in the backlog's drain:
+	// high, normal or low (absent: normal). It orders the drain only;
+	// the limits decide the same whatever the class.
+	HeaderPriority       = "Spillway-Priority"
 	HeaderIdempotencyKey = "Idempotency-Key"
 	HeaderMsgID          = "Nats-Msg-Id"
 )
@@ -80,6 +84,7 @@ const (
 	ProblemBadRequest       = problemBase + "bad-request"        // 400
 	ProblemBadCost          = problemBase + "bad-cost"           // 400: Spillway-Cost not an integer ≥ 1 or above the limit
 	ProblemBadKey           = problemBase + "bad-key"            // 400: a key header missing, too long or not valid
+	ProblemBadPriority      = problemBase + "bad-priority"       // 400: Spillway-Priority not high, normal or low
 	ProblemUnauthorized     = problemBase + "unauthorized"       // 401
 	ProblemNotFound         = problemBase + "not-found"          // 404: unknown queue or job
 	ProblemMethodNotAllowed = problemBase + "method-not-allowed" // 405: a known path with another method
