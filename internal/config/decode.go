@@ -52,6 +52,7 @@ type (
 		MaxBodyBytes   field `yaml:"max_body_bytes"`
 		APIKeysFile    field `yaml:"api_keys_file"`
 		TrustedProxies field `yaml:"trusted_proxies"`
+		ShowRawKeys    field `yaml:"show_raw_keys"`
 	}
 	workerDoc struct {
 		Concurrency field `yaml:"concurrency"`
@@ -715,6 +716,7 @@ func (d *decoder) config(c *Config, root *yaml.Node) {
 		}
 		c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, p)
 	}
+	d.boolean(&h.ShowRawKeys, &c.HTTP.ShowRawKeys)
 
 	w := &doc.Worker.doc
 	concurrency := int64(c.Worker.Concurrency)

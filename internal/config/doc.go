@@ -54,6 +54,8 @@
 //	  max_body_bytes: 1048576
 //	  api_keys_file: ""                 # one key per line; "" = no authentication
 //	  trusted_proxies: [10.0.0.0/8]     # IPs or CIDRs whose X-Forwarded-For is believed
+//	  show_raw_keys: false              # GET /v1/queues/{queue}/keys lists raw keys beside
+//	                                    # their hashes (default false: hashes only)
 //	worker: {concurrency: 16, grace_period: 30s, ack_wait: 30s}
 //	status: {ttl: 24h}                  # how long a job's status is kept
 //	queues:                             # at least one; names unique

@@ -112,3 +112,18 @@ func TestFairnessValidateGiven(t *testing.T) {
 		}
 	}
 }
+
+// http.show_raw_keys: a boolean, default false.
+func TestShowRawKeys(t *testing.T) {
+	t.Parallel()
+	if mustLoad(t, minimal).HTTP.ShowRawKeys {
+		t.Error("show_raw_keys is on by default")
+	}
+	if !mustLoad(t, "http: {show_raw_keys: true}\n"+minimal).HTTP.ShowRawKeys {
+		t.Error("show_raw_keys: true is off")
+	}
+	want := []string{`spillway.yaml:1: http.show_raw_keys: expected true or false, got "maybe"`}
+	if got := problems(t, "http: {show_raw_keys: maybe}\n"+minimal); !slices.Equal(got, want) {
+		t.Errorf("show_raw_keys: maybe:\n got %v\nwant %v", got, want)
+	}
+}

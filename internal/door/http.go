@@ -58,6 +58,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, "/v1/jobs/{id}", h.auth(h.job)},
 		{http.MethodGet, "/v1/queues", h.auth(h.queues)},
 		{http.MethodGet, "/v1/queues/{queue}", h.auth(h.queueInfo)},
+		{http.MethodGet, "/v1/queues/{queue}/keys", h.auth(h.queueKeys)},
 		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, "ok\n")
@@ -111,7 +112,8 @@ func newRouter(routes []route) http.Handler {
 }
 
 type httpDoor struct {
-	o HTTPOptions
+	o    HTTPOptions
+	keys keysCache // GET /v1/queues/{queue}/keys (backlogkeys.go)
 }
 
 func (h *httpDoor) cfg() *config.Config { return h.o.Admitter.Config() }
