@@ -103,7 +103,7 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top 
 	now := time.Now()
 	keys = make([]KeyBacklog, 0, len(subjects))
 	for _, sub := range subjects {
-		k, ok, err := readKey(ctx, s, sub.name, min(uint64(sample), sub.n), now)
+		k, ok, err := readKey(ctx, s, sub.name, info.State.FirstSeq, min(uint64(sample), sub.n), now)
 		if err != nil {
 			return nil, 0, fmt.Errorf("queue: listing the keys of %s: %w", queue, err)
 		}
@@ -115,12 +115,12 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top 
 	return keys, total, nil
 }
 
-// readKey reads the first sample jobs of one key's subject: its key, age
-// and weight from the first, the classes from all. ok is false when the
-// subject has no job left.
-func readKey(ctx context.Context, s jetstream.Stream, subject string, sample uint64, now time.Time) (k KeyBacklog, ok bool, err error) {
+// readKey reads the first sample jobs of one key's subject, from the
+// stream's first sequence on: its key, age and weight from the first, the
+// classes from all. ok is false when the subject has no job left.
+func readKey(ctx context.Context, s jetstream.Stream, subject string, first, sample uint64, now time.Time) (k KeyBacklog, ok bool, err error) {
 	k.Priorities = map[Priority]int{High: 0, Normal: 0, Low: 0}
-	seq := uint64(1)
+	seq := max(first, 1)
 	for i := uint64(0); i < sample; i++ {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
