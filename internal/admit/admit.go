@@ -12,7 +12,9 @@
 //     the backlog; queued and excess ones to the backlog. JetStream
 //     enforces every bound. A backlog that refuses gives the job's units
 //     back (bucket refund) and the answer is rejected with the time until
-//     a place frees (retryafter.go).
+//     a place frees (retryafter.go). Either way the job carries the
+//     submission's priority class and its key's fairness weight, for the
+//     backlog's drain; neither changes the verdict.
 package admit
 
 import (
@@ -56,6 +58,10 @@ type Request struct {
 	NoPeer bool
 	// Cost in units (0 means 1).
 	Cost int64
+	// Priority is the job's class in the backlog's drain (the door reads
+	// Spillway-Priority; zero: Normal). It orders the drain only: the
+	// tiers decide the same whatever the class.
+	Priority queue.Priority
 	// IdempotencyKey, if set, makes the submission idempotent across doors
 	// and admitters.
 	IdempotencyKey string
@@ -187,6 +193,10 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, l.Name, l.Limit, quota)}
 		}
 	}
+	if r.Priority < queue.High || r.Priority > queue.Low {
+		return Answer{}, &Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority,
+			Detail: fmt.Sprintf("%s %s: want high, normal or low", api.HeaderPriority, r.Priority)}
+	}
 	tiers, jobKey, err := tiersFor(q, r)
 	if err != nil {
 		return Answer{}, err
@@ -252,7 +262,11 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 		}
 	}
 	now := a.o.Now()
-	j := &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: now, Header: r.Trace}
+	// The weight is the key's under the configuration this submission
+	// read (a reload applies to later jobs), stamped on the job so that
+	// the drain weighs keys without matching raw keys against rules.
+	j := &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: now, Header: r.Trace,
+		Priority: r.Priority, Weight: q.Backlog.Fairness.WeightOf(jobKey)}
 	dest := queue.Ready
 	if d.Verdict != bucket.Admitted {
 		dest = queue.Backlog

@@ -16,8 +16,12 @@ const (
 	// AdmitterGroup is the queue group every admitter subscribes in.
 	AdmitterGroup = "spillway-admitters"
 
-	HeaderStatus         = "Spillway-Status"
-	HeaderCost           = "Spillway-Cost"
+	HeaderStatus = "Spillway-Status"
+	HeaderCost   = "Spillway-Cost"
+	// HeaderPriority is a submission's class in the backlog's drain:
+	// high, normal or low (absent: normal). It orders the drain only;
+	// the limits decide the same whatever the class.
+	HeaderPriority       = "Spillway-Priority"
 	HeaderIdempotencyKey = "Idempotency-Key"
 	HeaderMsgID          = "Nats-Msg-Id"
 )
@@ -80,6 +84,7 @@ const (
 	ProblemBadRequest       = problemBase + "bad-request"        // 400
 	ProblemBadCost          = problemBase + "bad-cost"           // 400: Spillway-Cost not an integer ≥ 1 or above the limit
 	ProblemBadKey           = problemBase + "bad-key"            // 400: a key header missing, too long or not valid
+	ProblemBadPriority      = problemBase + "bad-priority"       // 400: Spillway-Priority not high, normal or low
 	ProblemUnauthorized     = problemBase + "unauthorized"       // 401
 	ProblemNotFound         = problemBase + "not-found"          // 404: unknown queue or job
 	ProblemMethodNotAllowed = problemBase + "method-not-allowed" // 405: a known path with another method
@@ -111,6 +116,47 @@ type QueueInfo struct {
 // QueueList is GET /v1/queues.
 type QueueList struct {
 	Queues []QueueInfo `json:"queues"`
+}
+
+// KeyList is GET /v1/queues/{queue}/keys: the keys with the deepest
+// backlogs, the deepest first.
+type KeyList struct {
+	Queue string    `json:"queue"`
+	Keys  []KeyInfo `json:"keys"`
+	// TotalKeys is how many keys have jobs in the backlog.
+	TotalKeys int `json:"total_keys"`
+	// ReleasesAt and ReleasesWindowS are the window that release_share
+	// covers, as the drain's leader last published it; absent when none
+	// did.
+	ReleasesAt      *time.Time `json:"releases_at,omitempty"`
+	ReleasesWindowS int64      `json:"releases_window_s,omitempty"`
+}
+
+// KeyInfo is one key's part of a backlog.
+type KeyInfo struct {
+	// KeyHash names the key without showing it: the first 16 hex
+	// characters of its SHA-256. Key is the key itself, only with
+	// http.show_raw_keys.
+	KeyHash string  `json:"key_hash"`
+	Key     *string `json:"key,omitempty"`
+	Depth   uint64  `json:"depth"`
+	// OldestAgeMS is how long the key's first backlog job has waited.
+	OldestAgeMS int64 `json:"oldest_age_ms"`
+	// Weight is the key's fairness weight, from its first backlog job.
+	Weight   int         `json:"weight"`
+	Priority PriorityMix `json:"priority"`
+	// ReleaseShare is the key's share of the backlog jobs released over
+	// the releases window (0 to 1); absent when no leader published counts.
+	ReleaseShare *float64 `json:"release_share,omitempty"`
+}
+
+// PriorityMix counts the priority classes among a key's first Sampled
+// backlog jobs (at most 64): a sample, not the whole backlog.
+type PriorityMix struct {
+	High    int `json:"high"`
+	Normal  int `json:"normal"`
+	Low     int `json:"low"`
+	Sampled int `json:"sampled"`
 }
 
 // IsToken reports whether s is an RFC 9110 token: what a header name, and

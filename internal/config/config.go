@@ -93,6 +93,9 @@ type HTTP struct {
 	MaxBodyBytes   int64  // default 1 MiB
 	APIKeysFile    string // one key per line; "" = no authentication
 	TrustedProxies []netip.Prefix
+	// ShowRawKeys lists raw client keys, beside their hashes, in
+	// GET /v1/queues/{queue}/keys (default false: hashes only).
+	ShowRawKeys bool
 }
 
 // Worker holds worker-process settings (worker:).

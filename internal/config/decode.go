@@ -52,6 +52,7 @@ type (
 		MaxBodyBytes   field `yaml:"max_body_bytes"`
 		APIKeysFile    field `yaml:"api_keys_file"`
 		TrustedProxies field `yaml:"trusted_proxies"`
+		ShowRawKeys    field `yaml:"show_raw_keys"`
 	}
 	workerDoc struct {
 		Concurrency field `yaml:"concurrency"`
@@ -82,11 +83,12 @@ type (
 		OnMissing field `yaml:"on_missing"`
 	}
 	backlogDoc struct {
-		Capacity        field `yaml:"capacity"`
-		PerKeyCapacity  field `yaml:"per_key_capacity"`
-		LeakRate        field `yaml:"leak_rate"`
-		MaxAge          field `yaml:"max_age"`
-		DuplicateWindow field `yaml:"duplicate_window"`
+		Capacity        field                `yaml:"capacity"`
+		PerKeyCapacity  field                `yaml:"per_key_capacity"`
+		LeakRate        field                `yaml:"leak_rate"`
+		MaxAge          field                `yaml:"max_age"`
+		DuplicateWindow field                `yaml:"duplicate_window"`
+		Fairness        section[fairnessDoc] `yaml:"fairness"`
 	}
 	readyDoc struct {
 		Capacity field `yaml:"capacity"`
@@ -714,6 +716,7 @@ func (d *decoder) config(c *Config, root *yaml.Node) {
 		}
 		c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, p)
 	}
+	d.boolean(&h.ShowRawKeys, &c.HTTP.ShowRawKeys)
 
 	w := &doc.Worker.doc
 	concurrency := int64(c.Worker.Concurrency)
@@ -933,6 +936,7 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 	// READY's bound lives with the backlog's: both are the queue's stream
 	// settings (queue.Config).
 	o.int("ready_capacity", &cfg.ReadyCapacity)
+	d.fairness(&b.Fairness, &o, &cfg.Fairness) // fairness.go
 	o.report(cfg.ValidateGiven())
 	return cfg
 }

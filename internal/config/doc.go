@@ -54,6 +54,8 @@
 //	  max_body_bytes: 1048576
 //	  api_keys_file: ""                 # one key per line; "" = no authentication
 //	  trusted_proxies: [10.0.0.0/8]     # IPs or CIDRs whose X-Forwarded-For is believed
+//	  show_raw_keys: false              # GET /v1/queues/{queue}/keys lists raw keys beside
+//	                                    # their hashes (default false: hashes only)
 //	worker: {concurrency: 16, grace_period: 30s, ack_wait: 30s}
 //	status: {ttl: 24h}                  # how long a job's status is kept
 //	queues:                             # at least one; names unique
@@ -77,6 +79,13 @@
 //	      leak_rate: 50/s               # required
 //	      max_age: 1h                   # default 0: no limit
 //	      duplicate_window: 2m          # default 2m
+//	      fairness:                     # how the leak is shared (default: every key weight 1,
+//	                                    # the priority classes strictly in order)
+//	        weights: {"tenant-a": 2, "tenant-*": 3}   # 1 to 1000 (default 1); KEY* a prefix,
+//	                                    # "*" every key; an exact key wins over a prefix, a longer
+//	                                    # prefix over a shorter (quote keys with *: YAML aliases)
+//	        min_share: 10%              # each lower class's share while it has due jobs,
+//	                                    # 0 to 0.5 or 0% to 50% (default 0: strict priority)
 //	    ready:
 //	      capacity: 10000               # admitted jobs READY holds (default 10000);
 //	                                    # when full, admitted jobs are queued in the backlog
@@ -89,6 +98,11 @@
 // An ip tier keys on the HTTP client's address: the NATS door has none, and
 // answers a submission to such a queue 400 bad-key (the admitter warns at
 // start and at each reload, naming the queue and the tier).
+//
+// A submission's Spillway-Priority header (high, normal or low) and its
+// key's weight under backlog.fairness.weights travel with the job: the
+// admitter stamps both on it, so a reload's weights apply to the jobs
+// submitted after it, and workers never match keys against the rules.
 //
 // A queue without a handler is admit-only: the admitter takes its jobs, and
 // a worker refuses to run it, since nothing could finish its jobs.
@@ -110,9 +124,10 @@
 // found by polling its modification time, size and contents' hash, which
 // also sees an editor's rename over the file. An invalid reload keeps the
 // running configuration, is logged, and is reported to the OnResult hook.
-// The admitter applies a reload's queues, limits and redis.failure_mode
-// (its decisions and /readyz follow the new mode); redis.url and
-// redis.timeout take effect at its next start.
+// The admitter applies a reload's queues, limits, fairness weights (to
+// the jobs submitted after it) and redis.failure_mode (its decisions and
+// /readyz follow the new mode); redis.url and redis.timeout take effect
+// at its next start.
 //
 // # Dev mode
 //

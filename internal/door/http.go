@@ -58,6 +58,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, "/v1/jobs/{id}", h.auth(h.job)},
 		{http.MethodGet, "/v1/queues", h.auth(h.queues)},
 		{http.MethodGet, "/v1/queues/{queue}", h.auth(h.queueInfo)},
+		{http.MethodGet, "/v1/queues/{queue}/keys", h.auth(h.queueKeys)},
 		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, "ok\n")
@@ -111,7 +112,8 @@ func newRouter(routes []route) http.Handler {
 }
 
 type httpDoor struct {
-	o HTTPOptions
+	o    HTTPOptions
+	keys keysCache // GET /v1/queues/{queue}/keys (backlogkeys.go)
 }
 
 func (h *httpDoor) cfg() *config.Config { return h.o.Admitter.Config() }
@@ -171,6 +173,10 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadCost, Title: "Bad cost", Field: api.HeaderCost, Detail: err.Error()})
 		return
 	}
+	if req.Priority, err = parsePriority(r.Header.Get(api.HeaderPriority)); err != nil {
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadPriority, Title: "Bad priority", Field: api.HeaderPriority, Detail: err.Error()})
+		return
+	}
 	ans, err := h.o.Admitter.Submit(r.Context(), req)
 	if err != nil {
 		h.submitError(w, r, name, err)
@@ -223,7 +229,7 @@ func (h *httpDoor) submitError(w http.ResponseWriter, r *http.Request, q string,
 // statusOf maps a problem type to its HTTP status.
 func statusOf(t string) int {
 	switch t {
-	case api.ProblemBadRequest, api.ProblemBadCost, api.ProblemBadKey:
+	case api.ProblemBadRequest, api.ProblemBadCost, api.ProblemBadKey, api.ProblemBadPriority:
 		return http.StatusBadRequest
 	case api.ProblemUnauthorized:
 		return http.StatusUnauthorized
@@ -263,6 +269,15 @@ func parseCost(s string) (int64, error) {
 		return 0, fmt.Errorf("%s %.40q: want an integer ≥ 1", api.HeaderCost, s)
 	}
 	return n, nil
+}
+
+// parsePriority reads Spillway-Priority, in any case: empty means normal.
+func parsePriority(s string) (queue.Priority, error) {
+	p, err := queue.ParsePriority(s)
+	if err != nil {
+		return p, fmt.Errorf("%s %.40q: want high, normal or low", api.HeaderPriority, s)
+	}
+	return p, nil
 }
 
 // traceHeaders keeps W3C trace context to carry with the job.

@@ -112,6 +112,12 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 		d.reply(m, rep)
 		return
 	}
+	prio, err := parsePriority(get(api.HeaderPriority))
+	if err != nil {
+		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadPriority, err.Error()
+		d.reply(m, rep)
+		return
+	}
 	idem := get(api.HeaderIdempotencyKey)
 	if idem == "" {
 		idem = get(api.HeaderMsgID)
@@ -119,7 +125,7 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
 	ans, err := d.admitter.Submit(ctx, &admit.Request{
-		Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, IdempotencyKey: idem, Trace: traceHeaders(get),
+		Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, Priority: prio, IdempotencyKey: idem, Trace: traceHeaders(get),
 	})
 	if err != nil {
 		var e *admit.Error

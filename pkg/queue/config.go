@@ -106,7 +106,8 @@ type FieldError struct {
 	Queue string
 	// Field is the field's name in a configuration file: capacity,
 	// per_key_capacity, ready_capacity, replicas, duplicate_window,
-	// leak_rate or max_age.
+	// leak_rate, max_age, fairness.min_share, or fairness.weights["KEY"]
+	// for one weight rule (KEY* for a prefix rule).
 	Field string
 	Value string // the value found
 	Want  string // what was expected: "an integer ≥ 1", "at most capacity"
@@ -166,6 +167,14 @@ func (c Config) ValidateGiven() error {
 	}
 	if c.DuplicateWindow <= 0 {
 		bad("duplicate_window", c.DuplicateWindow, "a positive duration")
+	}
+	for _, r := range c.Fairness.Weights {
+		if r.Weight < 1 || r.Weight > MaxWeight {
+			bad(fmt.Sprintf("fairness.weights[%q]", r.String()), r.Weight, fmt.Sprintf("an integer from 1 to %d", MaxWeight))
+		}
+	}
+	if s := c.Fairness.MinShare; !(s >= 0 && s <= MaxMinShare) { // NaN too
+		bad("fairness.min_share", s, fmt.Sprintf("a share from 0 to %v (0%% to %v%%)", MaxMinShare, MaxMinShare*100))
 	}
 	if c.ReadyCapacity < 1 {
 		bad("ready_capacity", c.ReadyCapacity, "an integer ≥ 1")
@@ -334,13 +343,18 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.DiscardNewPerSubject == want.DiscardNewPerSubject
 }
 
+// MaxMinShare bounds Fairness.MinShare: a lower class never takes more
+// than half of the starts from a higher one.
+const MaxMinShare = 0.5
+
 // Fairness shares a queue's leak among its keys and priority classes
 // (docs/design.md#fair-drain). The zero value gives every key weight 1 and
 // the classes strict priority.
 type Fairness struct {
 	// Weights give keys other weights than 1, matched by the admitter
-	// (WeightOf) and carried with each job; the first rule that matches a
-	// key wins.
+	// (WeightOf) and carried with each job. The most specific rule that
+	// matches a key wins, whatever the order: an exact key's, else the
+	// longest prefix's.
 	Weights []WeightRule
 	// MinShare is the share of the starts each lower class keeps while it
 	// has due jobs, however many jobs of higher classes are due (0 to 0.5;
@@ -358,6 +372,15 @@ type WeightRule struct {
 	Weight int
 }
 
+// String is the rule's key as a configuration file writes it: the key,
+// or the prefix followed by * ("*" alone for every key).
+func (r WeightRule) String() string {
+	if r.Prefix {
+		return r.Key + "*"
+	}
+	return r.Key
+}
+
 // Matches reports whether the rule applies to key.
 func (r WeightRule) Matches(key string) bool {
 	if r.Prefix {
@@ -366,12 +389,21 @@ func (r WeightRule) Matches(key string) bool {
 	return key == r.Key
 }
 
-// WeightOf is key's weight: the first matching rule's, or 1.
+// WeightOf is key's weight: the weight of the most specific rule that
+// matches it — an exact rule's, else the longest prefix's, the first of
+// equals — or 1 when none does. Rules in that order (exact ones first,
+// then prefixes from the longest, as the configuration loader sorts
+// them) make it the first rule that matches.
 func (f Fairness) WeightOf(key string) int {
+	w, longest := 1, -1
 	for _, r := range f.Weights {
-		if r.Matches(key) {
+		switch {
+		case !r.Matches(key):
+		case !r.Prefix:
 			return r.Weight
+		case len(r.Key) > longest:
+			w, longest = r.Weight, len(r.Key)
 		}
 	}
-	return 1
+	return w
 }

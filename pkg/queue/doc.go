@@ -84,6 +84,8 @@
 // source.
 //
 // Inspect reads a queue's depth, capacity, fill, oldest age, in-flight jobs
-// and estimated drain time from JetStream. DeadLetters lists, replays and
-// purges a queue's dead letters.
+// and estimated drain time from JetStream; BacklogKeys lists its deepest
+// keys (depth, oldest age, weight, a sample of priority classes), and
+// ReadKeyReleases the drain leader's per-key release counts. DeadLetters
+// lists, replays and purges a queue's dead letters.
 package queue

@@ -1,0 +1,133 @@
+package door
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// keysCacheFor is how long a queue's key listing is served again rather
+// than read anew: one listing reads every key's subject count and up to
+// thousands of jobs, and a dashboard polling it should not repeat that
+// for each viewer.
+const keysCacheFor = time.Second
+
+// keysCache holds the last key listing of each queue.
+type keysCache struct {
+	mu sync.Mutex
+	m  map[string]*keysEntry
+}
+
+// keysEntry is one queue's last listing. Its mutex is held while the
+// listing is read, so concurrent requests for a queue read it once.
+type keysEntry struct {
+	mu       sync.Mutex
+	at       time.Time
+	top      int
+	keys     []queue.KeyBacklog
+	total    int
+	releases *queue.KeyReleases
+}
+
+func (c *keysCache) entry(q string) *keysEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*keysEntry{}
+	}
+	e := c.m[q]
+	if e == nil {
+		e = &keysEntry{}
+		c.m[q] = e
+	}
+	return e
+}
+
+// queueKeys serves GET /v1/queues/{queue}/keys?top=N.
+func (h *httpDoor) queueKeys(w http.ResponseWriter, r *http.Request) {
+	cfg := h.cfg()
+	q := cfg.Queue(r.PathValue("queue"))
+	if q == nil {
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", r.PathValue("queue"))})
+		return
+	}
+	top, err := parseTop(r.URL.Query().Get("top"))
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad top", Field: "top", Detail: err.Error()})
+		return
+	}
+	e := h.keys.entry(q.Name)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.top != top || time.Since(e.at) >= keysCacheFor {
+		if err := h.readKeys(r.Context(), e, q.Name, top); err != nil {
+			h.unavailable(w, r, "reading the keys of queue "+q.Name, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, "application/json", keyList(q.Name, e, cfg.HTTP.ShowRawKeys))
+}
+
+// readKeys reads a queue's listing into e.
+func (h *httpDoor) readKeys(ctx context.Context, e *keysEntry, q string, top int) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	keys, total, err := queue.BacklogKeys(ctx, h.o.JS, q, top)
+	if err != nil {
+		return err
+	}
+	releases, err := queue.ReadKeyReleases(ctx, h.o.JS, q)
+	if err != nil {
+		// The listing stands without the shares.
+		h.o.Logger.Warn("door: reading the drain's release counts", "queue", q, "err", err)
+	}
+	e.at, e.top, e.keys, e.total, e.releases = time.Now(), top, keys, total, releases
+	return nil
+}
+
+// keyList is a listing as the API shows it: raw keys only with
+// http.show_raw_keys.
+func keyList(q string, e *keysEntry, raw bool) api.KeyList {
+	list := api.KeyList{Queue: q, Keys: make([]api.KeyInfo, 0, len(e.keys)), TotalKeys: e.total}
+	if e.releases != nil {
+		at := e.releases.At.UTC()
+		list.ReleasesAt, list.ReleasesWindowS = &at, e.releases.WindowS
+	}
+	for _, k := range e.keys {
+		ki := api.KeyInfo{
+			KeyHash: k.Hash, Depth: k.Depth, OldestAgeMS: k.OldestAge.Milliseconds(), Weight: k.Weight,
+			Priority: api.PriorityMix{High: k.Priorities[queue.High], Normal: k.Priorities[queue.Normal], Low: k.Priorities[queue.Low], Sampled: k.Sampled},
+		}
+		if raw {
+			key := k.Key
+			ki.Key = &key
+		}
+		if e.releases != nil {
+			share := e.releases.Share(k.Hash)
+			ki.ReleaseShare = &share
+		}
+		list.Keys = append(list.Keys, ki)
+	}
+	return list
+}
+
+// parseTop reads the top query parameter: empty means
+// queue.DefaultTopKeys.
+func parseTop(s string) (int, error) {
+	if s == "" {
+		return queue.DefaultTopKeys, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 || n > queue.MaxTopKeys {
+		return 0, fmt.Errorf("top %.40q: want an integer from 1 to %d", s, queue.MaxTopKeys)
+	}
+	return n, nil
+}

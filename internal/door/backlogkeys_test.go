@@ -1,0 +1,111 @@
+package door_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/door"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// keysConfig: per X-Client a first job admitted, the next ten queued;
+// tenant-a weighs 4.
+const keysConfig = `
+queues:
+  - name: q
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/m, burst: 10, delay: 0}
+    backlog: {capacity: 100, leak_rate: 1/m, fairness: {weights: {tenant-a: 4}}}
+`
+
+func (b *testBundle) keyList(t *testing.T, path string, header ...string) api.KeyList {
+	t.Helper()
+	r := b.get(t, path, header...)
+	if r.code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, r.code, r.body)
+	}
+	var l api.KeyList
+	if err := json.Unmarshal(r.body, &l); err != nil {
+		t.Fatalf("GET %s: %s: %v", path, r.body, err)
+	}
+	return l
+}
+
+func TestHTTPBacklogKeys(t *testing.T) {
+	t.Parallel()
+	keys, err := door.LoadAPIKeys(writeFile(t, "keys", testKey+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, keysConfig, setupOptions{keys: keys})
+	auth := []string{"X-Api-Key", testKey}
+	before := time.Now()
+	for _, s := range []struct{ key, priority string }{
+		{"tenant-a", ""}, {"tenant-a", "high"}, {"tenant-a", "low"}, {"tenant-a", "low"}, // admitted, then 3 queued
+		{"tenant-b", "low"}, {"tenant-b", ""}, // admitted, then 1 queued
+	} {
+		if r := b.post(t, "q", nil, append([]string{"X-Client", s.key, api.HeaderPriority, s.priority}, auth...)...); r.code != http.StatusAccepted {
+			t.Fatalf("submitting for %s: %d %s", s.key, r.code, r.body)
+		}
+	}
+	if r := b.get(t, "/v1/queues/q/keys"); r.code != http.StatusUnauthorized {
+		t.Errorf("without a key: %d %s, want 401", r.code, r.body)
+	}
+
+	l := b.keyList(t, "/v1/queues/q/keys", auth...)
+	age := time.Since(before).Milliseconds()
+	if l.Queue != "q" || l.TotalKeys != 2 || len(l.Keys) != 2 || l.ReleasesAt != nil {
+		t.Fatalf("the listing: %+v, want 2 keys of queue q, no releases", l)
+	}
+	a, bb := l.Keys[0], l.Keys[1]
+	if a.KeyHash != queue.KeyHash("tenant-a") || a.Key != nil || a.Depth != 3 || a.Weight != 4 || a.OldestAgeMS < 0 || a.OldestAgeMS > age ||
+		a.Priority != (api.PriorityMix{High: 1, Low: 2, Sampled: 3}) || a.ReleaseShare != nil {
+		t.Errorf("tenant-a: %+v, want its hash, no raw key, depth 3, weight 4, 1 high and 2 low of 3, no release share", a)
+	}
+	if bb.KeyHash != queue.KeyHash("tenant-b") || bb.Depth != 1 || bb.Weight != 1 || bb.Priority != (api.PriorityMix{Normal: 1, Sampled: 1}) {
+		t.Errorf("tenant-b: %+v, want depth 1, weight 1, 1 normal", bb)
+	}
+	if l := b.keyList(t, "/v1/queues/q/keys?top=1", auth...); len(l.Keys) != 1 || l.Keys[0].KeyHash != a.KeyHash || l.TotalKeys != 2 {
+		t.Errorf("top=1: %+v, want tenant-a alone of 2", l)
+	}
+
+	// The drain leader's release counts give each key its share.
+	kv, err := queue.OpenPacerBucket(t.Context(), b.JS, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"at": "2026-01-02T03:04:05Z", "window_s": 60, "releases": {"` + a.KeyHash + `": 3, "` + bb.KeyHash + `": 1}}`
+	if _, err := kv.Put(t.Context(), queue.KeyReleasesKey("q"), []byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	// Another top is another listing: read anew, not from the cache.
+	l = b.keyList(t, "/v1/queues/q/keys?top=5", auth...)
+	if l.ReleasesAt == nil || !l.ReleasesAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) || l.ReleasesWindowS != 60 || len(l.Keys) != 2 ||
+		l.Keys[0].ReleaseShare == nil || *l.Keys[0].ReleaseShare != 0.75 || l.Keys[1].ReleaseShare == nil || *l.Keys[1].ReleaseShare != 0.25 {
+		t.Errorf("with release counts: %+v, want releases_at, window 60 s and shares 0.75 and 0.25", l)
+	}
+
+	// http.show_raw_keys, after a reload.
+	b.admitter.SetConfig(admittest.LoadConfig(t, "http: {show_raw_keys: true}\n"+keysConfig))
+	l = b.keyList(t, "/v1/queues/q/keys?top=5", auth...)
+	if len(l.Keys) != 2 || l.Keys[0].Key == nil || *l.Keys[0].Key != "tenant-a" || l.Keys[1].Key == nil || *l.Keys[1].Key != "tenant-b" {
+		t.Errorf("with show_raw_keys: %+v, want the raw keys", l)
+	}
+
+	for _, top := range []string{"0", "-1", "abc", "1001", "1.5"} {
+		r := b.get(t, "/v1/queues/q/keys?top="+top, auth...)
+		if r.code != http.StatusBadRequest || r.problem.Type != api.ProblemBadRequest || r.problem.Field != "top" {
+			t.Errorf("top=%s: %d %s, want 400 bad-request naming top", top, r.code, r.body)
+		}
+	}
+	if r := b.get(t, "/v1/queues/nope/keys", auth...); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
+		t.Errorf("an unknown queue: %d %s, want 404", r.code, r.body)
+	}
+	if r := b.do(t, http.MethodHead, "/v1/queues/q/keys", nil, auth...); r.code != http.StatusOK {
+		t.Errorf("HEAD: %d, want 200", r.code)
+	}
+}
