@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -555,49 +556,30 @@ func (s *releaseStats) add(token string, at time.Time) {
 	s.buckets[i][token]++
 }
 
-// last is the grants per key token over the minute before now.
-func (s *releaseStats) last(now time.Time) map[string]int {
+// last is the grants per key over the minute before now, by KeyHash.
+func (s *releaseStats) last(now time.Time) map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]int)
+	out := make(map[string]int64)
 	b := now.Unix() / 10
 	for i, m := range s.buckets {
 		if b-s.at[i] < int64(len(s.buckets)) {
-			for k, n := range m {
-				out[k] += n
+			for token, n := range m {
+				out[hashOfToken(token)] += int64(n)
 			}
 		}
 	}
 	return out
 }
 
-// KeyReleases is the share of a queue's backlog starts each key had over
-// the last minute, as the drain's leader last published it (every few
-// seconds): by KeyToken.
-type KeyReleases struct {
-	At       time.Time      `json:"at"`
-	WindowS  int            `json:"window_s"`
-	Releases map[string]int `json:"releases"`
-}
-
-// keyReleasesKey is where the leader publishes a queue's KeyReleases in
-// the pacer bucket.
-func keyReleasesKey(queue string) string { return queue + ".key-releases" }
-
-// ReadKeyReleases reads what the drain's leader of queue last published;
-// found is false if it published nothing yet.
-func ReadKeyReleases(ctx context.Context, kv jetstream.KeyValue, queue string) (r KeyReleases, found bool, err error) {
-	e, err := kv.Get(ctx, keyReleasesKey(queue))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return KeyReleases{}, false, nil
+// hashOfToken is the KeyHash of the key whose KeyToken is token: the
+// token's first 64 bits in hex.
+func hashOfToken(token string) string {
+	b, err := keyEncoding.DecodeString(token)
+	if err != nil || len(b) < 8 {
+		return token
 	}
-	if err != nil {
-		return KeyReleases{}, false, fmt.Errorf("queue: key releases of %s: %w", queue, err)
-	}
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return KeyReleases{}, false, fmt.Errorf("queue: key releases of %s: %w", queue, err)
-	}
-	return r, true, nil
+	return hex.EncodeToString(b[:8])
 }
 
 // publishStats writes the last minute's releases per key every 5 s while
@@ -622,7 +604,7 @@ func (l *leader) publishStats(ctx context.Context) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		_, err = l.d.kv.Put(rctx, keyReleasesKey(l.d.w.cfg.Queue.Name), b)
+		_, err = l.d.kv.Put(rctx, KeyReleasesKey(l.d.w.cfg.Queue.Name), b)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			l.d.w.log.Debug("publishing the releases per key failed", "error", err)

@@ -168,3 +168,11 @@ func TestClassSubjects(t *testing.T) {
 		}
 	}
 }
+
+func TestHashOfTokenIsKeyHash(t *testing.T) {
+	for _, k := range []string{"", "tenant-a", "a.b*>", "\x00\xff"} {
+		if got, want := hashOfToken(KeyToken(k)), KeyHash(k); got != want {
+			t.Errorf("key %q: hash of its token %s, want KeyHash %s", k, got, want)
+		}
+	}
+}
