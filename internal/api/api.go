@@ -150,13 +150,11 @@ type KeyInfo struct {
 	ReleaseShare *float64 `json:"release_share,omitempty"`
 }
 
-// PriorityMix counts the priority classes among a key's first Sampled
-// backlog jobs (at most 64): a sample, not the whole backlog.
+// PriorityMix counts a key's backlog jobs of each priority class.
 type PriorityMix struct {
-	High    int `json:"high"`
-	Normal  int `json:"normal"`
-	Low     int `json:"low"`
-	Sampled int `json:"sampled"`
+	High   int `json:"high"`
+	Normal int `json:"normal"`
+	Low    int `json:"low"`
 }
 
 // IsToken reports whether s is an RFC 9110 token: what a header name, and

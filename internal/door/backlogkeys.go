@@ -104,7 +104,7 @@ func keyList(q string, e *keysEntry, raw bool) api.KeyList {
 	for _, k := range e.keys {
 		ki := api.KeyInfo{
 			KeyHash: k.Hash, Depth: k.Depth, OldestAgeMS: k.OldestAge.Milliseconds(), Weight: k.Weight,
-			Priority: api.PriorityMix{High: k.Priorities[queue.High], Normal: k.Priorities[queue.Normal], Low: k.Priorities[queue.Low], Sampled: k.Sampled},
+			Priority: api.PriorityMix{High: k.Priorities[queue.High], Normal: k.Priorities[queue.Normal], Low: k.Priorities[queue.Low]},
 		}
 		if raw {
 			key := k.Key

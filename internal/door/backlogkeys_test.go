@@ -63,10 +63,10 @@ func TestHTTPBacklogKeys(t *testing.T) {
 	}
 	a, bb := l.Keys[0], l.Keys[1]
 	if a.KeyHash != queue.KeyHash("tenant-a") || a.Key != nil || a.Depth != 3 || a.Weight != 4 || a.OldestAgeMS < 0 || a.OldestAgeMS > age ||
-		a.Priority != (api.PriorityMix{High: 1, Low: 2, Sampled: 3}) || a.ReleaseShare != nil {
+		a.Priority != (api.PriorityMix{High: 1, Low: 2}) || a.ReleaseShare != nil {
 		t.Errorf("tenant-a: %+v, want its hash, no raw key, depth 3, weight 4, 1 high and 2 low of 3, no release share", a)
 	}
-	if bb.KeyHash != queue.KeyHash("tenant-b") || bb.Depth != 1 || bb.Weight != 1 || bb.Priority != (api.PriorityMix{Normal: 1, Sampled: 1}) {
+	if bb.KeyHash != queue.KeyHash("tenant-b") || bb.Depth != 1 || bb.Weight != 1 || bb.Priority != (api.PriorityMix{Normal: 1}) {
 		t.Errorf("tenant-b: %+v, want depth 1, weight 1, 1 normal", bb)
 	}
 	if l := b.keyList(t, "/v1/queues/q/keys?top=1", auth...); len(l.Keys) != 1 || l.Keys[0].KeyHash != a.KeyHash || l.TotalKeys != 2 {

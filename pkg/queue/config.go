@@ -229,6 +229,14 @@ func Subject(queue string, d Destination, key string) string {
 	return subjectOf(queue, d, KeyToken(key))
 }
 
+// ClassSubject is where a job of key and class p lands: in the backlog, a
+// high or low job has a subject of its own,
+// spillway.backlog.<queue>.<class>.<key token>; elsewhere, and for a normal
+// job, it is Subject.
+func ClassSubject(queue string, d Destination, key string, p Priority) string {
+	return classSubject(queue, d, p, KeyToken(key))
+}
+
 // StreamConfig is the JetStream configuration of a queue's destination.
 //
 // Ready and backlog streams use work-queue retention: a job leaves when a

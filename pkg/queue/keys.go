@@ -24,16 +24,11 @@ func KeyHash(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// Bounds of BacklogKeys.
+// Bounds of BacklogKeys: DefaultTopKeys and MaxTopKeys bound how many keys
+// it lists.
 const (
-	// DefaultTopKeys and MaxTopKeys bound how many keys BacklogKeys lists.
 	DefaultTopKeys = 20
 	MaxTopKeys     = 1000
-	// KeySample is how many of a key's first jobs BacklogKeys reads for
-	// its priority mix, at most; keySampleBudget bounds the jobs read for
-	// all keys together, so a long listing samples fewer per key.
-	KeySample       = 64
-	keySampleBudget = 4096
 )
 
 // KeyBacklog is one key's part of a queue's backlog.
@@ -43,16 +38,14 @@ type KeyBacklog struct {
 	Key, Hash string
 	// Depth is how many of the key's jobs the backlog holds.
 	Depth uint64
-	// OldestAge is how long the key's first job has been in the backlog.
+	// OldestAge is how long the key's oldest job has been in the backlog.
 	OldestAge time.Duration
-	// Weight is the key's fairness weight, from its first job's
+	// Weight is the key's fairness weight, from its oldest job's
 	// Spillway-Weight header (the admitter stamped it at submission).
 	Weight int
-	// Priorities counts the classes among the key's first Sampled jobs
-	// (at most KeySample; fewer in a long listing): a sample, not the
-	// whole backlog. Indexed by Priority: High, Normal, Low.
+	// Priorities counts the key's jobs of each class: each class has a
+	// backlog subject of its own, so the counts are JetStream's, exact.
 	Priorities map[Priority]int
-	Sampled    int
 }
 
 // BacklogKeys lists the top keys of a queue's backlog, the deepest first
@@ -60,11 +53,10 @@ type KeyBacklog struct {
 // DefaultTopKeys, and more than MaxTopKeys is refused. total is how many
 // keys the backlog holds.
 //
-// It costs one stream info listing every key's subject (JetStream counts
-// per subject), then for each listed key one read of its first job and
-// a sample of the following ones, at most keySampleBudget reads in all.
-// Jobs leave while it reads: a key whose jobs are all gone by then is
-// left out.
+// It costs one stream info listing every subject with its count (a key
+// has one per priority class it uses), then for each listed key one read
+// of the first job of each of its classes. Jobs leave while it reads: a
+// key whose jobs are all gone by then is left out.
 func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top int) (keys []KeyBacklog, total int, err error) {
 	if top <= 0 {
 		top = DefaultTopKeys
@@ -81,70 +73,80 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top 
 	if err != nil {
 		return nil, 0, fmt.Errorf("queue: listing the keys of %s: %w", queue, err)
 	}
-	type subject struct {
-		name string
-		n    uint64
+	type key struct {
+		token    string
+		n        uint64
+		subjects []string
+		classes  map[Priority]int
 	}
-	subjects := make([]subject, 0, len(info.State.Subjects))
-	for name, n := range info.State.Subjects {
-		if n > 0 {
-			subjects = append(subjects, subject{name, n})
+	byToken := make(map[string]*key)
+	for subject, n := range info.State.Subjects {
+		if n == 0 {
+			continue
 		}
+		tok := tokenOf(subject)
+		k := byToken[tok]
+		if k == nil {
+			k = &key{token: tok, classes: map[Priority]int{High: 0, Normal: 0, Low: 0}}
+			byToken[tok] = k
+		}
+		k.n += n
+		k.subjects = append(k.subjects, subject)
+		k.classes[classOf(subject)] += int(n)
 	}
-	total = len(subjects)
-	slices.SortFunc(subjects, func(a, b subject) int {
+	sorted := make([]*key, 0, len(byToken))
+	for _, k := range byToken {
+		sorted = append(sorted, k)
+	}
+	total = len(sorted)
+	slices.SortFunc(sorted, func(a, b *key) int {
 		if a.n != b.n {
 			return cmp.Compare(b.n, a.n)
 		}
-		return cmp.Compare(a.name, b.name)
+		return cmp.Compare(a.token, b.token)
 	})
-	subjects = subjects[:min(top, len(subjects))]
-	sample := min(KeySample, max(1, keySampleBudget/max(1, len(subjects))))
 	now := time.Now()
-	keys = make([]KeyBacklog, 0, len(subjects))
-	for _, sub := range subjects {
-		k, ok, err := readKey(ctx, s, sub.name, info.State.FirstSeq, min(uint64(sample), sub.n), now)
+	keys = make([]KeyBacklog, 0, min(top, len(sorted)))
+	for _, k := range sorted[:min(top, len(sorted))] {
+		kb, ok, err := readKey(ctx, s, k.subjects, now)
 		if err != nil {
 			return nil, 0, fmt.Errorf("queue: listing the keys of %s: %w", queue, err)
 		}
 		if ok {
-			k.Depth = sub.n
-			keys = append(keys, k)
+			kb.Depth, kb.Priorities = k.n, k.classes
+			keys = append(keys, kb)
 		}
 	}
 	return keys, total, nil
 }
 
-// readKey reads the first sample jobs of one key's subject, from the
-// stream's first sequence on: its key, age and weight from the first, the
-// classes from all. ok is false when the subject has no job left.
-func readKey(ctx context.Context, s jetstream.Stream, subject string, first, sample uint64, now time.Time) (k KeyBacklog, ok bool, err error) {
-	k.Priorities = map[Priority]int{High: 0, Normal: 0, Low: 0}
-	seq := max(first, 1)
-	for i := uint64(0); i < sample; i++ {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+// readKey reads the first job of each of a key's subjects: its key, and
+// the age and weight of the oldest. ok is false when none is left.
+func readKey(ctx context.Context, s jetstream.Stream, subjects []string, now time.Time) (k KeyBacklog, ok bool, err error) {
+	var oldest *jetstream.RawStreamMsg
+	for _, subject := range subjects {
+		m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break // the rest has left meanwhile
+			continue // left meanwhile
 		}
 		if err != nil {
 			return k, false, fmt.Errorf("reading %s: %w", subject, err)
 		}
-		if i == 0 {
-			k.Key = m.Header.Get(HeaderKey)
-			k.Hash = KeyHash(k.Key)
-			k.OldestAge = max(0, now.Sub(m.Time))
-			k.Weight = 1
-			if w, err := strconv.Atoi(m.Header.Get(HeaderWeight)); err == nil && w >= 1 && w <= MaxWeight {
-				k.Weight = w
-			}
-			ok = true
+		if oldest == nil || m.Sequence < oldest.Sequence {
+			oldest = m
 		}
-		p, _ := ParsePriority(m.Header.Get(HeaderPriority)) // not a class: counted normal, as the drain reads it
-		k.Priorities[p]++
-		k.Sampled++
-		seq = m.Sequence + 1
 	}
-	return k, ok, nil
+	if oldest == nil {
+		return k, false, nil
+	}
+	k.Key = oldest.Header.Get(HeaderKey)
+	k.Hash = KeyHash(k.Key)
+	k.OldestAge = max(0, now.Sub(oldest.Time))
+	k.Weight = 1
+	if w, err := strconv.Atoi(oldest.Header.Get(HeaderWeight)); err == nil && w >= 1 && w <= MaxWeight {
+		k.Weight = w
+	}
+	return k, true, nil
 }
 
 // KeyReleasesKey is the key, in PacerBucket, of the document the drain's

@@ -24,7 +24,7 @@ func TestKeyHash(t *testing.T) {
 }
 
 // BacklogKeys lists the deepest keys first with their first job's key,
-// age and weight, and a sample of their classes, read from JetStream.
+// age and weight, and the count of each class, read from JetStream.
 func TestBacklogKeys(t *testing.T) {
 	t.Parallel()
 	cfg := queue.Config{Name: "keys", Memory: true, LeakRate: bucket.Rate{Count: 1, Per: time.Minute}}
@@ -46,7 +46,7 @@ func TestBacklogKeys(t *testing.T) {
 	publish("b", 3, queue.Normal, 0)
 	publish("c", 3, queue.Low, 5)
 	publish("d", 1, queue.High, 0)
-	publish("big", queue.KeySample+6, queue.Normal, 0)
+	publish("big", 70, queue.Normal, 0)
 	s, err := b.js.Stream(ctx, queue.StreamName(cfg.Name, queue.Backlog))
 	if err != nil {
 		t.Fatal(err)
@@ -77,10 +77,10 @@ func TestBacklogKeys(t *testing.T) {
 		}
 	}
 	big, a := keys[0], keys[1]
-	if big.Depth != queue.KeySample+6 || big.Weight != 1 || big.Sampled != queue.KeySample || big.Priorities[queue.Normal] != queue.KeySample {
-		t.Errorf("big: %+v, want depth %d, weight 1, a sample of %d normal jobs", big, queue.KeySample+6, queue.KeySample)
+	if big.Depth != 70 || big.Weight != 1 || big.Priorities[queue.Normal] != 70 {
+		t.Errorf("big: %+v, want depth 70, weight 1, 70 normal jobs", big)
 	}
-	if a.Depth != 5 || a.Weight != 2 || a.Sampled != 5 || a.Priorities[queue.High] != 2 || a.Priorities[queue.Normal] != 0 || a.Priorities[queue.Low] != 3 {
+	if a.Depth != 5 || a.Weight != 2 || a.Priorities[queue.High] != 2 || a.Priorities[queue.Normal] != 0 || a.Priorities[queue.Low] != 3 {
 		t.Errorf("a: %+v, want depth 5, weight 2, 2 high and 3 low", a)
 	}
 
