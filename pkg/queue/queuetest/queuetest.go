@@ -149,3 +149,26 @@ func (c clients) JetStream(tb testing.TB) jetstream.JetStream {
 	}
 	return js
 }
+
+// Traffic is what the clients named name (nats.Name) sent and received, in
+// messages, summed over their connections open now: the server's own count
+// (Connz), so it takes in every JetStream API request, reply, ack and
+// heartbeat of those clients.
+func (s *Server) Traffic(name string) (in, out int64, conns int, err error) {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	if srv == nil {
+		return 0, 0, 0, fmt.Errorf("queuetest: server is down")
+	}
+	cz, err := srv.Connz(&server.ConnzOptions{Limit: 4096})
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("queuetest: connz: %w", err)
+	}
+	for _, c := range cz.Conns {
+		if c.Name == name {
+			in, out, conns = in+c.InMsgs, out+c.OutMsgs, conns+1
+		}
+	}
+	return in, out, conns, nil
+}
