@@ -315,7 +315,7 @@ func TestFairDrainLoneKey(t *testing.T) {
 	r.fill("normal", 1000, "l-a", "l-b", "l-c")
 	pulled := r.startWorkers()
 	time.Sleep(time.Until(pulled.Add(2 * time.Second)))
-	probes := scale(3, 10)
+	probes := scale(6, 10)
 	var lat []time.Duration
 	for i := range probes {
 		id, j := r.mustSubmit("lone-"+strconv.Itoa(i), "normal")
