@@ -235,20 +235,21 @@ type pushbackError struct {
 	after time.Duration
 }
 
-func (e *pushbackError) Error() string { return "pushback: " + e.err.Error() }
+func (e *pushbackError) Error() string { return e.err.Error() }
 func (e *pushbackError) Unwrap() error { return e.err }
 
 // Pushback marks err as the downstream pushing back — an HTTP 429 or 503,
 // a NATS reply with Spillway-Status: busy — asking for no more work until
 // after has passed (0: it did not say). A worker then pauses its queue's
 // backlog leak for every worker (docs/design.md#pushback). With after > 0
-// the job itself also retries no sooner than after, as with After.
+// the job itself also retries no sooner than after, as with After (unless
+// err already carries a delay of After's). The error's text is err's.
 // Pushback(nil, d) is nil.
 func Pushback(err error, after time.Duration) error {
 	if err == nil {
 		return nil
 	}
-	if after > 0 {
+	if _, has := RetryAfter(err); !has && after > 0 {
 		err = After(err, after)
 	}
 	return &pushbackError{err: err, after: max(after, 0)}
