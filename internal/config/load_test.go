@@ -103,7 +103,7 @@ func TestDesignExample(t *testing.T) {
 		Name: "email", Capacity: 10000, PerKeyCapacity: 500, ReadyCapacity: queue.DefaultReadyCapacity, Replicas: 1,
 		DuplicateWindow: queue.DefaultDuplicateWindow, LeakRate: bucket.Rate{Count: 50, Per: time.Second}, MaxAge: time.Hour,
 	}
-	if q.Backlog != wantBacklog {
+	if !reflect.DeepEqual(q.Backlog, wantBacklog) {
 		t.Errorf("backlog:\n got %+v\nwant %+v", q.Backlog, wantBacklog)
 	}
 	if want := (retry.Policy{MaxAttempts: 5, Initial: time.Second, Max: 5 * time.Minute, Jitter: retry.DefaultJitter}); q.Retry != want {
