@@ -101,13 +101,7 @@ type Pool struct {
 
 	mu      sync.Mutex // serialises Reload; guards the fields below
 	running map[string]*running
-	pacers  map[string]pacer // kept when a queue goes, for when it comes back
-}
-
-// pacer is a queue.Pacer whose rate a reload can change.
-type pacer interface {
-	queue.Pacer
-	SetRate(bucket.Rate) error
+	pacers  map[string]*queue.YieldingPacer // kept when a queue goes, for when it comes back
 }
 
 // running is one queue's current worker.
@@ -117,10 +111,10 @@ type running struct {
 	done chan struct{}
 }
 
-// spec is everything a queue's worker is built from but the leak rate,
-// which its pacer changes in place.
+// spec is everything a queue's worker is built from but the leak rate and
+// whether it is adaptive, which its pacer changes in place.
 type spec struct {
-	backlog     queue.Config // LeakRate zeroed
+	backlog     queue.Config // LeakRate and Adaptive zeroed
 	retry       retry.Policy
 	handler     config.Handler
 	concurrency int
@@ -146,7 +140,7 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workerd: %w", err)
 	}
-	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]pacer{}}
+	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]*queue.YieldingPacer{}}
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	if err := p.apply(o.Config); err != nil {
 		p.cancel()
@@ -225,10 +219,12 @@ func (p *Pool) apply(cfg *config.Config) error {
 
 	// Leak rates, in place.
 	for _, q := range queues {
-		if pc := p.pacers[q.Name]; pc != nil {
+		pc := p.pacers[q.Name]
+		if pc != nil {
 			_ = pc.SetRate(q.Backlog.LeakRate) // the rate was checked above
+			pc.SetAdaptive(q.Backlog.Adaptive)
 		}
-		p.m.setLeak(q.Name, q.Backlog.LeakRate)
+		p.m.setLeak(q.Name, q.Backlog.LeakRate, pc)
 		p.m.initQueue(q.Name)
 	}
 	// New workers first, then the old ones stop: no gap in the drain.
@@ -256,7 +252,7 @@ func (p *Pool) apply(cfg *config.Config) error {
 
 func (p *Pool) specOf(cfg *config.Config, q *config.Queue) spec {
 	b := q.Backlog
-	b.LeakRate = bucket.Rate{}
+	b.LeakRate, b.Adaptive = bucket.Rate{}, false
 	conc := p.o.Concurrency
 	if conc == 0 {
 		conc = cfg.Worker.Concurrency
@@ -264,8 +260,10 @@ func (p *Pool) specOf(cfg *config.Config, q *config.Queue) spec {
 	return spec{backlog: b, retry: q.Retry, handler: q.Handler, concurrency: conc, ackWait: cfg.Worker.AckWait, grace: cfg.Worker.GracePeriod}
 }
 
-// pacer returns the queue's pacer, made on first use.
-func (p *Pool) pacer(q *config.Queue) (pacer, error) {
+// pacer returns the queue's pacer, made on first use: a YieldingPacer, so
+// that a handler's pushback pauses the leak of every worker, over the
+// JetStream pacer or the Redis one with JetStream as its fallback.
+func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 	if pc := p.pacers[q.Name]; pc != nil {
 		return pc, nil
 	}
@@ -273,7 +271,7 @@ func (p *Pool) pacer(q *config.Queue) (pacer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 	}
-	var pc pacer = kvp
+	var pc queue.RatePacer = kvp
 	if p.o.PacerStore != nil {
 		sp, err := queue.NewPacer(p.o.PacerStore, q.Name, q.Backlog.LeakRate)
 		if err != nil {
@@ -303,11 +301,15 @@ func (p *Pool) pacer(q *config.Queue) (pacer, error) {
 		}
 		pc = fp
 	}
-	p.pacers[q.Name] = pc
-	return pc, nil
+	yp, err := queue.NewYieldingPacer(pc, p.kv, q.Name, q.Backlog.LeakRate, q.Backlog.Adaptive)
+	if err != nil {
+		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
+	}
+	p.pacers[q.Name] = yp
+	return yp, nil
 }
 
-func (p *Pool) newWorker(cfg *config.Config, st plan, pc pacer) (*queue.Worker, error) {
+func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (*queue.Worker, error) {
 	observe := p.m.observe
 	if p.o.Recorder != nil {
 		rec := p.o.Recorder
