@@ -37,6 +37,10 @@ const (
 	// pause has been over this long, so that the answers of the jobs
 	// started before it (the same overload) count once.
 	leakCutHoldoff = 250 * time.Millisecond
+	// leakHoldBooked: Reserve waits for a booked start this close itself,
+	// so that a pause that begins meanwhile holds it back too; a later
+	// start is returned as a wait, as the pacer booked it.
+	leakHoldBooked = time.Second
 	// leakFresh is how stale a worker's copy of the shared state may get
 	// before Reserve reads it again.
 	leakFresh = 50 * time.Millisecond
@@ -243,9 +247,11 @@ type Yielder interface {
 //
 // Every worker reads the entry at most leakFresh (50ms) after another
 // wrote it — at its next booking — so a pause is in force everywhere
-// within that; starts booked before it (a drainer holds at most two) still
-// run. A YieldingPacer is safe for concurrent use. Reserve and Yield are
-// the methods callers want.
+// within that. Reserve waits for a start booked less than a second ahead
+// itself and returns 0, then looks at the pause again: a start booked
+// before a pause but due during it is let go unused and booked after the
+// pause. A YieldingPacer is safe for concurrent use. Reserve and Yield
+// are the methods callers want.
 type YieldingPacer struct {
 	inner    RatePacer
 	kv       jetstream.KeyValue // nil: the state is this process's alone
@@ -337,7 +343,23 @@ func (p *YieldingPacer) Reserve(ctx context.Context) (time.Duration, error) {
 			p.applied = rate
 		}
 		p.mu.Unlock()
-		return p.inner.Reserve(ctx)
+		wait, err := p.inner.Reserve(ctx)
+		if err != nil || wait <= 0 || wait > leakHoldBooked {
+			return wait, err
+		}
+		// Wait for the booked start here and look at the pause again: a
+		// pushback meanwhile (the jobs started just before it are the
+		// ones that see the overload) lets the booking go unused.
+		if err := sleep(ctx, wait); err != nil {
+			return 0, err
+		}
+		st, err = p.load(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if !st.PausedUntil.After(p.now()) {
+			return 0, nil
+		}
 	}
 }
 
