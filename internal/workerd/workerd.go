@@ -1,7 +1,8 @@
 // Package workerd runs a worker process's queues: one queue.Worker per
 // queue with the queue's handler, a pacer shared by every worker process,
 // job-status records and the worker metrics (spillway_jobs_*,
-// spillway_leak_rate, spillway_dead_letters_total). cmd/worker and
+// spillway_leak_rate, spillway_leak_rate_current, spillway_leak_pauses_total,
+// spillway_dead_letters_total). cmd/worker and
 // `admitter --dev` both run it.
 //
 // # Pacing
@@ -12,13 +13,16 @@
 // gives a global leak. With redis.url it paces in Redis and falls back to
 // the JetStream pacer while Redis is unreachable (queue.FailoverPacer), so a
 // Redis outage does not stop the drain. docs/reliability.md has the
-// figures.
+// figures. Either pacer runs inside a queue.YieldingPacer: a handler's
+// pushback pauses the leak of every worker process, and an adaptive
+// leak's rate is cut and climbs back, through one more entry in the same
+// key-value bucket (docs/design.md#pushback).
 //
 // # Reloading
 //
 // Pool.Reload applies a new configuration without dropping a job: a queue
-// whose leak rate alone changed keeps its worker and its pacer takes the
-// new rate at the next booking; a queue whose worker settings changed
+// whose leak rate (or adaptive setting) alone changed keeps its worker and
+// its pacer takes the new rate at the next booking; a queue whose worker settings changed
 // (concurrency, handler, retry policy, backlog bounds, ack wait, grace
 // period) gets a new queue.Worker, started before the old one is stopped
 // gracefully — the old one's running handlers finish within the grace
