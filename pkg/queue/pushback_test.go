@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -172,5 +173,22 @@ func TestAdaptiveLeakRateOverTime(t *testing.T) {
 	}
 	if got := (queue.LeakState{}).Rate(cut, bucket.Rate{Count: 600, Per: time.Minute}, true); got != 10_000 {
 		t.Errorf("never cut, 600/m: %d, want 10/s", got)
+	}
+}
+
+// Whatever the stored state (another version may have written it) and
+// the time, the adaptive rate stays between the floor and the maximum.
+func TestAdaptiveLeakRateBounds(t *testing.T) {
+	t.Parallel()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	cut := time.Unix(1_700_000_000, 0)
+	for range 10_000 {
+		maxRate := bucket.Rate{Count: 1 + rnd.Int64N(100_000), Per: []time.Duration{time.Millisecond, time.Second, time.Minute, time.Hour}[rnd.IntN(4)]}
+		st := queue.LeakState{CutAt: cut, From: rnd.Int64N(1 << 40), To: rnd.Int64N(1 << 40)}
+		at := cut.Add(time.Duration(rnd.Int64N(int64(time.Minute))) - time.Second)
+		r := st.Rate(at, maxRate, true)
+		if r < queue.LeakFloor(maxRate) || r > queue.MilliRate(maxRate) {
+			t.Fatalf("%+v at %v, max %v: rate %d outside [%d, %d]", st, at.Sub(cut), maxRate, r, queue.LeakFloor(maxRate), queue.MilliRate(maxRate))
+		}
 	}
 }
