@@ -367,15 +367,17 @@ func (p *YieldingPacer) Reserve(ctx context.Context) (time.Duration, error) {
 // fresh.
 func (p *YieldingPacer) load(ctx context.Context) (LeakState, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.kv == nil || (!p.readAt.IsZero() && p.now().Sub(p.readAt) < p.fresh) {
+		defer p.mu.Unlock()
 		return p.state, nil
 	}
+	p.mu.Unlock() // no I/O under the lock: Current must not wait for it
+	at := p.now()
 	st, _, err := loadLeak(ctx, p.kv, p.key)
 	if err != nil {
 		return LeakState{}, err
 	}
-	p.state, p.readAt = st, p.now()
+	p.remember(st, at)
 	return st, nil
 }
 
@@ -432,8 +434,11 @@ func (p *YieldingPacer) Yield(ctx context.Context, after time.Duration) error {
 	}
 }
 
+// remember keeps st, read at at, unless a newer reading is kept already.
 func (p *YieldingPacer) remember(st LeakState, at time.Time) {
 	p.mu.Lock()
-	p.state, p.readAt = st, at
+	if !at.Before(p.readAt) {
+		p.state, p.readAt = st, at
+	}
 	p.mu.Unlock()
 }
