@@ -146,8 +146,9 @@ func TestTopFrame(t *testing.T) {
 		{metricDecisions, "email", "admitted"}: 100, {metricDecisions, "email", "rejected"}: 50, {metricCompleted, "email", ""}: 10,
 	}}
 	cur := topSample{at: t0.Add(2 * time.Second), queues: []api.QueueInfo{
-		{Name: "email", Depth: 120, Capacity: 1000, Fill: 0.12, LeakRate: "50/s", BacklogPullers: 1, OldestAgeMS: 500, EstimatedDrainMS: 2400},
+		{Name: "email", Depth: 120, Capacity: 1000, Fill: 0.12, LeakRate: "50/s", LeakRateCurrent: 35, BacklogPullers: 1, OldestAgeMS: 500, EstimatedDrainMS: 2400},
 		{Name: "new", Capacity: 10, LeakRate: "1/s"},
+		{Name: "sms", Capacity: 10, LeakRate: "5/s", LeakRateCurrent: 5, LeakPausedMS: 800},
 	}, counters: map[counterKey]float64{
 		{metricDecisions, "email", "admitted"}: 300, {metricDecisions, "email", "rejected"}: 4, {metricCompleted, "email", ""}: 110,
 	}}
@@ -164,9 +165,10 @@ func TestTopFrame(t *testing.T) {
 	}
 	got := formatTop(f, time.Second, time.UTC)
 	want := "spillway top — http://a:8080 — 12:00:05 — every 1.0s (Ctrl-C to quit)\n\n" +
-		"QUEUE  DEPTH/CAP   FILL  DEPTH/s  LEAK  READY  IN FLIGHT  DONE/s  ADMIT/s  QUEUE/s  REJECT/s  OLDEST  DRAIN  DEAD\n" +
-		"email   120/1000  12.0%    +10.0  50/s      0          0    50.0    100.0        -       2.0   500ms   2.4s     0\n" +
-		"new         0/10   0.0%        -   1/s      0          0       -        -        -         -       -      -     0\n"
+		"QUEUE  DEPTH/CAP   FILL  DEPTH/s  LEAK  LEAK NOW  READY  IN FLIGHT  DONE/s  ADMIT/s  QUEUE/s  REJECT/s  OLDEST  DRAIN  DEAD\n" +
+		"email   120/1000  12.0%    +10.0  50/s    35.0/s      0          0    50.0    100.0        -       2.0   500ms   2.4s     0\n" +
+		"new         0/10   0.0%        -   1/s         -      0          0       -        -        -         -       -      -     0\n" +
+		"sms         0/10   0.0%        -   5/s    paused      0          0       -        -        -         -       -      -     0\n"
 	if got != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
 	}

@@ -312,13 +312,13 @@ func formatTop(f topFrame, interval time.Duration, loc *time.Location) string {
 		b.WriteString("no queues (the admitter's config names none)\n")
 		return b.String()
 	}
-	rows := [][]string{{"QUEUE", "DEPTH/CAP", "FILL", "DEPTH/s", "LEAK", "READY", "IN FLIGHT", "DONE/s", "ADMIT/s", "QUEUE/s", "REJECT/s", "OLDEST", "DRAIN", "DEAD"}}
+	rows := [][]string{{"QUEUE", "DEPTH/CAP", "FILL", "DEPTH/s", "LEAK", "LEAK NOW", "READY", "IN FLIGHT", "DONE/s", "ADMIT/s", "QUEUE/s", "REJECT/s", "OLDEST", "DRAIN", "DEAD"}}
 	infos := make([]api.QueueInfo, 0, len(f.Queues))
 	for _, q := range f.Queues {
 		infos = append(infos, q.QueueInfo)
 		rows = append(rows, []string{
 			q.Name, fmt.Sprintf("%d/%d", q.Depth, q.Capacity), fmtFill(q.Fill), fmtRate(q.DepthPerSecond, true),
-			orDash(q.LeakRate), fmt.Sprint(q.Ready), fmt.Sprint(q.InFlight),
+			orDash(q.LeakRate), fmtLeakNow(q.QueueInfo), fmt.Sprint(q.Ready), fmt.Sprint(q.InFlight),
 			fmtRate(q.CompletedPerSecond, false), fmtRate(q.AdmittedPerSecond, false),
 			fmtRate(q.QueuedPerSecond, false), fmtRate(q.RejectedPerSecond, false),
 			msOrDash(q.OldestAgeMS, q.Depth), msOrDash(q.EstimatedDrainMS, q.Depth), fmt.Sprint(q.Dead),
@@ -332,6 +332,18 @@ func formatTop(f topFrame, interval time.Duration, loc *time.Location) string {
 		fmt.Fprintf(&b, "(no completion or decision rates: %s)\n", f.MetricsError)
 	}
 	return b.String()
+}
+
+// fmtLeakNow prints the leak's rate now: "paused" while a pushback pauses
+// it, "-" from an admitter that does not say.
+func fmtLeakNow(q api.QueueInfo) string {
+	switch {
+	case q.LeakPausedMS > 0:
+		return "paused"
+	case q.LeakRateCurrent <= 0:
+		return "-"
+	}
+	return fmt.Sprintf("%.1f/s", q.LeakRateCurrent)
 }
 
 // fmtRate prints a rate per second with one decimal, "-" when unknown;

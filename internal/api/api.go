@@ -95,22 +95,29 @@ const (
 
 // QueueInfo is GET /v1/queues/{queue}.
 type QueueInfo struct {
-	Name             string  `json:"name"`
-	Ready            int64   `json:"ready"`
-	ReadyCapacity    int64   `json:"ready_capacity"`
-	Depth            int64   `json:"depth"` // jobs in the backlog
-	Capacity         int64   `json:"capacity"`
-	PerKeyCapacity   int64   `json:"per_key_capacity,omitempty"`
-	Fill             float64 `json:"fill"`
-	Dead             int64   `json:"dead"`
-	LeakRate         string  `json:"leak_rate"`
-	LeakPerSecond    float64 `json:"leak_per_second"`
-	InFlight         int     `json:"in_flight"`
-	MaxAckPending    int     `json:"max_ack_pending"`
-	OldestAgeMS      int64   `json:"oldest_age_ms"`
-	EstimatedDrainMS int64   `json:"estimated_drain_ms"`
-	BacklogPullers   int     `json:"backlog_pullers"`
-	ReadyPullers     int     `json:"ready_pullers"`
+	Name           string  `json:"name"`
+	Ready          int64   `json:"ready"`
+	ReadyCapacity  int64   `json:"ready_capacity"`
+	Depth          int64   `json:"depth"` // jobs in the backlog
+	Capacity       int64   `json:"capacity"`
+	PerKeyCapacity int64   `json:"per_key_capacity,omitempty"`
+	Fill           float64 `json:"fill"`
+	Dead           int64   `json:"dead"`
+	LeakRate       string  `json:"leak_rate"`
+	LeakPerSecond  float64 `json:"leak_per_second"`
+	// LeakRateCurrent is the leak rate now, jobs per second: LeakPerSecond,
+	// or less while an adaptive leak climbs back after a pushback
+	// (docs/design.md#pushback).
+	LeakRateCurrent float64 `json:"leak_rate_current"`
+	// LeakPausedMS is how long the leak stays paused by a pushback (0: not
+	// paused).
+	LeakPausedMS     int64 `json:"leak_paused_ms,omitempty"`
+	InFlight         int   `json:"in_flight"`
+	MaxAckPending    int   `json:"max_ack_pending"`
+	OldestAgeMS      int64 `json:"oldest_age_ms"`
+	EstimatedDrainMS int64 `json:"estimated_drain_ms"`
+	BacklogPullers   int   `json:"backlog_pullers"`
+	ReadyPullers     int   `json:"ready_pullers"`
 }
 
 // QueueList is GET /v1/queues.

@@ -90,6 +90,11 @@ type (
 		DuplicateWindow field                `yaml:"duplicate_window"`
 		Fairness        section[fairnessDoc] `yaml:"fairness"`
 	}
+	// leakRateDoc is leak_rate's mapping form: {max: 100/s, adaptive: true}.
+	leakRateDoc struct {
+		Max      field `yaml:"max"`
+		Adaptive field `yaml:"adaptive"`
+	}
 	readyDoc struct {
 		Capacity field `yaml:"capacity"`
 	}
@@ -548,6 +553,29 @@ func (d *decoder) rate(f *field, dst *bucket.Rate) bool {
 	return true
 }
 
+// leakRate reads a backlog's leak_rate: a rate, at which the leak runs,
+// or a mapping {max: RATE, adaptive: BOOL}, the most it runs at and
+// whether it yields to a downstream that pushes back
+// (docs/design.md#pushback).
+func (d *decoder) leakRate(f *field, dst *bucket.Rate, adaptive *bool) bool {
+	switch {
+	case f.val != nil && f.val.Kind == yaml.MappingNode:
+		var m leakRateDoc
+		if !d.decode(f.val, f.holder, f.path, &m) {
+			return false
+		}
+		ok := d.given(&m.Max, `the most backlog jobs that start per unit of time, a rate such as "50/s"`) && d.rate(&m.Max, dst)
+		if m.Adaptive.val != nil && !d.boolean(&m.Adaptive, adaptive) {
+			ok = false
+		}
+		return ok
+	case f.val != nil && f.val.Kind != yaml.ScalarNode:
+		d.errorf(f, "expected %s, or a mapping of max and adaptive, got %s", wantRate, describe(f.val))
+		return false
+	}
+	return d.rate(f, dst)
+}
+
 func (d *decoder) boolean(f *field, dst *bool) bool {
 	s, ok := d.scalar(f, "true or false")
 	if !ok {
@@ -929,7 +957,7 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 	o.int("capacity", &cfg.Capacity)
 	o.int("per_key_capacity", &cfg.PerKeyCapacity)
 	if d.given(&b.LeakRate, `a rate such as "50/s" at which the backlog drains; a worker refuses a queue without one`) {
-		o.failed["leak_rate"] = !d.rate(&b.LeakRate, &cfg.LeakRate)
+		o.failed["leak_rate"] = !d.leakRate(&b.LeakRate, &cfg.LeakRate, &cfg.Adaptive)
 	}
 	o.duration("max_age", &cfg.MaxAge)
 	o.duration("duplicate_window", &cfg.DuplicateWindow)

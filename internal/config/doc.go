@@ -76,7 +76,9 @@
 //	    backlog:
 //	      capacity: 10000               # default 10000
 //	      per_key_capacity: 500         # default 0: no per-key bound
-//	      leak_rate: 50/s               # required
+//	      leak_rate: 50/s               # required; or {max: 50/s, adaptive: true}:
+//	                                    # at most max, cut when the handler's
+//	                                    # downstream pushes back (429, 503, busy)
 //	      max_age: 1h                   # default 0: no limit
 //	      duplicate_window: 2m          # default 2m
 //	      fairness:                     # how the leak is shared (default: every key weight 1,

@@ -444,13 +444,36 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 	if in.LeakRate.Count > 0 {
 		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()
 	}
+	st, err := leakState(ctx, js, q.Name)
+	if err != nil {
+		return api.QueueInfo{}, err
+	}
+	now := time.Now()
+	var paused int64
+	if st.PausedUntil.After(now) {
+		paused = max(1, st.PausedUntil.Sub(now).Milliseconds())
+	}
 	return api.QueueInfo{
+		LeakRateCurrent: float64(st.Rate(now, in.LeakRate, q.Backlog.Adaptive)) / 1000, LeakPausedMS: paused,
 		Name: q.Name, Ready: in.Ready, ReadyCapacity: in.ReadyCapacity, Depth: in.Backlog, Capacity: in.Capacity, PerKeyCapacity: in.PerKeyCapacity,
 		Fill: in.Fill, Dead: in.Dead, LeakRate: in.LeakRate.String(), LeakPerSecond: leak,
 		InFlight: in.InFlight, MaxAckPending: in.MaxAckPending,
 		OldestAgeMS: in.OldestAge.Milliseconds(), EstimatedDrainMS: in.EstimatedDrain.Milliseconds(),
 		BacklogPullers: in.BacklogPullers, ReadyPullers: in.ReadyPullers,
 	}, nil
+}
+
+// leakState reads a queue's pushback state, which the workers share in
+// the pacers' bucket; before any worker made the bucket, there is none.
+func leakState(ctx context.Context, js jetstream.JetStream, name string) (queue.LeakState, error) {
+	kv, err := js.KeyValue(ctx, queue.PacerBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return queue.LeakState{}, nil
+	}
+	if err != nil {
+		return queue.LeakState{}, fmt.Errorf("pacer bucket %s: %w", queue.PacerBucket, err)
+	}
+	return queue.ReadLeakState(ctx, kv, name)
 }
 
 func (h *httpDoor) readyz(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -545,7 +546,7 @@ queues:
 		t.Fatalf("GET /v1/queues/q: %d %s (%v)", r.code, r.body, err)
 	}
 	want := api.QueueInfo{Name: "q", Ready: 1, ReadyCapacity: 50, Depth: 2, Capacity: 100, PerKeyCapacity: 10, Fill: 0.02,
-		LeakRate: "5/s", LeakPerSecond: 5, EstimatedDrainMS: 400}
+		LeakRate: "5/s", LeakPerSecond: 5, LeakRateCurrent: 5, EstimatedDrainMS: 400}
 	qi.OldestAgeMS = 0 // time-dependent
 	if qi != want {
 		t.Errorf("GET /v1/queues/q:\n got %+v\nwant %+v", qi, want)
@@ -561,6 +562,49 @@ queues:
 	}
 	if r := b.get(t, "/v1/queues/nope"); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
 		t.Errorf("GET /v1/queues/nope: %d %s", r.code, r.body)
+	}
+}
+
+// The leak's rate now is read from the state the workers share: after a
+// pushback, an adaptive queue's leak_rate_current is the cut rate and
+// leak_paused_ms the pause left.
+func TestHTTPQueuesLeakRateCurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, `
+queues:
+  - name: q
+    limits: [{key: global, rate: 1/s}]
+    backlog: {leak_rate: {max: 100/s, adaptive: true}}
+`, setupOptions{})
+	leak := func() api.QueueInfo {
+		t.Helper()
+		var qi api.QueueInfo
+		r := b.get(t, "/v1/queues/q")
+		if err := json.Unmarshal(r.body, &qi); err != nil || r.code != http.StatusOK {
+			t.Fatalf("GET /v1/queues/q: %d %s (%v)", r.code, r.body, err)
+		}
+		return qi
+	}
+	if qi := leak(); qi.LeakRateCurrent != 100 || qi.LeakPausedMS != 0 { // no worker yet: no pacer bucket
+		t.Errorf("before any worker: leak_rate_current %v, leak_paused_ms %d; want 100, 0", qi.LeakRateCurrent, qi.LeakPausedMS)
+	}
+	kv, err := queue.OpenPacerBucket(t.Context(), b.JS, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := queue.NewKVPacer(kv, "q", bucket.Rate{Count: 100, Per: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yp, err := queue.NewYieldingPacer(kp, kv, "q", bucket.Rate{Count: 100, Per: time.Second}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yp.Yield(t.Context(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if qi := leak(); qi.LeakRateCurrent < 70 || qi.LeakRateCurrent > 71 || qi.LeakPausedMS <= 50_000 {
+		t.Errorf("after a pushback: leak_rate_current %v, leak_paused_ms %d; want about 70 (the cut), about 60 000", qi.LeakRateCurrent, qi.LeakPausedMS)
 	}
 }
 

@@ -32,7 +32,9 @@
 //
 //	2xx                      success
 //	429, 503                 retry; Retry-After (seconds or an HTTP-date) is
-//	                         honoured through retry.After, capped at MaxRetryAfter
+//	                         honoured through retry.After, capped at MaxRetryAfter;
+//	                         retry.Pushback: the queue's leak pauses
+//	                         (docs/design.md#pushback)
 //	other 4xx                retry.Permanent: the job goes to the dead-letter stream
 //	3xx                      retry.Permanent: a redirect that was not followed
 //	5xx, timeout, no answer  retry on the queue's backoff schedule
@@ -57,11 +59,17 @@
 //	                             or after Retry-After when the reply has one
 //	Spillway-Status: permanent   failed for good: retry.Permanent, the job
 //	                             goes to the dead-letter stream
+//	Spillway-Status: busy        the responder is overloaded: retried as
+//	                             retry, and retry.Pushback — the queue's
+//	                             leak pauses for Retry-After (default 1s)
 //	Spillway-Error: <message>    why it failed; without Spillway-Status it
 //	                             means retry
 //	Retry-After: <seconds or HTTP-date>
-//	                             with retry: the earliest next try, capped at
-//	                             MaxRetryAfter
+//	                             with retry or busy: the earliest next try,
+//	                             capped at MaxRetryAfter
+//
+// Only busy pauses the leak: a retry with Retry-After says when this job
+// may come back, not that the responder is overloaded.
 //
 // The status is case-insensitive; an unknown one is a retry, so that a
 // responder speaking a newer protocol cannot lose a job. A failure's error

@@ -120,10 +120,14 @@ func (h *httpHandler) handle(ctx context.Context, j *queue.Job) error {
 	}
 	switch {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		if d, ok := parseRetryAfter(resp.Header.Get(HeaderRetryAfter), resp.Header.Get("Date"), time.Now()); ok {
-			return retry.After(se, d)
+		// The downstream is overloaded: the queue's leak pauses
+		// (docs/design.md#pushback) and the job waits its Retry-After.
+		var err error = se
+		d, ok := parseRetryAfter(resp.Header.Get(HeaderRetryAfter), resp.Header.Get("Date"), time.Now())
+		if ok {
+			err = retry.After(se, d)
 		}
-		return se
+		return retry.Pushback(err, d)
 	case code >= 300 && code <= 499:
 		return retry.Permanent(se)
 	default: // 5xx, and codes outside the classes

@@ -156,6 +156,7 @@ type outcome struct {
 	permanent bool
 	after     time.Duration
 	hasAfter  bool
+	pushback  bool // the downstream said it is overloaded (retry.IsPushback)
 }
 
 func outcomeOf(err error) outcome {
@@ -163,7 +164,11 @@ func outcomeOf(err error) outcome {
 		return outcome{ok: true}
 	}
 	after, has := retry.RetryAfter(err)
-	return outcome{permanent: retry.IsPermanent(err), after: after, hasAfter: has}
+	pushAfter, push := retry.IsPushback(err)
+	if push && pushAfter != after {
+		return outcome{permanent: true, after: -1} // matches no case: the two delays disagree
+	}
+	return outcome{permanent: retry.IsPermanent(err), after: after, hasAfter: has, pushback: push}
 }
 
 func (o outcome) String() string {
@@ -172,6 +177,10 @@ func (o outcome) String() string {
 		return "success"
 	case o.permanent:
 		return "permanent"
+	case o.pushback && o.hasAfter:
+		return "pushback, retry after " + o.after.String()
+	case o.pushback:
+		return "pushback, retry"
 	case o.hasAfter:
 		return "retry after " + o.after.String()
 	}
@@ -186,6 +195,7 @@ func TestHTTPStatusMapping(t *testing.T) {
 		permanent = outcome{permanent: true}
 		plain     = outcome{}
 		after     = func(d time.Duration) outcome { return outcome{after: d, hasAfter: true} }
+		push      = func(o outcome) outcome { o.pushback = true; return o } // 429 and 503 say the downstream is overloaded
 	)
 	tests := []struct {
 		status     int
@@ -204,18 +214,18 @@ func TestHTTPStatusMapping(t *testing.T) {
 		{status: 409, want: permanent},
 		{status: 413, want: permanent},
 		{status: 422, want: permanent},
-		{status: 429, want: plain},
-		{status: 429, retryAfter: "7", want: after(7 * time.Second)},
-		{status: 429, retryAfter: "0", want: after(0)},
-		{status: 429, retryAfter: "soon", want: plain},
-		{status: 429, retryAfter: "-3", want: plain},
-		{status: 429, retryAfter: "99999999999999999999999", want: after(handler.MaxRetryAfter)},
-		{status: 429, retryAfter: date.Add(90 * time.Second).Format(http.TimeFormat), date: date, want: after(90 * time.Second)},
-		{status: 503, want: plain},
-		{status: 503, retryAfter: "120", want: after(2 * time.Minute)},
-		{status: 503, retryAfter: date.Add(30 * time.Second).Format(http.TimeFormat), date: date, want: after(30 * time.Second)},
-		{status: 503, retryAfter: date.Add(-time.Hour).Format(http.TimeFormat), date: date, want: after(0)},
-		{status: 503, retryAfter: date.Add(48 * time.Hour).Format(http.TimeFormat), date: date, want: after(handler.MaxRetryAfter)},
+		{status: 429, want: push(plain)},
+		{status: 429, retryAfter: "7", want: push(after(7 * time.Second))},
+		{status: 429, retryAfter: "0", want: push(after(0))},
+		{status: 429, retryAfter: "soon", want: push(plain)},
+		{status: 429, retryAfter: "-3", want: push(plain)},
+		{status: 429, retryAfter: "99999999999999999999999", want: push(after(handler.MaxRetryAfter))},
+		{status: 429, retryAfter: date.Add(90 * time.Second).Format(http.TimeFormat), date: date, want: push(after(90 * time.Second))},
+		{status: 503, want: push(plain)},
+		{status: 503, retryAfter: "120", want: push(after(2 * time.Minute))},
+		{status: 503, retryAfter: date.Add(30 * time.Second).Format(http.TimeFormat), date: date, want: push(after(30 * time.Second))},
+		{status: 503, retryAfter: date.Add(-time.Hour).Format(http.TimeFormat), date: date, want: push(after(0))},
+		{status: 503, retryAfter: date.Add(48 * time.Hour).Format(http.TimeFormat), date: date, want: push(after(handler.MaxRetryAfter))},
 		{status: 500, want: plain},
 		{status: 500, retryAfter: "5", want: plain}, // only 429 and 503 are asked to wait
 		{status: 502, want: plain},

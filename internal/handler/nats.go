@@ -19,6 +19,9 @@ const (
 	StatusOK        = "ok"
 	StatusRetry     = "retry"
 	StatusPermanent = "permanent"
+	// StatusBusy: the responder is overloaded. The job is retried, as
+	// with StatusRetry, and the queue's leak pauses (retry.Pushback).
+	StatusBusy = "busy"
 )
 
 // NATS returns a handler that sends each job as a request to cfg.Subject on
@@ -91,12 +94,16 @@ func (h *natsHandler) replyError(reply *nats.Msg) error {
 	switch status {
 	case StatusPermanent:
 		return retry.Permanent(err)
-	case StatusRetry:
+	case StatusRetry, StatusBusy:
 	default:
 		err = fmt.Errorf("request %s: %s (unknown %s %q, retried)", h.subject, text, HeaderStatus, queue.OneLine(status, 32))
 	}
-	if d, ok := parseRetryAfter(header(reply.Header, HeaderRetryAfter), "", time.Now()); ok {
-		return retry.After(err, d)
+	d, ok := parseRetryAfter(header(reply.Header, HeaderRetryAfter), "", time.Now())
+	if ok {
+		err = retry.After(err, d)
+	}
+	if status == StatusBusy {
+		return retry.Pushback(err, d)
 	}
 	return err
 }

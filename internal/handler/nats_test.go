@@ -99,6 +99,7 @@ func TestNATSReplyProtocol(t *testing.T) {
 		permanent = outcome{permanent: true}
 		plain     = outcome{}
 		after     = func(d time.Duration) outcome { return outcome{after: d, hasAfter: true} }
+		push      = func(o outcome) outcome { o.pushback = true; return o }
 	)
 	tests := []struct {
 		name    string
@@ -123,6 +124,11 @@ func TestNATSReplyProtocol(t *testing.T) {
 		{name: "permanent", header: map[string]string{"Spillway-Status": "permanent", "Spillway-Error": "no such mailbox"}, want: permanent,
 			wantErr: "permanent: request jobs.s: no such mailbox"},
 		{name: "permanent ignores Retry-After", header: map[string]string{"Spillway-Status": "Permanent", "Retry-After": "5"}, want: permanent},
+		{name: "busy", header: map[string]string{"Spillway-Status": "busy", "Spillway-Error": "smtp relay saturated"}, want: push(plain),
+			wantErr: "request jobs.s: smtp relay saturated"},
+		{name: "busy after seconds", header: map[string]string{"Spillway-Status": "Busy", "Retry-After": "2"}, want: push(after(2 * time.Second))},
+		{name: "busy without a word", header: map[string]string{"Spillway-Status": "busy"}, want: push(plain),
+			wantErr: "request jobs.s: replied Spillway-Status: busy"},
 		{name: "unknown status is retried", header: map[string]string{"Spillway-Status": "later", "Spillway-Error": "hm"}, want: plain,
 			wantErr: `request jobs.s: hm (unknown Spillway-Status "later", retried)`},
 	}

@@ -19,7 +19,29 @@ type metrics struct {
 	leak      *prometheus.GaugeVec
 
 	mu      sync.Mutex
-	running map[runKey]struct{} // started and not yet ended, so the gauge never drifts
+	running map[runKey]struct{}             // started and not yet ended, so the gauge never drifts
+	pacers  map[string]*queue.YieldingPacer // the queues worked here, for leakCollector
+}
+
+// leakCollector reports each queue's current leak rate and the pauses
+// this process began, read from its pacer at scrape time (no I/O: the
+// pacer's last reading of the shared state, and the rate as a function of
+// the time).
+type leakCollector struct {
+	m             *metrics
+	current, paus *prometheus.Desc
+}
+
+func (c leakCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.current; ch <- c.paus }
+
+func (c leakCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	for q, p := range c.m.pacers {
+		milli, _ := p.Current()
+		ch <- prometheus.MustNewConstMetric(c.current, prometheus.GaugeValue, float64(milli)/1000, q)
+		ch <- prometheus.MustNewConstMetric(c.paus, prometheus.CounterValue, float64(p.Pauses()), q)
+	}
 }
 
 // runKey is a run's message: a backlog job's first try runs from the
@@ -63,15 +85,31 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"queue"}),
 	}
 	m.running = make(map[runKey]struct{})
-	reg.MustRegister(m.completed, m.duration, m.wait, m.inFlight, m.dead, m.leak)
+	m.pacers = make(map[string]*queue.YieldingPacer)
+	lc := leakCollector{m: m,
+		current: prometheus.NewDesc("spillway_leak_rate_current",
+			"The backlog's leak rate now in jobs per second, by queue: the configured one, or less while an adaptive leak climbs back after a pushback.",
+			[]string{"queue"}, nil),
+		paus: prometheus.NewDesc("spillway_leak_pauses_total",
+			"Pauses of the backlog's leak this process began because a handler's downstream pushed back (429, 503, busy), by queue.",
+			[]string{"queue"}, nil),
+	}
+	reg.MustRegister(m.completed, m.duration, m.wait, m.inFlight, m.dead, m.leak, lc)
 	return m
 }
 
-func (m *metrics) setLeak(q string, r bucket.Rate) {
+// setLeak sets queue q's configured leak rate and the pacer its current
+// rate and pauses are read from (nil: none yet).
+func (m *metrics) setLeak(q string, r bucket.Rate, p *queue.YieldingPacer) {
 	if m == nil || r.Count <= 0 {
 		return
 	}
 	m.leak.WithLabelValues(q).Set(float64(r.Count) / r.Per.Seconds())
+	if p != nil {
+		m.mu.Lock()
+		m.pacers[q] = p
+		m.mu.Unlock()
+	}
 }
 
 // initQueue starts queue q's series at 0 before its first event, so that
@@ -95,6 +133,9 @@ func (m *metrics) dropLeak(q string) {
 		return
 	}
 	m.leak.DeleteLabelValues(q)
+	m.mu.Lock()
+	delete(m.pacers, q)
+	m.mu.Unlock()
 }
 
 func (m *metrics) observe(e queue.Event) {

@@ -1,7 +1,8 @@
 // Package workerd runs a worker process's queues: one queue.Worker per
 // queue with the queue's handler, a pacer shared by every worker process,
 // job-status records and the worker metrics (spillway_jobs_*,
-// spillway_leak_rate, spillway_dead_letters_total). cmd/worker and
+// spillway_leak_rate, spillway_leak_rate_current, spillway_leak_pauses_total,
+// spillway_dead_letters_total). cmd/worker and
 // `admitter --dev` both run it.
 //
 // # Pacing
@@ -12,13 +13,16 @@
 // gives a global leak. With redis.url it paces in Redis and falls back to
 // the JetStream pacer while Redis is unreachable (queue.FailoverPacer), so a
 // Redis outage does not stop the drain. docs/reliability.md has the
-// figures.
+// figures. Either pacer runs inside a queue.YieldingPacer: a handler's
+// pushback pauses the leak of every worker process, and an adaptive
+// leak's rate is cut and climbs back, through one more entry in the same
+// key-value bucket (docs/design.md#pushback).
 //
 // # Reloading
 //
 // Pool.Reload applies a new configuration without dropping a job: a queue
-// whose leak rate alone changed keeps its worker and its pacer takes the
-// new rate at the next booking; a queue whose worker settings changed
+// whose leak rate (or adaptive setting) alone changed keeps its worker and
+// its pacer takes the new rate at the next booking; a queue whose worker settings changed
 // (concurrency, handler, retry policy, backlog bounds, ack wait, grace
 // period) gets a new queue.Worker, started before the old one is stopped
 // gracefully — the old one's running handlers finish within the grace
@@ -101,13 +105,7 @@ type Pool struct {
 
 	mu      sync.Mutex // serialises Reload; guards the fields below
 	running map[string]*running
-	pacers  map[string]pacer // kept when a queue goes, for when it comes back
-}
-
-// pacer is a queue.Pacer whose rate a reload can change.
-type pacer interface {
-	queue.Pacer
-	SetRate(bucket.Rate) error
+	pacers  map[string]*queue.YieldingPacer // kept when a queue goes, for when it comes back
 }
 
 // running is one queue's current worker.
@@ -117,10 +115,10 @@ type running struct {
 	done chan struct{}
 }
 
-// spec is everything a queue's worker is built from but the leak rate,
-// which its pacer changes in place.
+// spec is everything a queue's worker is built from but the leak rate and
+// whether it is adaptive, which its pacer changes in place.
 type spec struct {
-	backlog     queue.Config // LeakRate zeroed
+	backlog     queue.Config // LeakRate and Adaptive zeroed
 	retry       retry.Policy
 	handler     config.Handler
 	concurrency int
@@ -146,7 +144,7 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workerd: %w", err)
 	}
-	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]pacer{}}
+	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]*queue.YieldingPacer{}}
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	if err := p.apply(o.Config); err != nil {
 		p.cancel()
@@ -225,10 +223,12 @@ func (p *Pool) apply(cfg *config.Config) error {
 
 	// Leak rates, in place.
 	for _, q := range queues {
-		if pc := p.pacers[q.Name]; pc != nil {
+		pc := p.pacers[q.Name]
+		if pc != nil {
 			_ = pc.SetRate(q.Backlog.LeakRate) // the rate was checked above
+			pc.SetAdaptive(q.Backlog.Adaptive)
 		}
-		p.m.setLeak(q.Name, q.Backlog.LeakRate)
+		p.m.setLeak(q.Name, q.Backlog.LeakRate, pc)
 		p.m.initQueue(q.Name)
 	}
 	// New workers first, then the old ones stop: no gap in the drain.
@@ -256,7 +256,7 @@ func (p *Pool) apply(cfg *config.Config) error {
 
 func (p *Pool) specOf(cfg *config.Config, q *config.Queue) spec {
 	b := q.Backlog
-	b.LeakRate = bucket.Rate{}
+	b.LeakRate, b.Adaptive = bucket.Rate{}, false
 	conc := p.o.Concurrency
 	if conc == 0 {
 		conc = cfg.Worker.Concurrency
@@ -264,8 +264,10 @@ func (p *Pool) specOf(cfg *config.Config, q *config.Queue) spec {
 	return spec{backlog: b, retry: q.Retry, handler: q.Handler, concurrency: conc, ackWait: cfg.Worker.AckWait, grace: cfg.Worker.GracePeriod}
 }
 
-// pacer returns the queue's pacer, made on first use.
-func (p *Pool) pacer(q *config.Queue) (pacer, error) {
+// pacer returns the queue's pacer, made on first use: a YieldingPacer, so
+// that a handler's pushback pauses the leak of every worker, over the
+// JetStream pacer or the Redis one with JetStream as its fallback.
+func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 	if pc := p.pacers[q.Name]; pc != nil {
 		return pc, nil
 	}
@@ -273,7 +275,7 @@ func (p *Pool) pacer(q *config.Queue) (pacer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 	}
-	var pc pacer = kvp
+	var pc queue.RatePacer = kvp
 	if p.o.PacerStore != nil {
 		sp, err := queue.NewPacer(p.o.PacerStore, q.Name, q.Backlog.LeakRate)
 		if err != nil {
@@ -303,11 +305,15 @@ func (p *Pool) pacer(q *config.Queue) (pacer, error) {
 		}
 		pc = fp
 	}
-	p.pacers[q.Name] = pc
-	return pc, nil
+	yp, err := queue.NewYieldingPacer(pc, p.kv, q.Name, q.Backlog.LeakRate, q.Backlog.Adaptive)
+	if err != nil {
+		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
+	}
+	p.pacers[q.Name] = yp
+	return yp, nil
 }
 
-func (p *Pool) newWorker(cfg *config.Config, st plan, pc pacer) (*queue.Worker, error) {
+func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (*queue.Worker, error) {
 	observe := p.m.observe
 	if p.o.Recorder != nil {
 		rec := p.o.Recorder

@@ -51,7 +51,11 @@
 // leak rate whatever their number: a KVPacer keeps it in a JetStream
 // key-value entry per queue (NATS alone), NewPacer over a redisbucket.Store
 // in Redis, and a FailoverPacer paces in Redis and, while Redis fails, in
-// JetStream. Every pacer's SetRate takes effect at the next booking. The rate
+// JetStream. Every pacer's SetRate takes effect at the next booking. A
+// YieldingPacer around any of them yields to the downstream: a handler's
+// retry.Pushback pauses the leak of every worker and, with Config.Adaptive,
+// cuts its rate, which climbs back as a function of the time
+// (docs/design.md#pushback). The rate
 // holds for handler starts: at the booked time the worker that booked it
 // runs the handler itself, in one of its handler slots, from the backlog
 // message — the job does not pass through READY, where it could wait

@@ -45,8 +45,9 @@ import (
 //     goes to DEAD from the leader, taking no start.
 //
 // The drain's JetStream traffic is per start (a grant, its pull, a get, a
-// delete, an ack) plus one get per arriving job; a backlog that waits
-// costs nothing but the lease's renewals, whatever its depth.
+// delete, an ack, and a look at the grants consumer at most every
+// demandFresh) plus one get per arriving job; a backlog that waits costs
+// nothing but the lease's renewals and idle pulls, whatever its depth.
 
 // requestTimeout bounds one JetStream API request of the drain loop.
 const requestTimeout = 5 * time.Second
@@ -176,7 +177,7 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
 	// Taken again after a worker died, or late because every handler was
 	// busy: its booked start is spent. Book a new one, so that starts
 	// never crowd.
-	if (meta != nil && meta.NumDelivered > 1) || time.Since(start) > max(d.period, 20*time.Millisecond) {
+	if (meta != nil && meta.NumDelivered > 1) || time.Since(start) > max(2*d.period, 50*time.Millisecond) {
 		wait, err := d.w.cfg.Pacer.Reserve(ctx)
 		if err != nil {
 			stop()
@@ -250,7 +251,19 @@ type leader struct {
 	granted map[uint64]bool
 	next    uint64 // the first backlog sequence the feed has not read
 	stats   *releaseStats
+	// takenAt is when the grants consumer was last seen with fewer than
+	// two grants waiting: demand trusts that for demandFresh.
+	takenAt time.Time
+	// aheadBudget is how many look-ahead reads may be made now, refilled
+	// at readAheadRate since aheadAt.
+	aheadBudget float64
+	aheadAt     time.Time
 }
+
+// demandFresh is how long the leader trusts that its grants are being
+// taken before it asks the grants consumer again: at most that much of the
+// leak's starts can be granted ahead of the workers.
+const demandFresh = 50 * time.Millisecond
 
 func newLeader(d *drainer) *leader {
 	q := d.w.cfg.Queue
@@ -310,6 +323,9 @@ func (l *leader) run(ctx context.Context) {
 // idle waits for a job to become due or arrive.
 func (l *leader) idle(ctx context.Context, now time.Time) {
 	wait := time.Second // the feed is read at least this often
+	if len(l.sched.ahead) > 0 {
+		wait = 100 * time.Millisecond // and the look-ahead goes on
+	}
 	if at, ok := l.sched.nextDue(); ok {
 		wait = min(wait, time.Duration(at-now.UnixNano()))
 	}
@@ -379,33 +395,60 @@ func (l *leader) feed(ctx context.Context) {
 	}
 }
 
-// read fills the windows that have room from the stream.
+// read fills the windows that need it from the stream, and reads ahead
+// for waiting flows within the look-ahead budget.
 func (l *leader) read(ctx context.Context) {
 	for f := range l.sched.reads {
-		for f.needsRead() && ctx.Err() == nil {
-			rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-			m, err := l.d.backlog.GetMsg(rctx, f.last+1, jetstream.WithGetMsgSubject(f.subject))
-			cancel()
-			now := time.Now().UnixNano()
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				l.sched.exhausted(f, now)
-				break
-			}
-			if err != nil {
-				if ctx.Err() == nil {
-					l.d.w.log.Warn("reading a backlog key's jobs failed; trying again", "error", err)
-				}
-				return
-			}
-			if l.granted[m.Sequence] {
-				f.last = m.Sequence
-				continue
-			}
-			f.more = false // add appends it, and says more if the window is full
-			l.sched.add(f.subject, l.pending(m), now)
-			f.more = true
-			l.sched.place(f, now)
+		l.readFlow(ctx, f, (*flow).needsRead)
+	}
+	now := time.Now()
+	l.aheadBudget = min(l.aheadBudget+now.Sub(l.aheadAt).Seconds()*readAheadRate, readAheadRate)
+	l.aheadAt = now
+	take := func(f *flow) bool {
+		if !f.mayReadAhead() || l.aheadBudget < 1 {
+			return false
 		}
+		l.aheadBudget--
+		return true
+	}
+	for f := range l.sched.ahead {
+		if l.aheadBudget < 1 {
+			break
+		}
+		l.readFlow(ctx, f, take)
+	}
+}
+
+// readAheadRate bounds the reads per second of jobs behind a waiting
+// flow's first ones: a new leader's look at a deep backlog reads each
+// flow's first job at once and the rest of its window over time.
+const readAheadRate = 100
+
+// readFlow reads f's next jobs while want(f).
+func (l *leader) readFlow(ctx context.Context, f *flow, want func(*flow) bool) {
+	for want(f) && ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		m, err := l.d.backlog.GetMsg(rctx, f.last+1, jetstream.WithGetMsgSubject(f.subject))
+		cancel()
+		now := time.Now().UnixNano()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			l.sched.exhausted(f, now)
+			break
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				l.d.w.log.Warn("reading a backlog key's jobs failed; trying again", "error", err)
+			}
+			return
+		}
+		if l.granted[m.Sequence] {
+			f.last = m.Sequence
+			continue
+		}
+		f.more = false // add appends it, and says more if the window is full
+		l.sched.add(f.subject, l.pending(m), now)
+		f.more = true
+		l.sched.place(f, now)
 	}
 }
 
@@ -426,11 +469,15 @@ func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
 // than two wait for a worker. It reports false if the caller should look
 // at the backlog again first.
 func (l *leader) demand(ctx context.Context) bool {
+	if time.Since(l.takenAt) < demandFresh {
+		return true
+	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		info, err := l.d.grants.Info(rctx)
 		cancel()
 		if err == nil && info.NumPending < 2 {
+			l.takenAt = time.Now()
 			return true
 		}
 		if sleep(ctx, wait) != nil {

@@ -30,8 +30,9 @@ type fairSched struct {
 	classes  [len(Priorities)]classQueue
 	waiting  waitHeap // flows with jobs, none due yet: by their next due time
 	order    uint64
-	// reads are the flows that need a read from the stream (needsRead).
-	reads map[*flow]struct{}
+	// reads are the flows that need a read from the stream (needsRead);
+	// ahead are those whose window has room while they wait (mayReadAhead).
+	reads, ahead map[*flow]struct{}
 }
 
 // flowWindow is how many jobs of a flow the scheduler holds.
@@ -71,7 +72,7 @@ type pendingJob struct {
 }
 
 func newFairSched(minShare float64) *fairSched {
-	return &fairSched{minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow), reads: make(map[*flow]struct{})}
+	return &fairSched{minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow), reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{})}
 }
 
 // flow returns the flow of subject, making it if needed.
@@ -116,6 +117,14 @@ func (f *flow) needsRead() bool {
 	return f.more && (len(f.window) == 0 || f.dueIdx >= 0 && len(f.window) < flowWindow)
 }
 
+// mayReadAhead reports whether f's window has room for jobs the stream may
+// hold while f waits for its first due job: reading them lets a later job
+// that is due sooner pass the ones not due. The leader reads those at a
+// bounded rate.
+func (f *flow) mayReadAhead() bool {
+	return f.more && len(f.window) > 0 && len(f.window) < flowWindow && f.dueIdx < 0
+}
+
 // place puts f where it belongs: due, waiting for its first due job, or
 // gone when it holds nothing and nothing more is in the stream.
 func (s *fairSched) place(f *flow, now int64) {
@@ -124,6 +133,11 @@ func (s *fairSched) place(f *flow, now int64) {
 			s.reads[f] = struct{}{}
 		} else {
 			delete(s.reads, f)
+		}
+		if f.mayReadAhead() {
+			s.ahead[f] = struct{}{}
+		} else {
+			delete(s.ahead, f)
 		}
 	}()
 	due, next := false, int64(0)

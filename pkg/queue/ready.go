@@ -329,6 +329,7 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 		r.handBack(e)
 		return
 	}
+	r.w.yield(herr)
 	d := r.w.next(e.attempt, herr)
 	if d.Verdict == retry.Retry {
 		if e.backlog != nil {

@@ -54,8 +54,10 @@ type WorkerConfig struct {
 	// Pacer spaces backlog starts at Queue.LeakRate. Default: a pacer in
 	// this process's memory, which paces this worker alone — workers in
 	// several processes must share one (NewKVPacer in JetStream, NewPacer
-	// over a redisbucket.Store, or NewFailoverPacer over both) or each
-	// drains at the full leak rate.
+	// over a redisbucket.Store, or NewFailoverPacer over both, within a
+	// NewYieldingPacer so that pushback pauses them all) or each drains at
+	// the full leak rate. A handler's pushback (retry.Pushback) is told to
+	// a Pacer that is a Yielder (the default is one) and ignored by others.
 	Pacer Pacer
 	// AckWait is how long JetStream waits for an ack before it hands a job
 	// to another worker (default 30s). Running jobs and held backlog jobs
@@ -226,7 +228,11 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 		if err != nil {
 			return nil, fmt.Errorf("queue: pacer store: %w", err)
 		}
-		if cfg.Pacer, err = NewPacer(mem, cfg.Queue.Name, cfg.Queue.LeakRate); err != nil {
+		sp, err := NewPacer(mem, cfg.Queue.Name, cfg.Queue.LeakRate)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Pacer, err = NewYieldingPacer(sp, nil, cfg.Queue.Name, cfg.Queue.LeakRate, cfg.Queue.Adaptive); err != nil {
 			return nil, err
 		}
 	}
@@ -376,6 +382,26 @@ func (w *Worker) next(attempt int, err error) retry.Decision {
 	w.randMu.Lock()
 	defer w.randMu.Unlock()
 	return w.cfg.Retry.Next(attempt, err, w.cfg.Rand)
+}
+
+// yield tells the pacer when a handler's downstream pushed back
+// (retry.IsPushback): the queue's leak pauses on every worker
+// (docs/design.md#pushback). READY jobs are not held: they were admitted
+// within the queue's limits.
+func (w *Worker) yield(herr error) {
+	after, ok := retry.IsPushback(herr)
+	if !ok {
+		return
+	}
+	y, ok := w.cfg.Pacer.(Yielder)
+	if !ok {
+		return
+	}
+	ctx, cancel := settleCtx(context.Background())
+	defer cancel()
+	if err := y.Yield(ctx, after); err != nil {
+		w.log.Warn("the downstream pushed back but pausing the leak failed; the leak runs on", "error", err)
+	}
 }
 
 // globalRand is math/rand/v2's top-level source, safe for concurrent use.

@@ -16,10 +16,13 @@
 // error is marked Permanent (a 4xx from a webhook, a payload that cannot be
 // parsed). A handler that knows when to come back (HTTP 429 or 503 with
 // Retry-After) wraps its error with After; the delay is then at least that,
-// still bounded by Max.
+// still bounded by Max. A handler whose downstream says it is overloaded
+// (429, 503, a NATS reply "busy") marks its error with Pushback: the job
+// retries as with After, and the worker pauses the queue's backlog leak.
 //
 // # Which function to use
 //
 // Workers call Policy.Next with the attempt that just failed and its error.
-// Handlers call Permanent or After on their errors.
+// Handlers call Permanent, After or Pushback on their errors; workers ask
+// IsPushback.
 package retry

@@ -228,3 +228,39 @@ func RetryAfter(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// pushbackError marks an error as the downstream saying it is overloaded.
+type pushbackError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *pushbackError) Error() string { return e.err.Error() }
+func (e *pushbackError) Unwrap() error { return e.err }
+
+// Pushback marks err as the downstream pushing back — an HTTP 429 or 503,
+// a NATS reply with Spillway-Status: busy — asking for no more work until
+// after has passed (0: it did not say). A worker then pauses its queue's
+// backlog leak for every worker (docs/design.md#pushback). With after > 0
+// the job itself also retries no sooner than after, as with After (unless
+// err already carries a delay of After's). The error's text is err's.
+// Pushback(nil, d) is nil.
+func Pushback(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	if _, has := RetryAfter(err); !has && after > 0 {
+		err = After(err, after)
+	}
+	return &pushbackError{err: err, after: max(after, 0)}
+}
+
+// IsPushback reports whether err, or an error it wraps, was marked by
+// Pushback, and the delay the downstream asked for (0 if it did not say).
+func IsPushback(err error) (after time.Duration, ok bool) {
+	var p *pushbackError
+	if errors.As(err, &p) {
+		return p.after, true
+	}
+	return 0, false
+}
