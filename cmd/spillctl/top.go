@@ -16,7 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 )
 
-const topUsage = `Usage: spillctl top [--server URL] [--interval 1s] [--once] [--json]
+const topUsage = `Usage: spillctl top [--server URL] [--interval 1s] [--queue Q] [--keys 5] [--once] [--json]
 
 A live view of the queues, redrawn every interval until Ctrl-C: the queue
 table of "spillctl queues" with per-second rates — how fast each backlog
@@ -25,6 +25,14 @@ jobs admitted, queued and rejected. The decision rates are those of the
 admitter --server points at (one of several replicas sees its share);
 completions are counted where workers run.
 
+Under the table, the keys with the deepest backlog of each queue whose
+backlog has jobs (--keys of them, 0 for none), from the admitter's
+GET /v1/queues/{queue}/keys: the key's hash (the key itself when the
+admitter has http.show_raw_keys), its backlog depth, its oldest job's age,
+its weight, how many of its jobs are high, normal and low priority, and
+its share of the jobs the drain released in the last minute (blank until
+a drain has published one). --queue shows one queue only.
+
 --once samples twice, one interval apart, prints that one frame without
 clearing the screen, and exits. --json prints each frame as one line of
 JSON instead of the table.
@@ -32,6 +40,7 @@ JSON instead of the table.
 Examples:
   spillctl top
   spillctl top --interval 5s --server http://admitter-1:8080
+  spillctl top --queue email --keys 20
   spillctl top --once --json | jq '.queues[] | {name, depth_per_second}'
 
 Flags:
@@ -47,7 +56,11 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 	interval := fs.Duration("interval", time.Second, "`D` between frames")
 	once := fs.Bool("once", false, "print one frame (rates over one interval) and exit")
 	asJSON := fs.Bool("json", false, "print frames as JSON lines")
+	keys := addTopKeysFlags(fs)
 	if done, err := parseNoArgs(fs, args, topUsage, stdout); done || err != nil {
+		return err
+	}
+	if err := keys.check(fs); err != nil {
 		return err
 	}
 	if *interval < 10*time.Millisecond {
@@ -57,7 +70,7 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	prev := sampleTop(ctx, a)
+	prev := keys.sample(ctx, a, sampleTop(ctx, a))
 	if *once && prev.err != nil {
 		return fmt.Errorf("spillctl top: %w", prev.err)
 	}
@@ -77,7 +90,7 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 			return nil
 		case <-t.C:
 		}
-		cur := sampleTop(ctx, a)
+		cur := keys.sample(ctx, a, sampleTop(ctx, a))
 		if ctx.Err() != nil {
 			continue // interrupted while sampling
 		}
@@ -101,6 +114,7 @@ type topSample struct {
 	err      error                  // the queues could not be read
 	counters map[counterKey]float64 // nil when /metrics could not be read
 	mErr     error
+	keys     []topKeys // each queue's keys (topkeys.go)
 }
 
 // counterKey names one summed counter: a metric, a queue and (for
@@ -230,11 +244,12 @@ type topFrame struct {
 	Queues       []topRow  `json:"queues"`
 	Error        string    `json:"error,omitempty"`
 	MetricsError string    `json:"metrics_error,omitempty"`
+	Keys         []topKeys `json:"keys,omitempty"`
 }
 
 // buildFrame computes cur's rates against prev (nil: no rates yet).
 func buildFrame(server string, prev *topSample, cur topSample) topFrame {
-	f := topFrame{At: cur.at, Server: server}
+	f := topFrame{At: cur.at, Server: server, Keys: cur.keys}
 	if cur.err != nil {
 		f.Error = cur.err.Error()
 	}
@@ -331,6 +346,7 @@ func formatTop(f topFrame, interval time.Duration, loc *time.Location) string {
 	if f.MetricsError != "" {
 		fmt.Fprintf(&b, "(no completion or decision rates: %s)\n", f.MetricsError)
 	}
+	b.WriteString(formatKeys(f.Keys, loc))
 	return b.String()
 }
 

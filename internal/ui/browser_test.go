@@ -21,6 +21,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
@@ -550,4 +552,199 @@ func startPageServer(t *testing.T) string {
 	srv := httptest.NewServer(ui.Handler())
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+const keysYAML = `
+nats: {listen: "127.0.0.1:0", store_dir: %q}
+http: {listen: "127.0.0.1:0", api_keys_file: %q}
+queues:
+  - name: tenants
+    limits: [{key: "header:X-Client-Id", algorithm: leaky_bucket, rate: 1/h, burst: 10, delay: 0}]
+    backlog: {capacity: 40, leak_rate: 1/h, fairness: {weights: {flood: 3}}}
+    handler: {log: true}
+  - name: quiet
+    limits: [{key: global, algorithm: token_bucket, rate: 10/s, burst: 10}]
+    backlog: {capacity: 10, leak_rate: 1/s}
+    handler: {log: true}
+`
+
+// shownKeys is what a queue's "Top keys" section shows.
+type shownKeys struct {
+	Title string        `json:"title"`
+	None  string        `json:"none"`
+	Table bool          `json:"table"`
+	Rows  []shownKeyRow `json:"rows"`
+	State string        `json:"state"`
+	Viol  []string      `json:"violations"`
+}
+
+type shownKeyRow struct {
+	Hash  string               `json:"hash"`
+	Cells map[string]shownItem `json:"cells"`
+}
+
+func lookKeys(ctx context.Context, t *testing.T, q string) shownKeys {
+	t.Helper()
+	return run(ctx, t, "reading the top keys", chromedp.Evaluate[shownKeys](fmt.Sprintf(`(() => {
+  const q = %q;
+  const card = [...document.querySelectorAll("article.queue")].find((e) => e.dataset.queue === q);
+  const out = {title: "", none: "", table: false, rows: [], state: document.body.dataset.state, violations: window.__cspViolations || []};
+  const sec = card && card.querySelector("section.keys");
+  if (!sec) return out;
+  const none = sec.querySelector(".none"), table = sec.querySelector("table");
+  out.title = sec.querySelector(".title").textContent;
+  out.none = none.hidden ? "" : none.textContent;
+  out.table = !table.hidden;
+  out.rows = [...table.querySelectorAll("tbody tr")].map((tr) => ({hash: tr.dataset.keyHash,
+    cells: Object.fromEntries([...tr.cells].map((td) => [td.dataset.col, {text: td.textContent, value: td.dataset.value || ""}]))}));
+  return out;
+})()`, q)))
+}
+
+// submitAs posts one job from client with a priority (empty: none) and an
+// API key, and fails the test unless it gets want.
+func (s *service) submitAs(t *testing.T, q, client, priority, apiKey string, want api.Status) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.base+"/v1/queues/"+q+"/jobs", strings.NewReader(`{"n":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Client-Id", client)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	if priority != "" {
+		req.Header.Set(api.HeaderPriority, priority)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r api.SubmitReply
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.Status != want {
+		t.Fatalf("submitting for %s: %d %+v (%v), want %s", client, resp.StatusCode, r, err, want)
+	}
+}
+
+// TestPageShowsTopKeys: a dev-mode admitter with API keys holds a backlog
+// of two keys whose jobs are not due for an hour; once the page has the
+// key, each queue's "Top keys" table shows the keys of
+// GET /v1/queues/{queue}/keys, deepest first, with depth, age, weight
+// and priority mix, then the release shares once the drain's leader has
+// published counts; an empty backlog says so.
+func TestPageShowsTopKeys(t *testing.T) {
+	const key = "ui-keys-test-key"
+	keysFile := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keysFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browser(t)
+	svc := startAdmitter(t, fmt.Sprintf(keysYAML, t.TempDir(), keysFile), nil)
+	// flood: admitted, then high, normal, low queued; calm: admitted,
+	// then low queued. The first jobs run at once; the queued ones wait.
+	for _, s := range []struct {
+		client, priority string
+		want             api.Status
+	}{
+		{"flood", "", api.Admitted}, {"flood", "high", api.Queued}, {"flood", "", api.Queued}, {"flood", "low", api.Queued},
+		{"calm", "", api.Admitted}, {"calm", "low", api.Queued},
+	} {
+		svc.submitAs(t, "tenants", s.client, s.priority, key, s.want)
+	}
+	flood, calm := queue.KeyHash("flood"), queue.KeyHash("calm")
+
+	run(ctx, t, "loading /ui", chromedp.Navigate(svc.base+"/ui"))
+	waitPage(ctx, t, "tenants", "the API key form", 20*time.Second, func(s shown) bool { return s.State == "unauthorized" && s.AuthShown })
+	run(ctx, t, "entering the key", chromedp.Steps(
+		chromedp.WaitVisible(chromedp.CSS("#apikey")),
+		chromedp.SendKeys(chromedp.CSS("#apikey"), key),
+		chromedp.Click(chromedp.CSS("#auth-form button")),
+	))
+
+	waitKeys := func(what string, cond func(shownKeys) bool) shownKeys {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			k := lookKeys(ctx, t, "tenants")
+			if cond(k) {
+				return k
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the page did not show %s within 15s; it shows %+v", what, k)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	k := waitKeys("two keys", func(k shownKeys) bool { return k.State == "live" && len(k.Rows) == 2 })
+	t.Logf("top keys of tenants: %q, rows %+v", k.Title, k.Rows)
+	if !k.Table || k.None != "" || !strings.Contains(k.Title, "Top keys by backlog depth · 2 of 2 keys") || strings.Contains(k.Title, "release share") {
+		t.Errorf("the section shows title %q, table %v, note %q; want the table of 2 of 2 keys, no release window", k.Title, k.Table, k.None)
+	}
+	for i, w := range []struct {
+		hash               string
+		depth, weight, mix string
+		maxAge             time.Duration
+	}{{flood, "3", "3", "1/1/1", time.Minute}, {calm, "1", "1", "0/0/1", time.Minute}} {
+		r := k.Rows[i]
+		c := r.Cells
+		if r.Hash != w.hash || c["key"].Text != w.hash || c["depth"].Value != w.depth || c["depth"].Text != w.depth ||
+			c["weight"].Value != w.weight || c["priority"].Value != w.mix || c["priority"].Text != strings.ReplaceAll(w.mix, "/", " / ") ||
+			c["share"].Text != "" || c["share"].Value != "" {
+			t.Errorf("row %d: %+v; want key %s, depth %s, weight %s, priorities %s, no release share", i+1, r, w.hash, w.depth, w.weight, w.mix)
+		}
+		if ms, err := strconv.ParseInt(c["oldest-age"].Value, 10, 64); err != nil || ms < 0 || time.Duration(ms)*time.Millisecond > w.maxAge {
+			t.Errorf("row %d: oldest age %q (%q), want the few seconds since the submits", i+1, c["oldest-age"].Value, c["oldest-age"].Text)
+		}
+	}
+	// The page shows what the endpoint says.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, svc.base+"/v1/queues/tenants/keys", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := svc.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list api.KeyList
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	_ = resp.Body.Close()
+	if err != nil || len(list.Keys) != 2 || list.Keys[0].KeyHash != flood || list.Keys[0].Depth != 3 || list.Keys[1].KeyHash != calm || list.Keys[1].Depth != 1 {
+		t.Fatalf("GET /v1/queues/tenants/keys: %v %+v", err, list)
+	}
+	if q := lookKeys(ctx, t, "quiet"); q.Table || q.None != "No jobs in the backlog." || len(q.Rows) != 0 {
+		t.Errorf("the empty backlog of quiet shows %+v, want no table and \"No jobs in the backlog.\"", q)
+	}
+
+	// The drain's leader publishes the releases per key: shares appear.
+	nc, err := nats.Connect(svc.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := queue.OpenPacerBucket(t.Context(), js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf(`{"at": %q, "window_s": 60, "releases": {%q: 1, %q: 3}}`, time.Now().UTC().Format(time.RFC3339), flood, calm)
+	if _, err := kv.Put(t.Context(), queue.KeyReleasesKey("tenants"), []byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	k = waitKeys("the release shares", func(k shownKeys) bool { return len(k.Rows) == 2 && k.Rows[0].Cells["share"].Value != "" })
+	if s := k.Rows[0].Cells["share"]; s.Value != "0.25" || s.Text != "25 %" {
+		t.Errorf("flood's release share: %+v, want 0.25 shown as 25 %%", s)
+	}
+	if s := k.Rows[1].Cells["share"]; s.Value != "0.75" || s.Text != "75 %" {
+		t.Errorf("calm's release share: %+v, want 0.75 shown as 75 %%", s)
+	}
+	if !strings.Contains(k.Title, "release share: of the jobs released in the 60 s to ") {
+		t.Errorf("the title %q does not say the releases' window", k.Title)
+	}
+	if len(k.Viol) > 0 {
+		t.Errorf("the page broke its Content-Security-Policy: %q", k.Viol)
+	}
+	saveArtifact(t, "ui-top-keys.png", run(ctx, t, "taking a screenshot", chromedp.FullScreenshot(100)))
 }

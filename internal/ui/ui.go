@@ -4,7 +4,10 @@
 // that serves it once a second and shows, per queue, the backlog depth
 // over the last five minutes against its capacity, the verdict rates of
 // this admitter, the leak rate, jobs in flight and the backlog's age and
-// estimated drain time.
+// estimated drain time; and, for each queue whose backlog has jobs, a
+// "Top keys" table from GET /v1/queues/{queue}/keys in the same poll and
+// with the same API key: the keys with the deepest backlogs, their
+// depth, oldest age, weight, priority mix and release share.
 //
 // The page is the same for every request, so the handler computes its
 // Content-Security-Policy once: scripts and styles only by the SHA-256 of

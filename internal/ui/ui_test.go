@@ -192,8 +192,11 @@ func TestPageIsSelfContained(t *testing.T) {
 	for _, m := range fetches {
 		paths = append(paths, m[1])
 	}
-	if !slices.Equal(paths, []string{"/v1/queues", "/metrics"}) {
-		t.Errorf("the page fetches %q, want /v1/queues and /metrics", paths)
+	if !slices.Equal(paths, []string{"/v1/queues", "/metrics", "/v1/queues/"}) {
+		t.Errorf("the page fetches %q, want /v1/queues, /metrics and /v1/queues/{queue}/keys", paths)
+	}
+	if !strings.Contains(page, `get("/v1/queues/" + encodeURIComponent(name) + "/keys?top=" + TOP_KEYS,`) {
+		t.Error("the page does not read each queue's keys from /v1/queues/{queue}/keys with the queue name escaped")
 	}
 	for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"} {
 		if strings.Contains(page, sink) {
