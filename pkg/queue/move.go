@@ -109,11 +109,12 @@ func placeID(stream string, seq uint64) string {
 	return stream + ":" + strconv.FormatUint(seq, 10)
 }
 
-// retryMove takes a failed backlog job (stream #seq) to READY for its
-// retry: with its tries so far and the retry's not-before.
-func retryMove(queue, subject string, header nats.Header, data []byte, stream string, seq uint64, attempts int, notBefore time.Time) move {
+// retryMove takes a failed backlog job (stream #seq) to READY — or, after
+// a pushback, back to the backlog — for its retry: with its tries so far
+// and the retry's not-before.
+func retryMove(queue, subject string, header nats.Header, data []byte, stream string, seq uint64, attempts int, notBefore time.Time, to Destination) move {
 	return move{
-		queue: queue, subject: subject, header: header, data: data, to: Ready,
+		queue: queue, subject: subject, header: header, data: data, to: to,
 		msgID: placeID(stream, seq),
 		set: map[string]string{
 			HeaderAttempt:   strconv.Itoa(attempts),

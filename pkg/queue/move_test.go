@@ -74,7 +74,7 @@ func TestMoveHeaderRule(t *testing.T) {
 	}{
 		{
 			name: "backlog retry to READY", subject: subjectOf("q", Ready, KeyToken("k")),
-			mv: retryMove("q", subject, source(), nil, "SPILLWAY_q_BACKLOG", 42, 2, now.Add(time.Minute)),
+			mv: retryMove("q", subject, source(), nil, "SPILLWAY_q_BACKLOG", 42, 2, now.Add(time.Minute), Ready),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"2"}, HeaderNotBefore: {later},
 				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"},
@@ -135,7 +135,7 @@ func TestMoveHeaderRule(t *testing.T) {
 	}
 	// The source is not changed by the copy.
 	h := source()
-	mv := retryMove("q", subject, h, nil, "S", 1, 1, now)
+	mv := retryMove("q", subject, h, nil, "S", 1, 1, now, Ready)
 	mv.message().Header["X-Several"][0] = "changed"
 	if h.Get("X-Several") != "a" || h.Get(HeaderAttempt) != "1" {
 		t.Errorf("the copy shares the source's headers: %v", h)

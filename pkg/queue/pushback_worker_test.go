@@ -85,4 +85,20 @@ func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 	if retried.Sub(pushedAt) < pause {
 		t.Errorf("the pushed-back job retried %v after its pushback, before its Retry-After %v", retried.Sub(pushedAt), pause)
 	}
+	// Its retry went back through the backlog, at the leak's pace, not to
+	// READY: its second start was a backlog release, its second try.
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	released := 0
+	for _, e := range rec.events {
+		if e.Kind == queue.Released && e.Job.ID == pushedID {
+			released++
+			if released == 2 && (e.Attempt != 2 || e.Stream != queue.StreamName(b.cfg.Name, queue.Backlog)) {
+				t.Errorf("the pushed-back job's retry: attempt %d from %s, want attempt 2 from the backlog", e.Attempt, e.Stream)
+			}
+		}
+	}
+	if released != 2 {
+		t.Errorf("the pushed-back job was released from the backlog %d times, want 2 (its retry goes back to the backlog)", released)
+	}
 }

@@ -333,7 +333,7 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 	d := r.w.next(e.attempt, herr)
 	if d.Verdict == retry.Retry {
 		if e.backlog != nil {
-			r.moveToRetry(e, d.Delay)
+			r.moveToRetry(e, d.Delay, herr)
 		} else if err := e.msg.NakWithDelay(d.Delay); err != nil {
 			r.w.log.Warn("scheduling a retry failed; JetStream will deliver the job again after the ack wait", "job", e.job.ID, "error", err)
 		}
@@ -345,22 +345,37 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 
 // moveToRetry moves a failed backlog job to READY with its tries so far
 // and a not-before of now+delay, then deletes it from the backlog and acks
-// its grant. Its message
-// id is its backlog place (placeID), so a worker that dies between the
-// two, and whose successor runs and moves the job again, stores it once.
-// If the move fails the job goes back to the backlog after the delay, and
-// its tries so far are forgotten.
-func (r *runner) moveToRetry(e *execution, delay time.Duration) {
+// its grant. A job whose downstream pushed back (retry.IsPushback) goes
+// back to the backlog instead, at the end of its key's jobs, so that its
+// retry starts at the leak's pace like the jobs it came with rather than
+// at once from READY; if the backlog refuses it (full), it goes to READY.
+// The move's message id is the job's backlog place (placeID), so a worker
+// that dies between the move and the delete, and whose successor runs and
+// moves the job again, stores it once. If the move fails the grant goes
+// back: the job stays in the backlog and starts again after the delay, its
+// tries so far forgotten.
+func (r *runner) moveToRetry(e *execution, delay time.Duration, herr error) {
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
-	mv := retryMove(r.w.cfg.Queue.Name, e.subject, e.header, e.data, e.stream, e.seq, e.attempt, time.Now().Add(delay))
-	moved, err := mv.do(ctx, r.w.js, e.settleSource)
+	notBefore := time.Now().Add(delay)
+	var (
+		moved *jetstream.PubAck
+		err   error
+	)
+	if _, pushback := retry.IsPushback(herr); pushback {
+		mv := retryMove(r.w.cfg.Queue.Name, e.subject, e.header, e.data, e.stream, e.seq, e.attempt, notBefore, Backlog)
+		moved, err = mv.do(ctx, r.w.js, e.settleSource)
+	}
+	if moved == nil {
+		mv := retryMove(r.w.cfg.Queue.Name, e.subject, e.header, e.data, e.stream, e.seq, e.attempt, notBefore, Ready)
+		moved, err = mv.do(ctx, r.w.js, e.settleSource)
+	}
 	switch {
 	case moved == nil:
-		r.w.log.Error("moving a failed backlog job to READY for its retry failed; it goes back to the backlog", "job", e.job.ID, "error", err)
+		r.w.log.Error("moving a failed backlog job for its retry failed; it stays in the backlog", "job", e.job.ID, "error", err)
 		_ = e.msg.NakWithDelay(delay)
 	case err != nil:
-		r.w.log.Warn("failed backlog job moved to READY for its retry but its backlog ack failed; it may run once more from the backlog", "job", e.job.ID, "error", err)
+		r.w.log.Warn("failed backlog job moved for its retry but its removal from the backlog failed; it may run once more from the backlog", "job", e.job.ID, "error", err)
 	}
 }
 
