@@ -56,8 +56,8 @@ func newQueueCollector(js jetstream.JetStream, cfg func() *config.Config, log *s
 		dead:           d("dead", "Jobs in the queue's dead-letter stream."),
 		ackPending:     d("ack_pending", "Ready jobs delivered to workers and not yet acknowledged."),
 		maxAckPending:  d("max_ack_pending", "The ready consumer's bound on unacknowledged jobs (0: no consumer yet)."),
-		backlogPullers: d("backlog_pullers", "Pull requests waiting on the backlog consumer: 0 with jobs due means nobody drains it."),
-		backlogHeld:    d("backlog_held", "Backlog jobs workers hold until their start (delivered, not yet released)."),
+		backlogPullers: d("backlog_pullers", "Pulls waiting for a grant of the backlog's drain (consumer spillway-grants), from workers with a handler free: 0 with jobs due means no worker takes backlog jobs."),
+		backlogHeld:    d("backlog_held", "Grants of the backlog's drain that workers took and have not settled: jobs waiting for their booked start or running their first try."),
 		readyCapacity:  d("ready_capacity", "READY's capacity in jobs (ready.capacity); when full, admitted jobs are queued in the backlog."),
 	}
 }

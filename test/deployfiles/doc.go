@@ -7,7 +7,7 @@
 //     environment and health checks agree with deploy/spillway.yaml,
 //     deploy/prometheus and deploy/grafana.
 //   - deploy/k8s: every manifest parses, the kustomization lists them all,
-//     selectors, probes, ports and the KEDA trigger agree with the
+//     selectors, probes, ports and the KEDA triggers agree with the
 //     ConfigMap's configuration.
 //   - deploy/nats: the cluster configuration parses with nats-server's own
 //     parser, with JetStream, sync_interval: always and three routes.

@@ -2,15 +2,17 @@ package deployfiles
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/spillway-dev/spillway/internal/config"
-	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 const k8sDir = "deploy/k8s"
@@ -356,12 +358,27 @@ func TestWorker(t *testing.T) {
 	}
 }
 
-// KEDA's nats-jetstream trigger metadata (keda.sh/docs/scalers/nats-jetstream).
-var kedaNATSKeys = map[string]bool{
-	"natsServerMonitoringEndpoint": true, "account": true, "stream": true, "consumer": true,
-	"lagThreshold": true, "activationLagThreshold": true, "useHttps": true,
+// KEDA's prometheus trigger metadata (keda.sh/docs/scalers/prometheus).
+var kedaPrometheusKeys = map[string]bool{
+	"serverAddress": true, "query": true, "threshold": true, "activationThreshold": true,
+	"namespace": true, "customHeaders": true, "ignoreNullValues": true, "queryParameters": true,
+	"unsafeSsl": true, "timeout": true,
 }
 
+// depthQuery is the query each trigger runs: the queue's backlog depth as
+// the admitters export it (every admitter reports the same figure, read
+// from JetStream, so max, not sum). Further matchers may narrow it (a
+// namespace label, say); the queue matcher must name the queue exactly.
+var depthQuery = regexp.MustCompile(`^max\(spillway_queue_depth\{([^{}]*)\}\)$`)
+
+// depthMatcher is one equality matcher of depthQuery's selector.
+var depthMatcher = regexp.MustCompile(`^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"\s*$`)
+
+// TestScaledObject checks that KEDA scales the workers on the depth of the
+// backlog of each queue they work. The backlog has no consumer whose lag
+// could say it (docs/design.md#the-scheduler), and the grants consumer's
+// pending grants stay under two by design, whatever the depth; so each
+// trigger asks Prometheus for the admitters' spillway_queue_depth.
 func TestScaledObject(t *testing.T) {
 	_, ms := k8sBase(t)
 	cfg, _ := clusterConfig(t, ms)
@@ -378,45 +395,73 @@ func TestScaledObject(t *testing.T) {
 		t.Errorf("%s: minReplicaCount %d: workers also run admitted jobs; never scale them to zero", so.where(), n)
 	}
 
-	want := map[string]bool{} // BACKLOG streams of the queues workers run
+	// Prometheus finds the admitters by their pod annotations.
+	adm := find(t, ms, "Deployment", "spillway-admitter")
+	ann := getMap(adm.doc, "spec", "template", "metadata", "annotations")
+	if getString(ann, "prometheus.io/scrape") != "true" || getString(ann, "prometheus.io/path") != "/metrics" {
+		t.Errorf("%s: pod annotations %v: want prometheus.io/scrape \"true\" and prometheus.io/path /metrics, or no Prometheus has the depth the KEDA triggers query", adm.where(), ann)
+	}
+
+	want := map[string]bool{} // the queues workers run
 	for _, q := range cfg.Queues {
 		if q.Handler != (config.Handler{}) {
-			want[queue.StreamName(q.Name, queue.Backlog)] = true
+			want[q.Name] = true
 		}
 	}
 	seen := map[string]bool{}
 	for i, tr := range getList(so.doc, "spec", "triggers") {
 		where := fmt.Sprintf("%s: triggers[%d]", so.where(), i)
-		if getString(tr, "type") != "nats-jetstream" {
-			t.Errorf("%s: type %q, want nats-jetstream", where, getString(tr, "type"))
+		if getString(tr, "type") != "prometheus" {
+			t.Errorf("%s: type %q, want prometheus (on the admitters' spillway_queue_depth)", where, getString(tr, "type"))
 			continue
 		}
 		md := getMap(tr, "metadata")
 		for k := range md {
-			if !kedaNATSKeys[k] {
-				t.Errorf("%s: metadata.%s is not a key of KEDA's nats-jetstream scaler", where, k)
+			if !kedaPrometheusKeys[k] {
+				t.Errorf("%s: metadata.%s is not a key of KEDA's prometheus scaler", where, k)
 			}
 		}
-		for _, k := range []string{"natsServerMonitoringEndpoint", "account", "stream", "consumer", "lagThreshold"} {
+		for _, k := range []string{"serverAddress", "query", "threshold", "activationThreshold"} {
 			if getString(md, k) == "" {
 				t.Errorf("%s: metadata.%s is missing (KEDA wants a string)", where, k)
 			}
 		}
-		stream := getString(md, "stream")
-		if !want[stream] {
-			t.Errorf("%s: stream %q is not the BACKLOG stream of a queue in the ConfigMap (want one of %v)", where, stream, keys(want))
+		for _, k := range []string{"threshold", "activationThreshold"} {
+			if v, err := strconv.ParseFloat(getString(md, k), 64); err != nil || v <= 0 {
+				t.Errorf("%s: metadata.%s %q: want a positive number of jobs", where, k, getString(md, k))
+			}
 		}
-		seen[stream] = true
-		if c := getString(md, "consumer"); c != queue.BacklogConsumer {
-			t.Errorf("%s: consumer %q, want %q (the backlog's shared durable consumer)", where, c, queue.BacklogConsumer)
+		if getString(md, "ignoreNullValues") != "false" {
+			t.Errorf("%s: metadata.ignoreNullValues %q: want \"false\", so that a lost admitter target is an error that keeps the replicas rather than a depth of 0", where, getString(md, "ignoreNullValues"))
 		}
-		if ep := getString(md, "natsServerMonitoringEndpoint"); !strings.HasSuffix(ep, ":8222") {
-			t.Errorf("%s: natsServerMonitoringEndpoint %q: want the NATS monitoring port 8222", where, ep)
+		if u, err := url.Parse(getString(md, "serverAddress")); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			t.Errorf("%s: metadata.serverAddress %q: want Prometheus' http(s) URL", where, getString(md, "serverAddress"))
 		}
+		query := getString(md, "query")
+		m := depthQuery.FindStringSubmatch(query)
+		if m == nil {
+			t.Errorf("%s: metadata.query %q: want max(spillway_queue_depth{queue=\"<queue>\"}), the backlog's depth", where, query)
+			continue
+		}
+		q := ""
+		for _, part := range strings.Split(m[1], ",") {
+			lm := depthMatcher.FindStringSubmatch(part)
+			if lm == nil {
+				t.Errorf("%s: metadata.query %q: matcher %q: want label=\"value\"", where, query, part)
+				continue
+			}
+			if lm[1] == "queue" {
+				q = lm[2]
+			}
+		}
+		if !want[q] {
+			t.Errorf("%s: metadata.query %q: queue %q is not a queue with a handler in the ConfigMap (want one of %v)", where, query, q, keys(want))
+		}
+		seen[q] = true
 	}
-	for s := range want {
-		if !seen[s] {
-			t.Errorf("%s: no trigger on the stream %s", so.where(), s)
+	for q := range want {
+		if !seen[q] {
+			t.Errorf("%s: no trigger on the backlog depth of queue %s", so.where(), q)
 		}
 	}
 }

@@ -22,10 +22,8 @@ const (
 // name), and checks the durability profile and the routes.
 func TestNATSClusterConfig(t *testing.T) {
 	_, ms := k8sBase(t)
-	so := find(t, ms, "ScaledObject", "spillway-worker")
-	endpoint := getString(getList(so.doc, "spec", "triggers")[0], "metadata", "natsServerMonitoringEndpoint")
-	headless, _, _ := strings.Cut(endpoint, ".")
-	headless, _, _ = strings.Cut(headless, ":")
+	_, nms := kustomizeDir(t, natsClusterDir)
+	headless := getString(find(t, nms, "StatefulSet", "nats").doc, "spec", "serviceName")
 
 	for i := range 3 {
 		pod := fmt.Sprintf("nats-%d", i)
@@ -48,7 +46,7 @@ func TestNATSClusterConfig(t *testing.T) {
 				t.Errorf("%s: jetstream.sync_interval is not always (interval %s)", natsClusterConf, opts.SyncInterval)
 			}
 			if opts.HTTPPort != 8222 {
-				t.Errorf("%s: monitoring port %d, want 8222 (the exporter, KEDA and the probes use it)", natsClusterConf, opts.HTTPPort)
+				t.Errorf("%s: monitoring port %d, want 8222 (the exporter and the probes use it)", natsClusterConf, opts.HTTPPort)
 			}
 			if opts.Port != 4222 {
 				t.Errorf("%s: client port %d, want 4222 (nats.url in the ConfigMap)", natsClusterConf, opts.Port)
@@ -70,7 +68,7 @@ func TestNATSClusterConfig(t *testing.T) {
 			for j, h := range hosts {
 				want := fmt.Sprintf("nats-%d.%s", j, headless)
 				if h != want && !strings.HasPrefix(h, want+".") {
-					t.Errorf("%s: route host %q, want %s (pod nats-%d behind the headless service %s that the KEDA trigger uses)",
+					t.Errorf("%s: route host %q, want %s (pod nats-%d behind the StatefulSet's headless service %s)",
 						natsClusterConf, h, want, j, headless)
 				}
 			}
@@ -144,7 +142,7 @@ func TestNATSStatefulSet(t *testing.T) {
 		}
 	}
 	if !named {
-		t.Errorf("%s: env SERVER_NAME must come from metadata.name (nats.conf's server_name, KEDA's per-server requests)", where)
+		t.Errorf("%s: env SERVER_NAME must come from metadata.name (nats.conf's server_name)", where)
 	}
 
 	// --config is nats.conf from the generated ConfigMap.

@@ -29,9 +29,10 @@ import (
 // makes one jetstream_consumer_* series per consumer_detail entry, from
 // its num_pending, num_ack_pending and num_waiting (natsExporterMetrics).
 // With an admitter and a worker on a NATS server with monitoring, the
-// test finds both Spillway consumers there with those fields, and checks
-// the dashboard's stream_name regex matches exactly the queue's READY and
-// BACKLOG streams.
+// test finds both Spillway consumers there with those fields (READY's
+// spillway-ready and GRANTS' spillway-grants; the backlog has none), and
+// checks the dashboard's stream_name regex matches exactly the queue's
+// READY and GRANTS streams.
 func TestNATSExporterSource(t *testing.T) {
 	srv, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, HTTPHost: "127.0.0.1", HTTPPort: -1,
@@ -79,8 +80,8 @@ func TestNATSExporterSource(t *testing.T) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
 	want := map[string]string{ // stream → consumer
-		queue.StreamName(testQueue, queue.Ready):   queue.ReadyConsumer,
-		queue.StreamName(testQueue, queue.Backlog): queue.BacklogConsumer,
+		queue.StreamName(testQueue, queue.Ready): queue.ReadyConsumer,
+		queue.GrantsStreamName(testQueue):        queue.GrantsConsumer,
 	}
 	var found map[string]map[string]any // stream → consumer_detail entry
 	deadline := time.Now().Add(20 * time.Second)
@@ -113,7 +114,8 @@ func TestNATSExporterSource(t *testing.T) {
 	}
 
 	// The dashboard's stream_name matcher, $queue expanded, matches the
-	// READY and BACKLOG streams and not DEAD (Prometheus anchors regexes).
+	// READY and GRANTS streams and not BACKLOG (no consumer) or DEAD
+	// (Prometheus anchors regexes).
 	matcher := regexp.MustCompile(`stream_name=~"([^"]+)"`)
 	var regexes []string
 	for where, expr := range readDashboard(t).expressions() {
@@ -133,9 +135,13 @@ func TestNATSExporterSource(t *testing.T) {
 	for _, re := range slices.Compact(slices.Sorted(slices.Values(regexes))) {
 		t.Logf("dashboard stream_name regex, $queue expanded: %s", re)
 		r := regexp.MustCompile("^(?:" + re + ")$")
-		for _, d := range []queue.Destination{queue.Ready, queue.Backlog, queue.Dead} {
-			name := queue.StreamName(testQueue, d)
-			if got, want := r.MatchString(name), d != queue.Dead; got != want {
+		for name, want := range map[string]bool{
+			queue.StreamName(testQueue, queue.Ready):   true,
+			queue.GrantsStreamName(testQueue):          true,
+			queue.StreamName(testQueue, queue.Backlog): false,
+			queue.StreamName(testQueue, queue.Dead):    false,
+		} {
+			if got := r.MatchString(name); got != want {
 				t.Errorf("stream_name=~%q matches %s: %v, want %v", re, name, got, want)
 			}
 		}
