@@ -26,6 +26,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
 // testQueue is the queue of the system under test. brokenQueue is an
@@ -49,7 +50,7 @@ const (
 //
 // Each has its own registry with the Go and process collectors, as the
 // binaries do. The handler fails every job whose payload is "fail", so
-// jobs are retried and dead-lettered.
+// jobs are retried and dead-lettered, and pushes back on "busy" ones.
 type system struct {
 	dev, shared       *admitterd.Service
 	devReg, sharedReg *prometheus.Registry
@@ -60,10 +61,14 @@ type system struct {
 	names []string
 }
 
-// failingHandler succeeds unless the payload is "fail".
+// failingHandler succeeds unless the payload is "fail", or "busy": then it
+// answers as a downstream that pushes back, so the leak pauses.
 func failingHandler(_ context.Context, j *queue.Job) error {
-	if string(j.Payload) == "fail" {
+	switch string(j.Payload) {
+	case "fail":
 		return errors.New("monitoring test: this job always fails")
+	case "busy":
+		return retry.Pushback(errors.New("monitoring test: the downstream is busy"), 200*time.Millisecond)
 	}
 	return nil
 }
@@ -215,7 +220,7 @@ func (s *system) startWorker(t *testing.T, cfg *config.Config, handlers map[stri
 
 // startLoad submits jobs from three clients to both admitters, about
 // 60 a second in all (each client's limit is 4/s), one in five of them
-// failing, until the test ends.
+// failing and about one in seven pushed back, until the test ends.
 func (s *system) startLoad(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -232,8 +237,11 @@ func (s *system) startLoad(t *testing.T) {
 			case <-tick.C:
 			}
 			payload := "ok"
-			if i%5 == 0 {
+			switch {
+			case i%5 == 0:
 				payload = "fail"
+			case i%7 == 3:
+				payload = "busy"
 			}
 			s.submit(ctx, targets[i%2], fmt.Sprintf("client-%d", i%3), payload)
 		}
