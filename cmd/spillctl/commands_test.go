@@ -101,7 +101,7 @@ func TestFormatQueues(t *testing.T) {
 		"sms-outbound      5/100  5.0%   1/s      0          0   1m01s   5.0s     0\n" +
 		"idle              0/100  0.0%   5/s      0          0       -      -     0\n" +
 		"! email: 2 dead letters (spillctl dlq list --queue email)\n" +
-		"! sms-outbound: 5 jobs wait in the backlog and no worker is pulling it (start a worker for this queue)\n"
+		"! sms-outbound: 5 jobs wait in the backlog and no worker has a free handler for them (start a worker for this queue, or more: every handler may be busy with admitted jobs)\n"
 	if got != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
 	}

@@ -218,7 +218,7 @@ func queueWarnings(qs []api.QueueInfo) []string {
 	var ws []string
 	for _, q := range qs {
 		if q.Depth > 0 && q.BacklogPullers == 0 {
-			ws = append(ws, fmt.Sprintf("! %s: %d jobs wait in the backlog and no worker is pulling it (start a worker for this queue)", q.Name, q.Depth))
+			ws = append(ws, fmt.Sprintf("! %s: %d jobs wait in the backlog and no worker has a free handler for them (start a worker for this queue, or more: every handler may be busy with admitted jobs)", q.Name, q.Depth))
 		}
 		if q.Dead > 0 {
 			ws = append(ws, fmt.Sprintf("! %s: %d dead letters (spillctl dlq list --queue %s)", q.Name, q.Dead, q.Name))

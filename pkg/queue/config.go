@@ -239,8 +239,9 @@ func ClassSubject(queue string, d Destination, key string, p Priority) string {
 
 // StreamConfig is the JetStream configuration of a queue's destination.
 //
-// Ready and backlog streams use work-queue retention: a job leaves when a
-// worker acks it. Their bounds are JetStream's own — MaxMsgs with Discard
+// Ready and backlog streams use work-queue retention: a READY job leaves
+// when a worker acks it; the backlog has no consumer, and a job leaves it
+// when the worker that ran it deletes it. Their bounds are JetStream's own — MaxMsgs with Discard
 // New, and for the backlog MaxMsgsPerSubject with Discard New per subject —
 // so a full stream refuses the publish itself, with no check-then-publish
 // race between admitters (docs/jetstream-backlog.md: observed on nats-server

@@ -43,43 +43,42 @@
 // that is not due yet is held, with heartbeats, until it is: every delivery
 // counts as a try.
 //
-// Backlog jobs are held, headers only, by the workers, and started in the
-// order they became due: never before their not-before, only when no due
-// job of their key is ahead of them in the stream (per-key FIFO among due
-// jobs, across processes; a job not due yet holds back nobody), and each at
-// a start booked from a Pacer. Workers that share a pacer's state share one
-// leak rate whatever their number: a KVPacer keeps it in a JetStream
-// key-value entry per queue (NATS alone), NewPacer over a redisbucket.Store
-// in Redis, and a FailoverPacer paces in Redis and, while Redis fails, in
-// JetStream. Every pacer's SetRate takes effect at the next booking. A
-// YieldingPacer around any of them yields to the downstream: a handler's
-// retry.Pushback pauses the leak of every worker and, with Config.Adaptive,
-// cuts its rate, which climbs back as a function of the time
-// (docs/design.md#pushback). The rate
-// holds for handler starts: at the booked time the worker that booked it
-// runs the handler itself, in one of its handler slots, from the backlog
-// message — the job does not pass through READY, where it could wait
-// behind admitted jobs and then start in a crowd. A slot is needed only at
-// the booked start: with every handler busy then, the booking goes unused
-// and the job books again, taking a slot first; a worker whose handlers
-// stay busy hands its due jobs back to workers that have free ones. The
-// backlog message is kept with heartbeats while the handler runs and acked
-// when it succeeds; a failed try that may be retried moves the job to READY
-// with its tries so far and the retry's not-before, under its backlog place
-// as Nats-Msg-Id (so a crash between the move and the ack is deduplicated),
-// and acks it in the backlog; the last failed try dead-letters it. A worker
-// that dies mid-try leaves the message unacked: after the ack wait another
-// worker holds it and starts it again. A job running from the backlog is
-// still in the stream: until it is settled, its key's later jobs held by
-// other workers wait behind it (in its own worker they may start). A job
-// older than Config.MaxAge goes to DEAD instead. Event.Stream says where a
-// job's message is: BACKLOG from its release (Released) to the end of its
-// first try, READY for its retries.
+// Backlog jobs drain fairly (docs/design.md#fair-drain). One worker
+// process at a time leads a queue's drain, under a lease in the pacer
+// bucket. It sees the backlog as flows — a key's jobs of one priority class,
+// one subject each — holds a window of each flow's first jobs (headers
+// only), and picks each start: the highest class with a due job (lower
+// classes keep Fairness.MinShare of the starts), the flow by start-time
+// fair queuing with the jobs' weights, and the flow's first due job (FIFO
+// within key and class among due jobs; a job not due yet holds back
+// nobody). It books the start from a Pacer and grants it through the
+// queue's GRANTS stream; a worker with a free handler takes the grant,
+// waits for the booked start and runs the handler from the backlog
+// message, so the rate holds for handler starts, not only for moves.
+// Workers that share a pacer's state share one leak rate whatever their
+// number: a KVPacer keeps it in a JetStream key-value entry per queue
+// (NATS alone), NewPacer over a redisbucket.Store in Redis, and a
+// FailoverPacer paces in Redis and, while Redis fails, in JetStream. Every
+// pacer's SetRate takes effect at the next booking. A YieldingPacer around
+// any of them yields to the downstream: a handler's retry.Pushback pauses
+// the leak of every worker and, with Config.Adaptive, cuts its rate, which
+// climbs back as a function of the time (docs/design.md#pushback).
 //
-// When Run's context ends the worker stops pulling and starting backlog
-// jobs, hands its held backlog jobs back, lets running handlers — admitted
-// and backlog jobs alike — finish within the grace period and hands back
-// what is left, each to the stream it came from.
+// A success deletes the backlog message and acks the grant; a failed try
+// that may be retried moves the job to READY (after a pushback, back to
+// the backlog) with its tries so far and the retry's not-before, under its
+// backlog place as Nats-Msg-Id (so a crash between the move and the delete
+// is deduplicated); the last failed try dead-letters it. A worker that dies
+// mid-try leaves the grant unacked: after the ack wait another worker books
+// it a new start and runs it again. A job older than Config.MaxAge, or a
+// message that is not a job, goes to DEAD from the leader, taking no start.
+// Event.Stream says where a job's message is: BACKLOG from its release
+// (Released) to the end of its first try, READY for its retries.
+//
+// When Run's context ends the worker stops pulling, lets the lead go,
+// hands back the grants it took and has not started, lets running
+// handlers — admitted and backlog jobs alike — finish within the grace
+// period and hands back what is left.
 //
 // Every move of a job between a queue's streams — a backlog job's retry
 // to READY, a job to DEAD, a dead letter back to READY or the backlog — is
@@ -89,7 +88,7 @@
 //
 // Inspect reads a queue's depth, capacity, fill, oldest age, in-flight jobs
 // and estimated drain time from JetStream; BacklogKeys lists its deepest
-// keys (depth, oldest age, weight, a sample of priority classes), and
+// keys (depth, oldest age, weight, jobs of each priority class), and
 // ReadKeyReleases the drain leader's per-key release counts. DeadLetters
 // lists, replays and purges a queue's dead letters.
 package queue

@@ -60,9 +60,9 @@ type WorkerConfig struct {
 	// a Pacer that is a Yielder (the default is one) and ignored by others.
 	Pacer Pacer
 	// AckWait is how long JetStream waits for an ack before it hands a job
-	// to another worker (default 30s). Running jobs and held backlog jobs
-	// are kept alive with heartbeats every AckWait/3, so it only bounds how
-	// long a crashed worker's jobs wait.
+	// to another worker (default 30s). Running jobs, and backlog grants
+	// waiting for their start, are kept alive with heartbeats every
+	// AckWait/3, so it only bounds how long a crashed worker's jobs wait.
 	AckWait time.Duration
 	// MaxAckPending bounds the ready consumer's delivered, unacknowledged
 	// jobs across all workers — running or waiting for a retry (default:
@@ -264,7 +264,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	loops.Go(func() { r.pull(ctx) })
 	loops.Go(func() { d.run(ctx) })
 	<-ctx.Done()
-	loops.Wait() // no more pulls or backlog starts; the drainer has handed its held jobs back
+	loops.Wait() // no more pulls or backlog starts; the drainer has handed back the grants it had not started
 
 	grace := time.NewTimer(w.cfg.GracePeriod)
 	defer grace.Stop()
@@ -351,7 +351,7 @@ func (w *Worker) readyConsumer(ctx context.Context) (jetstream.Consumer, error) 
 	}
 	return w.ensureConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       ReadyConsumer,
-		Description:   "Spillway workers: admitted jobs, and backlog jobs whose start came",
+		Description:   "Spillway workers: admitted jobs and retries",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       w.cfg.AckWait,
 		MaxDeliver:    -1, // the worker dead-letters; JetStream never drops
