@@ -1048,35 +1048,45 @@ func (d *decoder) httpHandler(f *httpHandlerDoc) *HTTPHandler {
 	}
 	h.Headers = map[string]string{}
 	first := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if !d.spend() {
-			break
-		}
-		k, v := deref(n.Content[i]), deref(n.Content[i+1])
-		if k == nil || k.Kind != yaml.ScalarNode {
-			d.addf(n.Content[i], path, "expected a header name, got %s", describe(n.Content[i]))
-			continue
-		}
+	d.entries(n, path, "a header name", func(k, v, raw *yaml.Node) {
 		field := join(path, k.Value)
 		name, err := headerName(k.Value)
 		if err != nil {
 			d.addf(k, field, "%v", err)
-			continue
+			return
 		}
 		if line, dup := first[name]; dup {
 			d.addf(k, field, "header %s is already given at line %d", name, line)
-			continue
+			return
 		}
 		first[name] = k.Line
 		if isNull(v) || v.Kind != yaml.ScalarNode {
-			d.addf(n.Content[i+1], field, "expected a header value, got %s", describe(n.Content[i+1]))
-			continue
+			d.addf(raw, field, "expected a header value, got %s", describe(raw))
+			return
 		}
 		if err := checkHeaderValue(v.Value); err != nil {
 			d.addf(v, field, "%v", err)
-			continue
+			return
 		}
 		h.Headers[name] = v.Value
-	}
+	})
 	return h
+}
+
+// entries calls fn with each entry of mapping n whose key is a scalar —
+// the key, the value (aliases followed; nil for a null) and the value's
+// node as written — within the decoder's budget; a key that is not a
+// scalar is reported as not being want.
+func (d *decoder) entries(n *yaml.Node, path, want string, fn func(k, v, raw *yaml.Node)) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if !d.spend() {
+			return
+		}
+		k, v := deref(n.Content[i]), deref(n.Content[i+1])
+		if k == nil || k.Kind != yaml.ScalarNode {
+			d.addf(n.Content[i], path, "expected %s, got %s", want, describe(n.Content[i]))
+			continue
+		}
+		fn(k, v, n.Content[i+1])
+	}
 }

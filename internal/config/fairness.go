@@ -49,23 +49,15 @@ func (d *decoder) fairness(s *section[fairnessDoc], o *owned, dst *queue.Fairnes
 		return
 	}
 	first := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if !d.spend() {
-			break
-		}
-		k, v := deref(n.Content[i]), deref(n.Content[i+1])
-		if k == nil || k.Kind != yaml.ScalarNode {
-			d.addf(n.Content[i], f.Weights.path, "expected a key or a prefix ending in *, got %s", describe(n.Content[i]))
-			continue
-		}
+	d.entries(n, f.Weights.path, "a key or a prefix ending in *", func(k, v, raw *yaml.Node) {
 		path := fmt.Sprintf("%s[%q]", f.Weights.path, k.Value)
 		if k.Value == "" {
 			d.addf(k, path, `expected a key, or a prefix ending in * ("*" alone: every key)`)
-			continue
+			return
 		}
 		if line, dup := first[k.Value]; dup {
 			d.addf(k, path, "given twice (first at line %d)", line)
-			continue
+			return
 		}
 		first[k.Value] = k.Line
 		r := queue.WeightRule{Key: k.Value, Weight: -1} // -1: refused by queue, as owned.int's
@@ -78,11 +70,11 @@ func (d *decoder) fairness(s *section[fairnessDoc], o *owned, dst *queue.Fairnes
 			}
 		}
 		if v == nil { // a null is given, as nothing
-			v = n.Content[i+1]
+			v = raw
 		}
 		o.fields[fmt.Sprintf("fairness.weights[%q]", r.String())] = &field{path: path, key: k, val: v, holder: n}
 		dst.Weights = append(dst.Weights, r)
-	}
+	})
 	slices.SortFunc(dst.Weights, func(a, b queue.WeightRule) int {
 		if a.Prefix != b.Prefix {
 			if a.Prefix {

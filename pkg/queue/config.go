@@ -250,21 +250,7 @@ func ClassSubject(queue string, d Destination, key string, p Priority) string {
 // until purged (limits retention).
 func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 	c = c.withDefaults()
-	sc := jetstream.StreamConfig{
-		Name:        StreamName(c.Name, d),
-		Description: fmt.Sprintf("Spillway queue %s: %s jobs", c.Name, d),
-		Subjects:    []string{subjectFilter(c.Name, d)},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    c.Replicas,
-		Duplicates:  c.DuplicateWindow,
-		MaxMsgs:     -1,
-		MaxBytes:    -1,
-		MaxAge:      0,
-	}
-	if c.Memory {
-		sc.Storage = jetstream.MemoryStorage
-	}
+	sc := c.stream(StreamName(c.Name, d), fmt.Sprintf("%s jobs", d), subjectFilter(c.Name, d))
 	switch d {
 	case Ready:
 		sc.MaxMsgs = c.ReadyCapacity
@@ -278,6 +264,26 @@ func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 		}
 	case Dead:
 		sc.Retention = jetstream.LimitsPolicy
+	}
+	return sc
+}
+
+// stream is the part every stream of the queue shares: work-queue
+// retention, the queue's storage, replicas and duplicate window, no bound.
+func (c Config) stream(name, holds, subject string) jetstream.StreamConfig {
+	sc := jetstream.StreamConfig{
+		Name:        name,
+		Description: fmt.Sprintf("Spillway queue %s: %s", c.Name, holds),
+		Subjects:    []string{subject},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+		Duplicates:  c.DuplicateWindow,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+	}
+	if c.Memory {
+		sc.Storage = jetstream.MemoryStorage
 	}
 	return sc
 }

@@ -67,21 +67,7 @@ func GrantsStreamName(queue string) string { return "SPILLWAY_" + queue + "_GRAN
 // grantsStreamConfig keeps a queue's grants until a worker settles them.
 func (c Config) grantsStreamConfig() jetstream.StreamConfig {
 	c = c.withDefaults()
-	sc := jetstream.StreamConfig{
-		Name:        GrantsStreamName(c.Name),
-		Description: fmt.Sprintf("Spillway queue %s: backlog starts granted by the drain's leader", c.Name),
-		Subjects:    []string{grantSubject(c.Name)},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    c.Replicas,
-		Duplicates:  c.DuplicateWindow,
-		MaxMsgs:     -1,
-		MaxBytes:    -1,
-	}
-	if c.Memory {
-		sc.Storage = jetstream.MemoryStorage
-	}
-	return sc
+	return c.stream(GrantsStreamName(c.Name), "backlog starts granted by the drain's leader", grantSubject(c.Name))
 }
 
 type drainer struct {

@@ -28,7 +28,7 @@ type fairSched struct {
 	minShare int64 // per mille of the starts each lower class keeps
 	flows    map[string]*flow
 	classes  [len(Priorities)]classQueue
-	waiting  waitHeap // flows with jobs, none due yet: by their next due time
+	waiting  flowHeap // flows with jobs, none due yet: by their next due time
 	order    uint64
 	// reads are the flows that need a read from the stream (needsRead);
 	// ahead are those whose window has room while they wait (mayReadAhead).
@@ -44,7 +44,7 @@ const tagScale = 1 << 20
 type classQueue struct {
 	vtime  uint64  // start tag of the class's last start
 	credit int64   // per mille of a start earned through the minimum share
-	due    dueFlow // flows with a due job, by start tag
+	due    flowHeap // flows with a due job, by start tag
 }
 
 // flow is the scheduler's view of one backlog subject.
@@ -72,7 +72,15 @@ type pendingJob struct {
 }
 
 func newFairSched(minShare float64) *fairSched {
-	return &fairSched{minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow), reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{})}
+	s := &fairSched{
+		minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow),
+		reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{}),
+		waiting: flowHeap{less: byNext, place: func(f *flow) *int { return &f.waitIdx }},
+	}
+	for i := range s.classes {
+		s.classes[i].due = flowHeap{less: byTag, place: func(f *flow) *int { return &f.dueIdx }}
+	}
+	return s
 }
 
 // flow returns the flow of subject, making it if needed.
@@ -189,7 +197,7 @@ func (s *fairSched) place(f *flow, now int64) {
 
 // wake makes due the waiting flows whose first job is due by now.
 func (s *fairSched) wake(now int64) {
-	for len(s.waiting) > 0 && s.waiting[0].next <= now {
+	for s.waiting.Len() > 0 && s.waiting.flows[0].next <= now {
 		f := heap.Pop(&s.waiting).(*flow)
 		s.place(f, now)
 	}
@@ -198,10 +206,10 @@ func (s *fairSched) wake(now int64) {
 // nextDue is when the first waiting flow becomes due, and false if none
 // waits.
 func (s *fairSched) nextDue() (int64, bool) {
-	if len(s.waiting) == 0 {
+	if s.waiting.Len() == 0 {
 		return 0, false
 	}
-	return s.waiting[0].next, true
+	return s.waiting.flows[0].next, true
 }
 
 // pickClass is the class the next start goes to: the highest with a due
@@ -210,7 +218,7 @@ func (s *fairSched) nextDue() (int64, bool) {
 func (s *fairSched) pickClass() (int, bool) {
 	top := -1
 	for i := range s.classes {
-		if len(s.classes[i].due) > 0 {
+		if s.classes[i].due.Len() > 0 {
 			top = i
 			break
 		}
@@ -222,7 +230,7 @@ func (s *fairSched) pickClass() (int, bool) {
 	if s.minShare > 0 {
 		for i := top + 1; i < len(s.classes); i++ {
 			c := &s.classes[i]
-			if len(c.due) == 0 {
+			if c.due.Len() == 0 {
 				continue
 			}
 			c.credit = min(c.credit+s.minShare, 1000)
@@ -240,7 +248,7 @@ func (s *fairSched) pickClass() (int, bool) {
 func (s *fairSched) peek(now int64) bool {
 	s.wake(now)
 	for i := range s.classes {
-		if len(s.classes[i].due) > 0 {
+		if s.classes[i].due.Len() > 0 {
 			return true
 		}
 	}
@@ -256,7 +264,7 @@ func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
 		return nil, pendingJob{}, false
 	}
 	c := &s.classes[ci]
-	f = c.due[0]
+	f = c.due.flows[0]
 	i := 0
 	for ; i < len(f.window); i++ {
 		if f.window[i].due <= now || f.window[i].bad != nil {
@@ -294,54 +302,39 @@ func (s *fairSched) putBack(subject string, j pendingJob, now int64) {
 	s.place(f, now)
 }
 
-// dueFlow orders a class's due flows by start tag, then by when they
-// became due.
-type dueFlow []*flow
+// flowHeap is a heap of flows that keeps each flow's place in it (at
+// *place(f), -1 when out), so that a flow can be taken out from anywhere.
+type flowHeap struct {
+	flows []*flow
+	less  func(a, b *flow) bool
+	place func(f *flow) *int
+}
 
-func (h dueFlow) Len() int { return len(h) }
-func (h dueFlow) Less(i, j int) bool {
-	if h[i].finish != h[j].finish {
-		return h[i].finish < h[j].finish
+func (h *flowHeap) Len() int           { return len(h.flows) }
+func (h *flowHeap) Less(i, j int) bool { return h.less(h.flows[i], h.flows[j]) }
+func (h *flowHeap) Swap(i, j int) {
+	h.flows[i], h.flows[j] = h.flows[j], h.flows[i]
+	*h.place(h.flows[i]), *h.place(h.flows[j]) = i, j
+}
+func (h *flowHeap) Push(x any) {
+	f := x.(*flow)
+	*h.place(f) = len(h.flows)
+	h.flows = append(h.flows, f)
+}
+func (h *flowHeap) Pop() any {
+	f := h.flows[len(h.flows)-1]
+	h.flows[len(h.flows)-1] = nil
+	h.flows = h.flows[:len(h.flows)-1]
+	*h.place(f) = -1
+	return f
+}
+
+// byTag orders a class's due flows by start tag, then by when they became
+// due; byNext orders waiting flows by their next due time.
+func byTag(a, b *flow) bool {
+	if a.finish != b.finish {
+		return a.finish < b.finish
 	}
-	return h[i].order < h[j].order
+	return a.order < b.order
 }
-func (h dueFlow) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].dueIdx, h[j].dueIdx = i, j
-}
-func (h *dueFlow) Push(x any) {
-	f := x.(*flow)
-	f.dueIdx = len(*h)
-	*h = append(*h, f)
-}
-func (h *dueFlow) Pop() any {
-	old := *h
-	f := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	f.dueIdx = -1
-	return f
-}
-
-// waitHeap orders waiting flows by their next due time.
-type waitHeap []*flow
-
-func (h waitHeap) Len() int           { return len(h) }
-func (h waitHeap) Less(i, j int) bool { return h[i].next < h[j].next }
-func (h waitHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].waitIdx, h[j].waitIdx = i, j
-}
-func (h *waitHeap) Push(x any) {
-	f := x.(*flow)
-	f.waitIdx = len(*h)
-	*h = append(*h, f)
-}
-func (h *waitHeap) Pop() any {
-	old := *h
-	f := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	f.waitIdx = -1
-	return f
-}
+func byNext(a, b *flow) bool { return a.next < b.next }
