@@ -42,8 +42,8 @@ const flowWindow = 8
 const tagScale = 1 << 20
 
 type classQueue struct {
-	vtime  uint64  // start tag of the class's last start
-	credit int64   // per mille of a start earned through the minimum share
+	vtime  uint64   // start tag of the class's last start
+	credit int64    // per mille of a start earned through the minimum share
 	due    flowHeap // flows with a due job, by start tag
 }
 

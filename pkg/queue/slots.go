@@ -7,14 +7,14 @@ import "sync"
 type slots struct {
 	mu      sync.Mutex
 	size    int
-	busy    int           // taken: a handler runs or is about to start
-	waiting int           // callers of take waiting for a slot
+	busy    int // taken: a handler runs or is about to start
+	waiting int // callers of take waiting for a slot
 	// reserved are promised to backlog grants waiting for their booked
 	// start, and taken (claim) at the start. A READY pull may still use
 	// them: READY jobs go first, and a grant whose slot was taken goes
 	// back for another worker.
 	reserved int
-	freed   chan struct{} // closed, and replaced, when a slot is put back
+	freed    chan struct{} // closed, and replaced, when a slot is put back
 }
 
 func newSlots(n int) *slots {
