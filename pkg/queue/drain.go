@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -174,10 +175,18 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
 		start = time.Now().Add(wait)
 	}
 	err = sleep(ctx, time.Until(start))
+	if err == nil && d.paused(ctx) {
+		// A pushback came after the start was booked: book again, after
+		// the pause.
+		var wait time.Duration
+		if wait, err = d.w.cfg.Pacer.Reserve(ctx); err == nil {
+			err = sleep(ctx, wait)
+		}
+	}
 	stop()
 	if err != nil {
 		d.r.slots.unreserve()
-		d.handBack(msg, 0, nil) // stopping
+		d.handBack(msg, 0, nil) // stopping, or the pacer failed: another start
 		return
 	}
 	if !d.r.slots.claim() {
@@ -216,6 +225,39 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
 	d.r.runBacklog(e, job)
 }
 
+// booker is a Pacer that can book a start ahead without waiting for it
+// (YieldingPacer.Book); pauser tells whether the leak is paused
+// (YieldingPacer.PausedUntil).
+type (
+	booker interface {
+		Book(ctx context.Context) (time.Duration, error)
+	}
+	pauser interface {
+		PausedUntil(ctx context.Context) (time.Time, error)
+	}
+)
+
+// book books a start for the leader: ahead, so that the chain of starts
+// stays unbroken while the grant is published and taken. The worker looks
+// at the pause again at the start (pausedAt).
+func (d *drainer) book(ctx context.Context) (time.Duration, error) {
+	if b, ok := d.w.cfg.Pacer.(booker); ok {
+		return b.Book(ctx)
+	}
+	return d.w.cfg.Pacer.Reserve(ctx)
+}
+
+// paused reports whether the leak is paused now (a pushback came after the
+// start was booked): the start is then booked again, after the pause.
+func (d *drainer) paused(ctx context.Context) bool {
+	p, ok := d.w.cfg.Pacer.(pauser)
+	if !ok {
+		return false
+	}
+	until, err := p.PausedUntil(ctx)
+	return err == nil && until.After(time.Now())
+}
+
 // handBack gives a grant back for another start.
 func (d *drainer) handBack(msg jetstream.Msg, delay time.Duration, cause error) {
 	if cause != nil {
@@ -240,6 +282,10 @@ type leader struct {
 	// takenAt is when the grants consumer was last seen with fewer than
 	// two grants waiting: demand trusts that for demandFresh.
 	takenAt time.Time
+	// arrived is set when a job is published to the backlog: the feed
+	// reads the stream then, or at feedAt (at most a second later).
+	arrived atomic.Bool
+	feedAt  time.Time
 	// aheadBudget is how many look-ahead reads may be made now, refilled
 	// at readAheadRate since aheadAt.
 	aheadBudget float64
@@ -265,6 +311,7 @@ func (l *leader) run(ctx context.Context) {
 	log.Info("leading the backlog's drain")
 	defer log.Info("no longer leading the backlog's drain")
 	sub, err := l.d.w.js.Conn().Subscribe(l.filter, func(*nats.Msg) {
+		l.arrived.Store(true)
 		select {
 		case l.wake <- struct{}{}:
 		default:
@@ -285,7 +332,14 @@ func (l *leader) run(ctx context.Context) {
 	go l.publishStats(ctx)
 	var pipe chan struct{}
 	for ctx.Err() == nil {
-		l.feed(ctx)
+		if woken := l.arrived.Swap(false); woken || !time.Now().Before(l.feedAt) {
+			l.feedAt = time.Now().Add(time.Second)
+			if l.feed(ctx) == 0 && woken {
+				// The publish reached us before the stream stored it:
+				// look again soon.
+				l.feedAt = time.Now().Add(20 * time.Millisecond)
+			}
+		}
 		l.read(ctx)
 		now := time.Now()
 		if !l.sched.peek(now.UnixNano()) {
@@ -308,9 +362,9 @@ func (l *leader) run(ctx context.Context) {
 
 // idle waits for a job to become due or arrive.
 func (l *leader) idle(ctx context.Context, now time.Time) {
-	wait := time.Second // the feed is read at least this often
+	wait := time.Until(l.feedAt) // the feed is read at least every second
 	if len(l.sched.ahead) > 0 {
-		wait = 100 * time.Millisecond // and the look-ahead goes on
+		wait = min(wait, 100*time.Millisecond) // and the look-ahead goes on
 	}
 	if at, ok := l.sched.nextDue(); ok {
 		wait = min(wait, time.Duration(at-now.UnixNano()))
@@ -361,9 +415,9 @@ func (l *leader) index(ctx context.Context) error {
 	return nil
 }
 
-// feed reads the jobs published since the last read.
-func (l *leader) feed(ctx context.Context) {
-	for ctx.Err() == nil {
+// feed reads the jobs published since the last read, and says how many.
+func (l *leader) feed(ctx context.Context) (n int) {
+	for ; ctx.Err() == nil; n++ {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		m, err := l.d.backlog.GetMsg(rctx, l.next, jetstream.WithGetMsgSubject(l.filter))
 		cancel()
@@ -379,6 +433,7 @@ func (l *leader) feed(ctx context.Context) {
 		l.next = m.Sequence + 1
 		l.sched.add(m.Subject, l.pending(m), time.Now().UnixNano())
 	}
+	return n
 }
 
 // read fills the windows that need it from the stream, and reads ahead
@@ -496,7 +551,7 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 		l.deadLetter(ctx, f.subject, j, reason, nil)
 		return nil
 	}
-	wait, err := l.d.w.cfg.Pacer.Reserve(ctx)
+	wait, err := l.d.book(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.d.w.log.Warn("booking a backlog start failed; trying again", "error", err)
