@@ -83,6 +83,11 @@ func (a *Admitter) decideShadow(ctx context.Context, q *config.Queue, r *Request
 	if ans.Reply.Status != api.Admitted && ans.Reply.Status != api.Queued {
 		return nil
 	}
+	if ans.Source == FromOpen {
+		// The shared store just failed and no store decides: asking it
+		// again per shadow tier would only count more fallbacks.
+		return nil
+	}
 	var out []ShadowDecision
 	for i, l := range q.Limits {
 		if !l.Shadow() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
@@ -107,6 +108,39 @@ func TestShadowTierAsIfEnforced(t *testing.T) {
 			}
 			if got := samples(t, eb.reg, "spillway_shadow_decisions_total"); len(got) != 0 {
 				t.Errorf("enforcing: shadow decisions %v, want none", got)
+			}
+		})
+	}
+}
+
+// TestShadowTierStoreDown: while the shared store is unreachable, failure
+// mode open admits without a store, and no shadow tier is decided or
+// counted (nor is the failure mode asked again per shadow tier); failure
+// mode local decides the shadow tier in the local store, as it decides
+// the enforcing tiers.
+func TestShadowTierStoreDown(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		mode config.FailureMode
+		want []admit.ShadowDecision
+	}{
+		{config.FailOpen, nil},
+		{config.FailLocal, []admit.ShadowDecision{{Tier: "per-client", Verdict: api.ShadowAdmitted}}},
+	} {
+		t.Run(string(tt.mode), func(t *testing.T) {
+			t.Parallel()
+			srv, store := redisStore(t)
+			a, b := setup(t, shadowQueue("shadow"), setupOptions{primary: store, mode: tt.mode})
+			srv.Kill()
+			ans := submit(t, a, request("q", "c"))
+			if ans.Reply.Status != api.Admitted || !slices.Equal(ans.Shadow, tt.want) {
+				t.Errorf("with Redis down: %s, shadow %v; want admitted, shadow %v", ans.Reply.Status, ans.Shadow, tt.want)
+			}
+			if got := metricSum(t, b.reg, "spillway_shadow_decisions_total"); got != float64(len(tt.want)) {
+				t.Errorf("shadow decisions counted: %v, want %d", got, len(tt.want))
+			}
+			if got := samples(t, b.reg, "spillway_failure_mode_total")["mode="+string(tt.mode)]; got != float64(1+len(tt.want)) {
+				t.Errorf("failure mode %s decisions: %v, want %d (the job's, and one per shadow tier decided locally)", tt.mode, got, 1+len(tt.want))
 			}
 		})
 	}
