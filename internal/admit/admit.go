@@ -72,7 +72,8 @@ type Request struct {
 // Answer is the outcome of a submission that was decided.
 type Answer struct {
 	Reply api.SubmitReply
-	// Decision is the tiers' decision (zero for a duplicate).
+	// Decision is the enforcing tiers' decision (zero for a duplicate);
+	// its Tier indexes the queue's enforcing tiers, shadow tiers left out.
 	Decision bucket.Decision
 	// Limit is the tier that bounds the answer, for rate-limit headers
 	// (invalid for a duplicate).
@@ -372,7 +373,8 @@ func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers [
 // decided apart, shadow.go): each tier's bucket key is
 // "<tier>:<token of the client key>", so a key of any length or content
 // costs the store the same and never appears raw. The job's key (for the
-// backlog's per-key bound) is the first non-global tier's client key.
+// backlog's per-key bound) is the first non-global enforcing tier's
+// client key.
 //
 // A request a tier cannot key is refused (bad-key) before anything is
 // taken: one without the header of a header:NAME tier (or with it

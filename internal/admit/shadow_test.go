@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
@@ -143,5 +145,66 @@ func TestShadowTierStoreDown(t *testing.T) {
 				t.Errorf("failure mode %s decisions: %v, want %d (the job's, and one per shadow tier decided locally)", tt.mode, got, 1+len(tt.want))
 			}
 		})
+	}
+}
+
+// TestShadowTierFirst: a shadow tier ahead of the enforcing one. The
+// enforcing tier bounds every answer and names the rate-limit policy; a
+// job the enforcing tier refuses is decided by no shadow tier and takes
+// nothing from it.
+func TestShadowTierFirst(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, `
+queues:
+  - name: q
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/m, burst: 0, name: strict, mode: shadow}
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/m, burst: 1, nodelay: true, name: loose}
+    backlog: {capacity: 10, leak_rate: 1/s}
+`, setupOptions{})
+	for i, want := range []struct {
+		status api.Status
+		shadow []admit.ShadowDecision
+	}{
+		{api.Admitted, []admit.ShadowDecision{{Tier: "strict", Verdict: api.ShadowAdmitted}}},
+		{api.Admitted, []admit.ShadowDecision{{Tier: "strict", Verdict: api.ShadowWouldReject}}},
+		{api.Rejected, nil},
+	} {
+		ans := submit(t, a, request("q", "c"))
+		if ans.Reply.Status != want.status || !slices.Equal(ans.Shadow, want.shadow) {
+			t.Errorf("job %d: %s, shadow %v; want %s, shadow %v", i+1, ans.Reply.Status, ans.Shadow, want.status, want.shadow)
+		}
+		if ans.RateLimit == nil || len(ans.RateLimit.Policies) != 1 || ans.RateLimit.Policies[0].Name != "loose" {
+			t.Errorf("job %d: rate limit %+v, want the loose tier's policy", i+1, ans.RateLimit)
+		}
+	}
+	wantSamples(t, b.reg, "spillway_shadow_decisions_total", map[string]float64{
+		"queue=q,tier=strict,verdict=admitted":     1,
+		"queue=q,tier=strict,verdict=would-reject": 1,
+	})
+}
+
+// TestShadowMetricsInit: Init starts each shadow tier's decisions at 0
+// for every verdict, and a shadow tier adds no series to the decisions
+// (a shadow token bucket's excess queues nothing).
+func TestShadowMetricsInit(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t, `
+queues:
+  - name: q
+    limits:
+      - {key: global, algorithm: leaky_bucket, rate: 10/s, burst: 5}
+      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 5, name: tb, mode: shadow}
+    backlog: {capacity: 10, leak_rate: 1/s}
+`, setupOptions{})
+	reg := prometheus.NewRegistry()
+	admit.NewMetrics(reg).Init(b.Config, "memory")
+	wantSamples(t, reg, "spillway_shadow_decisions_total", map[string]float64{
+		"queue=q,tier=tb,verdict=admitted":     0,
+		"queue=q,tier=tb,verdict=would-queue":  0,
+		"queue=q,tier=tb,verdict=would-reject": 0,
+	})
+	if _, ok := samples(t, reg, "spillway_decisions_total")["queue=q,reason=excess,verdict=queued"]; ok {
+		t.Error("spillway_decisions_total starts queued/excess for a queue whose only non-leaky tier is in shadow")
 	}
 }
