@@ -72,7 +72,8 @@ type Request struct {
 // Answer is the outcome of a submission that was decided.
 type Answer struct {
 	Reply api.SubmitReply
-	// Decision is the tiers' decision (zero for a duplicate).
+	// Decision is the enforcing tiers' decision (zero for a duplicate);
+	// its Tier indexes the queue's enforcing tiers, shadow tiers left out.
 	Decision bucket.Decision
 	// Limit is the tier that bounds the answer, for rate-limit headers
 	// (invalid for a duplicate).
@@ -89,6 +90,10 @@ type Answer struct {
 	// ReadyFull: the tiers admitted the job but READY was full, so it was
 	// queued in the backlog (or refused when that was full too).
 	ReadyFull bool
+	// Shadow is what the queue's shadow tiers would have done with the
+	// job, in the order of its limits: nil for a job the enforcing tiers
+	// or the backlog refused, and for a duplicate (shadow.go).
+	Shadow []ShadowDecision
 }
 
 // Error is a submission that could not be decided or stored. Type is an
@@ -179,6 +184,10 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if q == nil {
 		return Answer{}, &Error{Type: api.ProblemNotFound, Detail: fmt.Sprintf("no queue %.80q", r.Queue)}
 	}
+	// From here q is the queue as its enforcing tiers see it; full has
+	// the shadow tiers too (shadow.go).
+	full := q
+	q = enforcing(q)
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
@@ -197,7 +206,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 		return Answer{}, &Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority,
 			Detail: fmt.Sprintf("%s %s: want high, normal or low", api.HeaderPriority, r.Priority)}
 	}
-	tiers, jobKey, err := tiersFor(q, r)
+	tiers, jobKey, err := tiersFor(full, r)
 	if err != nil {
 		return Answer{}, err
 	}
@@ -223,6 +232,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	ans, err := a.submit(ctx, q, r, tiers, jobKey, cost, id)
 	if err == nil {
 		ans.RateLimit = rateLimitOf(q, ans)
+		ans.Shadow = a.decideShadow(ctx, full, r, cost, ans)
 	}
 	if claim != nil {
 		a.o.Idempotency.Settle(claim, ans, err)
@@ -359,10 +369,12 @@ func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers [
 	}
 }
 
-// tiersFor builds the tiers of a request: each tier's bucket key is
+// tiersFor builds the enforcing tiers of a request (shadow tiers are
+// decided apart, shadow.go): each tier's bucket key is
 // "<tier>:<token of the client key>", so a key of any length or content
 // costs the store the same and never appears raw. The job's key (for the
-// backlog's per-key bound) is the first non-global tier's client key.
+// backlog's per-key bound) is the first non-global enforcing tier's
+// client key.
 //
 // A request a tier cannot key is refused (bad-key) before anything is
 // taken: one without the header of a header:NAME tier (or with it
@@ -371,37 +383,54 @@ func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers [
 // for all such requests), and one from a door without client addresses
 // to an ip tier.
 func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
-	tiers := make([]bucket.Tier, len(q.Limits))
+	tiers := make([]bucket.Tier, 0, len(q.Limits))
 	jobKey, haveJobKey := "", false
 	for i, l := range q.Limits {
-		var k string
-		switch l.Key.Kind {
-		case config.KeyGlobal:
-		case config.KeyIP:
-			if r.NoPeer {
-				return nil, "", &Error{Type: api.ProblemBadKey,
-					Detail: fmt.Sprintf("limit tier %s of queue %s keys on the client's IP address, which only the HTTP door knows: submit over HTTP", l.Name, q.Name)}
-			}
-			k = r.Peer
-		case config.KeyHeader:
-			if r.Header != nil {
-				k = r.Header(l.Key.Header)
-			}
-			if len(k) > MaxKeyLen {
-				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
-					Detail: fmt.Sprintf("header %s of %d bytes: want at most %d", l.Key.Header, len(k), MaxKeyLen)}
-			}
-			if k == "" && l.OnMissing != config.MissingShared {
-				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
-					Detail: fmt.Sprintf("missing header %s: limit tier %s of queue %s keys on it", l.Key.Header, l.Name, q.Name)}
-			}
+		if l.Shadow() {
+			continue // decided apart, never refusing (shadow.go)
+		}
+		k, err := clientKey(q, l, r)
+		if err != nil {
+			return nil, "", err
 		}
 		if l.Key.Kind != config.KeyGlobal && !haveJobKey {
 			jobKey, haveJobKey = k, true
 		}
-		tiers[i] = bucket.Tier{Key: strconv.Itoa(i) + ":" + queue.KeyToken(k), Limit: l.Limit}
+		tiers = append(tiers, bucket.Tier{Key: tierKey(i, k), Limit: l.Limit})
 	}
 	return tiers, jobKey, nil
+}
+
+// tierKey is the bucket key of tier i (its place in the queue's limits,
+// shadow tiers counted) for client key k.
+func tierKey(i int, k string) string { return strconv.Itoa(i) + ":" + queue.KeyToken(k) }
+
+// clientKey is the client key tier l of queue q reads from request r, or
+// the bad-key error of a request the tier cannot key.
+func clientKey(q *config.Queue, l config.Limit, r *Request) (string, error) {
+	var k string
+	switch l.Key.Kind {
+	case config.KeyGlobal:
+	case config.KeyIP:
+		if r.NoPeer {
+			return "", &Error{Type: api.ProblemBadKey,
+				Detail: fmt.Sprintf("limit tier %s of queue %s keys on the client's IP address, which only the HTTP door knows: submit over HTTP", l.Name, q.Name)}
+		}
+		k = r.Peer
+	case config.KeyHeader:
+		if r.Header != nil {
+			k = r.Header(l.Key.Header)
+		}
+		if len(k) > MaxKeyLen {
+			return "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+				Detail: fmt.Sprintf("header %s of %d bytes: want at most %d", l.Key.Header, len(k), MaxKeyLen)}
+		}
+		if k == "" && l.OnMissing != config.MissingShared {
+			return "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+				Detail: fmt.Sprintf("missing header %s: limit tier %s of queue %s keys on it", l.Key.Header, l.Name, q.Name)}
+		}
+	}
+	return k, nil
 }
 
 // slotEvery is how often the backlog frees a slot at the leak rate.

@@ -318,7 +318,7 @@ func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
 func (s *Service) warnIPTiers(cfg *config.Config) {
 	for _, q := range cfg.Queues {
 		for _, l := range q.Limits {
-			if l.Key.Kind == config.KeyIP {
+			if l.Key.Kind == config.KeyIP && !l.Shadow() { // a shadow tier refuses nothing
 				s.log.Warn("a limit tier keys on the client's IP address: the NATS door knows none and answers this queue's submissions 400 bad-key; submit over HTTP",
 					"queue", q.Name, "tier", l.Name)
 			}

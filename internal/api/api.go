@@ -24,6 +24,17 @@ const (
 	HeaderPriority       = "Spillway-Priority"
 	HeaderIdempotencyKey = "Idempotency-Key"
 	HeaderMsgID          = "Nats-Msg-Id"
+	// HeaderShadow is on an answer once per shadow tier that would not
+	// have admitted the job: "<tier> would-queue" or "<tier>
+	// would-reject" (docs/design.md#shadow-tiers).
+	HeaderShadow = "Spillway-Shadow"
+)
+
+// Verdicts of a shadow tier: what it would have done had it enforced.
+const (
+	ShadowAdmitted    = "admitted"
+	ShadowWouldQueue  = "would-queue"
+	ShadowWouldReject = "would-reject"
 )
 
 // Status is a submission's verdict.

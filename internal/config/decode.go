@@ -81,6 +81,7 @@ type (
 		Window    field `yaml:"window"`
 		Name      field `yaml:"name"`
 		OnMissing field `yaml:"on_missing"`
+		Mode      field `yaml:"mode"`
 	}
 	backlogDoc struct {
 		Capacity        field                `yaml:"capacity"`
@@ -829,6 +830,9 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 		}
 		q.Limits = append(q.Limits, l)
 	}
+	if len(q.Limits) > 0 && !slices.ContainsFunc(q.Limits, func(l Limit) bool { return !l.Shadow() }) {
+		d.errorf(limits, `every tier is mode: shadow; at least one must enforce (a queue admits through its enforcing tiers), such as {key: global, rate: "1000/s", burst: 1000}`)
+	}
 	for name, g := range named {
 		if j, clash := unnamed[name]; clash {
 			d.addf(g.at, fmt.Sprintf("%s.limits[%d].name", path, g.tier),
@@ -875,6 +879,11 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 		case t.Key.val != nil:
 			d.errorf(&t.OnMissing, "applies to header:NAME keys only, not to %s", l.Key)
 		}
+	}
+	l.Mode = ModeEnforce
+	var mode string
+	if d.str(&t.Mode, &mode, func(s string) error { _, err := parseMode(s); return err }) {
+		l.Mode = Mode(mode)
 	}
 
 	var spec bucket.Spec

@@ -67,6 +67,11 @@
 //	        on_missing: reject          # header:NAME only, for a request without the header or
 //	                                    # with it empty: reject (default: 400 bad-key naming
 //	                                    # the header) | shared (one bucket for all of them)
+//	        mode: enforce               # enforce (default) | shadow: decided at its own state as
+//	                                    # if it enforced, answered in Spillway-Shadow and
+//	                                    # counted, never refusing, queueing or delaying a job;
+//	                                    # a queue needs one enforcing tier
+//	                                    # (docs/design.md#shadow-tiers)
 //	        algorithm: leaky_bucket     # leaky_bucket (default) | token_bucket |
 //	                                    # fixed_window | sliding_log | sliding_window
 //	        rate: 10/s                  # leaky_bucket, token_bucket

@@ -183,6 +183,9 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rateLimitHeaders(w.Header(), ans.RateLimit)
+	for _, v := range ans.ShadowHeader() {
+		w.Header().Add(api.HeaderShadow, v)
+	}
 	rep := ans.Reply
 	switch rep.Status {
 	case api.Admitted, api.Queued:

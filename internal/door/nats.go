@@ -139,10 +139,14 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 		d.reply(m, rep)
 		return
 	}
-	d.reply(m, ans.Reply)
+	d.replyWith(m, ans.Reply, ans.ShadowHeader())
 }
 
-func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) {
+func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) { d.replyWith(m, rep, nil) }
+
+// replyWith replies with rep and a Spillway-Shadow header of each of
+// shadow's values.
+func (d *NATSDoor) replyWith(m *nats.Msg, rep api.SubmitReply, shadow []string) {
 	b, err := json.Marshal(rep)
 	if err != nil {
 		d.logger.Error("door: encoding a reply", "err", err)
@@ -150,6 +154,9 @@ func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) {
 	}
 	out := &nats.Msg{Subject: m.Reply, Data: b, Header: nats.Header{}}
 	out.Header.Set(api.HeaderStatus, string(rep.Status))
+	for _, v := range shadow {
+		out.Header.Add(api.HeaderShadow, v)
+	}
 	if err := d.nc.PublishMsg(out); err != nil {
 		d.logger.Warn("door: replying", "queue", rep.Queue, "id", rep.ID, "status", rep.Status, "err", err)
 	}
