@@ -80,6 +80,9 @@
 //	                                    # at most max, cut when the handler's
 //	                                    # downstream pushes back (429, 503, busy)
 //	      max_age: 1h                   # default 0: no limit
+//	      max_delay: 24h                # how far ahead Spillway-Not-Before or
+//	                                    # Spillway-Delay may schedule a job
+//	                                    # (default 24h; 0: no scheduled jobs)
 //	      duplicate_window: 2m          # default 2m
 //	      fairness:                     # how the leak is shared (default: every key weight 1,
 //	                                    # the priority classes strictly in order)
