@@ -122,11 +122,16 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 	if idem == "" {
 		idem = get(api.HeaderMsgID)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
-	defer cancel()
-	ans, err := d.admitter.Submit(ctx, &admit.Request{
-		Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, Priority: prio, IdempotencyKey: idem, Trace: traceHeaders(get),
-	})
+	sched, err := admit.ParseSchedule(get)
+	ans := admit.Answer{}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
+		defer cancel()
+		ans, err = d.admitter.Submit(ctx, &admit.Request{
+			Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, Priority: prio, IdempotencyKey: idem, Trace: traceHeaders(get),
+			Schedule: sched,
+		})
+	}
 	if err != nil {
 		var e *admit.Error
 		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemInternal, err.Error()
