@@ -206,11 +206,12 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
-	notBefore, err := r.Schedule.start(q, a.o.Now())
+	arrived := a.o.Now()
+	notBefore, err := r.Schedule.start(q, arrived)
 	if err != nil {
 		return Answer{}, err
 	}
-	if late := r.Schedule.tooLate(a.o.Now(), notBefore); late > 0 {
+	if late := r.Schedule.tooLate(arrived, notBefore); late > 0 {
 		// Too late whatever the tiers say: nothing is asked, nothing taken.
 		ans := waitTooLong(Answer{}, q.Name, late)
 		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
