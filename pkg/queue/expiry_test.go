@@ -99,3 +99,38 @@ func TestBacklogExpiredJobsNeverRun(t *testing.T) {
 		t.Errorf("backlog holds %d jobs", n)
 	}
 }
+
+// A worker whose grant's start comes after the job's expiry — granted in
+// time, started late — dead-letters the job with reason expired rather
+// than run it. The grant is published before the worker starts, as a
+// leader that died after granting would leave it: the next leader skips
+// the granted job, so the worker alone decides.
+func TestGrantedJobStartingAfterItsExpiryIsNotRun(t *testing.T) {
+	t.Parallel()
+	ctx, b := setup(t, testQueue("lategrant"))
+	j := newJob(t, "lategrant", "a")
+	j.ExpiresAt = time.Now().Add(time.Second)
+	ack, err := b.pub.Publish(ctx, queue.Backlog, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.PublishMsg(ctx, queue.GrantMsg("lategrant", ack.Sequence, j.ExpiresAt.Add(500*time.Millisecond))); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		rec.started(j)
+		return nil
+	})
+	rec.waitFor(t, 20*time.Second, "a dead letter", func() bool { return rec.count(queue.DeadLettered) == 1 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if _, ran := rec.starts[j.ID]; ran {
+		t.Error("the job ran after its expiry")
+	}
+	for _, e := range rec.events {
+		if e.Kind == queue.DeadLettered && (e.Reason != queue.ReasonExpired || e.Job == nil || e.Job.ID != j.ID) {
+			t.Errorf("dead letter %+v, want job %s with reason %s", e, j.ID, queue.ReasonExpired)
+		}
+	}
+}
