@@ -123,15 +123,18 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 		idem = get(api.HeaderMsgID)
 	}
 	sched, err := admit.ParseSchedule(get)
-	ans := admit.Answer{}
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
-		defer cancel()
-		ans, err = d.admitter.Submit(ctx, &admit.Request{
-			Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, Priority: prio, IdempotencyKey: idem, Trace: traceHeaders(get),
-			Schedule: sched,
-		})
+	var bad *admit.Error
+	if errors.As(err, &bad) { // the only error ParseSchedule returns
+		rep.Status, rep.Type, rep.Error = api.Failed, bad.Type, bad.Detail
+		d.reply(m, rep)
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
+	defer cancel()
+	ans, err := d.admitter.Submit(ctx, &admit.Request{
+		Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, Priority: prio, IdempotencyKey: idem, Trace: traceHeaders(get),
+		Schedule: sched,
+	})
 	if err != nil {
 		var e *admit.Error
 		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemInternal, err.Error()
