@@ -109,6 +109,12 @@
 // admitter stamps both on it, so a reload's weights apply to the jobs
 // submitted after it, and workers never match keys against the rules.
 //
+// A submission's Spillway-Not-Before or Spillway-Delay queues its job in
+// the backlog until then, at most backlog.max_delay ahead (and max_age,
+// when set); Spillway-Max-Wait refuses a job that would start later (429
+// wait-too-long, nothing taken) and is a queued job's expiry
+// (docs/design.md#scheduled-jobs, docs/design.md#max-wait).
+//
 // A queue without a handler is admit-only: the admitter takes its jobs, and
 // a worker refuses to run it, since nothing could finish its jobs.
 //
