@@ -274,7 +274,8 @@ func (s *fairSched) peek(now int64) bool {
 }
 
 // pick takes the next job to start, from the flow it picks, and advances
-// that flow's tag. ok is false when no job is due.
+// that flow's tag — unless the job leaves without a start (not a job, or
+// expired). ok is false when no job is due.
 func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
 	s.wake(now)
 	ci, ok := s.pickClass()
@@ -291,6 +292,12 @@ func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
 	}
 	j = f.window[i]
 	f.window = append(f.window[:i], f.window[i+1:]...)
+	if j.bad != nil || j.expired(now) {
+		// It leaves without a start (dead-lettered): its flow keeps its
+		// tag and its place.
+		s.place(f, now)
+		return f, j, true
+	}
 	start := max(c.vtime, f.finish)
 	c.vtime = start
 	f.finish = start + tagScale/uint64(max(j.weight, 1))

@@ -25,3 +25,35 @@ func TestFairSchedExpiryWakesAWaitingFlow(t *testing.T) {
 		t.Errorf("pick at 100: %+v (%t), want job 1, due", j, ok)
 	}
 }
+
+// A job that leaves without a start (expired, or not a job) takes no turn
+// of its flow either: a key whose first jobs expired is next with its
+// first live one, as if they had never been there.
+func TestFairSchedExpiredJobsTakeNoTurn(t *testing.T) {
+	t.Parallel()
+	s := newFairSched(0)
+	a, b := "spillway.backlog.q.a", "spillway.backlog.q.b"
+	s.add(a, pendingJob{seq: 1, due: 0, expires: 5, weight: 1}, 0)
+	s.add(a, pendingJob{seq: 2, due: 0, expires: 5, weight: 1}, 0)
+	s.add(a, pendingJob{seq: 3, due: 0, weight: 1}, 0)
+	s.add(a, pendingJob{seq: 4, due: 0, weight: 1}, 0)
+	s.add(b, pendingJob{seq: 5, due: 0, weight: 1}, 0)
+	s.add(b, pendingJob{seq: 6, due: 0, weight: 1}, 0)
+	var got []uint64
+	for {
+		_, j, ok := s.pick(10)
+		if !ok {
+			break
+		}
+		got = append(got, j.seq)
+	}
+	want := []uint64{1, 2, 3, 5, 4, 6}
+	if len(got) != len(want) {
+		t.Fatalf("picks %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("picks %v, want %v", got, want)
+		}
+	}
+}
