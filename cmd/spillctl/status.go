@@ -18,7 +18,8 @@ import (
 
 const statusUsage = `Usage: spillctl status ID [--server URL] [--json]
 
-Shows a job's state (admitted, queued, running, succeeded, retrying, dead),
+Shows a job's state (admitted, queued, running, succeeded, retrying, dead,
+expired),
 attempts, last error and times, from the admitter's GET /v1/jobs/{id}.
 
 Examples:

@@ -67,6 +67,8 @@ type Request struct {
 	IdempotencyKey string
 	// Trace headers to carry with the job (traceparent, tracestate).
 	Trace nats.Header
+	// Schedule is the job's timing (ParseSchedule; zero: none).
+	Schedule Schedule
 }
 
 // Answer is the outcome of a submission that was decided.
@@ -94,6 +96,9 @@ type Answer struct {
 	// job, in the order of its limits: nil for a job the enforcing tiers
 	// or the backlog refused, and for a duplicate (shadow.go).
 	Shadow []ShadowDecision
+	// Scheduled: the job waits for its own Spillway-Not-Before or
+	// Spillway-Delay, later than any tier's not-before.
+	Scheduled bool
 }
 
 // Error is a submission that could not be decided or stored. Type is an
@@ -210,6 +215,17 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
+	arrived := a.o.Now()
+	notBefore, err := r.Schedule.start(q, arrived)
+	if err != nil {
+		return Answer{}, err
+	}
+	if late := r.Schedule.tooLate(arrived, notBefore); late > 0 {
+		// Too late whatever the tiers say: nothing is asked, nothing taken.
+		ans := waitTooLong(Answer{}, q.Name, late)
+		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
+		return ans, nil
+	}
 	if len(r.IdempotencyKey) > MaxIdempotencyKeyLen {
 		return Answer{}, &Error{Type: api.ProblemBadRequest, Field: api.HeaderIdempotencyKey,
 			Detail: fmt.Sprintf("idempotency key of %d bytes: want at most %d", len(r.IdempotencyKey), MaxIdempotencyKeyLen)}
@@ -229,7 +245,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 		}
 		claim, id = c, c.id
 	}
-	ans, err := a.submit(ctx, q, r, tiers, jobKey, cost, id)
+	ans, err := a.submit(ctx, q, r, tiers, jobKey, cost, id, notBefore)
 	if err == nil {
 		ans.RateLimit = rateLimitOf(q, ans)
 		ans.Shadow = a.decideShadow(ctx, full, r, cost, ans)
@@ -245,7 +261,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	return ans, err
 }
 
-func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string) (Answer, error) {
+func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string, notBefore time.Time) (Answer, error) {
 	d, src, err := a.o.Store.DecideFrom(ctx, q.Name, tiers, cost)
 	if err != nil {
 		if errors.Is(err, ErrStoreUnavailable) {
@@ -278,22 +294,31 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 	j := &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: now, Header: r.Trace,
 		Priority: r.Priority, Weight: q.Backlog.Fairness.WeightOf(jobKey)}
 	dest := queue.Ready
-	if d.Verdict != bucket.Admitted {
+	if d.Verdict != bucket.Admitted || notBefore.After(now) {
 		dest = queue.Backlog
 		// The latest not-before of the tiers, whichever verdict is the
 		// worst: an excess job must still wait for a leaky tier that
-		// queued it.
+		// queued it. A scheduled job waits in the backlog for the later
+		// of its own time and the tiers'; its units are taken now.
 		if d.NotBefore.After(d.At) {
 			j.NotBefore = d.NotBefore
 		}
+		if notBefore.After(j.NotBefore) {
+			j.NotBefore, ans.Scheduled = notBefore, true
+		}
+		if late := r.Schedule.tooLate(now, a.backlogStartIf(ctx, q, r.Schedule, j.NotBefore, now)); late > 0 {
+			return a.refuseLate(ctx, ans, src, q, tiers, cost, late), nil
+		}
+		j.ExpiresAt = expiresAt(r.Schedule, now)
 	}
 	stored, err := a.o.Publisher.Publish(ctx, dest, j)
 	if errors.Is(err, queue.ErrReadyFull) {
 		// Workers are down or far behind. The tiers admitted the job:
 		// it waits in the backlog instead, its units still taken, and
-		// starts at the leak rate from there.
+		// starts at the leak rate from there (or expires, with a max-wait).
 		ans.ReadyFull = true
 		dest = queue.Backlog
+		j.ExpiresAt = expiresAt(r.Schedule, now)
 		stored, err = a.o.Publisher.Publish(ctx, dest, j)
 	}
 	switch {
@@ -468,6 +493,10 @@ func reason(a Answer) string {
 		return "backlog_full"
 	case a.Reply.Type == api.ProblemKeyFull:
 		return "key_backlog_full"
+	case a.Reply.Type == api.ProblemWaitTooLong:
+		return "wait_too_long"
+	case a.Scheduled:
+		return "scheduled"
 	case a.ReadyFull:
 		return "ready_full"
 	case a.Source == FromOpen:

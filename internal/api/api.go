@@ -37,6 +37,18 @@ const (
 	ShadowWouldReject = "would-reject"
 )
 
+// Timing headers of a submission, on both doors
+// (docs/design.md#scheduled-jobs). HeaderNotBefore (an RFC 3339 time) or
+// HeaderDelay (a Go duration) schedules a job: it starts no earlier,
+// within the queue's backlog.max_delay. HeaderMaxWait (a Go duration)
+// refuses a job that would start later than that (wait-too-long), and is
+// the expiry of one that is queued.
+const (
+	HeaderNotBefore = "Spillway-Not-Before"
+	HeaderDelay     = "Spillway-Delay"
+	HeaderMaxWait   = "Spillway-Max-Wait"
+)
+
 // Status is a submission's verdict.
 type Status string
 
@@ -92,6 +104,7 @@ const (
 	ProblemRateLimited      = problemBase + "rate-limited"       // 429: limit's burst full
 	ProblemQueueFull        = problemBase + "queue-full"         // 429: backlog full
 	ProblemKeyFull          = problemBase + "key-full"           // 429: the key's share of the backlog full
+	ProblemWaitTooLong      = problemBase + "wait-too-long"      // 429: the job would start after its Spillway-Max-Wait
 	ProblemBadRequest       = problemBase + "bad-request"        // 400
 	ProblemBadCost          = problemBase + "bad-cost"           // 400: Spillway-Cost not an integer ≥ 1 or above the limit
 	ProblemBadKey           = problemBase + "bad-key"            // 400: a key header missing, too long or not valid

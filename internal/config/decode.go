@@ -88,6 +88,7 @@ type (
 		PerKeyCapacity  field                `yaml:"per_key_capacity"`
 		LeakRate        field                `yaml:"leak_rate"`
 		MaxAge          field                `yaml:"max_age"`
+		MaxDelay        field                `yaml:"max_delay"`
 		DuplicateWindow field                `yaml:"duplicate_window"`
 		Fairness        section[fairnessDoc] `yaml:"fairness"`
 	}
@@ -957,11 +958,12 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 		ReadyCapacity:   queue.DefaultReadyCapacity,
 		Replicas:        replicas,
 		DuplicateWindow: queue.DefaultDuplicateWindow,
+		MaxDelay:        queue.DefaultMaxDelay,
 	}
 	b := &q.Backlog.doc
 	o := owned{d: d, failed: map[string]bool{}, fields: map[string]*field{
 		"capacity": &b.Capacity, "per_key_capacity": &b.PerKeyCapacity, "leak_rate": &b.LeakRate,
-		"max_age": &b.MaxAge, "duplicate_window": &b.DuplicateWindow, "ready_capacity": &q.Ready.doc.Capacity,
+		"max_age": &b.MaxAge, "max_delay": &b.MaxDelay, "duplicate_window": &b.DuplicateWindow, "ready_capacity": &q.Ready.doc.Capacity,
 	}}
 	o.int("capacity", &cfg.Capacity)
 	o.int("per_key_capacity", &cfg.PerKeyCapacity)
@@ -969,6 +971,7 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 		o.failed["leak_rate"] = !d.leakRate(&b.LeakRate, &cfg.LeakRate, &cfg.Adaptive)
 	}
 	o.duration("max_age", &cfg.MaxAge)
+	o.duration("max_delay", &cfg.MaxDelay)
 	o.duration("duplicate_window", &cfg.DuplicateWindow)
 	// READY's bound lives with the backlog's: both are the queue's stream
 	// settings (queue.Config).

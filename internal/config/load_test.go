@@ -102,6 +102,7 @@ func TestDesignExample(t *testing.T) {
 	wantBacklog := queue.Config{
 		Name: "email", Capacity: 10000, PerKeyCapacity: 500, ReadyCapacity: queue.DefaultReadyCapacity, Replicas: 1,
 		DuplicateWindow: queue.DefaultDuplicateWindow, LeakRate: bucket.Rate{Count: 50, Per: time.Second}, MaxAge: time.Hour,
+		MaxDelay: queue.DefaultMaxDelay,
 	}
 	if !reflect.DeepEqual(q.Backlog, wantBacklog) {
 		t.Errorf("backlog:\n got %+v\nwant %+v", q.Backlog, wantBacklog)

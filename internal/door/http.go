@@ -177,6 +177,10 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadPriority, Title: "Bad priority", Field: api.HeaderPriority, Detail: err.Error()})
 		return
 	}
+	if req.Schedule, err = admit.ParseSchedule(r.Header.Get); err != nil {
+		h.submitError(w, r, name, err)
+		return
+	}
 	ans, err := h.o.Admitter.Submit(r.Context(), req)
 	if err != nil {
 		h.submitError(w, r, name, err)
@@ -202,6 +206,8 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 			title, detail = "Backlog full", "the queue's backlog is full"
 		case api.ProblemKeyFull:
 			title, detail = "Backlog full for this key", "this key's share of the backlog is full"
+		case api.ProblemWaitTooLong:
+			title, detail = "Wait too long", "the job would start later than its "+api.HeaderMaxWait+" allows; nothing was taken"
 		}
 		if rep.RetryAfterMS > 0 {
 			detail += fmt.Sprintf("; retry after %s", time.Duration(rep.RetryAfterMS)*time.Millisecond)
@@ -242,7 +248,7 @@ func statusOf(t string) int {
 		return http.StatusMethodNotAllowed
 	case api.ProblemTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case api.ProblemRateLimited, api.ProblemQueueFull, api.ProblemKeyFull:
+	case api.ProblemRateLimited, api.ProblemQueueFull, api.ProblemKeyFull, api.ProblemWaitTooLong:
 		return http.StatusTooManyRequests
 	case api.ProblemUnavailable:
 		return http.StatusServiceUnavailable

@@ -122,10 +122,18 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 	if idem == "" {
 		idem = get(api.HeaderMsgID)
 	}
+	sched, err := admit.ParseSchedule(get)
+	var bad *admit.Error
+	if errors.As(err, &bad) { // the only error ParseSchedule returns
+		rep.Status, rep.Type, rep.Error = api.Failed, bad.Type, bad.Detail
+		d.reply(m, rep)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
 	ans, err := d.admitter.Submit(ctx, &admit.Request{
 		Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, Priority: prio, IdempotencyKey: idem, Trace: traceHeaders(get),
+		Schedule: sched,
 	})
 	if err != nil {
 		var e *admit.Error

@@ -4,7 +4,7 @@
 // # Records
 //
 // A Record says where a job is (State: admitted, queued, running,
-// succeeded, retrying or dead), how many tries it took, its last error and
+// succeeded, retrying, dead or expired), how many tries it took, its last error and
 // when things happened. Records live in the bucket spillway-jobs (Open),
 // one key per job id, and expire TTL after their last write (the bucket's
 // TTL: JetStream's MaxAge), so the bucket holds recent jobs only.

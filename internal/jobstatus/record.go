@@ -29,13 +29,18 @@ const (
 	// Dead: it failed for good and is in the queue's dead-letter stream.
 	// Final, unless an operator replays it.
 	Dead State = "dead"
+	// Expired: it waited in the backlog past its expiry (the submission's
+	// Spillway-Max-Wait) without being released, never ran, and is in the
+	// queue's dead-letter stream with reason expired. Final, unless an
+	// operator replays it.
+	Expired State = "expired"
 )
 
-// Valid reports whether s is one of the six states.
+// Valid reports whether s is one of the seven states.
 func (s State) Valid() bool { return s.rank() >= 0 }
 
 // Final reports whether s is a state a job does not leave on its own.
-func (s State) Final() bool { return s == Succeeded || s == Dead }
+func (s State) Final() bool { return s == Succeeded || s == Dead || s == Expired }
 
 // rank orders the states of one try: a record moves to an equal or higher
 // rank, or to a later try.
@@ -47,7 +52,7 @@ func (s State) rank() int {
 		return 1
 	case Retrying:
 		return 2
-	case Succeeded, Dead:
+	case Succeeded, Dead, Expired:
 		return 3
 	}
 	return -1

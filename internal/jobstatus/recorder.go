@@ -49,7 +49,8 @@ const (
 //	Started       running, attempts, started_at
 //	Succeeded     succeeded, finished_at
 //	Retrying      retrying, last_error, not_before = the next try
-//	DeadLettered  dead, last_error (the reason and the error), finished_at
+//	DeadLettered  dead (expired for reason queue.ReasonExpired), last_error
+//	              (the reason and the error), finished_at
 //	Released      nothing: the record stays queued until the job starts,
 //	              which is at once for a released job
 //	HandedBack    nothing: the job stays running until another worker
@@ -243,6 +244,9 @@ func update(e queue.Event, now time.Time) (Record, bool) {
 		}
 	case queue.DeadLettered:
 		rec.State, rec.StartedAt, rec.FinishedAt = Dead, began, now
+		if e.Reason == queue.ReasonExpired {
+			rec.State = Expired
+		}
 		switch {
 		case e.Err != nil && e.Reason != "":
 			rec.LastError = queue.OneLine(e.Reason+": "+e.Err.Error(), MaxErrorLen)

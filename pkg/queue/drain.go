@@ -42,8 +42,10 @@ import (
 //     it to another worker after the ack wait, which books a new start and
 //     runs the job again (at least once). A grant taken late — every
 //     handler was busy — books a new start too, so starts never crowd.
-//   - A job older than the queue's MaxAge, or a message that is not a job,
-//     goes to DEAD from the leader, taking no start.
+//   - A job older than the queue's MaxAge, a job whose expiry (ExpiresAt)
+//     comes before the start it could have, or a message that is not a
+//     job, goes to DEAD from the leader, taking no start. A worker that
+//     reaches a granted job's start after its expiry dead-letters it too.
 //
 // The drain's JetStream traffic is per start (a grant, its pull, a get, a
 // delete, an ack, and a look at the grants consumer at most every
@@ -217,6 +219,16 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
 		d.r.slots.put()
 		if e.claim() {
 			d.r.deadLetter(e, 0, "invalid job", err, 0)
+		}
+		return
+	}
+	if now := time.Now(); !job.ExpiresAt.IsZero() && now.After(job.ExpiresAt) {
+		// Granted before its expiry but started after it (a late grant,
+		// or one taken again): it never runs.
+		d.r.slots.put()
+		if e.claim() {
+			e.job = &job
+			d.r.deadLetter(e, 0, ReasonExpired, expiredError(job.ExpiresAt, now), 0)
 		}
 		return
 	}
@@ -503,7 +515,11 @@ func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
 	if due.IsZero() {
 		due = j.EnqueuedAt
 	}
-	return pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1)}
+	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1)}
+	if !j.ExpiresAt.IsZero() {
+		p.expires = max(j.ExpiresAt.UnixNano(), 1)
+	}
+	return p
 }
 
 // demand waits until the grants published so far are being taken: fewer
@@ -537,18 +553,7 @@ func (l *leader) demand(ctx context.Context) bool {
 func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	now := time.Now()
 	f, j, ok := l.sched.pick(now.UnixNano())
-	if !ok {
-		return nil
-	}
-	q := l.d.w.cfg.Queue
-	switch {
-	case j.bad != nil:
-		l.deadLetter(ctx, f.subject, j, "invalid job", j.bad)
-		return nil
-	case q.MaxAge > 0 && now.Sub(time.Unix(0, j.enqueued)) > q.MaxAge:
-		waited := now.Sub(time.Unix(0, j.enqueued))
-		reason := fmt.Sprintf("expired in backlog (waited %v, max_age %v)", waited.Round(time.Millisecond), q.MaxAge)
-		l.deadLetter(ctx, f.subject, j, reason, nil)
+	if !ok || l.settled(ctx, f, j, now) {
 		return nil
 	}
 	wait, err := l.d.book(ctx)
@@ -561,6 +566,19 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 		return nil
 	}
 	start := time.Now().Add(wait)
+	// A job whose booked start is past its expiry would never run: it
+	// goes to DEAD now, and the booking goes to the next job picked (if
+	// none is due, it is lost, as any booking not used).
+	for j.expires != 0 && start.UnixNano() > j.expires {
+		l.expire(ctx, f.subject, j, start)
+		if f, j, ok = l.sched.pick(time.Now().UnixNano()); !ok {
+			return nil
+		}
+		if l.settled(ctx, f, j, time.Now()) {
+			return nil
+		}
+	}
+	q := l.d.w.cfg.Queue
 	m := nats.NewMsg(grantSubject(q.Name))
 	m.Header.Set(headerGrantSeq, strconv.FormatUint(j.seq, 10))
 	m.Header.Set(headerGrantStart, strconv.FormatInt(start.UnixNano(), 10))
@@ -579,6 +597,38 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	next := make(chan struct{})
 	time.AfterFunc(time.Until(start)-l.d.period, func() { close(next) })
 	return next
+}
+
+// settled dead-letters a picked job that must not start — not a job,
+// over the queue's max age, or past its expiry — and reports whether it
+// did: such a job takes no start.
+func (l *leader) settled(ctx context.Context, f *flow, j pendingJob, now time.Time) bool {
+	q := l.d.w.cfg.Queue
+	switch {
+	case j.bad != nil:
+		l.deadLetter(ctx, f.subject, j, "invalid job", j.bad)
+	case j.expired(now.UnixNano()):
+		l.expire(ctx, f.subject, j, now)
+	case q.MaxAge > 0 && now.Sub(time.Unix(0, j.enqueued)) > q.MaxAge:
+		waited := now.Sub(time.Unix(0, j.enqueued))
+		reason := fmt.Sprintf("expired in backlog (waited %v, max_age %v)", waited.Round(time.Millisecond), q.MaxAge)
+		l.deadLetter(ctx, f.subject, j, reason, nil)
+	default:
+		return false
+	}
+	return true
+}
+
+// expire dead-letters a job that cannot start before its expiry: it has
+// come by now, or the start the job could have is at.
+func (l *leader) expire(ctx context.Context, subject string, j pendingJob, at time.Time) {
+	l.deadLetter(ctx, subject, j, ReasonExpired, expiredError(time.Unix(0, j.expires), at))
+}
+
+// expiredError says when a job expired and when it could have started.
+func expiredError(expires, at time.Time) error {
+	return fmt.Errorf("expires at %s, before the start it could have at %s",
+		expires.UTC().Format(time.RFC3339Nano), at.UTC().Format(time.RFC3339Nano))
 }
 
 // deadLetter moves a backlog job that will never start to DEAD.
