@@ -63,6 +63,7 @@ type Recorder struct {
 	updates chan Record
 	dropped atomic.Uint64
 	running atomic.Bool
+	gating  atomic.Bool // StartGate wrote the backlog jobs' starts
 }
 
 // NewRecorder returns a Recorder that writes to store, buffering up to
@@ -81,6 +82,9 @@ func NewRecorder(store *Store, logger *slog.Logger, buffer int) *Recorder {
 // Observe records a worker's event. It never blocks, and is safe for
 // concurrent use; use it as queue.WorkerConfig.Observe.
 func (r *Recorder) Observe(e queue.Event) {
+	if e.Kind == queue.Started && r.gating.Load() && e.Stream == queue.StreamName(e.Queue, queue.Backlog) {
+		return // StartGate wrote it, synchronously
+	}
 	rec, ok := update(e, time.Now())
 	if !ok {
 		return
@@ -90,6 +94,14 @@ func (r *Recorder) Observe(e queue.Event) {
 	default:
 		r.dropped.Add(1)
 	}
+}
+
+// StartGate is a queue.WorkerConfig.StartGate (Store.StartGate) for the
+// workers this Recorder observes: the backlog jobs' starts it writes are
+// then not written a second time from their Started events.
+func (r *Recorder) StartGate(ctx context.Context, e queue.Event) error {
+	r.gating.Store(true)
+	return r.store.StartGate(ctx, e)
 }
 
 // Dropped is the number of updates that never reached the store: the buffer

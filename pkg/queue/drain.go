@@ -212,8 +212,40 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	e.job, e.attempt = &job, job.Attempt+1
+	if !d.gate(ctx, e) {
+		d.r.slots.put()
+		return
+	}
 	d.w.observe(Event{Kind: Released, Job: &job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Waited: time.Since(job.EnqueuedAt)})
 	d.r.runBacklog(e, job)
+}
+
+// gate asks the StartGate whether the job of e may start. A cancelled
+// job's backlog message is deleted and its grant acked; a gate that fails
+// hands the grant back. It reports whether the job starts now.
+func (d *drainer) gate(ctx context.Context, e *execution) bool {
+	if d.w.cfg.StartGate == nil {
+		return true
+	}
+	gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	err := d.w.cfg.StartGate(gctx, Event{Kind: Started, Queue: d.w.cfg.Queue.Name, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
+	cancel()
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrJobCancelled):
+		if e.claim() {
+			sctx, cancel := settleCtx(ctx)
+			defer cancel()
+			if err := e.settleSource(sctx); err != nil {
+				d.w.log.Warn("a cancelled backlog job was not removed; its next grant removes it", "job", e.job.ID, "error", err)
+			}
+		}
+		return false
+	default:
+		d.handBack(e.msg, time.Second, fmt.Errorf("start gate of job %s: %w", e.job.ID, err))
+		return false
+	}
 }
 
 // handBack gives a grant back for another start.
