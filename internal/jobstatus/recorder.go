@@ -46,7 +46,8 @@ const (
 //
 // Which events write what:
 //
-//	Started       running, attempts, started_at
+//	Started       running, attempts, started_at (a backlog job's is
+//	              written by StartGate instead, when it is the gate)
 //	Succeeded     succeeded, finished_at
 //	Retrying      retrying, last_error, not_before = the next try
 //	DeadLettered  dead, last_error (the reason and the error), finished_at

@@ -32,7 +32,9 @@ import (
 //     gets one of the next starts.
 //   - Every worker pulls grants — one at a time, while it has a handler
 //     slot free for it — waits for the booked start and runs the job's
-//     handler from its backlog message, heartbeating the grant. A success
+//     handler from its backlog message, heartbeating the grant. Its
+//     StartGate, if any, is asked first: a job cancelled meanwhile is
+//     deleted and not run (cancel.go). A success
 //     deletes the backlog message, then acks the grant; a failure that may
 //     be retried moves the job to READY (the move's message id is its
 //     backlog place, so a crash between the move and the delete stores it
