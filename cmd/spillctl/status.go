@@ -19,8 +19,8 @@ import (
 const statusUsage = `Usage: spillctl status ID [--server URL] [--json]
 
 Shows a job's state (admitted, queued, running, succeeded, retrying, dead,
-expired),
-attempts, last error and times, from the admitter's GET /v1/jobs/{id}.
+expired, cancelled), attempts, last error and times, from the admitter's
+GET /v1/jobs/{id}.
 
 Examples:
   spillctl status 0193a5c2-7d1e-7b3a-9f00-5d2c1e4b8a77

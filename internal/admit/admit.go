@@ -133,8 +133,8 @@ type Options struct {
 	// submission (keys are then ignored).
 	Idempotency *Idempotency
 	// OnStored, if set, is called after a job is stored and answered
-	// (the job-status record); it must not block.
-	OnStored func(j *queue.Job, status api.Status)
+	// (the job-status record), with where it was stored; it must not block.
+	OnStored func(j *queue.Job, status api.Status, at queue.Stored)
 	// Metrics, if set, counts decisions.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -361,7 +361,7 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 		ans.Reply.EstimatedStart = &est
 	}
 	if a.o.OnStored != nil {
-		a.o.OnStored(j, ans.Reply.Status)
+		a.o.OnStored(j, ans.Reply.Status, stored)
 	}
 	return ans, nil
 }

@@ -56,6 +56,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 	routes := []route{
 		{http.MethodPost, "/v1/queues/{queue}/jobs", h.submit},
 		{http.MethodGet, "/v1/jobs/{id}", h.auth(h.job)},
+		{http.MethodDelete, "/v1/jobs/{id}", h.auth(h.cancel)}, // cancel.go
 		{http.MethodGet, "/v1/queues", h.auth(h.queues)},
 		{http.MethodGet, "/v1/queues/{queue}", h.auth(h.queueInfo)},
 		{http.MethodGet, "/v1/queues/{queue}/keys", h.auth(h.queueKeys)},

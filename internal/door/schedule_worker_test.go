@@ -20,10 +20,10 @@ type starts struct {
 	poke chan struct{}
 }
 
-// runWorker runs a worker for queue q of b's configuration, its events
+// runRecordingWorker runs a worker for queue q of b's configuration, its events
 // feeding the job-status records as a worker process's do, until the test
 // ends.
-func runWorker(t *testing.T, b *testBundle, q string) *starts {
+func runRecordingWorker(t *testing.T, b *testBundle, q string) *starts {
 	t.Helper()
 	s := &starts{at: map[string]time.Time{}, poke: make(chan struct{}, 1)}
 	rec := jobstatus.NewRecorder(b.status, nil, 0)
@@ -99,7 +99,7 @@ queues:
       - {key: "header:X-Client", algorithm: token_bucket, rate: 1/s, burst: 10}
     backlog: {capacity: 100, leak_rate: 10/s}
 `, setupOptions{})
-	s := runWorker(t, b, "q")
+	s := runRecordingWorker(t, b, "q")
 	r := b.post(t, "q", []byte("later"), "X-Client", "a", api.HeaderDelay, "5s")
 	if r.code != http.StatusAccepted || r.reply.Status != api.Queued || r.reply.NotBefore == nil {
 		t.Fatalf("%s 5s: %d %s, want 202 queued with a not_before", api.HeaderDelay, r.code, r.body)
@@ -126,7 +126,7 @@ queues:
       - {key: global, algorithm: token_bucket, rate: 1/h, burst: 1}
     backlog: {capacity: 100, leak_rate: 1/m}
 `, setupOptions{})
-	s := runWorker(t, b, "q")
+	s := runRecordingWorker(t, b, "q")
 	if r := b.post(t, "q", nil); r.reply.Status != api.Admitted {
 		t.Fatalf("first job: %d %s, want admitted", r.code, r.body)
 	}

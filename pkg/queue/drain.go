@@ -33,7 +33,9 @@ import (
 //     gets one of the next starts.
 //   - Every worker pulls grants — one at a time, while it has a handler
 //     slot free for it — waits for the booked start and runs the job's
-//     handler from its backlog message, heartbeating the grant. A success
+//     handler from its backlog message, heartbeating the grant. Its
+//     StartGate, if any, is asked first: a job cancelled meanwhile is
+//     deleted and not run (cancel.go). A success
 //     deletes the backlog message, then acks the grant; a failure that may
 //     be retried moves the job to READY (the move's message id is its
 //     backlog place, so a crash between the move and the delete stores it
@@ -233,6 +235,10 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	e.job, e.attempt = &job, job.Attempt+1
+	if !d.gate(ctx, e) {
+		d.r.slots.put()
+		return
+	}
 	d.w.observe(Event{Kind: Released, Job: &job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Waited: time.Since(job.EnqueuedAt)})
 	d.r.runBacklog(e, job)
 }
@@ -268,6 +274,34 @@ func (d *drainer) paused(ctx context.Context) bool {
 	}
 	until, err := p.PausedUntil(ctx)
 	return err == nil && until.After(time.Now())
+}
+
+// gate asks the StartGate whether the job of e may start. A cancelled
+// job's backlog message is deleted and its grant acked; a gate that fails
+// hands the grant back. It reports whether the job starts now.
+func (d *drainer) gate(ctx context.Context, e *execution) bool {
+	if d.w.cfg.StartGate == nil {
+		return true
+	}
+	gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	err := d.w.cfg.StartGate(gctx, Event{Kind: Started, Queue: d.w.cfg.Queue.Name, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
+	cancel()
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrJobCancelled):
+		if e.claim() {
+			sctx, cancel := settleCtx(ctx)
+			defer cancel()
+			if err := e.settleSource(sctx); err != nil {
+				d.w.log.Warn("a cancelled backlog job was not removed; its next grant removes it", "job", e.job.ID, "error", err)
+			}
+		}
+		return false
+	default:
+		d.handBack(e.msg, time.Second, fmt.Errorf("start gate of job %s: %w", e.job.ID, err))
+		return false
+	}
 }
 
 // handBack gives a grant back for another start.
