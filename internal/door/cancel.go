@@ -153,26 +153,7 @@ func (d *NATSCancel) Start() error {
 // Stop stops taking cancels, answers those received, and waits for them or
 // for ctx.
 func (d *NATSCancel) Stop(ctx context.Context) error {
-	if d.sub != nil {
-		if err := d.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			return err
-		}
-		for d.sub.IsValid() {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-	done := make(chan struct{})
-	go func() { d.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return drainAndWait(ctx, d.sub, &d.wg)
 }
 
 func (d *NATSCancel) answer(m *nats.Msg) {

@@ -62,11 +62,18 @@ func (d *NATSDoor) Start() error {
 // already received are answered) and waits for those in progress, or for
 // ctx.
 func (d *NATSDoor) Stop(ctx context.Context) error {
-	if d.sub != nil {
-		if err := d.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	return drainAndWait(ctx, d.sub, &d.wg)
+}
+
+// drainAndWait drains sub (nil: none), so that the requests it received
+// are still answered, then waits for wg — the answers in progress — or
+// for ctx.
+func drainAndWait(ctx context.Context, sub *nats.Subscription, wg *sync.WaitGroup) error {
+	if sub != nil {
+		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			return err
 		}
-		for d.sub.IsValid() {
+		for sub.IsValid() {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -75,7 +82,7 @@ func (d *NATSDoor) Stop(ctx context.Context) error {
 		}
 	}
 	done := make(chan struct{})
-	go func() { d.wg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
