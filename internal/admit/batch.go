@@ -14,7 +14,7 @@ import (
 )
 
 // MaxBatch bounds the jobs of one batch submission.
-const MaxBatch = 1000
+const MaxBatch = api.MaxBatchJobs
 
 // BatchResult is one job's outcome in a batch: an Answer, or Err (an
 // *Error) as Submit would have returned for it.

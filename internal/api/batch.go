@@ -34,3 +34,6 @@ type BatchReply struct {
 	Error   string        `json:"error,omitempty"`
 	Field   string        `json:"field,omitempty"`
 }
+
+// MaxBatchJobs bounds the jobs of one batch.
+const MaxBatchJobs = 1000

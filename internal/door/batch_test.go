@@ -129,7 +129,7 @@ func TestHTTPBatchUnreadable(t *testing.T) {
 		{"no jobs", api.BatchJSON, []byte("[]"), 400, api.ProblemBadRequest, "body"},
 		{"content type", "text/plain", batchBody(false, good), 400, api.ProblemBadRequest, "Content-Type"},
 		{"too many jobs", api.BatchJSON, batchBody(false, many...), 413, api.ProblemTooLarge, "body"},
-		{"payload too large", api.BatchJSON, batchBody(false, `{"payload": "` + strings.Repeat("x", 1<<20+1) + `"}`), 413, api.ProblemTooLarge, "jobs[0].payload"},
+		{"payload too large", api.BatchJSON, batchBody(false, `{"payload": "`+strings.Repeat("x", 1<<20+1)+`"}`), 413, api.ProblemTooLarge, "jobs[0].payload"},
 	} {
 		r := b.do(t, http.MethodPost, "/v1/queues/q/jobs:batch", bytes.NewReader(c.body), "Content-Type", c.contentType)
 		if r.code != c.code || r.problem.Type != c.typ || r.problem.Field != c.field {
