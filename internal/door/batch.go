@@ -2,12 +2,14 @@ package door
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strings"
@@ -140,12 +142,21 @@ func (a *batchRun) submit(ctx context.Context, reqs []*admit.Request, bad []*adm
 	if err != nil {
 		return api.BatchReply{}, err
 	}
+	failed, first := 0, error(nil)
 	for k, res := range results {
 		if res.Err != nil {
-			rep.Results[at[k]] = errorReply(a.queue, res.Err)
+			e := errorReply(a.queue, res.Err)
+			rep.Results[at[k]] = e
+			if e.Type == api.ProblemUnavailable || e.Type == api.ProblemInternal {
+				failed++
+				first = cmp.Or(first, res.Err)
+			}
 			continue
 		}
 		rep.Results[at[k]] = res.Answer.Reply
+	}
+	if failed > 0 {
+		a.logger.Warn("door: batch submissions failed", "queue", a.queue, "failed", failed, "jobs", len(reqs), "first_err", first)
 	}
 	return rep, nil
 }
@@ -154,6 +165,7 @@ func (a *batchRun) submit(ctx context.Context, reqs []*admit.Request, bad []*adm
 type batchRun struct {
 	admitter *admit.Admitter
 	queue    string
+	logger   *slog.Logger
 }
 
 // errorReply is a job's reply for an error, as the NATS door answers one.
@@ -210,7 +222,7 @@ func (h *httpDoor) submitBatch(w http.ResponseWriter, r *http.Request) {
 	for _, q := range reqs {
 		q.Peer = peer
 	}
-	rep, err := (&batchRun{admitter: h.o.Admitter, queue: name}).submit(r.Context(), reqs, bad)
+	rep, err := (&batchRun{admitter: h.o.Admitter, queue: name, logger: h.o.Logger}).submit(r.Context(), reqs, bad)
 	if err != nil {
 		h.submitError(w, r, name, err)
 		return
@@ -270,7 +282,7 @@ func (d *NATSDoor) answerBatch(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
-	rep, err := (&batchRun{admitter: d.admitter, queue: name}).submit(ctx, reqs, bad)
+	rep, err := (&batchRun{admitter: d.admitter, queue: name, logger: d.logger}).submit(ctx, reqs, bad)
 	if err != nil {
 		e := errorReply(name, err)
 		fail(e.Type, "", e.Error)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
@@ -24,10 +26,17 @@ var _ bucket.BatchStore = (*Store)(nil)
 // so job i+1 always sees what job i left. Each run reads Redis TIME once
 // (or the injected clock once per decision).
 //
-// A batch does not wait for a coalescing slot (WithMaxInFlight): it is its
-// own round trip, on a connection of the client's pool. Concurrent
+// Batches do not join the coalesced round trips of Decide: each is its
+// own round trip, on a connection of the client's pool, and at most
+// WithMaxInFlight batches are under way at once (others wait, and their
+// wait does not count against WithTimeout; ctx bounds it). Concurrent
 // decisions of other callers may run between two runs of a batch, as they
 // may between two Decide calls.
+//
+// WithTimeout's bound, from the moment the batch's round trip starts,
+// applies once per 64 decisions (DefaultMaxBatch, what
+// one coalesced round trip carries): a batch of 1,000 has 16 times the
+// timeout.
 //
 // An error fails the whole batch; decisions of runs executed before the
 // failure are applied (Redis does not roll a script back).
@@ -47,9 +56,20 @@ func (s *Store) DecideBatch(ctx context.Context, group string, jobs []bucket.Job
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	// Wait for a round-trip slot of the batches: a batch is many
+	// decisions' work for Redis, and batches queued here rather than in
+	// Redis do not spend one another's timeouts.
+	release, err := s.batchRTs.acquire(ctx, s.maxInFlight)
+	if err != nil {
+		return nil, fmt.Errorf("redisbucket: %w (not decided)", err)
+	}
+	defer release()
 	if s.timeout > 0 {
+		// WithTimeout bounds a round trip of up to DefaultMaxBatch
+		// coalesced decisions; a batch gets it once per as many.
+		runs := (len(jobs) + DefaultMaxBatch - 1) / DefaultMaxBatch
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(runs)*s.timeout)
 		defer cancel()
 	}
 	calls := make([]*call, len(jobs))
@@ -118,4 +138,25 @@ func (s *Store) DecideBatch(ctx context.Context, group string, jobs []bucket.Job
 // sent.
 func out0Err(cmd interface{ Err() error }) error {
 	return fmt.Errorf("redisbucket: %w", cmd.Err())
+}
+
+// batchSlots bounds the batches under way in one store.
+type batchSlots struct {
+	once  sync.Once
+	slots chan struct{}
+}
+
+// acquire waits for a slot (n slots in all) or for ctx, and returns the
+// function that gives it back.
+func (b *batchSlots) acquire(ctx context.Context, n int) (func(), error) {
+	b.once.Do(func() { b.slots = make(chan struct{}, n) })
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case b.slots <- struct{}{}:
+		return func() { <-b.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
