@@ -32,8 +32,8 @@ type BatchResult struct {
 //  1. claims the idempotency keys of its jobs (concurrently). A key seen
 //     earlier in the batch starts a new segment, so that its first job is
 //     settled before the key is claimed again, as for singles;
-//  2. decides its jobs in order in one store call (bucket.BatchStore: one
-//     Redis round trip for up to 1,024 jobs);
+//  2. decides its jobs in order in one store call (bucket.BatchStore: a
+//     Redis round trip per 64 jobs);
 //  3. reads how full READY and the backlog are (queue.ReadRoom) and
 //     counts the jobs each stream receives, with those that this
 //     admitter's other batches are publishing. When every bound holds

@@ -6,40 +6,34 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
-// batchRun bounds the decisions of one script run of DecideBatch, as
-// WithMaxBatch bounds a coalesced run; a longer batch is several runs.
-const batchRun = maxMaxBatch
-
 var _ bucket.BatchStore = (*Store)(nil)
 
-// DecideBatch decides jobs of one group in order: runs of up to 1,024
-// decisions, each one script run. A batch of one run is one round trip; a
-// longer one sends its first run alone (which loads the script if Redis
-// lost it) and the others in one pipeline. Within
-// a run decisions are decided one after the other, each all-or-nothing, as
-// coalesced decisions are; Redis executes the runs of a pipeline in order,
-// so job i+1 always sees what job i left. Each run reads Redis TIME once
-// (or the injected clock once per decision).
+// batchSlotsPer is how many batches may be under way per round-trip slot
+// of Decide (WithMaxInFlight): a batch's runs go one after the other, so
+// several batches keep Redis as busy as the coalesced round trips do.
+const batchSlotsPer = 4
+
+// DecideBatch decides jobs of one group in order, in runs of up to
+// WithMaxBatch decisions (default 64), each one script run and one round
+// trip, sent one after the other on the caller's goroutine: job i+1
+// always sees what job i left. A run is what a coalesced round trip of
+// Decide carries, so it reads Redis TIME once (or the injected clock once
+// per decision) and WithTimeout bounds each run, and the client's read
+// timeout, which bounds one command or one pipeline, holds for a batch of
+// any length.
 //
-// Batches do not join the coalesced round trips of Decide: each is its
-// own round trip, on a connection of the client's pool, and at most
-// WithMaxInFlight batches are under way at once (others wait, and their
-// wait does not count against WithTimeout; ctx bounds it). Concurrent
+// Batches do not join the coalesced round trips of Decide, and at most
+// four times WithMaxInFlight batches are under way at once: others wait, and their
+// wait does not count against WithTimeout (ctx bounds it). Concurrent
 // decisions of other callers may run between two runs of a batch, as they
 // may between two Decide calls.
 //
-// WithTimeout's bound, from the moment the batch's round trip starts,
-// applies once per 64 decisions (DefaultMaxBatch, what
-// one coalesced round trip carries): a batch of 1,000 has 16 times the
-// timeout.
-//
-// An error fails the whole batch; decisions of runs executed before the
-// failure are applied (Redis does not roll a script back).
+// An error fails the whole batch; the runs before the failure are applied
+// (Redis does not roll a script back), and none after it is sent.
 func (s *Store) DecideBatch(ctx context.Context, group string, jobs []bucket.Job) ([]bucket.Decision, error) {
 	if err := bucket.CheckBatch(jobs); err != nil {
 		return nil, fmt.Errorf("redisbucket: %w", err)
@@ -59,85 +53,48 @@ func (s *Store) DecideBatch(ctx context.Context, group string, jobs []bucket.Job
 	// Wait for a round-trip slot of the batches: a batch is many
 	// decisions' work for Redis, and batches queued here rather than in
 	// Redis do not spend one another's timeouts.
-	release, err := s.batchRTs.acquire(ctx, s.maxInFlight)
+	release, err := s.batchRTs.acquire(ctx, batchSlotsPer*s.maxInFlight)
 	if err != nil {
 		return nil, fmt.Errorf("redisbucket: %w (not decided)", err)
 	}
 	defer release()
-	if s.timeout > 0 {
-		// WithTimeout bounds a round trip of up to DefaultMaxBatch
-		// coalesced decisions; a batch gets it once per as many.
-		runs := (len(jobs) + DefaultMaxBatch - 1) / DefaultMaxBatch
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(runs)*s.timeout)
-		defer cancel()
-	}
-	calls := make([]*call, len(jobs))
-	for i := range jobs {
-		c := &call{}
-		s.encode(c, group, jobs[i].Tiers, jobs[i].Cost)
-		calls[i] = c
-	}
-	var reqs []request
-	for lo := 0; lo < len(calls); lo += batchRun {
-		hi := min(lo+batchRun, len(calls))
-		r := request{calls: calls[lo:hi], blob: make([]byte, headerSize, 64*(hi-lo)+headerSize)}
-		for _, c := range r.calls {
+	out := make([]bucket.Decision, 0, len(jobs))
+	calls := make([]*call, 0, s.maxBatch)
+	for lo := 0; lo < len(jobs); lo += s.maxBatch {
+		calls = calls[:0]
+		r := request{blob: make([]byte, headerSize, 1024)}
+		for i := lo; i < min(lo+s.maxBatch, len(jobs)); i++ {
+			c := &call{}
+			s.encode(c, group, jobs[i].Tiers, jobs[i].Cost)
+			calls = append(calls, c)
 			r.keys = append(r.keys, c.keys...)
 			r.blob = append(r.blob, c.buf[headerSize:]...)
 		}
-		putHeader(r.blob, len(r.calls), s.clock != nil, s.ttlExtra)
-		reqs = append(reqs, r)
-	}
-	// The first run alone: if Redis answers NOSCRIPT it is sent again as
-	// EVAL before any later run is sent, so the runs execute in order.
-	r := &reqs[0]
-	r.cmd = s.client.EvalSha(ctx, scriptSHA, r.keys, r.blob)
-	if isNoScript(r.cmd.Err()) {
-		r.cmd = s.client.Eval(ctx, script, r.keys, r.blob)
-	}
-	if len(reqs) > 1 && r.cmd.Err() == nil {
-		pipe := s.client.Pipeline()
-		for i := 1; i < len(reqs); i++ {
-			reqs[i].cmd = pipe.EvalSha(ctx, scriptSHA, reqs[i].keys, reqs[i].blob)
-		}
-		_, _ = pipe.Exec(ctx)
-		// A SCRIPT FLUSH meanwhile: the runs before it executed, those
-		// after it were answered NOSCRIPT; send those again, in order.
-		pipe = s.client.Pipeline()
-		again := false
-		for i := 1; i < len(reqs); i++ {
-			if isNoScript(reqs[i].cmd.Err()) {
-				reqs[i].cmd = pipe.Eval(ctx, script, reqs[i].keys, reqs[i].blob)
-				again = true
-			}
-		}
-		if again {
-			_, _ = pipe.Exec(ctx)
-		}
-	}
-	out := make([]bucket.Decision, len(jobs))
-	k := 0
-	for i := range reqs {
-		if reqs[i].cmd == nil {
-			return nil, fmt.Errorf("job %d: not sent: %w", k, out0Err(reqs[0].cmd))
-		}
-		s.deliver(reqs[i].cmd, reqs[i].calls)
-		for _, c := range reqs[i].calls {
+		putHeader(r.blob, len(calls), s.clock != nil, s.ttlExtra)
+		s.run(ctx, &r, calls)
+		for i, c := range calls {
 			if c.err != nil {
-				return nil, fmt.Errorf("job %d: %w", k, c.err)
+				return nil, fmt.Errorf("job %d: %w", lo+i, c.err)
 			}
-			out[k] = c.dec
-			k++
+			out = append(out, c.dec)
 		}
 	}
 	return out, nil
 }
 
-// out0Err is the error of the first run, which kept the others from being
-// sent.
-func out0Err(cmd interface{ Err() error }) error {
-	return fmt.Errorf("redisbucket: %w", cmd.Err())
+// run sends one script run of a batch, bounded by WithTimeout, and sets
+// its calls' decisions.
+func (s *Store) run(ctx context.Context, r *request, calls []*call) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	cmd := s.client.EvalSha(ctx, scriptSHA, r.keys, r.blob)
+	if isNoScript(cmd.Err()) {
+		cmd = s.client.Eval(ctx, script, r.keys, r.blob)
+	}
+	s.deliver(cmd, calls)
 }
 
 // batchSlots bounds the batches under way in one store.

@@ -12,8 +12,8 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 )
 
-// TestDecideBatchEqualsDecide: a batch of 2,500 jobs (three script runs,
-// the first sent alone, the others pipelined) over every algorithm, with a
+// TestDecideBatchEqualsDecide: a batch of 2,500 jobs (40 script runs of up
+// to 64 decisions, one after the other) over every algorithm, with a
 // shared tier, decides as Decide called once per job in the same order,
 // on a twin store from the same state: job i+1 sees job i's decision. The
 // memory store's DecideBatch is held to the same answers.
