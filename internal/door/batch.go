@@ -103,14 +103,10 @@ func readBatch(body []byte, ndjson bool, queue string, maxPayload int64, natsDoo
 			return nil, nil, &batchError{api.ProblemTooLarge, f,
 				fmt.Sprintf("job %d: a payload of %d bytes is larger than http.max_body_bytes (%d bytes)", i, len(payload), maxPayload)}
 		}
-		h := make(map[string]string, len(j.Headers))
-		for k, v := range j.Headers {
-			if k == "" {
-				return nil, nil, &batchError{api.ProblemBadRequest, field + ".headers", fmt.Sprintf("job %d: a header with an empty name", i)}
-			}
-			h[strings.ToLower(k)] = v
+		if _, ok := j.Headers[""]; ok {
+			return nil, nil, &batchError{api.ProblemBadRequest, field + ".headers", fmt.Sprintf("job %d: a header with an empty name", i)}
 		}
-		get := func(name string) string { return h[strings.ToLower(name)] }
+		get := headerLookup(j.Headers)
 		req, e := requestOf(queue, payload, get, natsDoor)
 		if req == nil {
 			req = &admit.Request{Queue: queue}
@@ -304,5 +300,21 @@ func (d *NATSDoor) replyBatch(m *nats.Msg, rep api.BatchReply) {
 	}
 	if err := d.nc.PublishMsg(out); err != nil {
 		d.logger.Warn("door: replying to a batch", "queue", rep.Queue, "jobs", len(rep.Results), "err", err)
+	}
+}
+
+// headerLookup looks a job's header up by name, in any case: the name as
+// spelt first, then any spelling.
+func headerLookup(h map[string]string) func(string) string {
+	return func(name string) string {
+		if v, ok := h[name]; ok {
+			return v
+		}
+		for k, v := range h {
+			if strings.EqualFold(k, name) {
+				return v
+			}
+		}
+		return ""
 	}
 }
