@@ -13,6 +13,10 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
+// idemConcurrency bounds a batch's idempotency records read or written at
+// once.
+const idemConcurrency = 64
+
 // MaxBatch bounds the jobs of one batch submission.
 const MaxBatch = api.MaxBatchJobs
 
@@ -167,14 +171,16 @@ func (b *batch) run(ctx context.Context) {
 // a key already answered answers its job as a duplicate.
 func (b *batch) claim(ctx context.Context, lo, hi int) {
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, idemConcurrency)
 	for i := lo; i < hi; i++ {
 		j := &b.jobs[i]
 		if j.done || j.idem == "" || j.claim != nil {
 			continue
 		}
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			c, first, err := b.a.o.Idempotency.Claim(ctx, b.q.Name, j.idem)
 			switch {
 			case err != nil:
@@ -205,6 +211,7 @@ func (b *batch) claim(ctx context.Context, lo, hi int) {
 // settle records the answers of the claimed jobs of [lo, hi) that are done.
 func (b *batch) settle(lo, hi int) {
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, idemConcurrency)
 	for i := lo; i < hi; i++ {
 		j := &b.jobs[i]
 		if j.claim == nil || !j.done {
@@ -213,8 +220,9 @@ func (b *batch) settle(lo, hi int) {
 		c := j.claim
 		j.claim = nil
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			b.a.o.Idempotency.Settle(c, b.res[i].Answer, b.res[i].Err)
 		}()
 	}
