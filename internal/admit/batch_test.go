@@ -2,6 +2,7 @@ package admit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -150,11 +151,7 @@ func outcome(r admit.BatchResult, firstOf map[string]int, i int) string {
 }
 
 func asError(err error, e **admit.Error) bool {
-	x, ok := err.(*admit.Error)
-	if ok {
-		*e = x
-	}
-	return ok
+	return errors.As(err, e)
 }
 
 // summary counts the kinds of answers.

@@ -58,14 +58,14 @@ func readBatch(body []byte, ndjson bool, queue string, maxPayload int64, natsDoo
 			if _, err := dec.Token(); err != nil {
 				return nil, nil, &batchError{api.ProblemBadRequest, "body", "the JSON array of jobs does not end: " + err.Error()}
 			}
-			if _, err := dec.Token(); err != io.EOF {
+			if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 				return nil, nil, &batchError{api.ProblemBadRequest, "body", "more after the JSON array of jobs"}
 			}
 			break
 		}
 		var j api.BatchJob
 		err := dec.Decode(&j)
-		if ndjson && err == io.EOF {
+		if ndjson && errors.Is(err, io.EOF) {
 			break
 		}
 		field := fmt.Sprintf("jobs[%d]", i)

@@ -78,10 +78,10 @@ func BenchmarkHTTPSubmit(b *testing.B) {
 				for pb.Next() {
 					var req *http.Request
 					if size == 0 {
-						req, _ = http.NewRequest(http.MethodPost, bb.srv.URL+"/v1/queues/q/jobs", bytes.NewReader(payload))
+						req, _ = http.NewRequestWithContext(b.Context(), http.MethodPost, bb.srv.URL+"/v1/queues/q/jobs", bytes.NewReader(payload))
 						req.Header.Set("X-Client", fmt.Sprintf("c%d", n%1000))
 					} else {
-						req, _ = http.NewRequest(http.MethodPost, bb.srv.URL+"/v1/queues/q/jobs:batch", bytes.NewReader(body))
+						req, _ = http.NewRequestWithContext(b.Context(), http.MethodPost, bb.srv.URL+"/v1/queues/q/jobs:batch", bytes.NewReader(body))
 						req.Header.Set("Content-Type", api.BatchJSON)
 					}
 					n++
