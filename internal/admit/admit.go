@@ -291,6 +291,9 @@ type placing struct {
 	// (rejected by the tiers).
 	j    *queue.Job
 	dest queue.Destination
+	// refunded: stage gave the decision's units back (a batch then
+	// decides the jobs after it again).
+	refunded bool
 }
 
 // stage turns decision d of a submission into the job to publish and its
@@ -309,6 +312,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 		var err error
 		if id, err = queue.NewJobID(); err != nil {
 			a.refund(ctx, src, q.Name, tiers, cost, d)
+			p.refunded = true
 			return p, &Error{Type: api.ProblemInternal, Detail: "making a job id", Err: err}
 		}
 	}

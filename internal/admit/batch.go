@@ -50,6 +50,8 @@ type BatchResult struct {
 //     are given back in reverse order (a refund right after its decision
 //     restores the state exactly) and decided again in the next segment,
 //     which starts small (one job) and doubles while nothing is refused.
+//     A job whose units are given back before its publish (stage's
+//     refusals) ends the segment the same way.
 //
 // So a backlog with room costs one decision round trip and one pipelined
 // run of publishes per segment; a backlog at its bound costs a round trip
@@ -262,8 +264,9 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 		p   *placing
 		err error // stage failed (and gave the units back)
 	}
-	run := make([]staged, len(idx))
+	run := make([]staged, 0, len(idx))
 	var toReady, toBacklog int64
+	next := hi
 	for k, i := range idx {
 		j := &b.jobs[i]
 		id := ""
@@ -271,13 +274,23 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			id = j.claim.id
 		}
 		p, err := b.a.stage(ctx, b.q, j.r, j.tiers, j.jobKey, j.cost, id, ds[k], src)
-		run[k] = staged{i, p, err}
+		run = append(run, staged{i, p, err})
 		switch {
 		case err != nil || p.j == nil:
 		case p.dest == queue.Ready:
 			toReady++
 		default:
 			toBacklog++
+		}
+		if p != nil && p.refunded && p.ans.Decision.Consumed != 0 && k < len(idx)-1 {
+			// Staging gave this job's units back: the decisions after
+			// it counted them. Give theirs back, last first, and decide
+			// them again in the next segment.
+			for m := len(idx) - 1; m > k; m-- {
+				b.a.refund(ctx, src, b.q.Name, b.jobs[idx[m]].tiers, b.jobs[idx[m]].cost, ds[m])
+			}
+			next = i + 1
+			break
 		}
 	}
 	barrier := b.barriers(ctx, toReady, toBacklog)
@@ -340,7 +353,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			return run[k].i + 1
 		}
 	}
-	return hi
+	return next
 }
 
 // refundedBy reports whether finishing p gave its units back: the stream
