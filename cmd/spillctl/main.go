@@ -85,6 +85,7 @@ Usage:
 Commands:
   submit     submit one job over HTTP or NATS and print its verdict
   status     show a job's state, attempts, last error and times
+  cancel     take a queued job out of the backlog: it never runs
   queues     list queues: depth, capacity, leak rate, in flight, dead
   top        live view of the queues with per-second rates (Ctrl-C to quit)
   dlq        dead letters: list, replay to READY or the backlog, purge
@@ -123,6 +124,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runSubmit(ctx, args[1:], getenv, stdin, stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], getenv, stdout)
+	case "cancel":
+		return runCancel(ctx, args[1:], getenv, stdout)
 	case "queues":
 		return runQueues(ctx, args[1:], getenv, stdout)
 	case "top":
@@ -136,5 +139,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "probe":
 		return runProbe(ctx, args[1:], stdout)
 	}
-	return usageErrorf("spillctl: unknown command %q; the commands are: submit, status, queues, top, dlq, bench, simulate, probe (see spillctl --help)", args[0])
+	return usageErrorf("spillctl: unknown command %q; the commands are: submit, status, cancel, queues, top, dlq, bench, simulate, probe (see spillctl --help)", args[0])
 }

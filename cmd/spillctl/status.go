@@ -18,8 +18,9 @@ import (
 
 const statusUsage = `Usage: spillctl status ID [--server URL] [--json]
 
-Shows a job's state (admitted, queued, running, succeeded, retrying, dead),
-attempts, last error and times, from the admitter's GET /v1/jobs/{id}.
+Shows a job's state (admitted, queued, running, succeeded, retrying, dead,
+expired, cancelled), attempts, last error and times, from the admitter's
+GET /v1/jobs/{id}.
 
 Examples:
   spillctl status 0193a5c2-7d1e-7b3a-9f00-5d2c1e4b8a77

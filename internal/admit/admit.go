@@ -67,12 +67,15 @@ type Request struct {
 	IdempotencyKey string
 	// Trace headers to carry with the job (traceparent, tracestate).
 	Trace nats.Header
+	// Schedule is the job's timing (ParseSchedule; zero: none).
+	Schedule Schedule
 }
 
 // Answer is the outcome of a submission that was decided.
 type Answer struct {
 	Reply api.SubmitReply
-	// Decision is the tiers' decision (zero for a duplicate).
+	// Decision is the enforcing tiers' decision (zero for a duplicate);
+	// its Tier indexes the queue's enforcing tiers, shadow tiers left out.
 	Decision bucket.Decision
 	// Limit is the tier that bounds the answer, for rate-limit headers
 	// (invalid for a duplicate).
@@ -89,6 +92,13 @@ type Answer struct {
 	// ReadyFull: the tiers admitted the job but READY was full, so it was
 	// queued in the backlog (or refused when that was full too).
 	ReadyFull bool
+	// Shadow is what the queue's shadow tiers would have done with the
+	// job, in the order of its limits: nil for a job the enforcing tiers
+	// or the backlog refused, and for a duplicate (shadow.go).
+	Shadow []ShadowDecision
+	// Scheduled: the job waits for its own Spillway-Not-Before or
+	// Spillway-Delay, later than any tier's not-before.
+	Scheduled bool
 }
 
 // Error is a submission that could not be decided or stored. Type is an
@@ -123,8 +133,8 @@ type Options struct {
 	// submission (keys are then ignored).
 	Idempotency *Idempotency
 	// OnStored, if set, is called after a job is stored and answered
-	// (the job-status record); it must not block.
-	OnStored func(j *queue.Job, status api.Status)
+	// (the job-status record), with where it was stored; it must not block.
+	OnStored func(j *queue.Job, status api.Status, at queue.Stored)
 	// Metrics, if set, counts decisions.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -180,10 +190,21 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if q == nil {
 		return Answer{}, &Error{Type: api.ProblemNotFound, Detail: fmt.Sprintf("no queue %.80q", r.Queue)}
 	}
-	tiers, jobKey, cost, err := check(q, r)
+	// From here q is the queue as its enforcing tiers see it; full has
+	// the shadow tiers too (shadow.go).
+	full := q
+	q = enforcing(q)
+	c, err := check(full, q, r, a.o.Now)
 	if err != nil {
 		return Answer{}, err
 	}
+	if c.late > 0 {
+		// Too late whatever the tiers say: nothing is asked, nothing taken.
+		ans := waitTooLong(Answer{}, q.Name, c.late)
+		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
+		return ans, nil
+	}
+	tiers, jobKey, cost, notBefore := c.tiers, c.jobKey, c.cost, c.notBefore
 
 	var claim *claim
 	id := ""
@@ -199,9 +220,10 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 		}
 		claim, id = c, c.id
 	}
-	ans, err := a.submit(ctx, q, r, tiers, jobKey, cost, id)
+	ans, err := a.submit(ctx, q, r, tiers, jobKey, cost, id, notBefore)
 	if err == nil {
 		ans.RateLimit = rateLimitOf(q, ans)
+		ans.Shadow = a.decideShadow(ctx, full, r, cost, ans)
 	}
 	if claim != nil {
 		a.o.Idempotency.Settle(claim, ans, err)
@@ -214,45 +236,68 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	return ans, err
 }
 
-// check validates a submission to q before anything is taken: its cost,
-// priority, keys and idempotency key. It returns the tiers to decide, the
-// job's key and its cost. A batch checks each of its jobs with it.
-func check(q *config.Queue, r *Request) ([]bucket.Tier, string, int64, error) {
+// checked is a submission that check found valid: the tiers to decide,
+// the job's key and cost, and when its schedule lets it start (zero: at
+// once). late > 0: it would start after its max-wait whatever the tiers
+// say, and is to be answered wait-too-long with nothing taken.
+type checked struct {
+	tiers     []bucket.Tier
+	jobKey    string
+	cost      int64
+	notBefore time.Time
+	late      time.Duration
+}
+
+// check validates a submission to q (the queue's enforcing tiers; full
+// with its shadow tiers too) before anything is taken: its cost,
+// priority, keys, schedule (from its arrival, read from now once its keys
+// are known good) and idempotency key. A batch checks each of its jobs
+// with it.
+func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, error) {
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
 	}
 	if cost < 1 {
-		return nil, "", 0, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
+		return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
 	}
 	for _, l := range q.Limits {
 		// No wait would ever admit it: the request's fault, not a limit.
 		if quota := l.Limit.Quota(); cost > quota {
-			return nil, "", 0, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
+			return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
 				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, l.Name, l.Limit, quota)}
 		}
 	}
 	if r.Priority < queue.High || r.Priority > queue.Low {
-		return nil, "", 0, &Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority,
+		return checked{}, &Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority,
 			Detail: fmt.Sprintf("%s %s: want high, normal or low", api.HeaderPriority, r.Priority)}
 	}
-	tiers, jobKey, err := tiersFor(q, r)
+	tiers, jobKey, err := tiersFor(full, r)
 	if err != nil {
-		return nil, "", 0, err
+		return checked{}, err
+	}
+	arrived := now()
+	notBefore, err := r.Schedule.start(q, arrived)
+	if err != nil {
+		return checked{}, err
+	}
+	c := checked{tiers: tiers, jobKey: jobKey, cost: cost, notBefore: notBefore}
+	if c.late = r.Schedule.tooLate(arrived, notBefore); c.late > 0 {
+		return c, nil
 	}
 	if len(r.IdempotencyKey) > MaxIdempotencyKeyLen {
-		return nil, "", 0, &Error{Type: api.ProblemBadRequest, Field: api.HeaderIdempotencyKey,
+		return checked{}, &Error{Type: api.ProblemBadRequest, Field: api.HeaderIdempotencyKey,
 			Detail: fmt.Sprintf("idempotency key of %d bytes: want at most %d", len(r.IdempotencyKey), MaxIdempotencyKeyLen)}
 	}
-	return tiers, jobKey, cost, nil
+	return c, nil
 }
 
-func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string) (Answer, error) {
+func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string, notBefore time.Time) (Answer, error) {
 	d, src, err := a.o.Store.DecideFrom(ctx, q.Name, tiers, cost)
 	if err != nil {
 		return Answer{}, decideError(err, d, cost)
 	}
-	p, err := a.stage(ctx, q, r, tiers, jobKey, cost, id, d, src)
+	p, err := a.stage(ctx, q, r, tiers, jobKey, cost, id, notBefore, d, src)
 	if err != nil {
 		return Answer{}, err
 	}
@@ -288,7 +333,7 @@ type placing struct {
 	now    time.Time
 	ans    Answer
 	// j is the job to publish to dest; nil when the answer is final
-	// (rejected by the tiers).
+	// (rejected by the tiers, or refused as too late).
 	j    *queue.Job
 	dest queue.Destination
 	// refunded: stage gave the decision's units back (a batch then
@@ -296,9 +341,11 @@ type placing struct {
 	refunded bool
 }
 
-// stage turns decision d of a submission into the job to publish and its
-// destination, or into the final answer when the tiers rejected it.
-func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string, d bucket.Decision, src Source) (*placing, error) {
+// stage turns decision d of a submission (notBefore: when its schedule
+// lets it start, zero: at once) into the job to publish and its
+// destination, or into the final answer when the tiers rejected it or it
+// would start after its max-wait (its units given back).
+func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string, notBefore time.Time, d bucket.Decision, src Source) (*placing, error) {
 	p := &placing{q: q, r: r, tiers: tiers, jobKey: jobKey, cost: cost, src: src}
 	p.ans = Answer{Decision: d, Limit: q.Limits[d.Tier].Limit, Source: src}
 	p.ans.Reply.Queue = q.Name
@@ -323,14 +370,23 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 	p.j = &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: p.now, Header: r.Trace,
 		Priority: r.Priority, Weight: q.Backlog.Fairness.WeightOf(jobKey)}
 	p.dest = queue.Ready
-	if d.Verdict != bucket.Admitted {
+	if d.Verdict != bucket.Admitted || notBefore.After(p.now) {
 		p.dest = queue.Backlog
 		// The latest not-before of the tiers, whichever verdict is the
 		// worst: an excess job must still wait for a leaky tier that
-		// queued it.
+		// queued it. A scheduled job waits in the backlog for the later
+		// of its own time and the tiers'; its units are taken now.
 		if d.NotBefore.After(d.At) {
 			p.j.NotBefore = d.NotBefore
 		}
+		if notBefore.After(p.j.NotBefore) {
+			p.j.NotBefore, p.ans.Scheduled = notBefore, true
+		}
+		if late := r.Schedule.tooLate(p.now, a.backlogStartIf(ctx, q, r.Schedule, p.j.NotBefore, p.now)); late > 0 {
+			p.ans, p.j, p.refunded = a.refuseLate(ctx, p.ans, src, q, tiers, cost, late), nil, true
+			return p, nil
+		}
+		p.j.ExpiresAt = expiresAt(r.Schedule, p.now)
 	}
 	return p, nil
 }
@@ -344,9 +400,10 @@ func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, 
 	if errors.Is(err, queue.ErrReadyFull) {
 		// Workers are down or far behind. The tiers admitted the job:
 		// it waits in the backlog instead, its units still taken, and
-		// starts at the leak rate from there.
+		// starts at the leak rate from there (or expires, with a max-wait).
 		ans.ReadyFull = true
 		dest = queue.Backlog
+		j.ExpiresAt = expiresAt(r.Schedule, p.now)
 		stored, err = a.o.Publisher.Publish(ctx, dest, j)
 	}
 	switch {
@@ -389,7 +446,7 @@ func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, 
 		ans.Reply.EstimatedStart = &est
 	}
 	if a.o.OnStored != nil {
-		a.o.OnStored(j, ans.Reply.Status)
+		a.o.OnStored(j, ans.Reply.Status, stored)
 	}
 	return ans, nil
 }
@@ -422,10 +479,12 @@ func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers [
 	}
 }
 
-// tiersFor builds the tiers of a request: each tier's bucket key is
+// tiersFor builds the enforcing tiers of a request (shadow tiers are
+// decided apart, shadow.go): each tier's bucket key is
 // "<tier>:<token of the client key>", so a key of any length or content
 // costs the store the same and never appears raw. The job's key (for the
-// backlog's per-key bound) is the first non-global tier's client key.
+// backlog's per-key bound) is the first non-global enforcing tier's
+// client key.
 //
 // A request a tier cannot key is refused (bad-key) before anything is
 // taken: one without the header of a header:NAME tier (or with it
@@ -434,37 +493,54 @@ func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers [
 // for all such requests), and one from a door without client addresses
 // to an ip tier.
 func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
-	tiers := make([]bucket.Tier, len(q.Limits))
+	tiers := make([]bucket.Tier, 0, len(q.Limits))
 	jobKey, haveJobKey := "", false
 	for i, l := range q.Limits {
-		var k string
-		switch l.Key.Kind {
-		case config.KeyGlobal:
-		case config.KeyIP:
-			if r.NoPeer {
-				return nil, "", &Error{Type: api.ProblemBadKey,
-					Detail: fmt.Sprintf("limit tier %s of queue %s keys on the client's IP address, which only the HTTP door knows: submit over HTTP", l.Name, q.Name)}
-			}
-			k = r.Peer
-		case config.KeyHeader:
-			if r.Header != nil {
-				k = r.Header(l.Key.Header)
-			}
-			if len(k) > MaxKeyLen {
-				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
-					Detail: fmt.Sprintf("header %s of %d bytes: want at most %d", l.Key.Header, len(k), MaxKeyLen)}
-			}
-			if k == "" && l.OnMissing != config.MissingShared {
-				return nil, "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
-					Detail: fmt.Sprintf("missing header %s: limit tier %s of queue %s keys on it", l.Key.Header, l.Name, q.Name)}
-			}
+		if l.Shadow() {
+			continue // decided apart, never refusing (shadow.go)
+		}
+		k, err := clientKey(q, l, r)
+		if err != nil {
+			return nil, "", err
 		}
 		if l.Key.Kind != config.KeyGlobal && !haveJobKey {
 			jobKey, haveJobKey = k, true
 		}
-		tiers[i] = bucket.Tier{Key: strconv.Itoa(i) + ":" + queue.KeyToken(k), Limit: l.Limit}
+		tiers = append(tiers, bucket.Tier{Key: tierKey(i, k), Limit: l.Limit})
 	}
 	return tiers, jobKey, nil
+}
+
+// tierKey is the bucket key of tier i (its place in the queue's limits,
+// shadow tiers counted) for client key k.
+func tierKey(i int, k string) string { return strconv.Itoa(i) + ":" + queue.KeyToken(k) }
+
+// clientKey is the client key tier l of queue q reads from request r, or
+// the bad-key error of a request the tier cannot key.
+func clientKey(q *config.Queue, l config.Limit, r *Request) (string, error) {
+	var k string
+	switch l.Key.Kind {
+	case config.KeyGlobal:
+	case config.KeyIP:
+		if r.NoPeer {
+			return "", &Error{Type: api.ProblemBadKey,
+				Detail: fmt.Sprintf("limit tier %s of queue %s keys on the client's IP address, which only the HTTP door knows: submit over HTTP", l.Name, q.Name)}
+		}
+		k = r.Peer
+	case config.KeyHeader:
+		if r.Header != nil {
+			k = r.Header(l.Key.Header)
+		}
+		if len(k) > MaxKeyLen {
+			return "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+				Detail: fmt.Sprintf("header %s of %d bytes: want at most %d", l.Key.Header, len(k), MaxKeyLen)}
+		}
+		if k == "" && l.OnMissing != config.MissingShared {
+			return "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+				Detail: fmt.Sprintf("missing header %s: limit tier %s of queue %s keys on it", l.Key.Header, l.Name, q.Name)}
+		}
+	}
+	return k, nil
 }
 
 // slotEvery is how often the backlog frees a slot at the leak rate.
@@ -502,6 +578,10 @@ func reason(a Answer) string {
 		return "backlog_full"
 	case a.Reply.Type == api.ProblemKeyFull:
 		return "key_backlog_full"
+	case a.Reply.Type == api.ProblemWaitTooLong:
+		return "wait_too_long"
+	case a.Scheduled:
+		return "scheduled"
 	case a.ReadyFull:
 		return "ready_full"
 	case a.Source == FromOpen:

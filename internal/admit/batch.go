@@ -35,7 +35,9 @@ type BatchResult struct {
 //
 //  1. claims the idempotency keys of its jobs (concurrently). A key seen
 //     earlier in the batch starts a new segment, so that its first job is
-//     settled before the key is claimed again, as for singles;
+//     settled before the key is claimed again, as for singles; so does a
+//     job with a max-wait, whose start in the backlog is estimated from
+//     the backlog's depth, which must hold the jobs before it;
 //  2. decides its jobs in order in one store call (bucket.BatchStore: a
 //     Redis round trip per 64 jobs);
 //  3. reads how full READY and the backlog are (queue.ReadRoom) and
@@ -77,16 +79,28 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 	if len(reqs) > MaxBatch {
 		return nil, &Error{Type: api.ProblemTooLarge, Detail: fmt.Sprintf("a batch of %d jobs: want at most %d", len(reqs), MaxBatch)}
 	}
-	b := &batch{a: a, q: q, start: time.Now(), res: make([]BatchResult, len(reqs)), jobs: make([]batchJob, len(reqs))}
+	// b.q is the queue as its enforcing tiers see it; b.full has the
+	// shadow tiers too (shadow.go).
+	b := &batch{a: a, q: enforcing(q), full: q, start: time.Now(), res: make([]BatchResult, len(reqs)), jobs: make([]batchJob, len(reqs))}
 	for i, r := range reqs {
 		r.Queue = q.Name
 		j := &b.jobs[i]
 		j.r = r
-		var err error
-		if j.tiers, j.jobKey, j.cost, err = check(q, r); err != nil {
+		c, err := check(b.full, b.q, r, a.o.Now)
+		if err != nil {
 			b.fail(i, err)
 			continue
 		}
+		if c.late > 0 {
+			// Too late whatever the tiers say: answered now, as a
+			// duplicate is, nothing asked and nothing taken.
+			ans := waitTooLong(Answer{}, b.q.Name, c.late)
+			b.res[i] = BatchResult{Answer: ans}
+			j.done = true
+			a.o.Metrics.decided(b.q.Name, string(ans.Reply.Status), reason(ans), time.Since(b.start))
+			continue
+		}
+		j.tiers, j.jobKey, j.cost, j.notBefore = c.tiers, c.jobKey, c.cost, c.notBefore
 		if a.o.Idempotency != nil {
 			j.idem = r.IdempotencyKey
 		}
@@ -98,7 +112,8 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 // batch is one SubmitBatch under way.
 type batch struct {
 	a     *Admitter
-	q     *config.Queue
+	q     *config.Queue // its enforcing tiers
+	full  *config.Queue // with its shadow tiers
 	start time.Time
 	res   []BatchResult
 	jobs  []batchJob
@@ -110,9 +125,11 @@ type batchJob struct {
 	tiers  []bucket.Tier
 	jobKey string
 	cost   int64
-	idem   string // the idempotency key, if the admitter keeps them
-	claim  *claim
-	done   bool
+	// notBefore is when its schedule lets it start (zero: at once).
+	notBefore time.Time
+	idem      string // the idempotency key, if the admitter keeps them
+	claim     *claim
+	done      bool
 }
 
 // fail ends job i with err, counted as Submit counts it.
@@ -122,11 +139,14 @@ func (b *batch) fail(i int, err error) {
 	b.a.o.Metrics.decided(b.q.Name, "error", errorReason(err), time.Since(b.start))
 }
 
-// answer ends job i with (ans, err), as Submit ends a submission.
-func (b *batch) answer(i int, ans Answer, err error) {
+// answer ends job i with (ans, err), as Submit ends a submission: its
+// shadow tiers, if the queue has any, are decided then, in the batch's
+// order.
+func (b *batch) answer(ctx context.Context, i int, ans Answer, err error) {
 	j := &b.jobs[i]
 	if err == nil {
 		ans.RateLimit = rateLimitOf(b.q, ans)
+		ans.Shadow = b.a.decideShadow(ctx, b.full, j.r, j.cost, ans)
 	}
 	b.res[i] = BatchResult{Answer: ans, Err: err}
 	j.done = true
@@ -141,12 +161,19 @@ func (b *batch) run(ctx context.Context) {
 	size := MaxBatch
 	for i := 0; i < len(b.jobs); {
 		// The segment [i, end): up to size jobs to decide, ending before
-		// an idempotency key the segment holds already.
+		// an idempotency key the segment holds already, or before a job
+		// with a max-wait.
 		seen := map[string]bool{}
 		end, live := i, 0
 		for end < len(b.jobs) && live < size {
 			j := &b.jobs[end]
 			if !j.done {
+				if j.r.Schedule.MaxWait != nil && live > 0 {
+					// Its start in the backlog is estimated from the
+					// backlog as it is (backlogStart): the jobs before it
+					// must be stored first, as for singles.
+					break
+				}
 				if j.idem != "" {
 					if seen[j.idem] {
 						break
@@ -253,7 +280,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			if k < len(ds) {
 				d = ds[k]
 			}
-			b.answer(i, Answer{}, decideError(err, d, jobs[k].Cost))
+			b.answer(ctx, i, Answer{}, decideError(err, d, jobs[k].Cost))
 		}
 		return hi
 	}
@@ -273,7 +300,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 		if j.claim != nil {
 			id = j.claim.id
 		}
-		p, err := b.a.stage(ctx, b.q, j.r, j.tiers, j.jobKey, j.cost, id, ds[k], src)
+		p, err := b.a.stage(ctx, b.q, j.r, j.tiers, j.jobKey, j.cost, id, j.notBefore, ds[k], src)
 		run = append(run, staged{i, p, err})
 		switch {
 		case err != nil || p.j == nil:
@@ -326,11 +353,11 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 		refused := false
 		for _, x := range pipe {
 			if x.staged.err != nil {
-				b.answer(x.i, Answer{}, x.staged.err)
+				b.answer(ctx, x.i, Answer{}, x.staged.err)
 				continue
 			}
 			if x.p.j == nil {
-				b.answer(x.i, x.p.ans, nil)
+				b.answer(ctx, x.i, x.p.ans, nil)
 				continue
 			}
 			stored, err := queue.Stored{}, x.err
@@ -338,7 +365,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 				stored, err = x.t.Wait(ctx)
 			}
 			ans, err := b.a.finish(ctx, x.p, stored, err)
-			b.answer(x.i, ans, err)
+			b.answer(ctx, x.i, ans, err)
 			refused = refused || refundedBy(x.p, ans, err)
 		}
 		pipe = pipe[:0]

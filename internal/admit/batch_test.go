@@ -41,8 +41,10 @@ queues:
 `
 
 // twinJobs are n submissions with seeded random clients, costs, classes
-// and idempotency keys (some repeated, some bad), for queue q.
-func twinJobs(q string, n int) []*admit.Request {
+// and idempotency keys (some repeated, some bad), for queue q; some are
+// scheduled (a delay, or a time from at), some have a max-wait, which
+// some exceed whatever their tiers say and some in the backlog.
+func twinJobs(q string, n int, at time.Time) []*admit.Request {
 	rng := rand.New(rand.NewPCG(7, 11))
 	out := make([]*admit.Request, n)
 	for i := range out {
@@ -58,6 +60,17 @@ func twinJobs(q string, n int) []*admit.Request {
 		if i%211 == 5 {
 			r.Cost = 50 // over the leaky tier's quota: bad-cost
 		}
+		if i%13 == 4 {
+			r.Schedule.Delay = time.Duration(1+i%7) * time.Minute // scheduled
+		}
+		if i%17 == 9 {
+			w := []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}[i%3]
+			r.Schedule.MaxWait = &w // wait-too-long when the backlog is deep
+		}
+		if i%89 == 3 {
+			w := 10 * time.Minute
+			r.Schedule = admit.Schedule{NotBefore: at.Add(time.Hour), MaxWait: &w} // too late before any tier
+		}
 		out[i] = r
 	}
 	return out
@@ -67,8 +80,9 @@ func twinJobs(q string, n int) []*admit.Request {
 // in one batch get, job by job, the answers the same jobs get as single
 // submissions one after the other from the same state — verdicts, problem
 // types, not-befores, backlog positions (the order the jobs were stored
-// in), duplicates — with a real Redis (its clock held still, so that both
-// runs decide at the same instant) and a real JetStream.
+// in), duplicates, schedules and max-waits — with a real Redis and an
+// admitter whose clocks are held still, so that both runs decide at the
+// same instant, and a real JetStream.
 func TestBatchEqualsSingles(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -79,11 +93,11 @@ func TestBatchEqualsSingles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := setup(t, batchTwinConfig, setupOptions{primary: store})
+	a, b := setup(t, batchTwinConfig, setupOptions{primary: store, now: func() time.Time { return at }})
 	ctx := context.Background()
 
 	const n = admit.MaxBatch
-	results, err := a.SubmitBatch(ctx, "batch", twinJobs("batch", n))
+	results, err := a.SubmitBatch(ctx, "batch", twinJobs("batch", n, at))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +105,7 @@ func TestBatchEqualsSingles(t *testing.T) {
 		t.Fatalf("%d results for %d jobs", len(results), n)
 	}
 	singles := make([]admit.BatchResult, n)
-	for i, r := range twinJobs("singles", n) {
+	for i, r := range twinJobs("singles", n, at) {
 		ans, err := a.Submit(ctx, r)
 		singles[i] = admit.BatchResult{Answer: ans, Err: err}
 	}
@@ -113,7 +127,7 @@ func TestBatchEqualsSingles(t *testing.T) {
 	}
 	// The runs must have met every case the batch has to get right.
 	s := summary(singles)
-	for _, k := range []string{"admitted", "queued", "rate-limited", "queue-full", "key-full", "duplicate", "bad-key", "bad-cost", "ready-full"} {
+	for _, k := range []string{"admitted", "queued", "rate-limited", "queue-full", "key-full", "duplicate", "bad-key", "bad-cost", "ready-full", "scheduled", "wait-too-long", "wait-too-long-refunded"} {
 		if s[k] == 0 {
 			t.Errorf("no job was %s: the scenario does not test it (%v)", k, s)
 		}
@@ -143,11 +157,11 @@ func outcome(r admit.BatchResult, firstOf map[string]int, i int) string {
 		nb = rep.NotBefore.Format(time.RFC3339Nano)
 	}
 	ra := int64(0)
-	if rep.Type == api.ProblemRateLimited {
-		ra = rep.RetryAfterMS // the tiers' own: the backlog's depends on when it is read
+	if rep.Type == api.ProblemRateLimited || rep.Type == api.ProblemWaitTooLong {
+		ra = rep.RetryAfterMS // the tiers' own, or the max-wait's: the backlog's depends on when it is read
 	}
-	return fmt.Sprintf("%s type=%s id=%s not_before=%s position=%d duplicate=%t ready_full=%t retry_after_ms=%d",
-		rep.Status, rep.Type, id, nb, rep.Position, rep.Duplicate, r.Answer.ReadyFull, ra)
+	return fmt.Sprintf("%s type=%s id=%s not_before=%s position=%d duplicate=%t ready_full=%t retry_after_ms=%d scheduled=%t refunded=%d",
+		rep.Status, rep.Type, id, nb, rep.Position, rep.Duplicate, r.Answer.ReadyFull, ra, r.Answer.Scheduled, r.Answer.Refunded)
 }
 
 func asError(err error, e **admit.Error) bool {
@@ -174,6 +188,63 @@ func summary(rs []admit.BatchResult) map[string]int {
 		if r.Answer.ReadyFull {
 			m["ready-full"]++
 		}
+		if r.Answer.Scheduled {
+			m["scheduled"]++
+		}
+		if r.Answer.Reply.Type == api.ProblemWaitTooLong && r.Answer.Refunded > 0 {
+			m["wait-too-long-refunded"]++
+		}
 	}
 	return m
+}
+
+// TestBatchShadowTiers: a batch's jobs get from the queue's shadow tiers,
+// job by job, what single submissions of the same jobs get (their
+// Spillway-Shadow values), and the rate-limit headers of its enforcing
+// tiers only.
+func TestBatchShadowTiers(t *testing.T) {
+	t.Parallel()
+	run := func(batch bool) []admit.Answer {
+		a, _ := setup(t, shadowQueue("shadow"), setupOptions{})
+		var reqs []*admit.Request
+		for _, cost := range shadowBurst {
+			r := request("q", "c")
+			r.Cost = cost
+			reqs = append(reqs, r)
+		}
+		var out []admit.Answer
+		if batch {
+			results, err := a.SubmitBatch(context.Background(), "q", reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, res := range results {
+				if res.Err != nil {
+					t.Fatalf("job %d: %v", i, res.Err)
+				}
+				out = append(out, res.Answer)
+			}
+			return out
+		}
+		for _, r := range reqs {
+			out = append(out, submit(t, a, r))
+		}
+		return out
+	}
+	singles, batch := run(false), run(true)
+	wouldNot := 0
+	for i := range singles {
+		s, b := singles[i], batch[i]
+		got := fmt.Sprint(b.Reply.Status, " shadow ", b.Shadow, " policies ", b.RateLimit.Policies)
+		if want := fmt.Sprint(s.Reply.Status, " shadow ", s.Shadow, " policies ", s.RateLimit.Policies); got != want {
+			t.Errorf("job %d: batch %s\n          singles %s", i, got, want)
+		}
+		if len(s.Shadow) != 1 {
+			t.Errorf("job %d: %d shadow decisions, want 1", i, len(s.Shadow))
+		}
+		wouldNot += len(s.ShadowHeader())
+	}
+	if wouldNot == 0 {
+		t.Error("every shadow decision admitted: the burst does not test the batch's shadow decisions")
+	}
 }

@@ -17,6 +17,7 @@ type Metrics struct {
 	storeErrors *prometheus.CounterVec
 	failureMode *prometheus.CounterVec
 	fallbacks   *prometheus.CounterVec
+	shadow      *prometheus.CounterVec // shadow.go
 }
 
 // NewMetrics registers the metrics with reg.
@@ -43,15 +44,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "spillway_retry_after_fallbacks_total",
 			Help: "Refusals of a full backlog whose Retry-After could not be read from the backlog and is the time to drain a whole backlog, by queue.",
 		}, []string{"queue"}),
+		shadow: newShadowDecisions(),
 	}
-	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode, m.fallbacks)
+	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode, m.fallbacks, m.shadow)
 	return m
 }
 
 // Init starts at 0 the series whose label values are known in advance,
 // so that rate() and alert rules see 0 rather than nothing before the
 // first event: each queue of cfg's decisions by the verdicts and reasons
-// its configuration can give, and its decision latency; store errors of
+// its configuration can give, its decision latency and its shadow tiers'
+// decisions by verdict; store errors of
 // store, the kind in use ("redis" or "memory"); and decisions of each
 // failure mode. Call it at start and after each reload, for the queues a
 // reload adds; series of removed queues stay.
@@ -61,10 +64,11 @@ func (m *Metrics) Init(cfg *config.Config, store string) {
 	}
 	for i := range cfg.Queues {
 		q := &cfg.Queues[i]
-		for _, vr := range decisionSeries(q, cfg.Redis.URL != "", cfg.Redis.FailureMode) {
+		for _, vr := range decisionSeries(enforcing(q), cfg.Redis.URL != "", cfg.Redis.FailureMode) {
 			m.decisions.WithLabelValues(q.Name, vr[0], vr[1])
 		}
 		m.duration.WithLabelValues(q.Name)
+		m.initShadow(q)
 	}
 	m.storeErrors.WithLabelValues(store)
 	for _, mode := range []config.FailureMode{config.FailOpen, config.FailClosed, config.FailLocal} {

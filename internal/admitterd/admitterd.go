@@ -61,6 +61,7 @@ type Service struct {
 	admitter *admit.Admitter
 	workers  *workerd.Pool // dev mode only
 	natsDoor *door.NATSDoor
+	cancels  *door.NATSCancel // spillway.cancel.<queue>
 	http     *http.Server
 	httpLn   net.Listener
 	status   *jobstatus.Store
@@ -213,6 +214,10 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if err = s.natsDoor.Start(); err != nil {
 		return nil, err
 	}
+	s.cancels = door.NewNATSCancel(s.nc, s.js, s.admitter, s.status, s.log)
+	if err = s.cancels.Start(); err != nil {
+		return nil, err
+	}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
@@ -318,7 +323,7 @@ func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
 func (s *Service) warnIPTiers(cfg *config.Config) {
 	for _, q := range cfg.Queues {
 		for _, l := range q.Limits {
-			if l.Key.Kind == config.KeyIP {
+			if l.Key.Kind == config.KeyIP && !l.Shadow() { // a shadow tier refuses nothing
 				s.log.Warn("a limit tier keys on the client's IP address: the NATS door knows none and answers this queue's submissions 400 bad-key; submit over HTTP",
 					"queue", q.Name, "tier", l.Name)
 			}
@@ -347,8 +352,11 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 
 // recordStored queues the job's first status record; it must not block a
 // submission, so a full buffer drops the record (status is advisory).
-func (s *Service) recordStored(j *queue.Job, st api.Status) {
+func (s *Service) recordStored(j *queue.Job, st api.Status, at queue.Stored) {
 	r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
+	if st == api.Queued {
+		r.BacklogSeq = at.Sequence // where a cancel finds it
+	}
 	select {
 	case s.writes <- r:
 	default:
@@ -395,6 +403,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	var errs []error
 	if s.natsDoor != nil {
 		errs = append(errs, s.natsDoor.Stop(ctx))
+	}
+	if s.cancels != nil {
+		errs = append(errs, s.cancels.Stop(ctx))
 	}
 	if s.http != nil {
 		errs = append(errs, s.http.Shutdown(ctx))

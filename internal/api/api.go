@@ -13,6 +13,11 @@ import (
 const (
 	// SubmitPrefix + queue name is the subject a producer sends a job to.
 	SubmitPrefix = "spillway.submit."
+	// CancelPrefix + queue name is the subject a client sends a cancel
+	// to: the job id in the body or in HeaderJobID.
+	CancelPrefix = "spillway.cancel."
+	// HeaderJobID names the job to cancel on CancelPrefix subjects.
+	HeaderJobID = "Spillway-Job-Id"
 	// AdmitterGroup is the queue group every admitter subscribes in.
 	AdmitterGroup = "spillway-admitters"
 
@@ -24,6 +29,29 @@ const (
 	HeaderPriority       = "Spillway-Priority"
 	HeaderIdempotencyKey = "Idempotency-Key"
 	HeaderMsgID          = "Nats-Msg-Id"
+	// HeaderShadow is on an answer once per shadow tier that would not
+	// have admitted the job: "<tier> would-queue" or "<tier>
+	// would-reject" (docs/design.md#shadow-tiers).
+	HeaderShadow = "Spillway-Shadow"
+)
+
+// Verdicts of a shadow tier: what it would have done had it enforced.
+const (
+	ShadowAdmitted    = "admitted"
+	ShadowWouldQueue  = "would-queue"
+	ShadowWouldReject = "would-reject"
+)
+
+// Timing headers of a submission, on both doors
+// (docs/design.md#scheduled-jobs). HeaderNotBefore (an RFC 3339 time) or
+// HeaderDelay (a Go duration) schedules a job: it starts no earlier,
+// within the queue's backlog.max_delay. HeaderMaxWait (a Go duration)
+// refuses a job that would start later than that (wait-too-long), and is
+// the expiry of one that is queued.
+const (
+	HeaderNotBefore = "Spillway-Not-Before"
+	HeaderDelay     = "Spillway-Delay"
+	HeaderMaxWait   = "Spillway-Max-Wait"
 )
 
 // Status is a submission's verdict.
@@ -37,7 +65,21 @@ const (
 	// Failed: the job was not taken for a reason other than a limit (bad
 	// request, unknown queue, store or NATS unavailable); Error says why.
 	Failed Status = "error"
+	// Cancelled: a cancel took the job out of the backlog; it never runs.
+	Cancelled Status = "cancelled"
 )
+
+// CancelReply is the NATS door's answer to a cancel: Status cancelled, or
+// error with Type and Error; State is the job's state when it was not
+// queued (Type ProblemConflict).
+type CancelReply struct {
+	ID     string `json:"id,omitempty"`
+	Queue  string `json:"queue"`
+	Status Status `json:"status"`
+	State  string `json:"state,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Type   string `json:"type,omitempty"`
+}
 
 // SubmitReply is the answer to one submission, on both doors. A queued
 // job carries its backlog position and an estimated start; a rejected one
@@ -70,6 +112,9 @@ type Problem struct {
 	ID           string `json:"id,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 	Field        string `json:"field,omitempty"`
+	// State is the job's state, when a cancel found it not queued
+	// (ProblemConflict).
+	State string `json:"state,omitempty"`
 }
 
 // ProblemContentType is the media type of Problem documents.
@@ -81,6 +126,7 @@ const (
 	ProblemRateLimited      = problemBase + "rate-limited"       // 429: limit's burst full
 	ProblemQueueFull        = problemBase + "queue-full"         // 429: backlog full
 	ProblemKeyFull          = problemBase + "key-full"           // 429: the key's share of the backlog full
+	ProblemWaitTooLong      = problemBase + "wait-too-long"      // 429: the job would start after its Spillway-Max-Wait
 	ProblemBadRequest       = problemBase + "bad-request"        // 400
 	ProblemBadCost          = problemBase + "bad-cost"           // 400: Spillway-Cost not an integer ≥ 1 or above the limit
 	ProblemBadKey           = problemBase + "bad-key"            // 400: a key header missing, too long or not valid
@@ -88,6 +134,7 @@ const (
 	ProblemUnauthorized     = problemBase + "unauthorized"       // 401
 	ProblemNotFound         = problemBase + "not-found"          // 404: unknown queue or job
 	ProblemMethodNotAllowed = problemBase + "method-not-allowed" // 405: a known path with another method
+	ProblemConflict         = problemBase + "conflict"           // 409: a cancel of a job that is not queued (its state says why)
 	ProblemTooLarge         = problemBase + "too-large"          // 413
 	ProblemUnavailable      = problemBase + "unavailable"        // 503: NATS or a fail-closed store unreachable
 	ProblemInternal         = problemBase + "internal"           // 500

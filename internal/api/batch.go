@@ -21,18 +21,27 @@ type BatchJob struct {
 	PayloadBase64 *string           `json:"payload_base64,omitempty"`
 }
 
-// BatchReply is the answer to a batch: one SubmitReply per job, in the
+// BatchReply is the answer to a batch: one BatchResult per job, in the
 // batch's order. On the NATS door a batch that could not be read is
 // answered with Status "error", its problem Type, Error and Field (as
 // jobs[i].field) and no Results; the HTTP door answers it with a problem
 // document instead.
 type BatchReply struct {
 	Queue   string        `json:"queue"`
-	Results []SubmitReply `json:"results"`
+	Results []BatchResult `json:"results"`
 	Status  Status        `json:"status,omitempty"`
 	Type    string        `json:"type,omitempty"`
 	Error   string        `json:"error,omitempty"`
 	Field   string        `json:"field,omitempty"`
+}
+
+// BatchResult is one job's answer in a batch: the SubmitReply a single
+// submission would get, and in Shadow the values its Spillway-Shadow
+// header would carry ("<tier> <verdict>" for each shadow tier that would
+// not have admitted the job; none when every one would have).
+type BatchResult struct {
+	SubmitReply
+	Shadow []string `json:"shadow,omitempty"`
 }
 
 // MaxBatchJobs bounds the jobs of one batch.

@@ -169,8 +169,29 @@ type Limit struct {
 	// OnMissing is what a header:NAME tier does without its header
 	// (default MissingReject); MissingReject for other keys.
 	OnMissing OnMissing
-	Limit     bucket.Limit
+	// Mode is whether the tier enforces its verdicts (ModeEnforce, the
+	// default) or only decides and counts them (ModeShadow).
+	Mode  Mode
+	Limit bucket.Limit
 }
+
+// Mode is whether a limit tier enforces its verdicts (limits[].mode).
+type Mode string
+
+// Modes of a limit tier (docs/design.md#shadow-tiers).
+const (
+	// ModeEnforce: the tier's verdict counts in the job's (the default;
+	// the zero value means it too).
+	ModeEnforce Mode = "enforce"
+	// ModeShadow: the tier is decided for every job the enforcing tiers
+	// take, at its own key and state, and its verdict is answered in
+	// Spillway-Shadow and counted, but never refuses, queues or delays
+	// the job.
+	ModeShadow Mode = "shadow"
+)
+
+// Shadow reports whether the tier is in shadow mode.
+func (l Limit) Shadow() bool { return l.Mode == ModeShadow }
 
 // DefaultTierName is the name of tier i of a queue when the file gives it
 // none.

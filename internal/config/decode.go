@@ -81,12 +81,14 @@ type (
 		Window    field `yaml:"window"`
 		Name      field `yaml:"name"`
 		OnMissing field `yaml:"on_missing"`
+		Mode      field `yaml:"mode"`
 	}
 	backlogDoc struct {
 		Capacity        field                `yaml:"capacity"`
 		PerKeyCapacity  field                `yaml:"per_key_capacity"`
 		LeakRate        field                `yaml:"leak_rate"`
 		MaxAge          field                `yaml:"max_age"`
+		MaxDelay        field                `yaml:"max_delay"`
 		DuplicateWindow field                `yaml:"duplicate_window"`
 		Fairness        section[fairnessDoc] `yaml:"fairness"`
 	}
@@ -829,6 +831,9 @@ func (d *decoder) queue(n, parent *yaml.Node, path string, replicas int) (Queue,
 		}
 		q.Limits = append(q.Limits, l)
 	}
+	if len(q.Limits) > 0 && !slices.ContainsFunc(q.Limits, func(l Limit) bool { return !l.Shadow() }) {
+		d.errorf(limits, `every tier is mode: shadow; at least one must enforce (a queue admits through its enforcing tiers), such as {key: global, rate: "1000/s", burst: 1000}`)
+	}
 	for name, g := range named {
 		if j, clash := unnamed[name]; clash {
 			d.addf(g.at, fmt.Sprintf("%s.limits[%d].name", path, g.tier),
@@ -875,6 +880,11 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 		case t.Key.val != nil:
 			d.errorf(&t.OnMissing, "applies to header:NAME keys only, not to %s", l.Key)
 		}
+	}
+	l.Mode = ModeEnforce
+	var mode string
+	if d.str(&t.Mode, &mode, func(s string) error { _, err := parseMode(s); return err }) {
+		l.Mode = Mode(mode)
 	}
 
 	var spec bucket.Spec
@@ -948,11 +958,12 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 		ReadyCapacity:   queue.DefaultReadyCapacity,
 		Replicas:        replicas,
 		DuplicateWindow: queue.DefaultDuplicateWindow,
+		MaxDelay:        queue.DefaultMaxDelay,
 	}
 	b := &q.Backlog.doc
 	o := owned{d: d, failed: map[string]bool{}, fields: map[string]*field{
 		"capacity": &b.Capacity, "per_key_capacity": &b.PerKeyCapacity, "leak_rate": &b.LeakRate,
-		"max_age": &b.MaxAge, "duplicate_window": &b.DuplicateWindow, "ready_capacity": &q.Ready.doc.Capacity,
+		"max_age": &b.MaxAge, "max_delay": &b.MaxDelay, "duplicate_window": &b.DuplicateWindow, "ready_capacity": &q.Ready.doc.Capacity,
 	}}
 	o.int("capacity", &cfg.Capacity)
 	o.int("per_key_capacity", &cfg.PerKeyCapacity)
@@ -960,6 +971,7 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 		o.failed["leak_rate"] = !d.leakRate(&b.LeakRate, &cfg.LeakRate, &cfg.Adaptive)
 	}
 	o.duration("max_age", &cfg.MaxAge)
+	o.duration("max_delay", &cfg.MaxDelay)
 	o.duration("duplicate_window", &cfg.DuplicateWindow)
 	// READY's bound lives with the backlog's: both are the queue's stream
 	// settings (queue.Config).

@@ -67,6 +67,11 @@
 //	        on_missing: reject          # header:NAME only, for a request without the header or
 //	                                    # with it empty: reject (default: 400 bad-key naming
 //	                                    # the header) | shared (one bucket for all of them)
+//	        mode: enforce               # enforce (default) | shadow: decided at its own state as
+//	                                    # if it enforced, answered in Spillway-Shadow and
+//	                                    # counted, never refusing, queueing or delaying a job;
+//	                                    # a queue needs one enforcing tier
+//	                                    # (docs/design.md#shadow-tiers)
 //	        algorithm: leaky_bucket     # leaky_bucket (default) | token_bucket |
 //	                                    # fixed_window | sliding_log | sliding_window
 //	        rate: 10/s                  # leaky_bucket, token_bucket
@@ -80,6 +85,9 @@
 //	                                    # at most max, cut when the handler's
 //	                                    # downstream pushes back (429, 503, busy)
 //	      max_age: 1h                   # default 0: no limit
+//	      max_delay: 24h                # how far ahead Spillway-Not-Before or
+//	                                    # Spillway-Delay may schedule a job
+//	                                    # (default 24h; 0: no scheduled jobs)
 //	      duplicate_window: 2m          # default 2m
 //	      fairness:                     # how the leak is shared (default: every key weight 1,
 //	                                    # the priority classes strictly in order)
@@ -105,6 +113,12 @@
 // key's weight under backlog.fairness.weights travel with the job: the
 // admitter stamps both on it, so a reload's weights apply to the jobs
 // submitted after it, and workers never match keys against the rules.
+//
+// A submission's Spillway-Not-Before or Spillway-Delay queues its job in
+// the backlog until then, at most backlog.max_delay ahead (and max_age,
+// when set); Spillway-Max-Wait refuses a job that would start later (429
+// wait-too-long, nothing taken) and is a queued job's expiry
+// (docs/design.md#scheduled-jobs, docs/design.md#max-wait).
 //
 // A queue without a handler is admit-only: the admitter takes its jobs, and
 // a worker refuses to run it, since nothing could finish its jobs.

@@ -102,6 +102,7 @@ func TestDesignExample(t *testing.T) {
 	wantBacklog := queue.Config{
 		Name: "email", Capacity: 10000, PerKeyCapacity: 500, ReadyCapacity: queue.DefaultReadyCapacity, Replicas: 1,
 		DuplicateWindow: queue.DefaultDuplicateWindow, LeakRate: bucket.Rate{Count: 50, Per: time.Second}, MaxAge: time.Hour,
+		MaxDelay: queue.DefaultMaxDelay,
 	}
 	if !reflect.DeepEqual(q.Backlog, wantBacklog) {
 		t.Errorf("backlog:\n got %+v\nwant %+v", q.Backlog, wantBacklog)
@@ -373,7 +374,7 @@ status: {ttl: [1h]}
 		{"root not a mapping", "- a\n", []string{`spillway.yaml:1: expected a mapping of nats, redis, http, worker, status and queues, got a list`}},
 		{"null queue and tier", "queues:\n  - name: a\n    limits: [~]\n    backlog: {leak_rate: 1/s}\n  -\n",
 			[]string{
-				`spillway.yaml:3: queues[0].limits[0]: expected a limit tier (a mapping of key, algorithm, rate, burst, delay, nodelay, limit, window, name and on_missing), got nothing`,
+				`spillway.yaml:3: queues[0].limits[0]: expected a limit tier (a mapping of key, algorithm, rate, burst, delay, nodelay, limit, window, name, on_missing and mode), got nothing`,
 				`spillway.yaml:5: queues[1]: expected a queue (a mapping of name, limits, backlog, ready, retry and handler), got nothing`,
 			}},
 

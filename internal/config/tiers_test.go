@@ -70,3 +70,52 @@ func TestTierNameAndOnMissingProblems(t *testing.T) {
 		})
 	}
 }
+
+// TestTierMode: a tier enforces unless it says mode: shadow.
+func TestTierMode(t *testing.T) {
+	t.Parallel()
+	c := mustLoad(t, `queues:
+  - name: q
+    limits:
+      - {key: "header:X-Api-Key", rate: 10/s}
+      - {key: "header:X-Api-Key", rate: 100/m, mode: shadow, name: hourly}
+      - {key: global, rate: 500/s, mode: enforce}
+    backlog: {leak_rate: 1/s}
+`)
+	want := []Mode{ModeEnforce, ModeShadow, ModeEnforce}
+	for i, l := range c.Queues[0].Limits {
+		if l.Mode != want[i] || l.Shadow() != (want[i] == ModeShadow) {
+			t.Errorf("limits[%d]: mode %q (shadow %t), want %q", i, l.Mode, l.Shadow(), want[i])
+		}
+	}
+}
+
+func TestTierModeProblems(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, limits string
+		want         []string
+	}{
+		{"mode misspelt", `
+      - {key: global, rate: 1/s}
+      - {key: "header:X-A", rate: 1/s, mode: shadwo}`,
+			[]string{`spillway.yaml:5: queues[0].limits[1].mode: expected one of enforce, shadow, got "shadwo" (did you mean shadow?)`}},
+		{"mode not a string", `
+      - {key: global, rate: 1/s}
+      - {key: "header:X-A", rate: 1/s, mode: [shadow]}`,
+			[]string{`spillway.yaml:5: queues[0].limits[1].mode: expected a string, got a list`}},
+		{"every tier in shadow", `
+      - {key: global, rate: 1/s, mode: shadow}
+      - {key: "header:X-A", rate: 1/s, mode: shadow}`,
+			[]string{`spillway.yaml:4: queues[0].limits: every tier is mode: shadow; at least one must enforce (a queue admits through its enforcing tiers), such as {key: global, rate: "1000/s", burst: 1000}`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			src := "queues:\n  - name: q\n    limits:" + tt.limits + "\n    backlog: {leak_rate: 1/s}\n"
+			got := problems(t, src)
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}

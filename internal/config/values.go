@@ -36,6 +36,7 @@ const (
 	wantQueue    = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
 	wantTierName = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
 	wantMissing  = `one of reject, shared`
+	wantMode     = `one of enforce, shadow`
 )
 
 func expected(want, got string) error {
@@ -96,6 +97,14 @@ func parseOnMissing(s string) (OnMissing, error) {
 		return m, nil
 	}
 	return "", withSuggestion(expected(wantMissing, s), s, []string{"reject", "shared"})
+}
+
+func parseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeEnforce, ModeShadow:
+		return m, nil
+	}
+	return "", withSuggestion(expected(wantMode, s), s, []string{"enforce", "shadow"})
 }
 
 // checkTierName accepts a tier name that is a token in a RateLimit-Policy

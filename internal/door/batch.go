@@ -23,7 +23,8 @@ import (
 // Batches (docs/design.md#batches): POST /v1/queues/{queue}/jobs:batch and
 // requests to spillway.submitbatch.<queue> carry up to admit.MaxBatch jobs
 // as a JSON array or NDJSON of api.BatchJob, and are answered with one
-// api.SubmitReply per job, in order (api.BatchReply).
+// api.BatchResult per job, in order (api.BatchReply): the api.SubmitReply
+// a single submission would get, with its Spillway-Shadow values.
 
 // batchBodyFactor bounds a batch's body: this many times
 // http.max_body_bytes, which bounds each job's payload.
@@ -123,12 +124,12 @@ func readBatch(body []byte, ndjson bool, queue string, maxPayload int64, natsDoo
 // submit hands the jobs whose headers could be read to the admitter and
 // returns one reply per job, in order; bad[i] is job i's header error.
 func (a *batchRun) submit(ctx context.Context, reqs []*admit.Request, bad []*admit.Error) (api.BatchReply, error) {
-	rep := api.BatchReply{Queue: a.queue, Results: make([]api.SubmitReply, len(reqs))}
+	rep := api.BatchReply{Queue: a.queue, Results: make([]api.BatchResult, len(reqs))}
 	var good []*admit.Request
 	var at []int
 	for i, r := range reqs {
 		if bad[i] != nil {
-			rep.Results[i] = errorReply(a.queue, bad[i])
+			rep.Results[i].SubmitReply = errorReply(a.queue, bad[i])
 			continue
 		}
 		good = append(good, r)
@@ -142,14 +143,14 @@ func (a *batchRun) submit(ctx context.Context, reqs []*admit.Request, bad []*adm
 	for k, res := range results {
 		if res.Err != nil {
 			e := errorReply(a.queue, res.Err)
-			rep.Results[at[k]] = e
+			rep.Results[at[k]].SubmitReply = e
 			if e.Type == api.ProblemUnavailable || e.Type == api.ProblemInternal {
 				failed++
 				first = cmp.Or(first, res.Err)
 			}
 			continue
 		}
-		rep.Results[at[k]] = res.Answer.Reply
+		rep.Results[at[k]] = api.BatchResult{SubmitReply: res.Answer.Reply, Shadow: res.Answer.ShadowHeader()}
 	}
 	if failed > 0 {
 		a.logger.Warn("door: batch submissions failed", "queue", a.queue, "failed", failed, "jobs", len(reqs), "first_err", first)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +178,42 @@ func TestNATSBatch(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Status != api.Failed || rep.Field != "jobs[0].payload_base64" ||
 		m.Header.Get(api.HeaderStatus) != string(api.Failed) {
 		t.Errorf("unreadable batch: %s %v, want status error naming jobs[0].payload_base64", m.Data, m.Header)
+	}
+}
+
+// TestHTTPBatchShadowAndSchedule: a batch's results carry the values the
+// Spillway-Shadow header of each job's single submission would; its jobs
+// read Spillway-Delay and Spillway-Max-Wait as single submissions do, a
+// malformed one failing its job only.
+func TestHTTPBatchShadowAndSchedule(t *testing.T) {
+	t.Parallel()
+	b := setup(t, shadowConfig, setupOptions{})
+	body := batchBody(false,
+		`{"headers": {"X-Client": "c", "X-Tenant": "t"}, "payload": "one"}`,
+		`{"headers": {"X-Client": "c", "X-Tenant": "t", "Spillway-Delay": "10m"}, "payload": "two"}`,
+		`{"headers": {"X-Client": "c", "X-Tenant": "t", "Spillway-Delay": "soon"}, "payload": "three"}`,
+		`{"headers": {"X-Client": "c", "X-Tenant": "t", "Spillway-Delay": "1h", "Spillway-Max-Wait": "30m"}, "payload": "four"}`,
+	)
+	r := b.do(t, http.MethodPost, "/v1/queues/q/jobs:batch", bytes.NewReader(body), "Content-Type", api.BatchJSON)
+	if r.code != http.StatusOK {
+		t.Fatalf("%d %s, want 200", r.code, r.body)
+	}
+	var rep api.BatchReply
+	if err := json.Unmarshal(r.body, &rep); err != nil || len(rep.Results) != 4 {
+		t.Fatalf("%s: %v, want 4 results", r.body, err)
+	}
+	res := rep.Results
+	if res[0].Status != api.Admitted || len(res[0].Shadow) != 0 {
+		t.Errorf("job 0: %+v, want admitted with no shadow values", res[0])
+	}
+	if want := []string{"strict would-queue", "hourly would-queue"}; res[1].Status != api.Queued || !slices.Equal(res[1].Shadow, want) ||
+		res[1].NotBefore == nil {
+		t.Errorf("job 1: %+v, want queued until its delay, shadow %q", res[1], want)
+	}
+	if res[2].Status != api.Failed || res[2].Type != api.ProblemBadRequest || !strings.Contains(res[2].Error, api.HeaderDelay) {
+		t.Errorf("job 2: %+v, want bad-request naming %s", res[2], api.HeaderDelay)
+	}
+	if res[3].Status != api.Failed || res[3].Type != api.ProblemBadRequest || !strings.Contains(res[3].Error, api.HeaderMaxWait) {
+		t.Errorf("job 3: %+v, want bad-request naming %s", res[3], api.HeaderMaxWait)
 	}
 }

@@ -57,6 +57,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodPost, "/v1/queues/{queue}/jobs", h.submit},
 		{http.MethodPost, "/v1/queues/{queue}/jobs:batch", h.submitBatch}, // batch.go
 		{http.MethodGet, "/v1/jobs/{id}", h.auth(h.job)},
+		{http.MethodDelete, "/v1/jobs/{id}", h.auth(h.cancel)}, // cancel.go
 		{http.MethodGet, "/v1/queues", h.auth(h.queues)},
 		{http.MethodGet, "/v1/queues/{queue}", h.auth(h.queueInfo)},
 		{http.MethodGet, "/v1/queues/{queue}/keys", h.auth(h.queueKeys)},
@@ -163,6 +164,11 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, bad := requestOf(name, body, r.Header.Get, false)
+	if bad != nil && scheduleHeader(bad.Field) {
+		// Answered as Submit's own bad requests are.
+		h.submitError(w, r, name, bad)
+		return
+	}
 	if bad != nil {
 		problem(w, r, http.StatusBadRequest, api.Problem{Type: bad.Type, Title: titleOf(bad.Type), Field: bad.Field, Detail: bad.Detail})
 		return
@@ -174,6 +180,9 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rateLimitHeaders(w.Header(), ans.RateLimit)
+	for _, v := range ans.ShadowHeader() {
+		w.Header().Add(api.HeaderShadow, v)
+	}
 	rep := ans.Reply
 	switch rep.Status {
 	case api.Admitted, api.Queued:
@@ -190,6 +199,8 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 			title, detail = "Backlog full", "the queue's backlog is full"
 		case api.ProblemKeyFull:
 			title, detail = "Backlog full for this key", "this key's share of the backlog is full"
+		case api.ProblemWaitTooLong:
+			title, detail = "Wait too long", "the job would start later than its "+api.HeaderMaxWait+" allows; nothing was taken"
 		}
 		if rep.RetryAfterMS > 0 {
 			detail += fmt.Sprintf("; retry after %s", time.Duration(rep.RetryAfterMS)*time.Millisecond)
@@ -230,7 +241,7 @@ func statusOf(t string) int {
 		return http.StatusMethodNotAllowed
 	case api.ProblemTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case api.ProblemRateLimited, api.ProblemQueueFull, api.ProblemKeyFull:
+	case api.ProblemRateLimited, api.ProblemQueueFull, api.ProblemKeyFull, api.ProblemWaitTooLong:
 		return http.StatusTooManyRequests
 	case api.ProblemUnavailable:
 		return http.StatusServiceUnavailable

@@ -136,7 +136,7 @@ queues:
 		{http.MethodGet, "/v1/queues/q/jobs", "POST"},
 		{http.MethodPost, "/v1/queues/q", "GET, HEAD"},
 		{http.MethodDelete, "/v1/queues", "GET, HEAD"},
-		{http.MethodPut, "/v1/jobs/x", "GET, HEAD"},
+		{http.MethodPut, "/v1/jobs/x", "GET, HEAD, DELETE"},
 		{http.MethodPost, "/livez", "GET, HEAD"},
 		{http.MethodPost, "/readyz", "GET, HEAD"},
 	} {

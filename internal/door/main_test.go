@@ -73,8 +73,11 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	t.Cleanup(writes.Wait)
 	opts := b.Options()
 	opts.Metrics = admit.NewMetrics(b.reg)
-	opts.OnStored = func(j *queue.Job, st api.Status) {
+	opts.OnStored = func(j *queue.Job, st api.Status, at queue.Stored) {
 		r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
+		if st == api.Queued {
+			r.BacklogSeq = at.Sequence
+		}
 		writes.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -66,10 +66,21 @@ func (d *NATSDoor) Start() error {
 // already received are answered) and waits for those in progress, or for
 // ctx.
 func (d *NATSDoor) Stop(ctx context.Context) error {
-	for _, sub := range [...]*nats.Subscription{d.sub, d.batchSub} {
-		if sub == nil {
-			continue
-		}
+	// The batch subscription is drained first, waiting for nothing: its
+	// answers in progress are in d.wg, which the submit door's drain
+	// waits for with its own.
+	var none sync.WaitGroup
+	if err := drainAndWait(ctx, d.batchSub, &none); err != nil {
+		return err
+	}
+	return drainAndWait(ctx, d.sub, &d.wg)
+}
+
+// drainAndWait drains sub (nil: none), so that the requests it received
+// are still answered, then waits for wg — the answers in progress — or
+// for ctx.
+func drainAndWait(ctx context.Context, sub *nats.Subscription, wg *sync.WaitGroup) error {
+	if sub != nil {
 		if err := sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			return err
 		}
@@ -82,7 +93,7 @@ func (d *NATSDoor) Stop(ctx context.Context) error {
 		}
 	}
 	done := make(chan struct{})
-	go func() { d.wg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -134,10 +145,14 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 		d.reply(m, rep)
 		return
 	}
-	d.reply(m, ans.Reply)
+	d.replyWith(m, ans.Reply, ans.ShadowHeader())
 }
 
-func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) {
+func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) { d.replyWith(m, rep, nil) }
+
+// replyWith replies with rep and a Spillway-Shadow header of each of
+// shadow's values.
+func (d *NATSDoor) replyWith(m *nats.Msg, rep api.SubmitReply, shadow []string) {
 	b, err := json.Marshal(rep)
 	if err != nil {
 		d.logger.Error("door: encoding a reply", "err", err)
@@ -145,6 +160,9 @@ func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) {
 	}
 	out := &nats.Msg{Subject: m.Reply, Data: b, Header: nats.Header{}}
 	out.Header.Set(api.HeaderStatus, string(rep.Status))
+	for _, v := range shadow {
+		out.Header.Add(api.HeaderShadow, v)
+	}
 	if err := d.nc.PublishMsg(out); err != nil {
 		d.logger.Warn("door: replying", "queue", rep.Queue, "id", rep.ID, "status", rep.Status, "err", err)
 	}

@@ -1,6 +1,7 @@
 package door
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/spillway-dev/spillway/internal/admit"
@@ -10,8 +11,9 @@ import (
 // requestOf reads a submission from its headers, the same way for both
 // doors and for every job of a batch (batch.go): the key headers (looked
 // up by the tiers through get), Spillway-Cost, Spillway-Priority, the
-// idempotency key (Idempotency-Key; on the NATS door Nats-Msg-Id too) and
-// the trace context. get looks a header up by name, in any case. A header
+// idempotency key (Idempotency-Key; on the NATS door Nats-Msg-Id too),
+// the schedule (Spillway-Not-Before, Spillway-Delay, Spillway-Max-Wait:
+// admit.ParseSchedule) and the trace context. get looks a header up by name, in any case. A header
 // the request cannot be read with is an *admit.Error naming it; the door
 // answers 400, or a batch that job's result.
 //
@@ -36,7 +38,24 @@ func requestOf(queue string, payload []byte, get func(string) string, natsDoor b
 	if req.Priority, err = parsePriority(get(api.HeaderPriority)); err != nil {
 		return nil, &admit.Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority, Detail: err.Error()}
 	}
+	if req.Schedule, err = admit.ParseSchedule(get); err != nil {
+		var bad *admit.Error
+		if errors.As(err, &bad) { // the only error ParseSchedule returns
+			return nil, bad
+		}
+		return nil, &admit.Error{Type: api.ProblemBadRequest, Detail: err.Error()}
+	}
 	return req, nil
+}
+
+// scheduleHeader reports whether field is one of the headers
+// admit.ParseSchedule reads (its errors name the header).
+func scheduleHeader(field string) bool {
+	switch field {
+	case api.HeaderNotBefore, api.HeaderDelay, api.HeaderMaxWait:
+		return true
+	}
+	return false
 }
 
 // titleOf is the title of a problem document of type t that requestOf

@@ -4,7 +4,8 @@
 // # Records
 //
 // A Record says where a job is (State: admitted, queued, running,
-// succeeded, retrying or dead), how many tries it took, its last error and
+// succeeded, retrying, dead or expired), how many tries it took, its last error and
+// succeeded, retrying, dead or cancelled), how many tries it took, its last error and
 // when things happened. Records live in the bucket spillway-jobs (Open),
 // one key per job id, and expire TTL after their last write (the bucket's
 // TTL: JetStream's MaxAge), so the bucket holds recent jobs only.
@@ -12,10 +13,19 @@
 // # Status is advisory
 //
 // The job itself lives in its JetStream streams, and nothing in Spillway
-// decides anything from its record. A record may therefore lag, or miss a
-// step: the Recorder drops updates rather than slow a worker down, and a
-// write that fails is not retried. What it never does is go backwards (see
-// Advance).
+// decides anything from its record but a cancel (docs/design.md#cancel).
+// A record may therefore lag, or miss a step: the Recorder drops updates
+// rather than slow a worker down, and a write that fails is not retried.
+// What it never does is go backwards (see Advance).
+//
+// # Cancel
+//
+// Store.Cancel writes cancelled over a queued record, at the revision it
+// read; a worker writes a backlog job's running record, also at the
+// revision it read, before it calls the handler (Store.StartGate, as a
+// queue.WorkerConfig.StartGate). Exactly one of the two lands: a job is
+// cancelled and never starts, or it starts and the cancel is refused. A
+// cancelled record takes no later update.
 //
 // # Writers
 //

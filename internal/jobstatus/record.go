@@ -29,13 +29,21 @@ const (
 	// Dead: it failed for good and is in the queue's dead-letter stream.
 	// Final, unless an operator replays it.
 	Dead State = "dead"
+	// Expired: it waited in the backlog past its expiry (the submission's
+	// Spillway-Max-Wait) without being released, never ran, and is in the
+	// queue's dead-letter stream with reason expired. Final, unless an
+	// operator replays it.
+	Expired State = "expired"
+	// Cancelled: a client cancelled it while it was queued; it never ran
+	// and is gone from the backlog (docs/design.md#cancel). Final.
+	Cancelled State = "cancelled"
 )
 
-// Valid reports whether s is one of the six states.
+// Valid reports whether s is one of the eight states.
 func (s State) Valid() bool { return s.rank() >= 0 }
 
 // Final reports whether s is a state a job does not leave on its own.
-func (s State) Final() bool { return s == Succeeded || s == Dead }
+func (s State) Final() bool { return s == Succeeded || s == Dead || s == Expired || s == Cancelled }
 
 // rank orders the states of one try: a record moves to an equal or higher
 // rank, or to a later try.
@@ -47,7 +55,7 @@ func (s State) rank() int {
 		return 1
 	case Retrying:
 		return 2
-	case Succeeded, Dead:
+	case Succeeded, Dead, Expired, Cancelled:
 		return 3
 	}
 	return -1
@@ -79,6 +87,10 @@ type Record struct {
 	FinishedAt time.Time `json:"finished_at,omitzero"`
 	// UpdatedAt is when the step this record shows happened.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	// BacklogSeq is a queued job's sequence in its queue's backlog stream,
+	// as the admitter stored it: where a cancel finds it (0: the job was
+	// admitted, or the admitter's record was lost).
+	BacklogSeq uint64 `json:"backlog_seq,omitempty"`
 }
 
 // ValidateID accepts a job id as queue.NewJobID makes them: a UUIDv7 in
@@ -116,11 +128,15 @@ func (r Record) normalized() Record {
 
 // merge applies update to cur, the stored record. An update that is behind
 // cur — an earlier try, or an earlier step of the same try — is refused
-// (false), so that a late report never undoes a later one. Otherwise the
+// (false), so that a late report never undoes a later one; so is any
+// update of a cancelled job, which never starts. Otherwise the
 // update wins, and what it leaves zero is kept from cur: the enqueue time
 // stays, a running job keeps its previous try's error. FinishedAt is never
 // kept: only a final state has one.
 func merge(cur, update Record) (Record, bool) {
+	if cur.State == Cancelled {
+		return cur, false
+	}
 	if update.Attempts < cur.Attempts || (update.Attempts == cur.Attempts && update.State.rank() < cur.State.rank()) {
 		return cur, false
 	}
@@ -130,6 +146,9 @@ func merge(cur, update Record) (Record, bool) {
 	}
 	if out.LastError == "" {
 		out.LastError = cur.LastError
+	}
+	if out.BacklogSeq == 0 {
+		out.BacklogSeq = cur.BacklogSeq
 	}
 	keep := func(t *time.Time, old time.Time) {
 		if t.IsZero() {

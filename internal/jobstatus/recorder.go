@@ -46,10 +46,12 @@ const (
 //
 // Which events write what:
 //
-//	Started       running, attempts, started_at
+//	Started       running, attempts, started_at (a backlog job's is
+//	              written by StartGate instead, when it is the gate)
 //	Succeeded     succeeded, finished_at
 //	Retrying      retrying, last_error, not_before = the next try
-//	DeadLettered  dead, last_error (the reason and the error), finished_at
+//	DeadLettered  dead (expired for reason queue.ReasonExpired), last_error
+//	              (the reason and the error), finished_at
 //	Released      nothing: the record stays queued until the job starts,
 //	              which is at once for a released job
 //	HandedBack    nothing: the job stays running until another worker
@@ -63,6 +65,7 @@ type Recorder struct {
 	updates chan Record
 	dropped atomic.Uint64
 	running atomic.Bool
+	gating  atomic.Bool // StartGate wrote the backlog jobs' starts
 }
 
 // NewRecorder returns a Recorder that writes to store, buffering up to
@@ -81,6 +84,9 @@ func NewRecorder(store *Store, logger *slog.Logger, buffer int) *Recorder {
 // Observe records a worker's event. It never blocks, and is safe for
 // concurrent use; use it as queue.WorkerConfig.Observe.
 func (r *Recorder) Observe(e queue.Event) {
+	if e.Kind == queue.Started && r.gating.Load() && e.Stream == queue.StreamName(e.Queue, queue.Backlog) {
+		return // StartGate wrote it, synchronously
+	}
 	rec, ok := update(e, time.Now())
 	if !ok {
 		return
@@ -90,6 +96,14 @@ func (r *Recorder) Observe(e queue.Event) {
 	default:
 		r.dropped.Add(1)
 	}
+}
+
+// StartGate is a queue.WorkerConfig.StartGate (Store.StartGate) for the
+// workers this Recorder observes: the backlog jobs' starts it writes are
+// then not written a second time from their Started events.
+func (r *Recorder) StartGate(ctx context.Context, e queue.Event) error {
+	r.gating.Store(true)
+	return r.store.StartGate(ctx, e)
 }
 
 // Dropped is the number of updates that never reached the store: the buffer
@@ -243,6 +257,9 @@ func update(e queue.Event, now time.Time) (Record, bool) {
 		}
 	case queue.DeadLettered:
 		rec.State, rec.StartedAt, rec.FinishedAt = Dead, began, now
+		if e.Reason == queue.ReasonExpired {
+			rec.State = Expired
+		}
 		switch {
 		case e.Err != nil && e.Reason != "":
 			rec.LastError = queue.OneLine(e.Reason+": "+e.Err.Error(), MaxErrorLen)

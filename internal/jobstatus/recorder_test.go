@@ -224,3 +224,18 @@ func TestRecorderRunsOnce(t *testing.T) {
 		t.Error("a second Run while the first runs returned nil, want an error")
 	}
 }
+
+// A job dead-lettered for its expiry (Spillway-Max-Wait) is expired, not
+// dead, with the reason and when it expired as its last error.
+func TestRecorderExpired(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	r := jobstatus.NewRecorder(s, nil, 0)
+	run(t, r)
+	j := job(t)
+	r.Observe(queue.Event{Kind: queue.DeadLettered, Job: j, Reason: queue.ReasonExpired, Err: errors.New("expires at 2026-01-01T00:00:02Z")})
+	rec := waitFor(t, s, j.ID, "expired", func(r jobstatus.Record) bool { return r.State == jobstatus.Expired })
+	if rec.LastError != "expired: expires at 2026-01-01T00:00:02Z" || rec.FinishedAt.IsZero() || !rec.State.Final() {
+		t.Errorf("expired record %+v: want the reason in its last error, a finish time, a final state", rec)
+	}
+}

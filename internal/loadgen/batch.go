@@ -69,7 +69,7 @@ func (b *Batch) outcome(rep api.BatchReply, failed Outcome) []Outcome {
 	}
 	jobs := make([]Outcome, len(rep.Results))
 	for i, r := range rep.Results {
-		jobs[i] = classifyReply(r)
+		jobs[i] = classifyReply(r.SubmitReply)
 	}
 	return jobs
 }

@@ -33,7 +33,7 @@ func TestHTTPBatchTarget(t *testing.T) {
 			if i == 2 {
 				st = api.Rejected
 			}
-			rep.Results = append(rep.Results, api.SubmitReply{Queue: "q", Status: st, Type: "https://spillway.dev/problems/queue-full"})
+			rep.Results = append(rep.Results, api.BatchResult{SubmitReply: api.SubmitReply{Queue: "q", Status: st, Type: "https://spillway.dev/problems/queue-full"}})
 		}
 		_ = json.NewEncoder(w).Encode(rep)
 	}))

@@ -16,6 +16,7 @@ type metrics struct {
 	wait      *prometheus.HistogramVec
 	inFlight  *prometheus.GaugeVec
 	dead      *prometheus.CounterVec
+	expired   *prometheus.CounterVec
 	leak      *prometheus.GaugeVec
 
 	mu      sync.Mutex
@@ -79,6 +80,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "spillway_dead_letters_total",
 			Help: "Jobs moved to the dead-letter stream, by queue.",
 		}, []string{"queue"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_jobs_expired_total",
+			Help: "Backlog jobs dead-lettered unrun because their expiry (Spillway-Max-Wait) came before their release, by queue.",
+		}, []string{"queue"}),
 		leak: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "spillway_leak_rate",
 			Help: "The backlog's configured leak rate in jobs per second, by queue.",
@@ -94,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			"Pauses of the backlog's leak this process began because a handler's downstream pushed back (429, 503, busy), by queue.",
 			[]string{"queue"}, nil),
 	}
-	reg.MustRegister(m.completed, m.duration, m.wait, m.inFlight, m.dead, m.leak, lc)
+	reg.MustRegister(m.completed, m.duration, m.wait, m.inFlight, m.dead, m.expired, m.leak, lc)
 	return m
 }
 
@@ -125,6 +130,7 @@ func (m *metrics) initQueue(q string) {
 	m.wait.WithLabelValues(q)
 	m.inFlight.WithLabelValues(q)
 	m.dead.WithLabelValues(q)
+	m.expired.WithLabelValues(q)
 }
 
 // dropLeak removes the leak rate of a queue no longer worked here.
@@ -157,6 +163,9 @@ func (m *metrics) observe(e queue.Event) {
 			m.ran(e, "dead")
 		}
 		m.dead.WithLabelValues(e.Queue).Inc()
+		if e.Reason == queue.ReasonExpired {
+			m.expired.WithLabelValues(e.Queue).Inc()
+		}
 	case queue.Released:
 		m.wait.WithLabelValues(e.Queue).Observe(e.Waited.Seconds())
 	case queue.HandedBack:

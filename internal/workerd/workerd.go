@@ -315,9 +315,11 @@ func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 
 func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (*queue.Worker, error) {
 	observe := p.m.observe
+	var gate func(context.Context, queue.Event) error
 	if p.o.Recorder != nil {
 		rec := p.o.Recorder
 		observe = func(e queue.Event) { p.m.observe(e); rec.Observe(e) }
+		gate = rec.StartGate // a cancel and a start: one wins (docs/design.md#cancel)
 	}
 	w, err := queue.NewWorker(p.o.JS, queue.WorkerConfig{
 		Queue:       st.q.Backlog,
@@ -328,6 +330,7 @@ func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (
 		GracePeriod: cfg.Worker.GracePeriod,
 		Logger:      p.o.Logger.With("queue", st.q.Name),
 		Observe:     observe,
+		StartGate:   gate,
 	}, st.h)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", st.q.Name, err)

@@ -26,6 +26,9 @@ const (
 	// default backlog) instead of letting admitted jobs pile up without
 	// limit.
 	DefaultReadyCapacity = 10_000
+	// DefaultMaxDelay bounds how far ahead a submission may schedule its
+	// job (Spillway-Not-Before, Spillway-Delay).
+	DefaultMaxDelay = 24 * time.Hour
 )
 
 // Config describes one queue's streams. The zero value of every field but
@@ -72,6 +75,11 @@ type Config struct {
 	// limit). It is deliberately not JetStream's MaxAge, which would delete
 	// the job without a trace.
 	MaxAge time.Duration
+	// MaxDelay is how far ahead of its submission a job may be scheduled
+	// (Spillway-Not-Before, Spillway-Delay); the admitter refuses a later
+	// time (default 24h; a configuration file's 0 refuses every scheduled
+	// job). The tiers' own not-before is not bounded by it.
+	MaxDelay time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -86,6 +94,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = DefaultMaxDelay
 	}
 	return c
 }
@@ -106,7 +117,7 @@ type FieldError struct {
 	Queue string
 	// Field is the field's name in a configuration file: capacity,
 	// per_key_capacity, ready_capacity, replicas, duplicate_window,
-	// leak_rate, max_age, fairness.min_share, or fairness.weights["KEY"]
+	// leak_rate, max_age, max_delay, fairness.min_share, or fairness.weights["KEY"]
 	// for one weight rule (KEY* for a prefix rule).
 	Field string
 	Value string // the value found
@@ -164,6 +175,9 @@ func (c Config) ValidateGiven() error {
 	}
 	if c.MaxAge < 0 {
 		bad("max_age", c.MaxAge, "a duration ≥ 0")
+	}
+	if c.MaxDelay < 0 {
+		bad("max_delay", c.MaxDelay, "a duration ≥ 0")
 	}
 	if c.DuplicateWindow <= 0 {
 		bad("duplicate_window", c.DuplicateWindow, "a positive duration")

@@ -13,7 +13,8 @@ import (
 // Headers a dead letter carries besides the job's own.
 const (
 	// HeaderDeadReason says why the job is dead: "permanent error",
-	// "attempts exhausted (5 of 5)", "expired in backlog", "invalid job".
+	// "attempts exhausted (5 of 5)", "expired in backlog", "invalid job",
+	// or ReasonExpired.
 	HeaderDeadReason = "Spillway-Dead-Reason"
 	// HeaderLastError is the last try's error, on one line, at most
 	// MaxErrorLen bytes.
@@ -24,6 +25,11 @@ const (
 	HeaderSourceStream = "Spillway-Source-Stream"
 	HeaderSourceSeq    = "Spillway-Source-Seq"
 )
+
+// ReasonExpired is the dead reason of a backlog job that was not released
+// before its expiry (Job.ExpiresAt, the submission's Spillway-Max-Wait);
+// its last error says when it expired. It never ran.
+const ReasonExpired = "expired"
 
 // MaxErrorLen bounds HeaderLastError.
 const MaxErrorLen = 1024

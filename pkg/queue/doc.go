@@ -86,6 +86,14 @@
 // header rule, wait for JetStream's acknowledgement, then ack or delete the
 // source.
 //
+// # Cancel
+//
+// A queued job is cancelled by its caller winning a revision-checked write
+// of the job's record against the worker's start (WorkerConfig.StartGate),
+// then by CancelBacklogJob, which deletes its backlog message after checking
+// that it is that job; a worker whose StartGate answers ErrJobCancelled
+// deletes the message itself and runs nothing (docs/design.md#cancel).
+//
 // Inspect reads a queue's depth, capacity, fill, oldest age, in-flight jobs
 // and estimated drain time from JetStream; BacklogKeys lists its deepest
 // keys (depth, oldest age, weight, jobs of each priority class), and

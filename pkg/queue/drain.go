@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,7 +33,9 @@ import (
 //     gets one of the next starts.
 //   - Every worker pulls grants — one at a time, while it has a handler
 //     slot free for it — waits for the booked start and runs the job's
-//     handler from its backlog message, heartbeating the grant. A success
+//     handler from its backlog message, heartbeating the grant. Its
+//     StartGate, if any, is asked first: a job cancelled meanwhile is
+//     deleted and not run (cancel.go). A success
 //     deletes the backlog message, then acks the grant; a failure that may
 //     be retried moves the job to READY (the move's message id is its
 //     backlog place, so a crash between the move and the delete stores it
@@ -41,8 +44,10 @@ import (
 //     it to another worker after the ack wait, which books a new start and
 //     runs the job again (at least once). A grant taken late — every
 //     handler was busy — books a new start too, so starts never crowd.
-//   - A job older than the queue's MaxAge, or a message that is not a job,
-//     goes to DEAD from the leader, taking no start.
+//   - A job older than the queue's MaxAge, a job whose expiry (ExpiresAt)
+//     comes before the start it could have, or a message that is not a
+//     job, goes to DEAD from the leader, taking no start. A worker that
+//     reaches a granted job's start after its expiry dead-letters it too.
 //
 // The drain's JetStream traffic is per start (a grant, its pull, a get, a
 // delete, an ack, and a look at the grants consumer at most every
@@ -174,10 +179,18 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
 		start = time.Now().Add(wait)
 	}
 	err = sleep(ctx, time.Until(start))
+	if err == nil && d.paused(ctx) {
+		// A pushback came after the start was booked: book again, after
+		// the pause.
+		var wait time.Duration
+		if wait, err = d.w.cfg.Pacer.Reserve(ctx); err == nil {
+			err = sleep(ctx, wait)
+		}
+	}
 	stop()
 	if err != nil {
 		d.r.slots.unreserve()
-		d.handBack(msg, 0, nil) // stopping
+		d.handBack(msg, 0, nil) // stopping, or the pacer failed: another start
 		return
 	}
 	if !d.r.slots.claim() {
@@ -211,9 +224,84 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
 		}
 		return
 	}
+	if now := time.Now(); !job.ExpiresAt.IsZero() && now.After(job.ExpiresAt) {
+		// Granted before its expiry but started after it (a late grant,
+		// or one taken again): it never runs.
+		d.r.slots.put()
+		if e.claim() {
+			e.job = &job
+			d.r.deadLetter(e, 0, ReasonExpired, expiredError(job.ExpiresAt, now), 0)
+		}
+		return
+	}
 	e.job, e.attempt = &job, job.Attempt+1
+	if !d.gate(ctx, e) {
+		d.r.slots.put()
+		return
+	}
 	d.w.observe(Event{Kind: Released, Job: &job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Waited: time.Since(job.EnqueuedAt)})
 	d.r.runBacklog(e, job)
+}
+
+// booker is a Pacer that can book a start ahead without waiting for it
+// (YieldingPacer.Book); pauser tells whether the leak is paused
+// (YieldingPacer.PausedUntil).
+type (
+	booker interface {
+		Book(ctx context.Context) (time.Duration, error)
+	}
+	pauser interface {
+		PausedUntil(ctx context.Context) (time.Time, error)
+	}
+)
+
+// book books a start for the leader: ahead, so that the chain of starts
+// stays unbroken while the grant is published and taken. The worker looks
+// at the pause again at the start (pausedAt).
+func (d *drainer) book(ctx context.Context) (time.Duration, error) {
+	if b, ok := d.w.cfg.Pacer.(booker); ok {
+		return b.Book(ctx)
+	}
+	return d.w.cfg.Pacer.Reserve(ctx)
+}
+
+// paused reports whether the leak is paused now (a pushback came after the
+// start was booked): the start is then booked again, after the pause.
+func (d *drainer) paused(ctx context.Context) bool {
+	p, ok := d.w.cfg.Pacer.(pauser)
+	if !ok {
+		return false
+	}
+	until, err := p.PausedUntil(ctx)
+	return err == nil && until.After(time.Now())
+}
+
+// gate asks the StartGate whether the job of e may start. A cancelled
+// job's backlog message is deleted and its grant acked; a gate that fails
+// hands the grant back. It reports whether the job starts now.
+func (d *drainer) gate(ctx context.Context, e *execution) bool {
+	if d.w.cfg.StartGate == nil {
+		return true
+	}
+	gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	err := d.w.cfg.StartGate(gctx, Event{Kind: Started, Queue: d.w.cfg.Queue.Name, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
+	cancel()
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrJobCancelled):
+		if e.claim() {
+			sctx, cancel := settleCtx(ctx)
+			defer cancel()
+			if err := e.settleSource(sctx); err != nil {
+				d.w.log.Warn("a cancelled backlog job was not removed; its next grant removes it", "job", e.job.ID, "error", err)
+			}
+		}
+		return false
+	default:
+		d.handBack(e.msg, time.Second, fmt.Errorf("start gate of job %s: %w", e.job.ID, err))
+		return false
+	}
 }
 
 // handBack gives a grant back for another start.
@@ -240,6 +328,10 @@ type leader struct {
 	// takenAt is when the grants consumer was last seen with fewer than
 	// two grants waiting: demand trusts that for demandFresh.
 	takenAt time.Time
+	// arrived is set when a job is published to the backlog: the feed
+	// reads the stream then, or at feedAt (at most a second later).
+	arrived atomic.Bool
+	feedAt  time.Time
 	// aheadBudget is how many look-ahead reads may be made now, refilled
 	// at readAheadRate since aheadAt.
 	aheadBudget float64
@@ -265,6 +357,7 @@ func (l *leader) run(ctx context.Context) {
 	log.Info("leading the backlog's drain")
 	defer log.Info("no longer leading the backlog's drain")
 	sub, err := l.d.w.js.Conn().Subscribe(l.filter, func(*nats.Msg) {
+		l.arrived.Store(true)
 		select {
 		case l.wake <- struct{}{}:
 		default:
@@ -285,7 +378,14 @@ func (l *leader) run(ctx context.Context) {
 	go l.publishStats(ctx)
 	var pipe chan struct{}
 	for ctx.Err() == nil {
-		l.feed(ctx)
+		if woken := l.arrived.Swap(false); woken || !time.Now().Before(l.feedAt) {
+			l.feedAt = time.Now().Add(time.Second)
+			if l.feed(ctx) == 0 && woken {
+				// The publish reached us before the stream stored it:
+				// look again soon.
+				l.feedAt = time.Now().Add(20 * time.Millisecond)
+			}
+		}
 		l.read(ctx)
 		now := time.Now()
 		if !l.sched.peek(now.UnixNano()) {
@@ -308,9 +408,9 @@ func (l *leader) run(ctx context.Context) {
 
 // idle waits for a job to become due or arrive.
 func (l *leader) idle(ctx context.Context, now time.Time) {
-	wait := time.Second // the feed is read at least this often
+	wait := time.Until(l.feedAt) // the feed is read at least every second
 	if len(l.sched.ahead) > 0 {
-		wait = 100 * time.Millisecond // and the look-ahead goes on
+		wait = min(wait, 100*time.Millisecond) // and the look-ahead goes on
 	}
 	if at, ok := l.sched.nextDue(); ok {
 		wait = min(wait, time.Duration(at-now.UnixNano()))
@@ -361,9 +461,9 @@ func (l *leader) index(ctx context.Context) error {
 	return nil
 }
 
-// feed reads the jobs published since the last read.
-func (l *leader) feed(ctx context.Context) {
-	for ctx.Err() == nil {
+// feed reads the jobs published since the last read, and says how many.
+func (l *leader) feed(ctx context.Context) (n int) {
+	for ; ctx.Err() == nil; n++ {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		m, err := l.d.backlog.GetMsg(rctx, l.next, jetstream.WithGetMsgSubject(l.filter))
 		cancel()
@@ -379,6 +479,7 @@ func (l *leader) feed(ctx context.Context) {
 		l.next = m.Sequence + 1
 		l.sched.add(m.Subject, l.pending(m), time.Now().UnixNano())
 	}
+	return n
 }
 
 // read fills the windows that need it from the stream, and reads ahead
@@ -448,7 +549,11 @@ func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
 	if due.IsZero() {
 		due = j.EnqueuedAt
 	}
-	return pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1)}
+	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1)}
+	if !j.ExpiresAt.IsZero() {
+		p.expires = max(j.ExpiresAt.UnixNano(), 1)
+	}
+	return p
 }
 
 // demand waits until the grants published so far are being taken: fewer
@@ -482,21 +587,10 @@ func (l *leader) demand(ctx context.Context) bool {
 func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	now := time.Now()
 	f, j, ok := l.sched.pick(now.UnixNano())
-	if !ok {
+	if !ok || l.settled(ctx, f, j, now) {
 		return nil
 	}
-	q := l.d.w.cfg.Queue
-	switch {
-	case j.bad != nil:
-		l.deadLetter(ctx, f.subject, j, "invalid job", j.bad)
-		return nil
-	case q.MaxAge > 0 && now.Sub(time.Unix(0, j.enqueued)) > q.MaxAge:
-		waited := now.Sub(time.Unix(0, j.enqueued))
-		reason := fmt.Sprintf("expired in backlog (waited %v, max_age %v)", waited.Round(time.Millisecond), q.MaxAge)
-		l.deadLetter(ctx, f.subject, j, reason, nil)
-		return nil
-	}
-	wait, err := l.d.w.cfg.Pacer.Reserve(ctx)
+	wait, err := l.d.book(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.d.w.log.Warn("booking a backlog start failed; trying again", "error", err)
@@ -506,6 +600,19 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 		return nil
 	}
 	start := time.Now().Add(wait)
+	// A job whose booked start is past its expiry would never run: it
+	// goes to DEAD now, and the booking goes to the next job picked (if
+	// none is due, it is lost, as any booking not used).
+	for j.expires != 0 && start.UnixNano() > j.expires {
+		l.expire(ctx, f.subject, j, start)
+		if f, j, ok = l.sched.pick(time.Now().UnixNano()); !ok {
+			return nil
+		}
+		if l.settled(ctx, f, j, time.Now()) {
+			return nil
+		}
+	}
+	q := l.d.w.cfg.Queue
 	m := nats.NewMsg(grantSubject(q.Name))
 	m.Header.Set(headerGrantSeq, strconv.FormatUint(j.seq, 10))
 	m.Header.Set(headerGrantStart, strconv.FormatInt(start.UnixNano(), 10))
@@ -524,6 +631,38 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	next := make(chan struct{})
 	time.AfterFunc(time.Until(start)-l.d.period, func() { close(next) })
 	return next
+}
+
+// settled dead-letters a picked job that must not start — not a job,
+// over the queue's max age, or past its expiry — and reports whether it
+// did: such a job takes no start.
+func (l *leader) settled(ctx context.Context, f *flow, j pendingJob, now time.Time) bool {
+	q := l.d.w.cfg.Queue
+	switch {
+	case j.bad != nil:
+		l.deadLetter(ctx, f.subject, j, "invalid job", j.bad)
+	case j.expired(now.UnixNano()):
+		l.expire(ctx, f.subject, j, now)
+	case q.MaxAge > 0 && now.Sub(time.Unix(0, j.enqueued)) > q.MaxAge:
+		waited := now.Sub(time.Unix(0, j.enqueued))
+		reason := fmt.Sprintf("expired in backlog (waited %v, max_age %v)", waited.Round(time.Millisecond), q.MaxAge)
+		l.deadLetter(ctx, f.subject, j, reason, nil)
+	default:
+		return false
+	}
+	return true
+}
+
+// expire dead-letters a job that cannot start before its expiry: it has
+// come by now, or the start the job could have is at.
+func (l *leader) expire(ctx context.Context, subject string, j pendingJob, at time.Time) {
+	l.deadLetter(ctx, subject, j, ReasonExpired, expiredError(time.Unix(0, j.expires), at))
+}
+
+// expiredError says when a job expired and when it could have started.
+func expiredError(expires, at time.Time) error {
+	return fmt.Errorf("expires at %s, before the start it could have at %s",
+		expires.UTC().Format(time.RFC3339Nano), at.UTC().Format(time.RFC3339Nano))
 }
 
 // deadLetter moves a backlog job that will never start to DEAD.

@@ -69,6 +69,24 @@ type pendingJob struct {
 	enqueued int64
 	weight   int
 	bad      error // its headers are not a job's: it is dead-lettered
+	expires  int64 // unix ns: when it is dead-lettered if not released (0: never)
+}
+
+// goes reports whether j leaves its flow at the next pick by now: it is
+// due, or it is dead-lettered (not a job, or expired) without a start.
+func (j pendingJob) goes(now int64) bool {
+	return j.due <= now || j.bad != nil || j.expired(now)
+}
+
+// expired reports whether j's expiry has come by now.
+func (j pendingJob) expired(now int64) bool { return j.expires != 0 && j.expires <= now }
+
+// wakes is when j goes (goes): its due time, or its expiry if sooner.
+func (j pendingJob) wakes() int64 {
+	if j.expires != 0 && j.expires < j.due {
+		return j.expires
+	}
+	return j.due
 }
 
 func newFairSched(minShare float64) *fairSched {
@@ -150,12 +168,12 @@ func (s *fairSched) place(f *flow, now int64) {
 	}()
 	due, next := false, int64(0)
 	for i, j := range f.window {
-		if j.due <= now || j.bad != nil {
+		if j.goes(now) {
 			due = true
 			break
 		}
-		if i == 0 || j.due < next {
-			next = j.due
+		if i == 0 || j.wakes() < next {
+			next = j.wakes()
 		}
 	}
 	c := &s.classes[f.class.index()]
@@ -256,7 +274,8 @@ func (s *fairSched) peek(now int64) bool {
 }
 
 // pick takes the next job to start, from the flow it picks, and advances
-// that flow's tag. ok is false when no job is due.
+// that flow's tag — unless the job leaves without a start (not a job, or
+// expired). ok is false when no job is due.
 func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
 	s.wake(now)
 	ci, ok := s.pickClass()
@@ -267,12 +286,18 @@ func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
 	f = c.due.flows[0]
 	i := 0
 	for ; i < len(f.window); i++ {
-		if f.window[i].due <= now || f.window[i].bad != nil {
+		if f.window[i].goes(now) {
 			break
 		}
 	}
 	j = f.window[i]
 	f.window = append(f.window[:i], f.window[i+1:]...)
+	if j.bad != nil || j.expired(now) {
+		// It leaves without a start (dead-lettered): its flow keeps its
+		// tag and its place.
+		s.place(f, now)
+		return f, j, true
+	}
 	start := max(c.vtime, f.finish)
 	c.vtime = start
 	f.finish = start + tagScale/uint64(max(j.weight, 1))

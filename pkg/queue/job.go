@@ -26,6 +26,11 @@ const (
 	// by the admitter from the queue's fairness weights (absent: 1), so
 	// that the drain need not match raw keys.
 	HeaderWeight = "Spillway-Weight"
+	// HeaderExpiresAt is when a backlog job that has not been released
+	// yet is no longer wanted (the submission's Spillway-Max-Wait): the
+	// drain dead-letters it with reason ReasonExpired instead of starting
+	// it. Absent: it waits as long as the backlog keeps it.
+	HeaderExpiresAt = "Spillway-Expires-At"
 )
 
 // MaxWeight bounds a key's weight in the drain.
@@ -50,6 +55,10 @@ type Job struct {
 	// Weight is the job's key's share of the leak relative to other keys
 	// (1 to MaxWeight; 0 means 1).
 	Weight int
+	// ExpiresAt is when the job, if still in the backlog, is no longer
+	// wanted: it is dead-lettered (ReasonExpired) rather than started
+	// after it (zero: never).
+	ExpiresAt time.Time
 	// Header holds further headers to carry, such as W3C traceparent.
 	// Spillway's own names and Nats-* are set by the publisher.
 	Header nats.Header
@@ -96,6 +105,9 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 	if !j.NotBefore.IsZero() {
 		m.Header.Set(HeaderNotBefore, j.NotBefore.UTC().Format(time.RFC3339Nano))
 	}
+	if !j.ExpiresAt.IsZero() {
+		m.Header.Set(HeaderExpiresAt, j.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
 	m.Header.Set(HeaderAttempt, strconv.Itoa(j.Attempt))
 	if j.Priority != Normal {
 		m.Header.Set(HeaderPriority, j.Priority.String())
@@ -132,6 +144,11 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 			return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderNotBefore, nb)
 		}
 	}
+	if ea := h.Get(HeaderExpiresAt); ea != "" {
+		if j.ExpiresAt, err = time.Parse(time.RFC3339Nano, ea); err != nil {
+			return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderExpiresAt, ea)
+		}
+	}
 	if j.Priority, err = ParsePriority(h.Get(HeaderPriority)); err != nil {
 		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, HeaderPriority, err)
 	}
@@ -142,7 +159,7 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 	}
 	for k, vs := range h {
 		switch k {
-		case HeaderJobID, HeaderQueue, HeaderKey, HeaderCost, HeaderEnqueuedAt, HeaderNotBefore, HeaderAttempt, HeaderPriority, HeaderWeight, nats.MsgIdHdr:
+		case HeaderJobID, HeaderQueue, HeaderKey, HeaderCost, HeaderEnqueuedAt, HeaderNotBefore, HeaderAttempt, HeaderPriority, HeaderWeight, HeaderExpiresAt, nats.MsgIdHdr:
 			continue
 		}
 		if j.Header == nil {

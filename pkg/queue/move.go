@@ -134,6 +134,7 @@ func replayMove(queue, subject string, header nats.Header, data []byte, to Desti
 		msgID: id + ":replay:" + strconv.FormatUint(deadSeq, 10),
 		set: map[string]string{
 			HeaderNotBefore:  "", // due at once
+			HeaderExpiresAt:  "", // an operator's replay runs it, whatever its producer's max-wait said
 			HeaderAttempt:    "0",
 			HeaderEnqueuedAt: now.UTC().Format(time.RFC3339Nano),
 		},

@@ -36,6 +36,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			HeaderCost:       {"2"},
 			HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"},
 			HeaderNotBefore:  {"2026-01-01T00:00:01Z"},
+			HeaderExpiresAt:  {"2026-01-01T00:00:02Z"},
 			HeaderAttempt:    {"1"},
 			"Traceparent":    {"00-abc-def-01"},
 			"X-Several":      {"a", "b"},
@@ -77,7 +78,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			mv: retryMove("q", subject, source(), nil, "SPILLWAY_q_BACKLOG", 42, 2, now.Add(time.Minute), Ready),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"2"}, HeaderNotBefore: {later},
-				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"},
+				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"},
 			}),
 		},
 		{
@@ -85,7 +86,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			mv: dead(errors.New("smtp:\n550")),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"3"}, HeaderNotBefore: {"2026-01-01T00:00:01Z"},
-				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
+				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
 				HeaderLastError: {"smtp: 550"}, HeaderDeadAt: {stamp}, HeaderSourceStream: {"SPILLWAY_q_BACKLOG"}, HeaderSourceSeq: {"42"},
 			}),
 		},
@@ -94,7 +95,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			mv: dead(nil),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"3"}, HeaderNotBefore: {"2026-01-01T00:00:01Z"},
-				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
+				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
 				HeaderDeadAt: {stamp}, HeaderSourceStream: {"SPILLWAY_q_BACKLOG"}, HeaderSourceSeq: {"42"},
 			}),
 		},

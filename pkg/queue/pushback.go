@@ -317,6 +317,26 @@ func (p *YieldingPacer) Current() (milliRate int64, pausedUntil time.Time) {
 // Reserve books the next start: after the pause, if one is in force, and
 // at the current rate.
 func (p *YieldingPacer) Reserve(ctx context.Context) (time.Duration, error) {
+	return p.reserve(ctx, true)
+}
+
+// Book books the next start as Reserve does, but returns at once with the
+// wait instead of waiting for a start due within a second and looking at
+// the pause again: for a caller that looks at the pause itself at the
+// start (PausedUntil), such as the drain's leader, which books a start
+// ahead so that the chain of starts stays unbroken while it grants it.
+func (p *YieldingPacer) Book(ctx context.Context) (time.Duration, error) {
+	return p.reserve(ctx, false)
+}
+
+// PausedUntil is the end of the leak's pause, from a copy of the shared
+// state at most fresh old; zero or past when the leak is not paused.
+func (p *YieldingPacer) PausedUntil(ctx context.Context) (time.Time, error) {
+	st, err := p.load(ctx)
+	return st.PausedUntil, err
+}
+
+func (p *YieldingPacer) reserve(ctx context.Context, hold bool) (time.Duration, error) {
 	for {
 		st, err := p.load(ctx)
 		if err != nil {
@@ -344,7 +364,7 @@ func (p *YieldingPacer) Reserve(ctx context.Context) (time.Duration, error) {
 		}
 		p.mu.Unlock()
 		wait, err := p.inner.Reserve(ctx)
-		if err != nil || wait <= 0 || wait > leakHoldBooked {
+		if err != nil || !hold || wait <= 0 || wait > leakHoldBooked {
 			return wait, err
 		}
 		// Wait for the booked start here and look at the pause again: a

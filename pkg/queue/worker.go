@@ -83,6 +83,15 @@ type WorkerConfig struct {
 	// Observe, if set, is called for every step of every job (Event). It
 	// runs on the worker's goroutines and must not block.
 	Observe func(Event)
+	// StartGate, if set, is asked before a backlog job's first try starts,
+	// after its booked start came, with the Started event the try will
+	// have (docs/design.md#cancel). It must record the start durably
+	// before it returns nil, so that a cancel that comes later sees it;
+	// it returns ErrJobCancelled for a job that was cancelled, and the
+	// worker deletes the job's backlog message and runs nothing. Any other
+	// error hands the grant back, to start again a second later. Nil: every
+	// job starts, and a cancel cannot be told whether it came in time.
+	StartGate func(ctx context.Context, e Event) error
 }
 
 // EventKind is a step in a job's life in a worker.

@@ -1,0 +1,154 @@
+package admit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// Schedule is a submission's timing (docs/design.md#scheduled-jobs), read
+// by ParseSchedule from the same headers on both doors.
+type Schedule struct {
+	// NotBefore (Spillway-Not-Before) or Delay (Spillway-Delay, from the
+	// submission) is the earliest the job may start; zero: at once. A
+	// time in the past is no delay.
+	NotBefore time.Time
+	Delay     time.Duration
+	// MaxWait (Spillway-Max-Wait), if set, is how long after its
+	// submission the job may still start: one that would start later is
+	// refused (wait-too-long), and one queued expires then.
+	MaxWait *time.Duration
+}
+
+// ParseSchedule reads Spillway-Not-Before, Spillway-Delay and
+// Spillway-Max-Wait through get (a door's header lookup). A malformed
+// value, a negative duration, both start headers at once, or a delay
+// longer than the max-wait (no retry would ever fit) is an *Error of
+// type bad-request naming the header. Bounds that depend on the queue
+// (backlog.max_delay) are Submit's.
+func ParseSchedule(get func(string) string) (Schedule, error) {
+	var s Schedule
+	bad := func(header, format string, args ...any) (Schedule, error) {
+		return Schedule{}, &Error{Type: api.ProblemBadRequest, Field: header, Detail: header + " " + fmt.Sprintf(format, args...)}
+	}
+	nb, delay, wait := get(api.HeaderNotBefore), get(api.HeaderDelay), get(api.HeaderMaxWait)
+	if nb != "" && delay != "" {
+		return bad(api.HeaderDelay, "%.40q: give %s or %s, not both", delay, api.HeaderNotBefore, api.HeaderDelay)
+	}
+	var err error
+	if nb != "" {
+		if s.NotBefore, err = time.Parse(time.RFC3339Nano, nb); err != nil {
+			return bad(api.HeaderNotBefore, "%.40q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", nb)
+		}
+	}
+	if delay != "" {
+		if s.Delay, err = time.ParseDuration(delay); err != nil || s.Delay < 0 {
+			return bad(api.HeaderDelay, "%.40q: want a duration ≥ 0 such as 10m or 1h30m", delay)
+		}
+	}
+	if wait != "" {
+		w, err := time.ParseDuration(wait)
+		if err != nil || w < 0 {
+			return bad(api.HeaderMaxWait, "%.40q: want a duration ≥ 0 such as 30s or 5m", wait)
+		}
+		if s.Delay > w {
+			return bad(api.HeaderMaxWait, "%s is shorter than %s %s: the job could never start in time", w, api.HeaderDelay, s.Delay)
+		}
+		s.MaxWait = &w
+	}
+	return s, nil
+}
+
+// start is when a schedule lets a job start, submitted at now (zero: at
+// once); a time beyond the queue's max_delay, or its max_age (the job
+// would be dead-lettered before it is due), is a bad request naming the
+// header.
+func (s Schedule) start(q *config.Queue, now time.Time) (time.Time, error) {
+	at, header := s.NotBefore, api.HeaderNotBefore
+	if s.Delay > 0 {
+		at, header = now.Add(s.Delay), api.HeaderDelay
+	}
+	ahead := at.Sub(now)
+	if ahead <= 0 {
+		return time.Time{}, nil
+	}
+	if ahead > q.Backlog.MaxDelay {
+		return time.Time{}, &Error{Type: api.ProblemBadRequest, Field: header,
+			Detail: fmt.Sprintf("%s schedules the job %s ahead: queue %s takes at most its backlog.max_delay, %s", header, ahead.Round(time.Millisecond), q.Name, q.Backlog.MaxDelay)}
+	}
+	if q.Backlog.MaxAge > 0 && ahead > q.Backlog.MaxAge {
+		return time.Time{}, &Error{Type: api.ProblemBadRequest, Field: header,
+			Detail: fmt.Sprintf("%s schedules the job %s ahead: queue %s dead-letters backlog jobs older than its backlog.max_age, %s", header, ahead.Round(time.Millisecond), q.Name, q.Backlog.MaxAge)}
+	}
+	return at, nil
+}
+
+// tooLate reports how much later than its max-wait a job submitted at now
+// would start at start (≤ 0: in time, or no max-wait).
+func (s Schedule) tooLate(now, start time.Time) time.Duration {
+	if s.MaxWait == nil || !start.After(now) {
+		return 0
+	}
+	return start.Sub(now) - *s.MaxWait
+}
+
+// waitTooLong is the answer to a job that would start too late: rejected
+// with a Retry-After of when, if nothing else arrived, it would fit.
+func waitTooLong(ans Answer, q string, late time.Duration) Answer {
+	ans.Reply.Queue = q
+	ans.Reply.Status = api.Rejected
+	ans.Reply.Type = api.ProblemWaitTooLong
+	ans.Reply.RetryAfterMS = retryAfterMS(late)
+	return ans
+}
+
+// backlogStart estimates when a job not yet stored would start in q's
+// backlog: the estimated start its queued answer would give, for the
+// place after the backlog's last job (one stream info, read fresh, only
+// for submissions with a max-wait). If the backlog cannot be read it
+// answers notBefore: the job's expiry still keeps it from starting late.
+func (a *Admitter) backlogStart(ctx context.Context, q *config.Queue, notBefore, now time.Time) time.Time {
+	pos := int64(1)
+	s, err := a.o.JS.Stream(ctx, queue.StreamName(q.Name, queue.Backlog))
+	if err != nil {
+		a.o.Logger.Warn("admit: could not read the backlog to estimate a job's start for its max-wait; its expiry still applies",
+			"queue", q.Name, "err", err)
+	} else if st := s.CachedInfo().State; st.Msgs > 0 {
+		pos = int64(st.LastSeq-st.FirstSeq) + 2
+	}
+	return estimatedStart(now, notBefore, pos, q.Backlog.LeakRate)
+}
+
+// refuseLate gives back the units the tiers took for a job that would
+// start after its max-wait, and answers wait-too-long.
+func (a *Admitter) refuseLate(ctx context.Context, ans Answer, src Source, q *config.Queue, tiers []bucket.Tier, cost int64, late time.Duration) Answer {
+	d := ans.Decision
+	a.refund(ctx, src, q.Name, tiers, cost, d)
+	if d.Consumed&(1<<d.Tier) != 0 {
+		ans.Refunded = cost
+	}
+	return waitTooLong(ans, q.Name, late)
+}
+
+// backlogStartIf is backlogStart for a schedule with a max-wait, and
+// notBefore (no read) for one without.
+func (a *Admitter) backlogStartIf(ctx context.Context, q *config.Queue, s Schedule, notBefore, now time.Time) time.Time {
+	if s.MaxWait == nil {
+		return notBefore
+	}
+	return a.backlogStart(ctx, q, notBefore, now)
+}
+
+// expiresAt is when a job submitted at now with schedule s expires in the
+// backlog (zero: never).
+func expiresAt(s Schedule, now time.Time) time.Time {
+	if s.MaxWait == nil {
+		return time.Time{}
+	}
+	return now.Add(*s.MaxWait)
+}

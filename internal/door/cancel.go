@@ -1,0 +1,209 @@
+package door
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// A cancel (docs/design.md#cancel) takes a queued job out of the backlog:
+// its status record goes from queued to cancelled, under the same
+// revision check a worker's start passes (jobstatus.Store.Cancel and
+// StartGate), then its backlog message is deleted (queue.CancelBacklogJob),
+// which frees its place and its key's at once. Both doors answer the same:
+// DELETE /v1/jobs/{id} and a request on spillway.cancel.<queue>.
+
+// cancelFailure is why a cancel did not cancel: an HTTP status with a
+// problem document, or on NATS a CancelReply with Type and Error.
+type cancelFailure struct {
+	status int
+	p      api.Problem
+	// logged: a server-side failure, worth a warning.
+	logged error
+}
+
+// cancelJob cancels job id, of queue name if name is not empty (the NATS
+// subject's queue: a job of another queue is unknown there).
+func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store, name, id string, log *slog.Logger) (jobstatus.Record, *cancelFailure) {
+	notFound := &cancelFailure{status: http.StatusNotFound, p: api.Problem{Type: api.ProblemNotFound, Title: "Unknown job", ID: id,
+		Detail: "no status for this job id (unknown, or older than status.ttl)"}}
+	if st == nil {
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusNotFound, p: api.Problem{Type: api.ProblemNotFound, Title: "Job status is not kept", ID: id,
+			Detail: "a cancel needs the job status records; this admitter keeps none"}}
+	}
+	if name != "" {
+		rec, err := st.Get(ctx, id)
+		if err == nil && rec.Queue != name {
+			return jobstatus.Record{}, notFound
+		}
+	}
+	rec, err := st.Cancel(ctx, id)
+	var nc *jobstatus.NotCancellableError
+	switch {
+	case errors.Is(err, jobstatus.ErrInvalidID):
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusBadRequest, p: api.Problem{Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}}
+	case errors.Is(err, jobstatus.ErrNotFound):
+		return jobstatus.Record{}, notFound
+	case errors.As(err, &nc):
+		cur := nc.Record
+		if cur.State == jobstatus.Cancelled && cur.BacklogSeq != 0 {
+			// An earlier cancel may have failed to free the place: finish it.
+			if err := queue.CancelBacklogJob(ctx, js, cur.Queue, cur.BacklogSeq, id); err != nil {
+				log.Warn("door: removing a cancelled job from the backlog", "job", id, "err", err)
+			}
+		}
+		detail := fmt.Sprintf("job %s is %s: only a queued job can be cancelled", id, cur.State)
+		if cur.State == jobstatus.Admitted {
+			detail += " (an admitted job starts at once)"
+		}
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusConflict, p: api.Problem{Type: api.ProblemConflict, Title: "Job not queued",
+			Detail: detail, ID: id, Queue: cur.Queue, State: string(cur.State)}}
+	case err != nil:
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusServiceUnavailable, logged: err,
+			p: api.Problem{Type: api.ProblemUnavailable, Title: "Unavailable", ID: id, RetryAfterMS: 1000, Detail: "cancelling the job: " + err.Error()}}
+	}
+	if rec.BacklogSeq == 0 {
+		// The admitter's record did not say where the job is. It never
+		// starts all the same (the worker granted it finds it cancelled and
+		// removes it then); only its place is freed late.
+		log.Warn("door: a cancelled job's backlog place is unknown; it is freed when the drain reaches it", "job", id)
+		return rec, nil
+	}
+	if err := queue.CancelBacklogJob(ctx, js, rec.Queue, rec.BacklogSeq, id); err != nil {
+		if errors.Is(err, queue.ErrNotThisJob) {
+			log.Error("door: a cancelled job's record names another backlog message; it is freed when the drain reaches it", "job", id, "err", err)
+			return rec, nil
+		}
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusServiceUnavailable, logged: err,
+			p: api.Problem{Type: api.ProblemUnavailable, Title: "Unavailable", ID: id, Queue: rec.Queue, RetryAfterMS: 1000,
+				Detail: "the job is cancelled and will not run, but freeing its backlog place failed; cancel again to free it: " + err.Error()}}
+	}
+	return rec, nil
+}
+
+// cancel is DELETE /v1/jobs/{id}: 200 with the cancelled job's record.
+func (h *httpDoor) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, f := cancelJob(r.Context(), h.o.JS, h.o.Status, "", id, h.o.Logger)
+	if f != nil {
+		if f.logged != nil {
+			h.o.Logger.Warn("door: cancel", "job", id, "err", f.logged)
+		}
+		if f.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		problem(w, r, f.status, f.p)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", rec)
+}
+
+// NATSCancel answers cancels sent as requests to spillway.cancel.<queue>,
+// in the admitters' queue group, with an api.CancelReply and its status in
+// the Spillway-Status header, as the NATS door answers submissions.
+type NATSCancel struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	admitter *admit.Admitter
+	status   *jobstatus.Store
+	logger   *slog.Logger
+	sub      *nats.Subscription
+	wg       sync.WaitGroup
+	// Timeout bounds one cancel (default 10s).
+	Timeout time.Duration
+}
+
+// NewNATSCancel returns the cancel door over status (nil: every cancel
+// answers not-found); Start subscribes.
+func NewNATSCancel(nc *nats.Conn, js jetstream.JetStream, a *admit.Admitter, status *jobstatus.Store, logger *slog.Logger) *NATSCancel {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &NATSCancel{nc: nc, js: js, admitter: a, status: status, logger: logger, Timeout: 10 * time.Second}
+}
+
+// Start subscribes to spillway.cancel.* in the admitters' queue group.
+func (d *NATSCancel) Start() error {
+	sub, err := d.nc.QueueSubscribe(api.CancelPrefix+"*", api.AdmitterGroup, func(m *nats.Msg) {
+		d.wg.Add(1)
+		defer d.wg.Done()
+		d.answer(m)
+	})
+	if err != nil {
+		return err
+	}
+	d.sub = sub
+	return d.nc.Flush()
+}
+
+// Stop stops taking cancels, answers those received, and waits for them or
+// for ctx.
+func (d *NATSCancel) Stop(ctx context.Context) error {
+	return drainAndWait(ctx, d.sub, &d.wg)
+}
+
+func (d *NATSCancel) answer(m *nats.Msg) {
+	if m.Reply == "" {
+		return // a publish, not a request: nobody would learn the answer
+	}
+	name := strings.TrimPrefix(m.Subject, api.CancelPrefix)
+	rep := api.CancelReply{Queue: name}
+	if d.admitter.Config().Queue(name) == nil {
+		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
+		d.reply(m, rep)
+		return
+	}
+	id := headerGet(m.Header, api.HeaderJobID)
+	if id == "" {
+		id = strings.TrimSpace(string(m.Data))
+	}
+	rep.ID = id
+	if id == "" {
+		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadRequest, "no job id: send it as the body or in the "+api.HeaderJobID+" header"
+		d.reply(m, rep)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
+	defer cancel()
+	_, f := cancelJob(ctx, d.js, d.status, name, id, d.logger)
+	if f != nil {
+		if f.logged != nil {
+			d.logger.Warn("door: cancel", "queue", name, "job", id, "err", f.logged)
+		}
+		if f.status == http.StatusBadRequest {
+			rep.ID = "" // not a job id: not echoed
+		}
+		rep.Status, rep.Type, rep.Error, rep.State = api.Failed, f.p.Type, f.p.Detail, f.p.State
+		d.reply(m, rep)
+		return
+	}
+	rep.Status, rep.State = api.Cancelled, string(jobstatus.Cancelled)
+	d.reply(m, rep)
+}
+
+func (d *NATSCancel) reply(m *nats.Msg, rep api.CancelReply) {
+	b, err := json.Marshal(rep)
+	if err != nil {
+		d.logger.Error("door: encoding a cancel reply", "err", err)
+		return
+	}
+	out := &nats.Msg{Subject: m.Reply, Data: b, Header: nats.Header{}}
+	out.Header.Set(api.HeaderStatus, string(rep.Status))
+	if err := d.nc.PublishMsg(out); err != nil {
+		d.logger.Warn("door: replying to a cancel", "queue", rep.Queue, "id", rep.ID, "status", rep.Status, "err", err)
+	}
+}

@@ -1,0 +1,168 @@
+package jobstatus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+)
+
+func started(j *queue.Job) queue.Event {
+	return queue.Event{Kind: queue.Started, Queue: j.Queue, Job: j, Attempt: 1, Stream: queue.StreamName(j.Queue, queue.Backlog), Sequence: 7}
+}
+
+// Cancel takes a queued job only; a cancelled record takes no later
+// update, and the start gate refuses it.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	ctx := t.Context()
+	j := job(t)
+	if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued, EnqueuedAt: t0, BacklogSeq: 7}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Cancel(ctx, j.ID)
+	if err != nil || got.State != jobstatus.Cancelled || got.BacklogSeq != 7 || got.FinishedAt.IsZero() || !got.EnqueuedAt.Equal(t0) {
+		t.Fatalf("Cancel: %+v %v; want cancelled, keeping the backlog place and enqueue time", got, err)
+	}
+	var nc *jobstatus.NotCancellableError
+	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Cancelled {
+		t.Errorf("Cancel again: %v, want NotCancellableError, cancelled", err)
+	}
+	if err := s.StartGate(ctx, started(j)); !errors.Is(err, queue.ErrJobCancelled) {
+		t.Errorf("StartGate of a cancelled job: %v, want ErrJobCancelled", err)
+	}
+	if _, ok, err := s.Advance(ctx, jobstatus.Record{ID: j.ID, State: jobstatus.Succeeded, Attempts: 1}); ok || err != nil {
+		t.Errorf("Advance a cancelled job: applied %v, %v; want refused", ok, err)
+	}
+	if rec, _ := s.Get(ctx, j.ID); rec.State != jobstatus.Cancelled {
+		t.Errorf("record %+v, want still cancelled", rec)
+	}
+
+	for _, st := range []jobstatus.State{jobstatus.Admitted, jobstatus.Running, jobstatus.Succeeded, jobstatus.Dead, jobstatus.Retrying} {
+		id := newID(t)
+		if err := s.Put(ctx, jobstatus.Record{ID: id, Queue: "email", State: st}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Cancel(ctx, id); !errors.As(err, &nc) || nc.Record.State != st {
+			t.Errorf("Cancel a job %s: %v, want NotCancellableError with its state", st, err)
+		}
+	}
+	if _, err := s.Cancel(ctx, newID(t)); !errors.Is(err, jobstatus.ErrNotFound) {
+		t.Errorf("Cancel an unknown job: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Cancel(ctx, "*"); !errors.Is(err, jobstatus.ErrInvalidID) {
+		t.Errorf("Cancel %q: %v, want ErrInvalidID", "*", err)
+	}
+}
+
+// A cancel and a start of the same queued job, at once: exactly one wins,
+// every time.
+func TestCancelRacesAStart(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	ctx := context.WithoutCancel(t.Context())
+	for range 50 {
+		j := job(t)
+		if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued}); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			wg                 sync.WaitGroup
+			cancelErr, gateErr error
+		)
+		wg.Go(func() { _, cancelErr = s.Cancel(ctx, j.ID) })
+		wg.Go(func() { gateErr = s.StartGate(ctx, started(j)) })
+		wg.Wait()
+		rec, err := s.Get(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nc *jobstatus.NotCancellableError
+		switch {
+		case cancelErr == nil && errors.Is(gateErr, queue.ErrJobCancelled) && rec.State == jobstatus.Cancelled:
+		case gateErr == nil && errors.As(cancelErr, &nc) && nc.Record.State == jobstatus.Running && rec.State == jobstatus.Running:
+		default:
+			t.Fatalf("cancel: %v, start gate: %v, record %s; want exactly one to win", cancelErr, gateErr, rec.State)
+		}
+	}
+}
+
+// A job cancelled in its record but still in the backlog (the cancel's
+// delete failed) never runs: the worker granted it finds it cancelled at
+// its start gate and removes it. Without the gate, the worker would run
+// it.
+func TestCancelledJobLeftInTheBacklog(t *testing.T) {
+	t.Parallel()
+	srv := queuetest.Start(t)
+	js := srv.JetStream(t)
+	store, err := jobstatus.Open(t.Context(), js, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := queue.Config{Name: "email", Memory: true, LeakRate: bucket.Rate{Count: 50, Per: time.Second}}
+	if err := queue.EnsureStreams(t.Context(), js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := queue.NewPublisher(js, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, kept := job(t), job(t)
+	for _, j := range []*queue.Job{cancelled, kept} {
+		j.EnqueuedAt = time.Now()
+		at, err := pub.Publish(t.Context(), queue.Backlog, j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Create(t.Context(), jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued, BacklogSeq: at.Sequence}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.Cancel(t.Context(), cancelled.ID); err != nil {
+		t.Fatal(err)
+	}
+	rec := jobstatus.NewRecorder(store, nil, 0)
+	stopRecorder := run(t, rec)
+	ran := make(chan string, 4)
+	w, err := queue.NewWorker(js, queue.WorkerConfig{Queue: cfg, FetchWait: 50 * time.Millisecond, Observe: rec.Observe, StartGate: rec.StartGate},
+		func(_ context.Context, j *queue.Job) error { ran <- j.ID; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	waitFor(t, store, kept.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := queue.Inspect(t.Context(), js, cfg)
+		if err == nil && info.Backlog == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled job was not removed from the backlog within 10s: %+v %v", info, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("worker Run: %v", err)
+	}
+	stopRecorder()
+	close(ran)
+	for id := range ran {
+		if id == cancelled.ID {
+			t.Errorf("the cancelled job %s ran", id)
+		}
+	}
+	if r, _ := store.Get(t.Context(), cancelled.ID); r.State != jobstatus.Cancelled {
+		t.Errorf("the cancelled job's record: %+v, want cancelled", r)
+	}
+}
