@@ -45,6 +45,10 @@ Examples:
   spillctl bench --queue demo --callers 50 --duration 30s
   spillctl bench --queue email --rate 2000/s --duration 1m --keys 100 --warmup 5s
   spillctl bench --via nats --rate 500/s --count 10000 --json
+  spillctl bench --queue demo --callers 64 --batch 100 --keys 1000
+
+--batch N sends batches of N jobs (POST …/jobs:batch, spillway.submitbatch.<queue>);
+--count, --rate and latencies then count batches, verdicts and throughput jobs.
 
 Flags:
 `
@@ -67,6 +71,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	keyHeader := fs.String("key-header", "X-Api-Key", "the `NAME` of the header that carries the client key")
 	payloadBytes := fs.Int("payload-bytes", 128, "`N` bytes of random payload per job")
 	cost := fs.Int64("cost", 0, "`N` units per job, sent as Spillway-Cost (default: the admitter's, 1)")
+	batchSize := fs.Int("batch", 0, "send batches of `N` jobs (1 to 1000) to the batch door; latencies are per batch, verdicts per job (0: single submissions)")
 	var headers headerFlags
 	fs.Var(&headers, "header", "send a header, `NAME=VALUE`, with every job (repeatable)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D` (counted as an error)")
@@ -107,6 +112,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return usageErrorf("spillctl bench: --payload-bytes %d: want 0 or more", *payloadBytes)
 	case *cost < 0:
 		return usageErrorf("spillctl bench: --cost %d: want 1 or more", *cost)
+	case *batchSize < 0 || *batchSize > api.MaxBatchJobs:
+		return usageErrorf("spillctl bench: --batch %d: want 1 to %d (0: single submissions)", *batchSize, api.MaxBatchJobs)
 	case *maxOut < 1:
 		return usageErrorf("spillctl bench: --max-outstanding %d: want 1 or more", *maxOut)
 	case *spin < 0:
@@ -122,6 +129,15 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	// Every job carries the same headers; the payload goes in each one.
 	job := submission{queue: *q, headers: headers, cost: *cost, apiKey: keyOr(*apiKey, getenv)}
 
+	var batch *loadgen.Batch
+	if *batchSize > 0 {
+		batch = &loadgen.Batch{Size: *batchSize, KeyHeader: *keyHeader, Payload: payload, Header: map[string]string{}}
+		batch.Keys, cfg.Keys = cfg.Keys, nil // the batch spreads its jobs over them
+		headers.each(func(k, v string) { batch.Header[k] = v })
+		if *cost > 0 {
+			batch.Header[api.HeaderCost] = strconv.FormatInt(*cost, 10)
+		}
+	}
 	var where string
 	switch *via {
 	case "http":
@@ -139,6 +155,14 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		defer a.client.CloseIdleConnections()
 		where = a.base + jobsPath(*q)
 		cfg.Target = &loadgen.HTTPTarget{Client: a.client, URL: where, Header: h, KeyHeader: *keyHeader, Payload: payload}
+		if batch != nil {
+			where += ":batch"
+			h := http.Header{}
+			if job.apiKey != "" {
+				h.Set("Authorization", "Bearer "+job.apiKey)
+			}
+			cfg.Target = &loadgen.HTTPBatchTarget{Client: a.client, URL: where, Header: h, Batch: batch}
+		}
 	case "nats":
 		nc, err := connectNATS(*natsURL, "spillctl bench")
 		if err != nil {
@@ -149,6 +173,10 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		job.setHeaders(h)
 		where = *natsURL + " " + api.SubmitPrefix + *q
 		cfg.Target = &loadgen.NATSTarget{Conn: nc, Subject: api.SubmitPrefix + *q, Header: h, KeyHeader: *keyHeader, Payload: payload, Timeout: *timeout}
+		if batch != nil {
+			where = *natsURL + " " + api.SubmitBatchPrefix + *q
+			cfg.Target = &loadgen.NATSBatchTarget{Conn: nc, Subject: api.SubmitBatchPrefix + *q, Batch: batch, Timeout: *timeout}
+		}
 	default:
 		return usageErrorf("spillctl bench: --via %q: want http or nats", *via)
 	}
@@ -156,7 +184,11 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		cfg.Progress = func(p loadgen.Progress) { fmt.Fprintln(stderr, formatProgress(p)) }
 	}
 	if !*asJSON {
-		fmt.Fprintln(stdout, describeBench(where, cfg, *keyHeader, *payloadBytes))
+		line := describeBench(where, cfg, *keyHeader, *payloadBytes)
+		if batch != nil {
+			line += fmt.Sprintf(", batches of %d jobs over %d key%s (latencies per batch, verdicts and throughput per job)", batch.Size, len(batch.Keys), plural(len(batch.Keys)))
+		}
+		fmt.Fprintln(stdout, line)
 	}
 
 	rep, err := loadgen.Run(ctx, cfg)

@@ -149,6 +149,7 @@ type Admitter struct {
 	cfg       atomic.Pointer[config.Config]
 	positions *positions
 	retry     *retryAfters
+	batches   reservations // batch.go
 }
 
 // New returns an admitter for cfg. The queues' streams must exist
@@ -193,43 +194,17 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	// the shadow tiers too (shadow.go).
 	full := q
 	q = enforcing(q)
-	cost := r.Cost
-	if cost == 0 {
-		cost = 1
-	}
-	if cost < 1 {
-		return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
-	}
-	for _, l := range q.Limits {
-		// No wait would ever admit it: the request's fault, not a limit.
-		if quota := l.Limit.Quota(); cost > quota {
-			return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
-				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, l.Name, l.Limit, quota)}
-		}
-	}
-	if r.Priority < queue.High || r.Priority > queue.Low {
-		return Answer{}, &Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority,
-			Detail: fmt.Sprintf("%s %s: want high, normal or low", api.HeaderPriority, r.Priority)}
-	}
-	tiers, jobKey, err := tiersFor(full, r)
+	c, err := check(full, q, r, a.o.Now)
 	if err != nil {
 		return Answer{}, err
 	}
-	arrived := a.o.Now()
-	notBefore, err := r.Schedule.start(q, arrived)
-	if err != nil {
-		return Answer{}, err
-	}
-	if late := r.Schedule.tooLate(arrived, notBefore); late > 0 {
+	if c.late > 0 {
 		// Too late whatever the tiers say: nothing is asked, nothing taken.
-		ans := waitTooLong(Answer{}, q.Name, late)
+		ans := waitTooLong(Answer{}, q.Name, c.late)
 		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
 		return ans, nil
 	}
-	if len(r.IdempotencyKey) > MaxIdempotencyKeyLen {
-		return Answer{}, &Error{Type: api.ProblemBadRequest, Field: api.HeaderIdempotencyKey,
-			Detail: fmt.Sprintf("idempotency key of %d bytes: want at most %d", len(r.IdempotencyKey), MaxIdempotencyKeyLen)}
-	}
+	tiers, jobKey, cost, notBefore := c.tiers, c.jobKey, c.cost, c.notBefore
 
 	var claim *claim
 	id := ""
@@ -261,84 +236,194 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	return ans, err
 }
 
+// checked is a submission that check found valid: the tiers to decide,
+// the job's key and cost, and when its schedule lets it start (zero: at
+// once). late > 0: it would start after its max-wait whatever the tiers
+// say, and is to be answered wait-too-long with nothing taken.
+type checked struct {
+	tiers     []bucket.Tier
+	jobKey    string
+	cost      int64
+	notBefore time.Time
+	late      time.Duration
+}
+
+// check validates a submission to q (the queue's enforcing tiers; full
+// with its shadow tiers too) before anything is taken: its cost,
+// priority, keys, schedule (from its arrival, read from now once its keys
+// are known good) and idempotency key. A batch checks each of its jobs
+// with it.
+func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, error) {
+	cost := r.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	if cost < 1 {
+		return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
+	}
+	for _, l := range q.Limits {
+		// No wait would ever admit it: the request's fault, not a limit.
+		if quota := l.Limit.Quota(); cost > quota {
+			return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
+				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, l.Name, l.Limit, quota)}
+		}
+	}
+	if r.Priority < queue.High || r.Priority > queue.Low {
+		return checked{}, &Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority,
+			Detail: fmt.Sprintf("%s %s: want high, normal or low", api.HeaderPriority, r.Priority)}
+	}
+	tiers, jobKey, err := tiersFor(full, r)
+	if err != nil {
+		return checked{}, err
+	}
+	arrived := now()
+	notBefore, err := r.Schedule.start(q, arrived)
+	if err != nil {
+		return checked{}, err
+	}
+	c := checked{tiers: tiers, jobKey: jobKey, cost: cost, notBefore: notBefore}
+	if c.late = r.Schedule.tooLate(arrived, notBefore); c.late > 0 {
+		return c, nil
+	}
+	if len(r.IdempotencyKey) > MaxIdempotencyKeyLen {
+		return checked{}, &Error{Type: api.ProblemBadRequest, Field: api.HeaderIdempotencyKey,
+			Detail: fmt.Sprintf("idempotency key of %d bytes: want at most %d", len(r.IdempotencyKey), MaxIdempotencyKeyLen)}
+	}
+	return c, nil
+}
+
 func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string, notBefore time.Time) (Answer, error) {
 	d, src, err := a.o.Store.DecideFrom(ctx, q.Name, tiers, cost)
 	if err != nil {
-		if errors.Is(err, ErrStoreUnavailable) {
-			return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "the bucket store is unreachable and the failure mode is closed",
-				RetryAfter: d.RetryAfter, Err: err}
-		}
-		if errors.Is(err, bucket.ErrInvalidCost) {
-			return Answer{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d", cost), Err: err}
-		}
-		return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "deciding", RetryAfter: time.Second, Err: err}
+		return Answer{}, decideError(err, d, cost)
 	}
-	ans := Answer{Decision: d, Limit: q.Limits[d.Tier].Limit, Source: src}
-	ans.Reply.Queue = q.Name
+	p, err := a.stage(ctx, q, r, tiers, jobKey, cost, id, notBefore, d, src)
+	if err != nil {
+		return Answer{}, err
+	}
+	if p.j == nil {
+		return p.ans, nil
+	}
+	stored, err := a.o.Publisher.Publish(ctx, p.dest, p.j)
+	return a.finish(ctx, p, stored, err)
+}
+
+// decideError is the answer to a decision the store could not take.
+func decideError(err error, d bucket.Decision, cost int64) error {
+	if errors.Is(err, ErrStoreUnavailable) {
+		return &Error{Type: api.ProblemUnavailable, Detail: "the bucket store is unreachable and the failure mode is closed",
+			RetryAfter: d.RetryAfter, Err: err}
+	}
+	if errors.Is(err, bucket.ErrInvalidCost) {
+		return &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d", cost), Err: err}
+	}
+	return &Error{Type: api.ProblemUnavailable, Detail: "deciding", RetryAfter: time.Second, Err: err}
+}
+
+// placing is a decided job on its way to its stream: what stage made of
+// the decision, for finish to answer once JetStream has answered the
+// publish.
+type placing struct {
+	q      *config.Queue
+	r      *Request
+	tiers  []bucket.Tier
+	jobKey string
+	cost   int64
+	src    Source
+	now    time.Time
+	ans    Answer
+	// j is the job to publish to dest; nil when the answer is final
+	// (rejected by the tiers, or refused as too late).
+	j    *queue.Job
+	dest queue.Destination
+	// refunded: stage gave the decision's units back (a batch then
+	// decides the jobs after it again).
+	refunded bool
+}
+
+// stage turns decision d of a submission (notBefore: when its schedule
+// lets it start, zero: at once) into the job to publish and its
+// destination, or into the final answer when the tiers rejected it or it
+// would start after its max-wait (its units given back).
+func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string, notBefore time.Time, d bucket.Decision, src Source) (*placing, error) {
+	p := &placing{q: q, r: r, tiers: tiers, jobKey: jobKey, cost: cost, src: src}
+	p.ans = Answer{Decision: d, Limit: q.Limits[d.Tier].Limit, Source: src}
+	p.ans.Reply.Queue = q.Name
 	if d.Verdict == bucket.Rejected {
-		ans.Reply.Status = api.Rejected
-		ans.Reply.Type = api.ProblemRateLimited
-		ans.Reply.RetryAfterMS = retryAfterMS(d.RetryAfter)
-		return ans, nil
+		p.ans.Reply.Status = api.Rejected
+		p.ans.Reply.Type = api.ProblemRateLimited
+		p.ans.Reply.RetryAfterMS = retryAfterMS(d.RetryAfter)
+		return p, nil
 	}
 	if id == "" {
+		var err error
 		if id, err = queue.NewJobID(); err != nil {
 			a.refund(ctx, src, q.Name, tiers, cost, d)
-			return Answer{}, &Error{Type: api.ProblemInternal, Detail: "making a job id", Err: err}
+			p.refunded = true
+			return p, &Error{Type: api.ProblemInternal, Detail: "making a job id", Err: err}
 		}
 	}
-	now := a.o.Now()
+	p.now = a.o.Now()
 	// The weight is the key's under the configuration this submission
 	// read (a reload applies to later jobs), stamped on the job so that
 	// the drain weighs keys without matching raw keys against rules.
-	j := &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: now, Header: r.Trace,
+	p.j = &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: p.now, Header: r.Trace,
 		Priority: r.Priority, Weight: q.Backlog.Fairness.WeightOf(jobKey)}
-	dest := queue.Ready
-	if d.Verdict != bucket.Admitted || notBefore.After(now) {
-		dest = queue.Backlog
+	p.dest = queue.Ready
+	if d.Verdict != bucket.Admitted || notBefore.After(p.now) {
+		p.dest = queue.Backlog
 		// The latest not-before of the tiers, whichever verdict is the
 		// worst: an excess job must still wait for a leaky tier that
 		// queued it. A scheduled job waits in the backlog for the later
 		// of its own time and the tiers'; its units are taken now.
 		if d.NotBefore.After(d.At) {
-			j.NotBefore = d.NotBefore
+			p.j.NotBefore = d.NotBefore
 		}
-		if notBefore.After(j.NotBefore) {
-			j.NotBefore, ans.Scheduled = notBefore, true
+		if notBefore.After(p.j.NotBefore) {
+			p.j.NotBefore, p.ans.Scheduled = notBefore, true
 		}
-		if late := r.Schedule.tooLate(now, a.backlogStartIf(ctx, q, r.Schedule, j.NotBefore, now)); late > 0 {
-			return a.refuseLate(ctx, ans, src, q, tiers, cost, late), nil
+		if late := r.Schedule.tooLate(p.now, a.backlogStartIf(ctx, q, r.Schedule, p.j.NotBefore, p.now)); late > 0 {
+			p.ans, p.j, p.refunded = a.refuseLate(ctx, p.ans, src, q, tiers, cost, late), nil, true
+			return p, nil
 		}
-		j.ExpiresAt = expiresAt(r.Schedule, now)
+		p.j.ExpiresAt = expiresAt(r.Schedule, p.now)
 	}
-	stored, err := a.o.Publisher.Publish(ctx, dest, j)
+	return p, nil
+}
+
+// finish answers a staged job once JetStream has answered its publish
+// (stored, err): a READY that is full sends it to the backlog, a backlog
+// that refuses it gives its units back.
+func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, err error) (Answer, error) {
+	q, r, j, d, ans := p.q, p.r, p.j, p.ans.Decision, p.ans
+	dest := p.dest
 	if errors.Is(err, queue.ErrReadyFull) {
 		// Workers are down or far behind. The tiers admitted the job:
 		// it waits in the backlog instead, its units still taken, and
 		// starts at the leak rate from there (or expires, with a max-wait).
 		ans.ReadyFull = true
 		dest = queue.Backlog
-		j.ExpiresAt = expiresAt(r.Schedule, now)
+		j.ExpiresAt = expiresAt(r.Schedule, p.now)
 		stored, err = a.o.Publisher.Publish(ctx, dest, j)
 	}
 	switch {
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrKeyQueueFull):
-		a.refund(ctx, src, q.Name, tiers, cost, d)
+		a.refund(ctx, p.src, q.Name, p.tiers, p.cost, d)
 		if d.Consumed&(1<<d.Tier) != 0 {
-			ans.Refunded = cost
+			ans.Refunded = p.cost
 		}
 		ans.Reply.Status = api.Rejected
 		ans.Reply.Type = api.ProblemQueueFull
 		if errors.Is(err, queue.ErrKeyQueueFull) {
 			ans.Reply.Type = api.ProblemKeyFull
 		}
-		ans.Reply.RetryAfterMS = retryAfterMS(a.retryAfter(ctx, q, jobKey, errors.Is(err, queue.ErrKeyQueueFull)))
+		ans.Reply.RetryAfterMS = retryAfterMS(a.retryAfter(ctx, q, p.jobKey, errors.Is(err, queue.ErrKeyQueueFull)))
 		return ans, nil
 	case errors.Is(err, nats.ErrMaxPayload):
 		// Refused by the client before it was sent: the job, with its
 		// headers, is larger than the NATS server takes. No retry can
 		// store it, and it took nothing.
-		a.refund(ctx, src, q.Name, tiers, cost, d)
+		a.refund(ctx, p.src, q.Name, p.tiers, p.cost, d)
 		return Answer{}, &Error{Type: api.ProblemTooLarge,
 			Detail: fmt.Sprintf("a payload of %d bytes, with the job's headers, is over the NATS server's max_payload", len(r.Payload)), Err: err}
 	case err != nil:
@@ -346,7 +431,7 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 		// with the same idempotency key stores the job at most once).
 		return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "storing the job in JetStream", RetryAfter: time.Second, Err: err, mayBeStored: true}
 	}
-	ans.Reply.ID = id
+	ans.Reply.ID = j.ID
 	if dest == queue.Ready {
 		ans.Reply.Status = api.Admitted
 	} else {
@@ -357,7 +442,7 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 		}
 		pos := a.positions.position(q.Name, stored.Sequence)
 		ans.Reply.Position = pos
-		est := estimatedStart(now, j.NotBefore, pos, q.Backlog.LeakRate).UTC()
+		est := estimatedStart(p.now, j.NotBefore, pos, q.Backlog.LeakRate).UTC()
 		ans.Reply.EstimatedStart = &est
 	}
 	if a.o.OnStored != nil {

@@ -45,6 +45,8 @@ type setupOptions struct {
 	staleAfter time.Duration
 	// run starts Admitter.Run (backlog positions) until the test ends.
 	run bool
+	// now, if set, is the admitter's clock.
+	now func() time.Time
 }
 
 // setup builds an admitter for the configuration yaml (queues with their
@@ -79,6 +81,9 @@ func setup(t *testing.T, yaml string, o setupOptions) (*admit.Admitter, *testBun
 	b.Store.OnFallback = m.FailureMode
 	opts := b.Options()
 	opts.Metrics = m
+	if o.now != nil {
+		opts.Now = o.now
+	}
 	a, err := admit.New(b.Config, opts)
 	if err != nil {
 		t.Fatal(err)

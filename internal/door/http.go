@@ -55,6 +55,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 	h := &httpDoor{o: o}
 	routes := []route{
 		{http.MethodPost, "/v1/queues/{queue}/jobs", h.submit},
+		{http.MethodPost, "/v1/queues/{queue}/jobs:batch", h.submitBatch}, // batch.go
 		{http.MethodGet, "/v1/jobs/{id}", h.auth(h.job)},
 		{http.MethodDelete, "/v1/jobs/{id}", h.auth(h.cancel)}, // cancel.go
 		{http.MethodGet, "/v1/queues", h.auth(h.queues)},
@@ -162,26 +163,17 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Unreadable body", Detail: err.Error()})
 		return
 	}
-	req := &admit.Request{
-		Queue:          name,
-		Payload:        body,
-		Header:         r.Header.Get,
-		Peer:           clientIP(r, cfg.HTTP.TrustedProxies),
-		IdempotencyKey: r.Header.Get(api.HeaderIdempotencyKey),
-		Trace:          traceHeaders(r.Header.Get),
-	}
-	if req.Cost, err = parseCost(r.Header.Get(api.HeaderCost)); err != nil {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadCost, Title: "Bad cost", Field: api.HeaderCost, Detail: err.Error()})
+	req, bad := requestOf(name, body, r.Header.Get, false)
+	if bad != nil && scheduleHeader(bad.Field) {
+		// Answered as Submit's own bad requests are.
+		h.submitError(w, r, name, bad)
 		return
 	}
-	if req.Priority, err = parsePriority(r.Header.Get(api.HeaderPriority)); err != nil {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadPriority, Title: "Bad priority", Field: api.HeaderPriority, Detail: err.Error()})
+	if bad != nil {
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: bad.Type, Title: titleOf(bad.Type), Field: bad.Field, Detail: bad.Detail})
 		return
 	}
-	if req.Schedule, err = admit.ParseSchedule(r.Header.Get); err != nil {
-		h.submitError(w, r, name, err)
-		return
-	}
+	req.Peer = clientIP(r, cfg.HTTP.TrustedProxies)
 	ans, err := h.o.Admitter.Submit(r.Context(), req)
 	if err != nil {
 		h.submitError(w, r, name, err)

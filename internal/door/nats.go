@@ -25,6 +25,7 @@ type NATSDoor struct {
 	admitter *admit.Admitter
 	logger   *slog.Logger
 	sub      *nats.Subscription
+	batchSub *nats.Subscription // spillway.submitbatch.* (batch.go)
 	sem      chan struct{}
 	wg       sync.WaitGroup
 	// Timeout bounds one submission (default 10s).
@@ -55,6 +56,9 @@ func (d *NATSDoor) Start() error {
 		return err
 	}
 	d.sub = sub
+	if err := d.startBatch(); err != nil {
+		return err
+	}
 	return d.nc.Flush()
 }
 
@@ -62,6 +66,13 @@ func (d *NATSDoor) Start() error {
 // already received are answered) and waits for those in progress, or for
 // ctx.
 func (d *NATSDoor) Stop(ctx context.Context) error {
+	// The batch subscription is drained first, waiting for nothing: its
+	// answers in progress are in d.wg, which the submit door's drain
+	// waits for with its own.
+	var none sync.WaitGroup
+	if err := drainAndWait(ctx, d.batchSub, &none); err != nil {
+		return err
+	}
 	return drainAndWait(ctx, d.sub, &d.wg)
 }
 
@@ -113,35 +124,15 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 		return
 	}
 	get := func(k string) string { return headerGet(m.Header, k) }
-	cost, err := parseCost(get(api.HeaderCost))
-	if err != nil {
-		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadCost, err.Error()
-		d.reply(m, rep)
-		return
-	}
-	prio, err := parsePriority(get(api.HeaderPriority))
-	if err != nil {
-		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadPriority, err.Error()
-		d.reply(m, rep)
-		return
-	}
-	idem := get(api.HeaderIdempotencyKey)
-	if idem == "" {
-		idem = get(api.HeaderMsgID)
-	}
-	sched, err := admit.ParseSchedule(get)
-	var bad *admit.Error
-	if errors.As(err, &bad) { // the only error ParseSchedule returns
+	req, bad := requestOf(name, m.Data, get, true)
+	if bad != nil {
 		rep.Status, rep.Type, rep.Error = api.Failed, bad.Type, bad.Detail
 		d.reply(m, rep)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
-	ans, err := d.admitter.Submit(ctx, &admit.Request{
-		Queue: name, Payload: m.Data, Header: get, NoPeer: true, Cost: cost, Priority: prio, IdempotencyKey: idem, Trace: traceHeaders(get),
-		Schedule: sched,
-	})
+	ans, err := d.admitter.Submit(ctx, req)
 	if err != nil {
 		var e *admit.Error
 		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemInternal, err.Error()

@@ -289,7 +289,15 @@ func (r *runner) submit(req Request, since time.Time, measured bool) {
 	n := r.outstanding.Add(1)
 	for m := r.maxOutstanding.Load(); n > m && !r.maxOutstanding.CompareAndSwap(m, n); m = r.maxOutstanding.Load() {
 	}
-	o := r.cfg.Target.Submit(r.ctx, req)
+	var o Outcome
+	var jobs []Outcome // a batch's (batch.go)
+	if jt, ok := r.cfg.Target.(JobsTarget); ok {
+		if jobs = jt.SubmitJobs(r.ctx, req); jobs == nil {
+			o = Outcome{Failed, "canceled"}
+		}
+	} else {
+		o = r.cfg.Target.Submit(r.ctx, req)
+	}
 	now := time.Now()
 	r.outstanding.Add(-1)
 	r.answered.Add(1)
@@ -302,7 +310,13 @@ func (r *runner) submit(req Request, since time.Time, measured bool) {
 		r.rep.Warmup++
 	default:
 		r.rep.Latency.Record(int64(now.Sub(since)))
-		r.rep.Counts.add(o)
+		if jobs != nil {
+			for _, j := range jobs {
+				r.rep.Counts.add(j)
+			}
+		} else {
+			r.rep.Counts.add(o)
+		}
 		if now.After(r.lastAnswer) {
 			r.lastAnswer = now
 		}

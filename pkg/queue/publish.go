@@ -118,37 +118,64 @@ type Stored struct {
 // stores it at most once. A publish whose caller has gone keeps its slot
 // until JetStream answers it, so maxInFlight bounds what is on the wire.
 func (p *Publisher) Publish(ctx context.Context, d Destination, j *Job) (Stored, error) {
-	m, err := j.message(d)
+	t, err := p.Begin(ctx, d, j)
 	if err != nil {
 		return Stored{}, err
+	}
+	return t.Wait(ctx)
+}
+
+// InFlight is a publish begun by Begin, whose result Wait returns.
+type InFlight struct {
+	pb *publish
+	d  Destination
+	id string
+}
+
+// Begin hands j to the sender and returns without waiting for its PubAck:
+// jobs begun one after the other are sent in that order, so a caller can
+// pipeline a run of jobs and keep their order in the streams. Wait for
+// each returned InFlight (its slot is held until JetStream answers). The
+// errors are Publish's, for a job that was not sent.
+func (p *Publisher) Begin(ctx context.Context, d Destination, j *Job) (*InFlight, error) {
+	m, err := j.message(d)
+	if err != nil {
+		return nil, err
 	}
 	// Set here rather than with jetstream.WithExpectStream: the same
 	// header, without an options value built on the sender's path.
 	m.Header.Set(jetstream.ExpectedStreamHeader, StreamName(j.Queue, d))
 	// Checked first: select picks at random when a slot is free too.
 	if err := ctx.Err(); err != nil {
-		return Stored{}, fmt.Errorf("queue: publishing job %s: not sent: %w", j.ID, err)
+		return nil, fmt.Errorf("queue: publishing job %s: not sent: %w", j.ID, err)
 	}
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
-		return Stored{}, fmt.Errorf("queue: publishing job %s: not sent: %w", j.ID, ctx.Err())
+		return nil, fmt.Errorf("queue: publishing job %s: not sent: %w", j.ID, ctx.Err())
 	}
 	pb := publishPool.Get().(*publish)
 	pb.msg = m
 	p.enqueue(pb)
+	return &InFlight{pb: pb, d: d, id: j.ID}, nil
+}
+
+// Wait returns when JetStream has acknowledged (stored) or refused the
+// job, with Publish's results and errors.
+func (t *InFlight) Wait(ctx context.Context) (Stored, error) {
+	pb := t.pb
 	var r result
 	select {
 	case r = <-pb.done:
 	case <-ctx.Done():
 		// pb is still to be completed; it goes to the garbage collector,
 		// not back to the pool.
-		return Stored{}, fmt.Errorf("queue: publishing job %s: not acknowledged (it may be stored; publish again with the same id): %w", j.ID, ctx.Err())
+		return Stored{}, fmt.Errorf("queue: publishing job %s: not acknowledged (it may be stored; publish again with the same id): %w", t.id, ctx.Err())
 	}
 	pb.msg = nil
 	publishPool.Put(pb)
 	if r.err != nil {
-		return Stored{}, publishError(d, j.ID, r.err)
+		return Stored{}, publishError(t.d, t.id, r.err)
 	}
 	return Stored{Stream: r.ack.Stream, Sequence: r.ack.Sequence, Duplicate: r.ack.Duplicate}, nil
 }

@@ -136,6 +136,8 @@ type Store struct {
 	queue    []*call // decisions waiting for a round trip, oldest first
 	inFlight int     // round trips under way, ≤ maxInFlight
 
+	batchRTs batchSlots // DecideBatch's round trips (batch.go)
+
 	onQueue func(queued int) // tests: after a decision queued
 	calls   sync.Pool        // *call
 	batches sync.Pool        // *[]*call

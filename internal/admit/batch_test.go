@@ -1,0 +1,250 @@
+package admit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/redistest"
+	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// batchTwinConfig: two queues alike, so that one takes a batch and the
+// other the same jobs as single submissions from the same (empty) state.
+// Per client a leaky bucket, and a global token bucket that runs dry, so
+// that keys share a tier; READY and the backlog are small, per key too, so
+// that jobs are moved from a full READY to the backlog, refused by a full
+// backlog or by their key's full share, and given their units back.
+const batchTwinConfig = `
+queues:
+  - name: batch
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 12, delay: 2}
+      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 250}
+    backlog: {capacity: 100, per_key_capacity: 2, leak_rate: 1/s}
+    ready: {capacity: 20}
+  - name: singles
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 12, delay: 2}
+      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 250}
+    backlog: {capacity: 100, per_key_capacity: 2, leak_rate: 1/s}
+    ready: {capacity: 20}
+`
+
+// twinJobs are n submissions with seeded random clients, costs, classes
+// and idempotency keys (some repeated, some bad), for queue q; some are
+// scheduled (a delay, or a time from at), some have a max-wait, which
+// some exceed whatever their tiers say and some in the backlog.
+func twinJobs(q string, n int, at time.Time) []*admit.Request {
+	rng := rand.New(rand.NewPCG(7, 11))
+	out := make([]*admit.Request, n)
+	for i := range out {
+		h := map[string]string{"X-Client": fmt.Sprintf("client-%d", rng.IntN(24))}
+		if i%97 == 13 {
+			delete(h, "X-Client") // bad-key, answered before any tier
+		}
+		r := &admit.Request{Queue: q, Payload: []byte("job " + strconv.Itoa(i)), Cost: int64(1 + rng.IntN(3)),
+			Priority: queue.Priorities[rng.IntN(3)], Header: func(k string) string { return h[k] }}
+		if rng.IntN(5) == 0 {
+			r.IdempotencyKey = "idem-" + strconv.Itoa(rng.IntN(60)) // repeats within the batch
+		}
+		if i%211 == 5 {
+			r.Cost = 50 // over the leaky tier's quota: bad-cost
+		}
+		if i%13 == 4 {
+			r.Schedule.Delay = time.Duration(1+i%7) * time.Minute // scheduled
+		}
+		if i%17 == 9 {
+			w := []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}[i%3]
+			r.Schedule.MaxWait = &w // wait-too-long when the backlog is deep
+		}
+		if i%89 == 3 {
+			w := 10 * time.Minute
+			r.Schedule = admit.Schedule{NotBefore: at.Add(time.Hour), MaxWait: &w} // too late before any tier
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// TestBatchEqualsSingles is the contract of batch submission: 1,000 jobs
+// in one batch get, job by job, the answers the same jobs get as single
+// submissions one after the other from the same state — verdicts, problem
+// types, not-befores, backlog positions (the order the jobs were stored
+// in), duplicates, schedules and max-waits — with a real Redis and an
+// admitter whose clocks are held still, so that both runs decide at the
+// same instant, and a real JetStream.
+func TestBatchEqualsSingles(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	store, err := redisbucket.New(client, redisbucket.WithClock(func() time.Time { return at }), redisbucket.WithPrefix(redistest.KeyPrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := setup(t, batchTwinConfig, setupOptions{primary: store, now: func() time.Time { return at }})
+	ctx := context.Background()
+
+	const n = admit.MaxBatch
+	results, err := a.SubmitBatch(ctx, "batch", twinJobs("batch", n, at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != n {
+		t.Fatalf("%d results for %d jobs", len(results), n)
+	}
+	singles := make([]admit.BatchResult, n)
+	for i, r := range twinJobs("singles", n, at) {
+		ans, err := a.Submit(ctx, r)
+		singles[i] = admit.BatchResult{Answer: ans, Err: err}
+	}
+
+	counts := map[string]int{}
+	firstOf := [2]map[string]int{{}, {}} // job id → index of its first answer
+	for i := range n {
+		got, want := outcome(results[i], firstOf[0], i), outcome(singles[i], firstOf[1], i)
+		counts[want]++
+		if got != want {
+			t.Errorf("job %d: batch %s\n          singles %s", i, got, want)
+		}
+	}
+	t.Logf("outcomes: %d kinds; %v", len(counts), summary(singles))
+	for _, d := range []queue.Destination{queue.Ready, queue.Backlog} {
+		if gb, gs := b.msgs(t, "batch", d), b.msgs(t, "singles", d); gb != gs {
+			t.Errorf("%s: %d jobs after the batch, %d after the singles", d, gb, gs)
+		}
+	}
+	// The runs must have met every case the batch has to get right.
+	s := summary(singles)
+	for _, k := range []string{"admitted", "queued", "rate-limited", "queue-full", "key-full", "duplicate", "bad-key", "bad-cost", "ready-full", "scheduled", "wait-too-long", "wait-too-long-refunded"} {
+		if s[k] == 0 {
+			t.Errorf("no job was %s: the scenario does not test it (%v)", k, s)
+		}
+	}
+}
+
+// outcome is what a result says that both runs must agree on; ids are
+// named by the index of the job that first got them.
+func outcome(r admit.BatchResult, firstOf map[string]int, i int) string {
+	if r.Err != nil {
+		var e *admit.Error
+		if ok := asError(r.Err, &e); ok {
+			return "error " + e.Type + " " + e.Field
+		}
+		return "error " + r.Err.Error()
+	}
+	rep := r.Answer.Reply
+	id := ""
+	if rep.ID != "" {
+		if _, ok := firstOf[rep.ID]; !ok {
+			firstOf[rep.ID] = i
+		}
+		id = "job" + strconv.Itoa(firstOf[rep.ID])
+	}
+	nb := ""
+	if rep.NotBefore != nil {
+		nb = rep.NotBefore.Format(time.RFC3339Nano)
+	}
+	ra := int64(0)
+	if rep.Type == api.ProblemRateLimited || rep.Type == api.ProblemWaitTooLong {
+		ra = rep.RetryAfterMS // the tiers' own, or the max-wait's: the backlog's depends on when it is read
+	}
+	return fmt.Sprintf("%s type=%s id=%s not_before=%s position=%d duplicate=%t ready_full=%t retry_after_ms=%d scheduled=%t refunded=%d",
+		rep.Status, rep.Type, id, nb, rep.Position, rep.Duplicate, r.Answer.ReadyFull, ra, r.Answer.Scheduled, r.Answer.Refunded)
+}
+
+func asError(err error, e **admit.Error) bool {
+	return errors.As(err, e)
+}
+
+// summary counts the kinds of answers.
+func summary(rs []admit.BatchResult) map[string]int {
+	m := map[string]int{}
+	for _, r := range rs {
+		var e *admit.Error
+		switch {
+		case asError(r.Err, &e):
+			m[e.Type[len("https://spillway.dev/problems/"):]]++
+		case r.Err != nil:
+			m["error"]++
+		case r.Answer.Reply.Duplicate:
+			m["duplicate"]++
+		case r.Answer.Reply.Type != "":
+			m[r.Answer.Reply.Type[len("https://spillway.dev/problems/"):]]++
+		default:
+			m[string(r.Answer.Reply.Status)]++
+		}
+		if r.Answer.ReadyFull {
+			m["ready-full"]++
+		}
+		if r.Answer.Scheduled {
+			m["scheduled"]++
+		}
+		if r.Answer.Reply.Type == api.ProblemWaitTooLong && r.Answer.Refunded > 0 {
+			m["wait-too-long-refunded"]++
+		}
+	}
+	return m
+}
+
+// TestBatchShadowTiers: a batch's jobs get from the queue's shadow tiers,
+// job by job, what single submissions of the same jobs get (their
+// Spillway-Shadow values), and the rate-limit headers of its enforcing
+// tiers only.
+func TestBatchShadowTiers(t *testing.T) {
+	t.Parallel()
+	run := func(batch bool) []admit.Answer {
+		a, _ := setup(t, shadowQueue("shadow"), setupOptions{})
+		var reqs []*admit.Request
+		for _, cost := range shadowBurst {
+			r := request("q", "c")
+			r.Cost = cost
+			reqs = append(reqs, r)
+		}
+		var out []admit.Answer
+		if batch {
+			results, err := a.SubmitBatch(context.Background(), "q", reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, res := range results {
+				if res.Err != nil {
+					t.Fatalf("job %d: %v", i, res.Err)
+				}
+				out = append(out, res.Answer)
+			}
+			return out
+		}
+		for _, r := range reqs {
+			out = append(out, submit(t, a, r))
+		}
+		return out
+	}
+	singles, batch := run(false), run(true)
+	wouldNot := 0
+	for i := range singles {
+		s, b := singles[i], batch[i]
+		got := fmt.Sprint(b.Reply.Status, " shadow ", b.Shadow, " policies ", b.RateLimit.Policies)
+		if want := fmt.Sprint(s.Reply.Status, " shadow ", s.Shadow, " policies ", s.RateLimit.Policies); got != want {
+			t.Errorf("job %d: batch %s\n          singles %s", i, got, want)
+		}
+		if len(s.Shadow) != 1 {
+			t.Errorf("job %d: %d shadow decisions, want 1", i, len(s.Shadow))
+		}
+		wouldNot += len(s.ShadowHeader())
+	}
+	if wouldNot == 0 {
+		t.Error("every shadow decision admitted: the burst does not test the batch's shadow decisions")
+	}
+}

@@ -1,0 +1,50 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/spillway-dev/spillway/internal/api"
+)
+
+// TestHTTPBatchTarget: a closed loop of batches counts every job of every
+// batch by its own verdict; the batches spread their jobs over the keys
+// in turn, and carry the payload in base64 and the headers.
+func TestHTTPBatchTarget(t *testing.T) {
+	t.Parallel()
+	keys := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var jobs []api.BatchJob
+		if r.Header.Get("Content-Type") != api.BatchJSON || json.NewDecoder(r.Body).Decode(&jobs) != nil {
+			http.Error(w, "bad batch", http.StatusBadRequest)
+			return
+		}
+		rep := api.BatchReply{Queue: "q"}
+		for i, j := range jobs {
+			keys[j.Headers["X-Client"]]++
+			if *j.PayloadBase64 != "AQI=" || j.Headers[api.HeaderCost] != "2" {
+				http.Error(w, "bad job", http.StatusBadRequest)
+				return
+			}
+			st := api.Admitted
+			if i == 2 {
+				st = api.Rejected
+			}
+			rep.Results = append(rep.Results, api.BatchResult{SubmitReply: api.SubmitReply{Queue: "q", Status: st, Type: "https://spillway.dev/problems/queue-full"}})
+		}
+		_ = json.NewEncoder(w).Encode(rep)
+	}))
+	t.Cleanup(srv.Close)
+	b := &Batch{Size: 3, Keys: []string{"a", "b"}, KeyHeader: "X-Client", Header: map[string]string{api.HeaderCost: "2"}, Payload: []byte{1, 2}}
+	rep := mustRun(t, context.Background(), Config{Callers: 1, Count: 4, Target: &HTTPBatchTarget{Client: srv.Client(), URL: srv.URL, Batch: b}})
+	c := rep.Counts
+	if c.Admitted != 8 || c.Rejected != 4 || c.RejectedBy["queue-full"] != 4 || c.Errors != 0 {
+		t.Errorf("counts %+v: want 8 admitted and 4 rejected (queue-full)", c)
+	}
+	if keys["a"] != 6 || keys["b"] != 6 {
+		t.Errorf("jobs per key %v: want 6 each", keys)
+	}
+}

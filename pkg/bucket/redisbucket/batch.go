@@ -1,0 +1,119 @@
+package redisbucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
+)
+
+var _ bucket.BatchStore = (*Store)(nil)
+
+// batchSlotsPer is how many batches may be under way per round-trip slot
+// of Decide (WithMaxInFlight): a batch's runs go one after the other, so
+// several batches keep Redis as busy as the coalesced round trips do.
+const batchSlotsPer = 4
+
+// DecideBatch decides jobs of one group in order, in runs of up to
+// WithMaxBatch decisions (default 64), each one script run and one round
+// trip, sent one after the other on the caller's goroutine: job i+1
+// always sees what job i left. A run is what a coalesced round trip of
+// Decide carries, so it reads Redis TIME once (or the injected clock once
+// per decision) and WithTimeout bounds each run, and the client's read
+// timeout, which bounds one command or one pipeline, holds for a batch of
+// any length.
+//
+// Batches do not join the coalesced round trips of Decide, and at most
+// four times WithMaxInFlight batches are under way at once: others wait, and their
+// wait does not count against WithTimeout (ctx bounds it). Concurrent
+// decisions of other callers may run between two runs of a batch, as they
+// may between two Decide calls.
+//
+// An error fails the whole batch; the runs before the failure are applied
+// (Redis does not roll a script back), and none after it is sent.
+func (s *Store) DecideBatch(ctx context.Context, group string, jobs []bucket.Job) ([]bucket.Decision, error) {
+	if err := bucket.CheckBatch(jobs); err != nil {
+		return nil, fmt.Errorf("redisbucket: %w", err)
+	}
+	if s.client == nil {
+		return nil, errors.New("redisbucket: the Store was not built with New")
+	}
+	if strings.ContainsAny(group, "{}") {
+		return nil, fmt.Errorf("%w %q: it must not hold '{' or '}'", ErrInvalidGroup, group)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redisbucket: %w", err)
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	// Wait for a round-trip slot of the batches: a batch is many
+	// decisions' work for Redis, and batches queued here rather than in
+	// Redis do not spend one another's timeouts.
+	release, err := s.batchRTs.acquire(ctx, batchSlotsPer*s.maxInFlight)
+	if err != nil {
+		return nil, fmt.Errorf("redisbucket: %w (not decided)", err)
+	}
+	defer release()
+	out := make([]bucket.Decision, 0, len(jobs))
+	calls := make([]*call, 0, s.maxBatch)
+	for lo := 0; lo < len(jobs); lo += s.maxBatch {
+		calls = calls[:0]
+		r := request{blob: make([]byte, headerSize, 1024)}
+		for i := lo; i < min(lo+s.maxBatch, len(jobs)); i++ {
+			c := &call{}
+			s.encode(c, group, jobs[i].Tiers, jobs[i].Cost)
+			calls = append(calls, c)
+			r.keys = append(r.keys, c.keys...)
+			r.blob = append(r.blob, c.buf[headerSize:]...)
+		}
+		putHeader(r.blob, len(calls), s.clock != nil, s.ttlExtra)
+		s.run(ctx, &r, calls)
+		for i, c := range calls {
+			if c.err != nil {
+				return nil, fmt.Errorf("job %d: %w", lo+i, c.err)
+			}
+			out = append(out, c.dec)
+		}
+	}
+	return out, nil
+}
+
+// run sends one script run of a batch, bounded by WithTimeout, and sets
+// its calls' decisions.
+func (s *Store) run(ctx context.Context, r *request, calls []*call) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	cmd := s.client.EvalSha(ctx, scriptSHA, r.keys, r.blob)
+	if isNoScript(cmd.Err()) {
+		cmd = s.client.Eval(ctx, script, r.keys, r.blob)
+	}
+	s.deliver(cmd, calls)
+}
+
+// batchSlots bounds the batches under way in one store.
+type batchSlots struct {
+	once  sync.Once
+	slots chan struct{}
+}
+
+// acquire waits for a slot (n slots in all) or for ctx, and returns the
+// function that gives it back.
+func (b *batchSlots) acquire(ctx context.Context, n int) (func(), error) {
+	b.once.Do(func() { b.slots = make(chan struct{}, n) })
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case b.slots <- struct{}{}:
+		return func() { <-b.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
