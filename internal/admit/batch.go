@@ -467,23 +467,15 @@ func (f *Failover) DecideBatchFrom(ctx context.Context, group string, jobs []buc
 		ds, err := local.DecideBatch(ctx, group, jobs)
 		return ds, FromPrimary, err
 	}
-	if !f.usePrimary() {
-		return f.fallbackBatch(ctx, group, jobs)
-	}
-	ds, err := decideBatch(ctx, f.primary, group, jobs)
-	if err == nil {
-		f.up()
-		return ds, FromPrimary, nil
-	}
-	if isRequestError(err) || ctx.Err() != nil {
-		f.endProbe()
-		return nil, FromPrimary, err
-	}
-	f.down()
-	if f.OnError != nil {
-		f.OnError(err)
-	}
-	return f.fallbackBatch(ctx, group, jobs)
+	return viaPrimary(ctx, f,
+		func() ([]bucket.Decision, error) {
+			ds, err := decideBatch(ctx, f.primary, group, jobs)
+			if err != nil {
+				return nil, err
+			}
+			return ds, nil
+		},
+		func() ([]bucket.Decision, Source, error) { return f.fallbackBatch(ctx, group, jobs) })
 }
 
 // decideBatch decides jobs in s in order: in one call if s is a

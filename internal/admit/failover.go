@@ -143,24 +143,33 @@ func (f *Failover) DecideFrom(ctx context.Context, group string, tiers []bucket.
 		d, err := local.Decide(ctx, group, tiers, cost)
 		return d, FromPrimary, err
 	}
+	return viaPrimary(ctx, f,
+		func() (bucket.Decision, error) { return f.primary.Decide(ctx, group, tiers, cost) },
+		func() (bucket.Decision, Source, error) { return f.fallback(ctx, group, tiers, cost) })
+}
+
+// viaPrimary asks the primary store while it is up, and fallback while it
+// is down or when the primary fails with an outage (which marks it down);
+// an error of the caller's own is returned as it is.
+func viaPrimary[T any](ctx context.Context, f *Failover, primary func() (T, error), fallback func() (T, Source, error)) (T, Source, error) {
 	if !f.usePrimary() {
-		return f.fallback(ctx, group, tiers, cost)
+		return fallback()
 	}
-	d, err := f.primary.Decide(ctx, group, tiers, cost)
+	v, err := primary()
 	if err == nil {
 		f.up()
-		return d, FromPrimary, nil
+		return v, FromPrimary, nil
 	}
 	if isRequestError(err) || ctx.Err() != nil {
 		// The caller's fault or the caller gave up: not an outage.
 		f.endProbe()
-		return d, FromPrimary, err
+		return v, FromPrimary, err
 	}
 	f.down()
 	if f.OnError != nil {
 		f.OnError(err)
 	}
-	return f.fallback(ctx, group, tiers, cost)
+	return fallback()
 }
 
 // isRequestError: the store refused the request itself, which says

@@ -176,15 +176,8 @@ func errorReply(queue string, err error) api.SubmitReply {
 }
 
 func (h *httpDoor) submitBatch(w http.ResponseWriter, r *http.Request) {
-	if !h.o.Keys.Allow(r) {
-		unauthorized(w, r)
-		return
-	}
-	cfg := h.cfg()
-	name := r.PathValue("queue")
-	if cfg.Queue(name) == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
-			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
+	cfg, name, ok := h.submission(w, r)
+	if !ok {
 		return
 	}
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -193,19 +186,8 @@ func (h *httpDoor) submitBatch(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("Content-Type %.80q: want %s (a JSON array of jobs) or %s (one job per line)", r.Header.Get("Content-Type"), api.BatchJSON, api.BatchNDJSON)})
 		return
 	}
-	limit := batchBodyFactor * cfg.HTTP.MaxBodyBytes
-	if r.ContentLength > limit {
-		batchTooLarge(w, r, limit)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			batchTooLarge(w, r, limit)
-			return
-		}
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Unreadable body", Detail: err.Error()})
+	body, ok := readBody(w, r, batchBodyFactor*cfg.HTTP.MaxBodyBytes, batchTooLarge)
+	if !ok {
 		return
 	}
 	reqs, bad, err := readBatch(body, ct == api.BatchNDJSON, name, cfg.HTTP.MaxBodyBytes, false)
@@ -235,24 +217,12 @@ func batchTooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
 // startBatch subscribes to spillway.submitbatch.* in the admitters' queue
 // group, as Start does for single submissions.
 func (d *NATSDoor) startBatch() error {
-	sub, err := d.nc.QueueSubscribe(api.SubmitBatchPrefix+"*", api.AdmitterGroup, d.handleBatch)
+	sub, err := d.subscribe(api.SubmitBatchPrefix, d.answerBatch, 1<<16)
 	if err != nil {
-		return err
-	}
-	if err := sub.SetPendingLimits(1<<16, 1<<30); err != nil {
 		return err
 	}
 	d.batchSub = sub
 	return nil
-}
-
-func (d *NATSDoor) handleBatch(m *nats.Msg) {
-	d.sem <- struct{}{}
-	d.wg.Add(1)
-	go func() {
-		defer func() { <-d.sem; d.wg.Done() }()
-		d.answerBatch(m)
-	}()
 }
 
 func (d *NATSDoor) answerBatch(m *nats.Msg) {
@@ -289,19 +259,7 @@ func (d *NATSDoor) answerBatch(m *nats.Msg) {
 }
 
 func (d *NATSDoor) replyBatch(m *nats.Msg, rep api.BatchReply) {
-	b, err := json.Marshal(rep)
-	if err != nil {
-		d.logger.Error("door: encoding a batch reply", "err", err)
-		return
-	}
-	out := &nats.Msg{Subject: m.Reply, Data: b}
-	if rep.Status != "" {
-		out.Header = nats.Header{}
-		out.Header.Set(api.HeaderStatus, string(rep.Status))
-	}
-	if err := d.nc.PublishMsg(out); err != nil {
-		d.logger.Warn("door: replying to a batch", "queue", rep.Queue, "jobs", len(rep.Results), "err", err)
-	}
+	replyJSON(d.nc, d.logger, m, rep, rep.Status, nil, "queue", rep.Queue, "jobs", len(rep.Results))
 }
 
 // headerLookup looks a job's header up by name, in any case: the name as

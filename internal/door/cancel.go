@@ -2,7 +2,6 @@ package door
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -196,14 +195,5 @@ func (d *NATSCancel) answer(m *nats.Msg) {
 }
 
 func (d *NATSCancel) reply(m *nats.Msg, rep api.CancelReply) {
-	b, err := json.Marshal(rep)
-	if err != nil {
-		d.logger.Error("door: encoding a cancel reply", "err", err)
-		return
-	}
-	out := &nats.Msg{Subject: m.Reply, Data: b, Header: nats.Header{}}
-	out.Header.Set(api.HeaderStatus, string(rep.Status))
-	if err := d.nc.PublishMsg(out); err != nil {
-		d.logger.Warn("door: replying to a cancel", "queue", rep.Queue, "id", rep.ID, "status", rep.Status, "err", err)
-	}
+	replyJSON(d.nc, d.logger, m, rep, rep.Status, nil, "queue", rep.Queue, "id", rep.ID, "status", rep.Status)
 }

@@ -136,31 +136,29 @@ func unauthorized(w http.ResponseWriter, r *http.Request) {
 		Detail: "send a valid API key as Authorization: Bearer KEY or X-Api-Key"})
 }
 
-func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
+// submission checks a submission's API key and queue, answering 401 or
+// 404 itself (ok false).
+func (h *httpDoor) submission(w http.ResponseWriter, r *http.Request) (cfg *config.Config, name string, ok bool) {
 	if !h.o.Keys.Allow(r) {
 		unauthorized(w, r)
-		return
+		return nil, "", false
 	}
-	cfg := h.cfg()
-	name := r.PathValue("queue")
+	cfg, name = h.cfg(), r.PathValue("queue")
 	if cfg.Queue(name) == nil {
 		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
+		return nil, "", false
+	}
+	return cfg, name, true
+}
+
+func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
+	cfg, name, ok := h.submission(w, r)
+	if !ok {
 		return
 	}
-	limit := cfg.HTTP.MaxBodyBytes
-	if r.ContentLength > limit {
-		tooLarge(w, r, limit)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			tooLarge(w, r, limit)
-			return
-		}
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Unreadable body", Detail: err.Error()})
+	body, ok := readBody(w, r, cfg.HTTP.MaxBodyBytes, tooLarge)
+	if !ok {
 		return
 	}
 	req, bad := requestOf(name, body, r.Header.Get, false)
@@ -254,6 +252,26 @@ func retryMS(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// readBody reads a request's body of at most limit bytes. A larger one is
+// answered with tooBig, an unreadable one with 400; ok is false then.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64, tooBig func(http.ResponseWriter, *http.Request, int64)) (body []byte, ok bool) {
+	if r.ContentLength > limit {
+		tooBig(w, r, limit)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			tooBig(w, r, limit)
+			return nil, false
+		}
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Unreadable body", Detail: err.Error()})
+		return nil, false
+	}
+	return body, true
 }
 
 func tooLarge(w http.ResponseWriter, r *http.Request, limit int64) {

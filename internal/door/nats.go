@@ -46,13 +46,8 @@ func NewNATS(nc *nats.Conn, a *admit.Admitter, logger *slog.Logger) *NATSDoor {
 
 // Start subscribes to spillway.submit.* in the admitters' queue group.
 func (d *NATSDoor) Start() error {
-	sub, err := d.nc.QueueSubscribe(api.SubmitPrefix+"*", api.AdmitterGroup, d.handle)
+	sub, err := d.subscribe(api.SubmitPrefix, d.answer, 1<<20)
 	if err != nil {
-		return err
-	}
-	// A burst must wait in the buffer rather than be dropped as a slow
-	// consumer: a dropped request is a producer's timeout.
-	if err := sub.SetPendingLimits(1<<20, 1<<30); err != nil {
 		return err
 	}
 	d.sub = sub
@@ -102,13 +97,27 @@ func drainAndWait(ctx context.Context, sub *nats.Subscription, wg *sync.WaitGrou
 	}
 }
 
-func (d *NATSDoor) handle(m *nats.Msg) {
-	d.sem <- struct{}{}
-	d.wg.Add(1)
-	go func() {
-		defer func() { <-d.sem; d.wg.Done() }()
-		d.answer(m)
-	}()
+// subscribe takes prefix.* in the admitters' queue group and answers each
+// request with answer, in a goroutine of its own, at most MaxConcurrentNATS
+// at once. A burst waits in the buffer, up to pending requests, rather
+// than be dropped as a slow consumer: a dropped request is a producer's
+// timeout.
+func (d *NATSDoor) subscribe(prefix string, answer func(*nats.Msg), pending int) (*nats.Subscription, error) {
+	sub, err := d.nc.QueueSubscribe(prefix+"*", api.AdmitterGroup, func(m *nats.Msg) {
+		d.sem <- struct{}{}
+		d.wg.Add(1)
+		go func() {
+			defer func() { <-d.sem; d.wg.Done() }()
+			answer(m)
+		}()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.SetPendingLimits(pending, 1<<30); err != nil {
+		return nil, err
+	}
+	return sub, nil
 }
 
 func (d *NATSDoor) answer(m *nats.Msg) {
@@ -153,18 +162,34 @@ func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) { d.replyWith(m, rep,
 // replyWith replies with rep and a Spillway-Shadow header of each of
 // shadow's values.
 func (d *NATSDoor) replyWith(m *nats.Msg, rep api.SubmitReply, shadow []string) {
-	b, err := json.Marshal(rep)
+	var extra nats.Header
+	if len(shadow) > 0 {
+		extra = nats.Header{api.HeaderShadow: shadow}
+	}
+	replyJSON(d.nc, d.logger, m, rep, rep.Status, extra, "queue", rep.Queue, "id", rep.ID, "status", rep.Status)
+}
+
+// replyJSON answers request m with v in JSON and the Spillway-Status
+// header of status (none when empty), and extra's headers; a reply that
+// cannot be sent is logged with logArgs.
+func replyJSON(nc *nats.Conn, log *slog.Logger, m *nats.Msg, v any, status api.Status, extra nats.Header, logArgs ...any) {
+	b, err := json.Marshal(v)
 	if err != nil {
-		d.logger.Error("door: encoding a reply", "err", err)
+		log.Error("door: encoding a reply", "err", err)
 		return
 	}
-	out := &nats.Msg{Subject: m.Reply, Data: b, Header: nats.Header{}}
-	out.Header.Set(api.HeaderStatus, string(rep.Status))
-	for _, v := range shadow {
-		out.Header.Add(api.HeaderShadow, v)
+	out := &nats.Msg{Subject: m.Reply, Data: b}
+	if status != "" || len(extra) > 0 {
+		out.Header = nats.Header{}
+		for k, vs := range extra {
+			out.Header[k] = vs
+		}
+		if status != "" {
+			out.Header.Set(api.HeaderStatus, string(status))
+		}
 	}
-	if err := d.nc.PublishMsg(out); err != nil {
-		d.logger.Warn("door: replying", "queue", rep.Queue, "id", rep.ID, "status", rep.Status, "err", err)
+	if err := nc.PublishMsg(out); err != nil {
+		log.Warn("door: replying", append(logArgs, "err", err)...)
 	}
 }
 
