@@ -126,10 +126,15 @@ func (d *drainer) take(ctx context.Context) {
 		if err == nil {
 			for msg := range batch.Messages() {
 				got = true
+				seq, start, ok := d.grantOf(ctx, msg)
+				if !ok {
+					d.r.slots.unreserve()
+					continue
+				}
 				d.mu.Lock()
 				d.waiting[msg] = struct{}{}
 				d.mu.Unlock()
-				d.starts.Go(func() { d.start(ctx, msg) })
+				d.starts.Go(func() { d.start(ctx, msg, seq, start) })
 			}
 			err = batch.Error()
 		}
@@ -148,37 +153,43 @@ func (d *drainer) take(ctx context.Context) {
 
 // start waits for a grant's booked start and runs its job in the slot
 // reserved for it.
-func (d *drainer) start(ctx context.Context, msg jetstream.Msg) {
+// grantOf reads a grant: the job's backlog sequence and its start. A
+// grant taken again after a worker died, or taken more than a start's
+// share of the leak after its booked start (every handler was busy), has
+// its start spent: it is booked anew here, in the order the grants come,
+// so that a key's jobs keep their order and starts never crowd. ok is
+// false for a grant that was dropped or handed back.
+func (d *drainer) grantOf(ctx context.Context, msg jetstream.Msg) (seq uint64, start time.Time, ok bool) {
+	seq, err := strconv.ParseUint(msg.Headers().Get(headerGrantSeq), 10, 64)
+	at, err2 := strconv.ParseInt(msg.Headers().Get(headerGrantStart), 10, 64)
+	if err != nil || err2 != nil {
+		d.w.log.Error("a grant names no backlog job; dropped", "seq", msg.Headers().Get(headerGrantSeq), "start", msg.Headers().Get(headerGrantStart))
+		_ = msg.Term()
+		return 0, time.Time{}, false
+	}
+	start = time.Unix(0, at)
+	meta, _ := msg.Metadata()
+	if (meta != nil && meta.NumDelivered > 1) || time.Since(start) > d.period {
+		wait, err := d.book(ctx)
+		if err != nil {
+			d.handBack(msg, time.Second, err)
+			return 0, time.Time{}, false
+		}
+		start = time.Now().Add(wait)
+	}
+	return seq, start, true
+}
+
+// start waits for a grant's start and runs its job in the slot reserved
+// for it.
+func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, start time.Time) {
 	defer func() {
 		d.mu.Lock()
 		delete(d.waiting, msg)
 		d.mu.Unlock()
 	}()
-	seq, err := strconv.ParseUint(msg.Headers().Get(headerGrantSeq), 10, 64)
-	at, err2 := strconv.ParseInt(msg.Headers().Get(headerGrantStart), 10, 64)
-	if err != nil || err2 != nil {
-		d.w.log.Error("a grant names no backlog job; dropped", "seq", msg.Headers().Get(headerGrantSeq), "start", msg.Headers().Get(headerGrantStart))
-		d.r.slots.unreserve()
-		_ = msg.Term()
-		return
-	}
 	stop := heartbeat(msg, d.w.cfg.AckWait/3)
-	start := time.Unix(0, at)
-	meta, _ := msg.Metadata()
-	// Taken again after a worker died, or late because every handler was
-	// busy: its booked start is spent. Book a new one, so that starts
-	// never crowd.
-	if (meta != nil && meta.NumDelivered > 1) || time.Since(start) > max(2*d.period, 50*time.Millisecond) {
-		wait, err := d.w.cfg.Pacer.Reserve(ctx)
-		if err != nil {
-			stop()
-			d.r.slots.unreserve()
-			d.handBack(msg, time.Second, err)
-			return
-		}
-		start = time.Now().Add(wait)
-	}
-	err = sleep(ctx, time.Until(start))
+	err := sleep(ctx, time.Until(start))
 	if err == nil && d.paused(ctx) {
 		// A pushback came after the start was booked: book again, after
 		// the pause.
@@ -338,6 +349,13 @@ type leader struct {
 	aheadAt     time.Time
 }
 
+// bookAhead is how many starts ahead of the next one due the leader
+// books, so that a grant reaches a worker before its start even when the
+// leader or the worker is slow for a moment: a grant taken more than one
+// start late is booked again (grantOf), and every late booking is a start
+// the leak loses.
+const bookAhead = 2
+
 // demandFresh is how long the leader trusts that its grants are being
 // taken before it asks the grants consumer again: at most that much of the
 // leak's starts can be granted ahead of the workers.
@@ -396,7 +414,7 @@ func (l *leader) run(ctx context.Context) {
 			continue
 		}
 		if pipe != nil {
-			select { // book at most one start ahead of the next one due
+			select { // book at most bookAhead starts ahead of the next one due
 			case <-pipe:
 			case <-ctx.Done():
 				return
@@ -556,8 +574,8 @@ func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
 	return p
 }
 
-// demand waits until the grants published so far are being taken: fewer
-// than two wait for a worker. It reports false if the caller should look
+// demand waits until the grants published so far are being taken: at
+// most bookAhead wait for a worker. It reports false if the caller should look
 // at the backlog again first.
 func (l *leader) demand(ctx context.Context) bool {
 	if time.Since(l.takenAt) < demandFresh {
@@ -567,7 +585,7 @@ func (l *leader) demand(ctx context.Context) bool {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		info, err := l.d.grants.Info(rctx)
 		cancel()
-		if err == nil && info.NumPending < 2 {
+		if err == nil && info.NumPending <= bookAhead {
 			l.takenAt = time.Now()
 			return true
 		}
@@ -582,8 +600,8 @@ func (l *leader) demand(ctx context.Context) bool {
 }
 
 // grantNext picks the next job, books its start and grants it. The
-// returned channel closes one start before the booked one, when the next
-// start may be booked.
+// returned channel closes bookAhead starts before the booked one, when the
+// next start may be booked.
 func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	now := time.Now()
 	f, j, ok := l.sched.pick(now.UnixNano())
@@ -629,7 +647,7 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	}
 	l.stats.add(tokenOf(f.subject), start)
 	next := make(chan struct{})
-	time.AfterFunc(time.Until(start)-l.d.period, func() { close(next) })
+	time.AfterFunc(time.Until(start)-bookAhead*l.d.period, func() { close(next) })
 	return next
 }
 
