@@ -214,6 +214,9 @@ type Worker struct {
 	cfg    WorkerConfig
 	handle Handler
 	log    *slog.Logger
+	// pause is the queue's pause state (docs/design.md#pause), followed
+	// while Run runs.
+	pause *Pauser
 
 	randMu sync.Mutex
 }
@@ -270,6 +273,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	d := newDrainer(w, r, deps.grants, deps.backlog, deps.gstream, deps.kv)
 
 	var loops sync.WaitGroup
+	// The pause state is read before the first pull, so that a worker
+	// started while its queue is paused starts nothing.
+	w.pause = newPauser()
+	if st, err := ReadPause(ctx, w.js, w.cfg.Queue.Name); err == nil {
+		w.pause.set(st.Paused)
+	} else {
+		w.log.Warn("reading the queue's pause state failed; the watch reads it again", "error", err)
+	}
+	loops.Go(func() { w.pause.run(ctx, deps.kv, w.cfg.Queue.Name, w.log) })
 	loops.Go(func() { r.pull(ctx) })
 	loops.Go(func() { d.run(ctx) })
 	<-ctx.Done()
