@@ -25,6 +25,7 @@
 //	SPILLWAY_HTTP_LISTEN           http.listen
 //	SPILLWAY_HTTP_MAX_BODY_BYTES   http.max_body_bytes
 //	SPILLWAY_HTTP_API_KEYS_FILE    http.api_keys_file
+//	SPILLWAY_HTTP_ADMIN_KEYS_FILE  http.admin_keys_file
 //	SPILLWAY_WORKER_CONCURRENCY    worker.concurrency
 //	SPILLWAY_WORKER_GRACE_PERIOD   worker.grace_period
 //
