@@ -19,7 +19,7 @@ func TestPauseResumeCommands(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 25, 16, 0, 0, 0, time.UTC)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer admin-key" {
+		if r.Method == http.MethodPost && r.Header.Get("Authorization") != "Bearer admin-key" {
 			w.Header().Set("Content-Type", api.ProblemContentType)
 			w.WriteHeader(http.StatusForbidden)
 			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
