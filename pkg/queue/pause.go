@@ -140,10 +140,14 @@ func (p *Pauser) set(paused bool) (changed bool) {
 }
 
 // run watches queue's entry in kv until ctx ends, watching again after a
-// failure. While the watch is broken the last state holds.
-func (p *Pauser) run(ctx context.Context, kv jetstream.KeyValue, queue string, log *slog.Logger) {
+// failure. While the watch is broken the last state holds. It closes
+// known once the entry's value at the start was delivered.
+func (p *Pauser) run(ctx context.Context, kv jetstream.KeyValue, queue string, log *slog.Logger, known chan<- struct{}) {
+	var once sync.Once
+	told := func() { once.Do(func() { close(known) }) }
+	defer told()
 	for failures := 0; ctx.Err() == nil; {
-		err := p.watch(ctx, kv, queue, log)
+		err := p.watch(ctx, kv, queue, log, told)
 		if ctx.Err() != nil {
 			return
 		}
@@ -153,7 +157,7 @@ func (p *Pauser) run(ctx context.Context, kv jetstream.KeyValue, queue string, l
 	}
 }
 
-func (p *Pauser) watch(ctx context.Context, kv jetstream.KeyValue, queue string, log *slog.Logger) error {
+func (p *Pauser) watch(ctx context.Context, kv jetstream.KeyValue, queue string, log *slog.Logger, known func()) error {
 	w, err := kv.Watch(ctx, PauseKey(queue))
 	if err != nil {
 		return err
@@ -168,6 +172,7 @@ func (p *Pauser) watch(ctx context.Context, kv jetstream.KeyValue, queue string,
 				return errors.New("queue: the pause watch ended")
 			}
 			if e == nil { // the initial values are all delivered
+				known()
 				continue
 			}
 			st := PauseState{}
