@@ -479,7 +479,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cmd := range []string{"submit", "status", "cancel", "queues", "top", "dlq", "bench", "simulate", "probe"} {
+	for _, cmd := range []string{"submit", "status", "cancel", "queues", "pause", "resume", "top", "dlq", "bench", "simulate", "probe"} {
 		if !strings.Contains(out, "\n  "+cmd+" ") {
 			t.Errorf("spillctl --help does not list %s", cmd)
 		}

@@ -160,7 +160,9 @@ const queuesUsage = `Usage: spillctl queues [QUEUE] [--server URL] [--json]
 Lists the admitter's queues (GET /v1/queues), or one queue
 (GET /v1/queues/{queue}): backlog depth and capacity, fill, leak rate,
 admitted jobs ready or in flight, the oldest backlog job's age, the time to
-drain the backlog at the leak rate, and dead letters.
+drain the backlog at the leak rate, and dead letters. A paused queue
+(spillctl pause) shows PAUSED as its leak, and a line under the table says
+since when, by whom and why.
 
 Examples:
   spillctl queues
@@ -200,8 +202,12 @@ func formatQueues(qs []api.QueueInfo) string {
 	}
 	rows := [][]string{{"QUEUE", "DEPTH/CAP", "FILL", "LEAK", "READY", "IN FLIGHT", "OLDEST", "DRAIN", "DEAD"}}
 	for _, q := range qs {
+		leak := orDash(q.LeakRate)
+		if q.Paused {
+			leak = "PAUSED"
+		}
 		rows = append(rows, []string{
-			q.Name, fmt.Sprintf("%d/%d", q.Depth, q.Capacity), fmtFill(q.Fill), orDash(q.LeakRate),
+			q.Name, fmt.Sprintf("%d/%d", q.Depth, q.Capacity), fmtFill(q.Fill), leak,
 			fmt.Sprint(q.Ready), fmt.Sprint(q.InFlight),
 			msOrDash(q.OldestAgeMS, q.Depth), msOrDash(q.EstimatedDrainMS, q.Depth), fmt.Sprint(q.Dead),
 		})
@@ -218,6 +224,20 @@ func formatQueues(qs []api.QueueInfo) string {
 func queueWarnings(qs []api.QueueInfo) []string {
 	var ws []string
 	for _, q := range qs {
+		if q.Paused {
+			w := fmt.Sprintf("! %s: paused", q.Name)
+			if q.PausedAt != nil {
+				w += fmt.Sprintf(" since %s (%s ago)", q.PausedAt.Local().Format(time.DateTime), fmtDur(time.Since(*q.PausedAt).Round(time.Second)))
+			}
+			if q.PausedBy != "" {
+				w += " by " + q.PausedBy
+			}
+			if q.PauseReason != "" {
+				w += ": " + q.PauseReason
+			}
+			ws = append(ws, w+"; its workers start none of its jobs (spillctl resume "+q.Name+")")
+			continue
+		}
 		if q.Depth > 0 && q.BacklogPullers == 0 {
 			ws = append(ws, fmt.Sprintf("! %s: %d jobs wait in the backlog and no worker has a free handler for them (start a worker for this queue, or more: every handler may be busy with admitted jobs)", q.Name, q.Depth))
 		}

@@ -192,13 +192,19 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 			return nil, err
 		}
 	}
+	var adminKeys *door.APIKeys
+	if cfg.HTTP.AdminKeysFile != "" {
+		if adminKeys, err = door.LoadAPIKeys(cfg.HTTP.AdminKeysFile); err != nil {
+			return nil, fmt.Errorf("admitterd: http.admin_keys_file: %w", err)
+		}
+	}
 	s.httpLn, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("admitterd: http.listen %s: %w (set http.listen or SPILLWAY_HTTP_LISTEN)", cfg.HTTP.Listen, err)
 	}
 	s.http = &http.Server{
 		Handler: door.NewHTTP(door.HTTPOptions{
-			Admitter: s.admitter, JS: s.js, Status: s.status, Keys: keys, Ready: s.Ready, Logger: s.log,
+			Admitter: s.admitter, JS: s.js, Status: s.status, Keys: keys, AdminKeys: adminKeys, Ready: s.Ready, Logger: s.log,
 			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
 			UI:      ui.Handler(),
 		}),

@@ -123,6 +123,7 @@ queues:
 		"spillway_queue_backlog_pullers":         0,
 		"spillway_queue_backlog_held":            0,
 		"spillway_queue_ready_capacity":          queue.DefaultReadyCapacity,
+		"spillway_queue_paused":                  0,
 	} {
 		if v, ok := got[name+"{queue=q}"]; !ok || v != want {
 			t.Errorf("%s{queue=q} = %v (exported: %v), want %v", name, v, ok, want)
@@ -138,6 +139,13 @@ queues:
 	}
 	if v := got["spillway_failure_mode_active{mode=open}"]; v != 0 {
 		t.Errorf("spillway_failure_mode_active{mode=open} = %v without a shared store, want 0", v)
+	}
+	// Paused (docs/design.md#pause): the gauge says so at the next scrape.
+	if err := queue.SetPause(t.Context(), srv.JetStream(t), "q", 0, queue.PauseState{Paused: true, At: time.Now(), By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauges(t, reg)["spillway_queue_paused{queue=q}"]; v != 1 {
+		t.Errorf("spillway_queue_paused{queue=q} = %v after a pause, want 1", v)
 	}
 	// The gauges agree with what the API reports (queue.Inspect).
 	info, err := queue.Inspect(t.Context(), srv.JetStream(t), cfg.Queues[0].Backlog)

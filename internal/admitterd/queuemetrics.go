@@ -33,7 +33,7 @@ type queueCollector struct {
 	depth, capacity, perKey, fill, oldest, drain *prometheus.Desc
 	ready, dead, ackPending, maxAckPending       *prometheus.Desc
 	backlogPullers, backlogHeld                  *prometheus.Desc
-	readyCapacity                                *prometheus.Desc
+	readyCapacity, paused                        *prometheus.Desc
 }
 
 func newQueueCollector(js jetstream.JetStream, cfg func() *config.Config, log *slog.Logger) *queueCollector {
@@ -59,6 +59,7 @@ func newQueueCollector(js jetstream.JetStream, cfg func() *config.Config, log *s
 		backlogPullers: d("backlog_pullers", "Pulls waiting for a grant of the backlog's drain (consumer spillway-grants), from workers with a handler free: 0 with jobs due means no worker takes backlog jobs."),
 		backlogHeld:    d("backlog_held", "Grants of the backlog's drain that workers took and have not settled: jobs waiting for their booked start or running their first try."),
 		readyCapacity:  d("ready_capacity", "READY's capacity in jobs (ready.capacity); when full, admitted jobs are queued in the backlog."),
+		paused:         d("paused", "1 while an operator has the queue paused (POST /v1/queues/{queue}/pause): its workers start none of its jobs; else 0."),
 	}
 }
 
@@ -71,7 +72,7 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *queueCollector) descs() []*prometheus.Desc {
 	return []*prometheus.Desc{c.depth, c.capacity, c.perKey, c.fill, c.oldest, c.drain,
-		c.ready, c.dead, c.ackPending, c.maxAckPending, c.backlogPullers, c.backlogHeld, c.readyCapacity}
+		c.ready, c.dead, c.ackPending, c.maxAckPending, c.backlogPullers, c.backlogHeld, c.readyCapacity, c.paused}
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -103,6 +104,16 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.backlogPullers, float64(in.BacklogPullers))
 		g(c.backlogHeld, float64(in.BacklogHeld))
 		g(c.readyCapacity, float64(in.ReadyCapacity))
+		if ps, err := queue.ReadPause(ctx, c.js, q.Name); err != nil {
+			errs.Inc()
+			c.log.Warn("metrics: reading a queue's pause state from JetStream", "queue", q.Name, "err", err)
+		} else {
+			v := 0.0
+			if ps.Paused {
+				v = 1
+			}
+			g(c.paused, v)
+		}
 	}
 	c.errors.Collect(ch)
 }

@@ -132,6 +132,7 @@ const (
 	ProblemBadKey           = problemBase + "bad-key"            // 400: a key header missing, too long or not valid
 	ProblemBadPriority      = problemBase + "bad-priority"       // 400: Spillway-Priority not high, normal or low
 	ProblemUnauthorized     = problemBase + "unauthorized"       // 401
+	ProblemForbidden        = problemBase + "forbidden"          // 403: an admin endpoint without an admin key
 	ProblemNotFound         = problemBase + "not-found"          // 404: unknown queue or job
 	ProblemMethodNotAllowed = problemBase + "method-not-allowed" // 405: a known path with another method
 	ProblemConflict         = problemBase + "conflict"           // 409: a cancel of a job that is not queued (its state says why)
@@ -165,6 +166,29 @@ type QueueInfo struct {
 	EstimatedDrainMS int64 `json:"estimated_drain_ms"`
 	BacklogPullers   int   `json:"backlog_pullers"`
 	ReadyPullers     int   `json:"ready_pullers"`
+	// Paused: an operator paused the queue (docs/design.md#pause); its
+	// workers start none of its jobs until it is resumed. PausedAt,
+	// PausedBy and PauseReason say when, by which admin key and why.
+	Paused      bool       `json:"paused"`
+	PausedAt    *time.Time `json:"paused_at,omitempty"`
+	PausedBy    string     `json:"paused_by,omitempty"`
+	PauseReason string     `json:"pause_reason,omitempty"`
+}
+
+// PauseRequest is the optional body of POST /v1/queues/{queue}/pause.
+type PauseRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// PauseReply answers POST /v1/queues/{queue}/pause and /resume: the
+// queue's pause state after it. At is when it was paused or resumed; By
+// the fingerprint of the admin key that did it.
+type PauseReply struct {
+	Queue  string    `json:"queue"`
+	Paused bool      `json:"paused"`
+	At     time.Time `json:"at"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 // QueueList is GET /v1/queues.

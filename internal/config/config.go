@@ -89,9 +89,12 @@ type Redis struct {
 
 // HTTP is the admitter's HTTP front door (http:).
 type HTTP struct {
-	Listen         string // default :8080
-	MaxBodyBytes   int64  // default 1 MiB
-	APIKeysFile    string // one key per line; "" = no authentication
+	Listen       string // default :8080
+	MaxBodyBytes int64  // default 1 MiB
+	APIKeysFile  string // one key per line; "" = no authentication
+	// AdminKeysFile holds the keys allowed on the admin endpoints (pause
+	// and resume), in the API keys file's format; "" = nobody is.
+	AdminKeysFile  string
 	TrustedProxies []netip.Prefix
 	// ShowRawKeys lists raw client keys, beside their hashes, in
 	// GET /v1/queues/{queue}/keys (default false: hashes only).

@@ -51,6 +51,7 @@ type (
 		Listen         field `yaml:"listen"`
 		MaxBodyBytes   field `yaml:"max_body_bytes"`
 		APIKeysFile    field `yaml:"api_keys_file"`
+		AdminKeysFile  field `yaml:"admin_keys_file"`
 		TrustedProxies field `yaml:"trusted_proxies"`
 		ShowRawKeys    field `yaml:"show_raw_keys"`
 	}
@@ -733,6 +734,7 @@ func (d *decoder) config(c *Config, root *yaml.Node) {
 	d.str(&h.Listen, &c.HTTP.Listen, checkListen)
 	d.ranged(&h.MaxBodyBytes, &c.HTTP.MaxBodyBytes, 1, math.MaxInt64)
 	d.filename(&h.APIKeysFile, &c.HTTP.APIKeysFile)
+	d.filename(&h.AdminKeysFile, &c.HTTP.AdminKeysFile)
 	for i, item := range d.items(&h.TrustedProxies, "IP addresses or CIDR prefixes") {
 		field := fmt.Sprintf("%s[%d]", h.TrustedProxies.path, i)
 		if item == nil || item.Kind != yaml.ScalarNode || isNull(item) {

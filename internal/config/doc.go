@@ -25,6 +25,7 @@
 //	SPILLWAY_HTTP_LISTEN           http.listen
 //	SPILLWAY_HTTP_MAX_BODY_BYTES   http.max_body_bytes
 //	SPILLWAY_HTTP_API_KEYS_FILE    http.api_keys_file
+//	SPILLWAY_HTTP_ADMIN_KEYS_FILE  http.admin_keys_file
 //	SPILLWAY_WORKER_CONCURRENCY    worker.concurrency
 //	SPILLWAY_WORKER_GRACE_PERIOD   worker.grace_period
 //
@@ -33,7 +34,7 @@
 // Every field but queues is optional. Durations are Go durations ("1s",
 // "5m"), rates are COUNT/UNIT ("10/s", "600/m", "5/10s"), sizes are
 // integers. Relative file names in the file (nats.store_dir,
-// nats.creds_file, http.api_keys_file) are relative to the file's
+// nats.creds_file, http.api_keys_file, http.admin_keys_file) are relative to the file's
 // directory; those from the environment and flags are used as given.
 // YAML anchors, aliases and merge keys (<<) may be used to share settings
 // between queues; top-level fields whose names start with "x-" are ignored,
@@ -53,6 +54,7 @@
 //	  listen: ":8080"
 //	  max_body_bytes: 1048576
 //	  api_keys_file: ""                 # one key per line; "" = no authentication
+//	  admin_keys_file: ""               # keys for pause/resume, same format; "" = no admin endpoints
 //	  trusted_proxies: [10.0.0.0/8]     # IPs or CIDRs whose X-Forwarded-For is believed
 //	  show_raw_keys: false              # GET /v1/queues/{queue}/keys lists raw keys beside
 //	                                    # their hashes (default false: hashes only)

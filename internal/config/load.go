@@ -21,6 +21,7 @@ type Overrides struct {
 	HTTPListen        *string        // http.listen
 	HTTPMaxBodyBytes  *int64         // http.max_body_bytes
 	HTTPAPIKeysFile   *string        // http.api_keys_file ("" = no authentication)
+	HTTPAdminKeysFile *string        // http.admin_keys_file ("" = no admin endpoints)
 	WorkerConcurrency *int           // worker.concurrency
 	WorkerGracePeriod *time.Duration // worker.grace_period
 }
@@ -103,6 +104,9 @@ var settings = []setting{
 	{"http.api_keys_file", "SPILLWAY_HTTP_API_KEYS_FILE",
 		setString(func(c *Config) *string { return &c.HTTP.APIKeysFile }, nil),
 		func(o *Overrides) (string, bool) { return text(o.HTTPAPIKeysFile) }},
+	{"http.admin_keys_file", "SPILLWAY_HTTP_ADMIN_KEYS_FILE",
+		setString(func(c *Config) *string { return &c.HTTP.AdminKeysFile }, nil),
+		func(o *Overrides) (string, bool) { return text(o.HTTPAdminKeysFile) }},
 	{"worker.concurrency", "SPILLWAY_WORKER_CONCURRENCY",
 		setInt(func(c *Config) *int { return &c.Worker.Concurrency }, maxInt),
 		func(o *Overrides) (string, bool) { return intText(o.WorkerConcurrency) }},

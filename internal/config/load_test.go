@@ -155,7 +155,7 @@ func TestValues(t *testing.T) {
 x-backlog: &backlog {capacity: 50, leak_rate: 2/m}
 nats: {url: "nats://a:4222, tls://b:4222", store_dir: data, creds_file: /etc/nats.creds, replicas: 3}
 redis: {url: "unix:///run/redis.sock", failure_mode: local, timeout: 20ms}
-http: {api_keys_file: keys.txt, trusted_proxies: [10.1.2.3/8, 192.168.0.1, "::1", "::ffff:1.2.3.4"]}
+http: {api_keys_file: keys.txt, admin_keys_file: admin-keys.txt, trusted_proxies: [10.1.2.3/8, 192.168.0.1, "::1", "::ffff:1.2.3.4"]}
 worker: {concurrency: 4, grace_period: 0s, ack_wait: 1m}
 status: {ttl: 1h}
 queues:
@@ -189,7 +189,8 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.NATS.StoreDir != filepath.Join(dir, "data") || c.NATS.CredsFile != "/etc/nats.creds" || c.HTTP.APIKeysFile != filepath.Join(dir, "keys.txt") {
+	if c.NATS.StoreDir != filepath.Join(dir, "data") || c.NATS.CredsFile != "/etc/nats.creds" || c.HTTP.APIKeysFile != filepath.Join(dir, "keys.txt") ||
+		c.HTTP.AdminKeysFile != filepath.Join(dir, "admin-keys.txt") {
 		t.Errorf("files are not relative to the config's directory: %+v %+v", c.NATS, c.HTTP)
 	}
 	if c.NATS.URL != "nats://a:4222, tls://b:4222" || c.NATS.Replicas != 3 {

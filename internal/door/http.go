@@ -39,6 +39,9 @@ type HTTPOptions struct {
 	Status *jobstatus.Store
 	// Keys authenticates submissions and API reads; nil or empty: open.
 	Keys *APIKeys
+	// AdminKeys are the keys allowed on the admin endpoints (pause and
+	// resume, admin.go); nil or empty: those answer 403 to everyone.
+	AdminKeys *APIKeys
 	// Ready reports whether the admitter can take jobs (/readyz).
 	Ready func() error
 	// Metrics serves /metrics; UI serves /ui. Either may be nil.
@@ -61,6 +64,8 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, "/v1/queues", h.auth(h.queues)},
 		{http.MethodGet, "/v1/queues/{queue}", h.auth(h.queueInfo)},
 		{http.MethodGet, "/v1/queues/{queue}/keys", h.auth(h.queueKeys)},
+		{http.MethodPost, "/v1/queues/{queue}/pause", h.admin(h.pause)},   // admin.go
+		{http.MethodPost, "/v1/queues/{queue}/resume", h.admin(h.resume)}, // admin.go
 		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, "ok\n")
@@ -233,6 +238,8 @@ func statusOf(t string) int {
 		return http.StatusBadRequest
 	case api.ProblemUnauthorized:
 		return http.StatusUnauthorized
+	case api.ProblemForbidden:
+		return http.StatusForbidden
 	case api.ProblemNotFound:
 		return http.StatusNotFound
 	case api.ProblemMethodNotAllowed:
@@ -468,19 +475,28 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 	if err != nil {
 		return api.QueueInfo{}, err
 	}
+	ps, err := queue.ReadPause(ctx, js, q.Name)
+	if err != nil {
+		return api.QueueInfo{}, err
+	}
 	now := time.Now()
 	var paused int64
 	if st.PausedUntil.After(now) {
 		paused = max(1, st.PausedUntil.Sub(now).Milliseconds())
 	}
-	return api.QueueInfo{
+	qi := api.QueueInfo{
 		LeakRateCurrent: float64(st.Rate(now, in.LeakRate, q.Backlog.Adaptive)) / 1000, LeakPausedMS: paused,
 		Name: q.Name, Ready: in.Ready, ReadyCapacity: in.ReadyCapacity, Depth: in.Backlog, Capacity: in.Capacity, PerKeyCapacity: in.PerKeyCapacity,
 		Fill: in.Fill, Dead: in.Dead, LeakRate: in.LeakRate.String(), LeakPerSecond: leak,
 		InFlight: in.InFlight, MaxAckPending: in.MaxAckPending,
 		OldestAgeMS: in.OldestAge.Milliseconds(), EstimatedDrainMS: in.EstimatedDrain.Milliseconds(),
 		BacklogPullers: in.BacklogPullers, ReadyPullers: in.ReadyPullers,
-	}, nil
+	}
+	if ps.Paused {
+		at := ps.At
+		qi.Paused, qi.PausedAt, qi.PausedBy, qi.PauseReason = true, &at, ps.By, ps.Reason
+	}
+	return qi, nil
 }
 
 // leakState reads a queue's pushback state, which the workers share in
@@ -569,15 +585,18 @@ func LoadAPIKeys(path string) (*APIKeys, error) {
 
 // Allow reports whether r carries a valid key (always, for an empty set).
 func (k *APIKeys) Allow(r *http.Request) bool {
-	if k == nil || len(k.sums) == 0 {
+	if k.empty() {
 		return true
 	}
-	key := r.Header.Get("X-Api-Key")
-	// The scheme is a case-insensitive token (RFC 9110 §11.1).
-	if a := r.Header.Get("Authorization"); len(a) >= len("Bearer ") && strings.EqualFold(a[:len("Bearer ")], "Bearer ") {
-		key = a[len("Bearer "):]
-	}
-	if key == "" {
+	key := requestKey(r)
+	return key != "" && k.has(key)
+}
+
+func (k *APIKeys) empty() bool { return k == nil || len(k.sums) == 0 }
+
+// has reports whether key is in the set (never, for an empty set).
+func (k *APIKeys) has(key string) bool {
+	if k.empty() {
 		return false
 	}
 	sum := sha256.Sum256([]byte(key))
@@ -586,4 +605,22 @@ func (k *APIKeys) Allow(r *http.Request) bool {
 		ok |= subtle.ConstantTimeCompare(sum[:], k.sums[i][:])
 	}
 	return ok == 1
+}
+
+// requestKey is the key r carries, as Authorization: Bearer KEY or
+// X-Api-Key; "" if none.
+func requestKey(r *http.Request) string {
+	key := r.Header.Get("X-Api-Key")
+	// The scheme is a case-insensitive token (RFC 9110 §11.1).
+	if a := r.Header.Get("Authorization"); len(a) >= len("Bearer ") && strings.EqualFold(a[:len("Bearer ")], "Bearer ") {
+		key = a[len("Bearer "):]
+	}
+	return key
+}
+
+// KeyFingerprint names a key without telling it: "sha256:" and the first
+// 12 hex digits of its SHA-256, as logs and the pause state show it.
+func KeyFingerprint(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return fmt.Sprintf("sha256:%x", sum[:6])
 }

@@ -53,7 +53,8 @@ type testBundle struct {
 }
 
 type setupOptions struct {
-	keys *door.APIKeys
+	keys      *door.APIKeys
+	adminKeys *door.APIKeys
 	// store decides instead of a memory store (nil: memory).
 	store *admit.Failover
 }
@@ -93,7 +94,7 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.handler = door.NewHTTP(door.HTTPOptions{Admitter: b.admitter, JS: b.JS, Status: b.status, Keys: o.keys, Ready: func() error { return nil }})
+	b.handler = door.NewHTTP(door.HTTPOptions{Admitter: b.admitter, JS: b.JS, Status: b.status, Keys: o.keys, AdminKeys: o.adminKeys, Ready: func() error { return nil }})
 	b.srv = httptest.NewServer(b.handler)
 	t.Cleanup(b.srv.Close)
 	b.client = b.srv.Client()

@@ -118,6 +118,9 @@ func (d *drainer) run(ctx context.Context) {
 func (d *drainer) take(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
+		if d.w.pause.Wait(ctx) != nil { // paused: take no grant
+			return
+		}
 		if !d.r.slots.reserve(ctx.Done()) {
 			return
 		}
@@ -202,6 +205,13 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 	if err != nil {
 		d.r.slots.unreserve()
 		d.handBack(msg, 0, nil) // stopping, or the pacer failed: another start
+		return
+	}
+	if d.w.pause.Paused() {
+		// Paused after the start was booked: the grant goes back, and
+		// whoever takes it after the resume books a new start.
+		d.r.slots.unreserve()
+		d.handBack(msg, 0, nil)
 		return
 	}
 	if !d.r.slots.claim() {
@@ -408,6 +418,13 @@ func (l *leader) run(ctx context.Context) {
 		now := time.Now()
 		if !l.sched.peek(now.UnixNano()) {
 			l.idle(ctx, now)
+			continue
+		}
+		if l.d.w.pause.Paused() {
+			// Paused: grant nothing until the resume.
+			if l.d.w.pause.Wait(ctx) != nil {
+				return
+			}
 			continue
 		}
 		if !l.demand(ctx) {

@@ -95,6 +95,9 @@ func newRunner(w *Worker, cons jetstream.Consumer, ctx, hctx context.Context) *r
 func (r *runner) pull(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
+		if r.w.pause.Wait(ctx) != nil { // paused: pull nothing
+			return
+		}
 		n := r.slots.room(ctx.Done())
 		if n == 0 {
 			return
@@ -273,6 +276,16 @@ func (r *runner) execute(e *execution, slot bool) {
 			}
 			return
 		}
+	}
+	if r.w.pause.Paused() {
+		// Fetched before the pause came: handed back, to start after
+		// the resume (docs/design.md#pause).
+		if e.claim() {
+			if err := e.msg.Nak(); err != nil {
+				r.w.log.Warn("handing a job back while the queue is paused failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
+			}
+		}
+		return
 	}
 	r.try(e, job)
 }

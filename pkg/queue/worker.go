@@ -214,6 +214,9 @@ type Worker struct {
 	cfg    WorkerConfig
 	handle Handler
 	log    *slog.Logger
+	// pause is the queue's pause state (docs/design.md#pause), followed
+	// while Run runs.
+	pause *Pauser
 
 	randMu sync.Mutex
 }
@@ -270,6 +273,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	d := newDrainer(w, r, deps.grants, deps.backlog, deps.gstream, deps.kv)
 
 	var loops sync.WaitGroup
+	// The pause state is known before the first pull (the watch's first
+	// values), so that a worker started while its queue is paused starts
+	// nothing.
+	w.pause = newPauser()
+	watching := make(chan struct{})
+	loops.Go(func() { w.pause.run(ctx, deps.kv, w.cfg.Queue.Name, w.log, watching) })
+	select {
+	case <-watching:
+	case <-ctx.Done():
+	case <-time.After(requestTimeout):
+		w.log.Warn("the queue's pause state is not known yet; working until the watch tells it", "after", requestTimeout)
+	}
 	loops.Go(func() { r.pull(ctx) })
 	loops.Go(func() { d.run(ctx) })
 	<-ctx.Done()
