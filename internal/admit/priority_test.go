@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
@@ -31,11 +30,7 @@ queues:
 // stream d, as JetStream holds it: its raw headers, not ParseJob's reading.
 func storedHeader(t *testing.T, b *testBundle, q string, d queue.Destination, key string) nats.Header {
 	t.Helper()
-	s, err := b.JS.Stream(context.Background(), queue.StreamName(q, d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lastOfKey(s, q, d, key)
+	m, err := admittest.LastOfKey(t, b.JS, q, d, key)
 	if err != nil {
 		t.Fatalf("no job of key %s in the %s stream: %v", key, d, err)
 	}
@@ -147,25 +142,4 @@ func TestSubmitBadPriority(t *testing.T) {
 	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 1 {
 		t.Errorf("%d jobs stored, want 1", n)
 	}
-}
-
-// lastOfKey is the last message stored for key in q's stream d, of any
-// priority class.
-func lastOfKey(s jetstream.Stream, q string, d queue.Destination, key string) (*jetstream.RawStreamMsg, error) {
-	var last *jetstream.RawStreamMsg
-	var err error
-	for _, p := range queue.Priorities {
-		m, gerr := s.GetLastMsgForSubject(context.Background(), queue.ClassSubject(q, d, key, p))
-		if gerr != nil {
-			err = gerr
-			continue
-		}
-		if last == nil || m.Sequence > last.Sequence {
-			last = m
-		}
-	}
-	if last == nil {
-		return nil, err
-	}
-	return last, nil
 }

@@ -213,11 +213,7 @@ func (b *testBundle) msgs(t *testing.T, q string, d queue.Destination) uint64 {
 // jobOfKey is the last job stored in q's stream d under key's subject.
 func (b *testBundle) jobOfKey(t *testing.T, q string, d queue.Destination, key string) (queue.Job, bool) {
 	t.Helper()
-	s, err := b.JS.Stream(context.Background(), queue.StreamName(q, d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lastOfKey(s, q, d, key)
+	m, err := admittest.LastOfKey(t, b.JS, q, d, key)
 	if err != nil {
 		return queue.Job{}, false
 	}
@@ -239,24 +235,3 @@ func writeFile(t *testing.T, name, content string) string {
 
 // jetstreamSubjects asks StreamInfo for the message count of every subject.
 func jetstreamSubjects() jetstream.StreamInfoOpt { return jetstream.WithSubjectFilter(">") }
-
-// lastOfKey is the last message stored for key in q's stream d, of any
-// priority class.
-func lastOfKey(s jetstream.Stream, q string, d queue.Destination, key string) (*jetstream.RawStreamMsg, error) {
-	var last *jetstream.RawStreamMsg
-	var err error
-	for _, p := range queue.Priorities {
-		m, gerr := s.GetLastMsgForSubject(context.Background(), queue.ClassSubject(q, d, key, p))
-		if gerr != nil {
-			err = gerr
-			continue
-		}
-		if last == nil || m.Sequence > last.Sequence {
-			last = m
-		}
-	}
-	if last == nil {
-		return nil, err
-	}
-	return last, nil
-}

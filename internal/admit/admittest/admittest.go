@@ -99,6 +99,32 @@ func Msgs(tb testing.TB, js jetstream.JetStream, q string, d queue.Destination) 
 	return info.State.Msgs
 }
 
+// LastOfKey is the last message stored for key in queue q's stream d, in
+// any priority class's subject (queue.ClassSubject); the error is the
+// last lookup's when the key has none.
+func LastOfKey(tb testing.TB, js jetstream.JetStream, q string, d queue.Destination, key string) (*jetstream.RawStreamMsg, error) {
+	tb.Helper()
+	s, err := js.Stream(context.Background(), queue.StreamName(q, d))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var last *jetstream.RawStreamMsg
+	for _, p := range queue.Priorities {
+		m, gerr := s.GetLastMsgForSubject(context.Background(), queue.ClassSubject(q, d, key, p))
+		if gerr != nil {
+			err = gerr
+			continue
+		}
+		if last == nil || m.Sequence > last.Sequence {
+			last = m
+		}
+	}
+	if last == nil {
+		return nil, err
+	}
+	return last, nil
+}
+
 // WaitFor polls cond until it holds, and fails the test if it does not
 // within timeout; what names the wait in the failure.
 func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
