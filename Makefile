@@ -28,11 +28,15 @@ CI_FUZZTIME ?= 15s
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
+# The nats CLI that examples/cli/nats-submit.sh runs in `make examples`: built
+# from the Go module proxy into bin/nats (its first build takes minutes of CPU).
+NATSCLI_VERSION ?= v0.5.0
+
 COVERPROFILE ?= coverage.out
 
 KILLS ?= 100
 
-.PHONY: help deps test race bench fuzz fuzz-short kill-test reliability soak drain-depth ui-test prom-test lint cover tidy
+.PHONY: help deps test examples natscli race bench fuzz fuzz-short kill-test reliability soak drain-depth ui-test prom-test lint cover tidy
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
@@ -42,12 +46,21 @@ help: ## Show this help
 deps: ## Install the Debian packages the tests need when missing (scripts/deps; root or sudo -n; no-op when all present)
 	scripts/deps
 
-test: deps ## What CI runs: deps, go vet, lint, race tests of pkg/ internal/ test/ bench/, the commands, a short fuzz of every target
+test: deps ## What CI runs: deps, go vet, lint, race tests of pkg/ internal/ test/ bench/, the commands and examples, a short fuzz of every target
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory lint
 	$(GO) test -count=1 -race $(GOTESTFLAGS) ./pkg/... ./internal/... ./test/... ./bench/...
-	$(GO) test -count=1 $(GOTESTFLAGS) ./cmd/...
+	$(GO) test -count=1 $(GOTESTFLAGS) ./cmd/... ./examples/...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
+
+examples: deps natscli ## Every example of examples/ against a dev-mode admitter, the nats CLI one included
+	$(GO) test -count=1 -v $(GOTESTFLAGS) ./examples/...
+
+natscli: ## Build the nats CLI (NATSCLI_VERSION) into bin/nats unless it is there
+	@if [ "$$(bin/nats --version 2>/dev/null)" != "$(NATSCLI_VERSION)" ]; then \
+		echo "building the nats CLI $(NATSCLI_VERSION) into bin/ (minutes the first time)"; \
+		GOBIN=$(CURDIR)/bin $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION); \
+	fi
 
 race: ## Every package under the race detector
 	$(GO) test -race $(GOTESTFLAGS) ./...

@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,6 +37,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The tests mostly wait for the programs they run, so all of them run
+	// at once rather than GOMAXPROCS at a time, unless -parallel says.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "8")
+	}
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"), goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		// nats-server: a stream's file store opened by a request racing
@@ -289,10 +298,12 @@ func TestNATSCLIScript(t *testing.T) {
 // rejection it gives up on.
 func TestTSNATSProducer(t *testing.T) {
 	t.Parallel()
-	tsx := tsProducer(t)
+	script := tsProducer(t)
 	s := startSpillway(t, "")
+	// As `npm run submit --` runs it: node loads tsx, which strips the
+	// types (one process; the tsx command would start two).
 	submit := func(args ...string) result {
-		return run(t, filepath.Dir(tsx.script), nil, tsx.tsx, append([]string{tsx.script, "--server", s.nats}, args...)...)
+		return run(t, filepath.Dir(script), nil, "node", append([]string{"--import", "tsx", script, "--server", s.nats}, args...)...)
 	}
 
 	r := submit("--queue", "email", "--header", "X-Client-Id=ts", "--data", "hello", "--count", "3", "--idempotency-key", "ts-1")
@@ -315,21 +326,18 @@ func TestTSNATSProducer(t *testing.T) {
 	must(t, "a rejection to give up on", r, 3, "admitted id=", "queued id=", "rejected type=https://spillway.dev/problems/rate-limited retry_after_ms=", "after 1 tries")
 }
 
-// tsRun is the TypeScript producer ready to run: tsx and the script.
-type tsRun struct{ tsx, script string }
-
 // tsProducer installs the TypeScript producer's packages (npm ci, from its
 // package-lock.json) into a cache directory kept between runs, keyed by
-// the lock file, and copies the script beside them. Without node or npm
-// the test is skipped, except in CI, which has them.
-func tsProducer(t *testing.T) tsRun {
+// the lock file, and returns a copy of the script beside them. Without
+// node or npm the test is skipped, except in CI, which has them.
+func tsProducer(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") != "" {
-				t.Fatalf("%s is not on PATH; CI must have Node.js 20 or later and npm", tool)
+				t.Fatalf("%s is not on PATH; CI must have Node.js 18 or later and npm", tool)
 			}
-			t.Skipf("%s is not on PATH: the TypeScript producer needs Node.js 20 or later and npm", tool)
+			t.Skipf("%s is not on PATH: the TypeScript producer needs Node.js 18 or later and npm", tool)
 		}
 	}
 	src := "ts-nats-producer"
@@ -363,7 +371,7 @@ func tsProducer(t *testing.T) tsRun {
 	if err := os.Symlink(filepath.Join(dir, "node_modules"), filepath.Join(work, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	return tsRun{tsx: filepath.Join(dir, "node_modules", ".bin", "tsx"), script: filepath.Join(work, "submit.ts")}
+	return filepath.Join(work, "submit.ts")
 }
 
 // npmCI runs npm ci for the package in src in dir, unless an earlier run

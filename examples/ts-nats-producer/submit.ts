@@ -1,6 +1,6 @@
 // Submit one job to Spillway through its NATS door, with nats.js v3.
 //
-//   npx tsx submit.ts --server nats://127.0.0.1:4222 --queue email \
+//   npm run submit -- --server nats://127.0.0.1:4222 --queue email \
 //     --header X-Client-Id=tenant-a --data 'hello'
 //
 // The request goes to spillway.submit.<queue>; its body is the payload and
@@ -40,7 +40,7 @@ interface SubmitReply {
   type?: string;
 }
 
-const usage = `usage: tsx submit.ts --queue NAME [--server URL] [--header NAME=VALUE]...
+const usage = `usage: node --import tsx submit.ts --queue NAME [--server URL] [--header NAME=VALUE]...
        [--data TEXT] [--count N] [--idempotency-key KEY] [--tries N]
        [--max-wait-ms MS] [--timeout-ms MS]`;
 

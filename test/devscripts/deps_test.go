@@ -26,7 +26,7 @@ func root(t *testing.T) string {
 
 // Every tool scripts/deps looks for, as the sandbox names them. "headers"
 // is the C library's stdlib.h in the include directory.
-var allTools = []string{"redis-server", "nats-server", "promtool", "prometheus", "chromium", "gcc", "headers", "make"}
+var allTools = []string{"redis-server", "nats-server", "promtool", "prometheus", "chromium", "gcc", "headers", "make", "curl", "node", "npm"}
 
 // sandbox is a directory in which scripts/deps runs with a PATH of stubs:
 // bin is PATH, sys stands for /usr/bin and /usr/sbin (DEPS_SYSTEM_DIRS),
@@ -81,6 +81,7 @@ for pkg in "$@"; do
 	case $pkg in
 	-*|install) ;;
 	prometheus) mk promtool; mk prometheus ;;
+	nodejs) mk node ;;
 	libc6-dev) printf '/* stub */\n' >"$DEPS_INCLUDE_DIR/stdlib.h" ;;
 	*) mk "$pkg" ;;
 	esac
@@ -229,7 +230,10 @@ func TestDepsInstallsWhatIsMissingAsRoot(t *testing.T) {
 		{"gcc", []string{"gcc"}, "gcc"},
 		{"C headers", []string{"headers"}, "libc6-dev"},
 		{"make", []string{"make"}, "make"},
-		{"everything", allTools, "redis-server nats-server prometheus chromium gcc libc6-dev make"},
+		{"curl", []string{"curl"}, "curl"},
+		{"Node.js", []string{"node", "npm"}, "nodejs npm"},
+		{"npm", []string{"npm"}, "npm"},
+		{"everything", allTools, "redis-server nats-server prometheus chromium gcc libc6-dev make curl nodejs npm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -261,7 +265,7 @@ func TestDepsCountsAlternativesAndOverrides(t *testing.T) {
 	})
 	t.Run("test variables", func(t *testing.T) {
 		t.Parallel()
-		s := newSandbox(t, "gcc", "headers", "make")
+		s := newSandbox(t, "gcc", "headers", "make", "curl", "node", "npm")
 		other := filepath.Join(s.dir, "elsewhere")
 		if err := os.Mkdir(other, 0o755); err != nil {
 			t.Fatal(err)
