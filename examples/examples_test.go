@@ -509,7 +509,8 @@ func goBuild(t *testing.T, dir string) string {
 // TestGoWorkerHandler runs examples/go-worker-handler as the handler of
 // two queues, over HTTP and over NATS: Spillway's worker delivers each job
 // with its payload and headers, the handler pushes back when it is at
-// capacity, and every job ends succeeded.
+// capacity, every job ends succeeded but the one it refuses for good,
+// which is dead.
 func TestGoWorkerHandler(t *testing.T) {
 	t.Parallel()
 	bin := goBuild(t, "go-worker-handler")
@@ -553,13 +554,19 @@ func TestGoWorkerHandler(t *testing.T) {
 	}
 	a, b := post("hooks", "first"), post("hooks", "second")
 	n := post("natsjobs", "by nats")
+	// A job the handler can never do goes to the dead-letter stream at
+	// once: 422 over HTTP, Spillway-Status: permanent over NATS.
+	pa, pn := post("hooks", "poison"), post("natsjobs", "poison")
 	for _, id := range []string{a, b, n} {
 		s.waitState(t, id, "succeeded")
 	}
+	for _, id := range []string{pa, pn} {
+		s.waitState(t, id, "dead")
+	}
 	// Which of the two hooks jobs was pushed back is the worker's to say.
 	for p, want := range map[*process][]string{
-		web: {`done job=` + a + ` queue=hooks attempt=\d+ key=team-a payload="first"`, `done job=` + b + ` queue=hooks attempt=\d+ key=team-a payload="second"`, `busy job=(` + a + `|` + b + `) attempt=1`},
-		bus: {`done job=` + n + ` queue=natsjobs attempt=1 key=team-a payload="by nats"`},
+		web: {`permanent job=` + pa + ` attempt=1`, `done job=` + a + ` queue=hooks attempt=\d+ key=team-a payload="first"`, `done job=` + b + ` queue=hooks attempt=\d+ key=team-a payload="second"`, `busy job=(` + a + `|` + b + `) attempt=1`},
+		bus: {`permanent job=` + pn + ` attempt=1`, `done job=` + n + ` queue=natsjobs attempt=1 key=team-a payload="by nats"`},
 	} {
 		out := p.output()
 		for _, w := range want {
