@@ -46,7 +46,7 @@ help: ## Show this help
 deps: ## Install the Debian packages the tests need when missing (scripts/deps; root or sudo -n; no-op when all present)
 	scripts/deps
 
-test: deps ## What CI runs: deps, go vet, lint, race tests of pkg/ internal/ test/ bench/, the commands and examples, a short fuzz of every target
+test: deps natscli ## What CI runs: deps, the nats CLI, go vet, lint, race tests of pkg/ internal/ test/ bench/, the commands and examples, a short fuzz of every target
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory lint
 	$(GO) test -count=1 -race $(GOTESTFLAGS) ./pkg/... ./internal/... ./test/... ./bench/...
