@@ -987,6 +987,10 @@ func (d *decoder) params(n *yaml.Node, path string, t paramFields, spec *bucket.
 // as the tier's own are.
 func (d *decoder) overrides(f *list[overrideDoc], path string, alg bucket.Algorithm, l *Limit) bool {
 	items := d.items(&f.field, "overrides")
+	if len(items) > 0 && l.Key.Kind == KeyGlobal {
+		d.errorf(&f.field, "a global tier has one key, which its own parameters limit: overrides apply to header:NAME and ip tiers")
+		return false
+	}
 	var list []overrides.Override
 	seen := map[overrides.Pattern]int{} // → line
 	ok := true

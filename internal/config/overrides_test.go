@@ -23,7 +23,7 @@ func TestTierOverrides(t *testing.T) {
           - {key: tenant-a, rate: 100/s, burst: 200}
           - {key: "tenant-*", rate: 50/s, burst: 50}
           - {key: "tenant-ab*", rate: 70/s, burst: 70}
-      - key: global
+      - key: ip
         algorithm: fixed_window
         limit: 1000
         window: 1m
@@ -85,6 +85,9 @@ func TestTierOverridesProblems(t *testing.T) {
 		{"unknown field", `
           - {key: a, rate: 1/s, burst: 1, algorithm: leaky_bucket}`,
 			[]string{`spillway.yaml:9: queues[0].limits[0].overrides[0].algorithm: unknown field; expected one of key, rate, burst, delay, nodelay, limit or window`}},
+		{"a global tier", `
+          - {key: a, rate: 1/s, burst: 2}`,
+			[]string{`spillway.yaml:9: queues[0].limits[0].overrides: a global tier has one key, which its own parameters limit: overrides apply to header:NAME and ip tiers`}},
 		{"not a list", `
           {key: a}`,
 			[]string{`spillway.yaml:9: queues[0].limits[0].overrides: expected a list of overrides, got a mapping`}},
@@ -93,6 +96,9 @@ func TestTierOverridesProblems(t *testing.T) {
 			t.Parallel()
 			src := "queues:\n  - name: q\n    limits:\n      - key: \"header:X-Tenant\"\n        algorithm: token_bucket\n        rate: 10/s\n        burst: 20\n        overrides:" +
 				tt.overrides + "\n    backlog: {leak_rate: 1/s}\n"
+			if tt.name == "a global tier" {
+				src = strings.Replace(src, `"header:X-Tenant"`, "global", 1)
+			}
 			got := problems(t, src)
 			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
