@@ -92,7 +92,7 @@ func RuntimeOverride(l config.Limit, r overrides.Record) (overrides.Override, er
 	if err != nil {
 		return overrides.Override{}, err
 	}
-	lim, err := r.Params.Build(l.Limit.Algorithm())
+	lim, err := overrides.Build(r.Params, l.Limit.Algorithm())
 	if err != nil {
 		return overrides.Override{}, err
 	}

@@ -5,26 +5,20 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
 // Params are an override's parameters, named as a tier's in the
-// configuration file and the admin API's JSON. Which of them apply is the
-// tier's algorithm's business: rate, burst, delay and nodelay for the
-// buckets, limit and window for the windows. Build validates them with
-// the same rules as a tier's own (bucket.Spec).
-type Params struct {
-	Rate    string `json:"rate,omitempty"`
-	Burst   int64  `json:"burst,omitempty"`
-	Delay   int64  `json:"delay,omitempty"`
-	NoDelay bool   `json:"nodelay,omitempty"`
-	Limit   int64  `json:"limit,omitempty"`
-	Window  string `json:"window,omitempty"`
-}
+// configuration file and the admin API's JSON (api.LimitParams). Which of
+// them apply is the tier's algorithm's business: rate, burst, delay and
+// nodelay for the buckets, limit and window for the windows.
+type Params = api.LimitParams
 
-// Build validates p as parameters of alg. Its error is bucket.Spec.Build's
-// *bucket.LimitError, naming the field.
-func (p Params) Build(alg bucket.Algorithm) (bucket.Limit, error) {
+// Build validates p as parameters of alg, by the rules of a tier's own
+// (bucket.Spec). Its error is bucket.Spec.Build's *bucket.LimitError,
+// naming the field.
+func Build(p Params, alg bucket.Algorithm) (bucket.Limit, error) {
 	return bucket.Spec{Algorithm: alg.String(), Rate: p.Rate, Burst: p.Burst, Delay: p.Delay, NoDelay: p.NoDelay,
 		Limit: p.Limit, Window: p.Window}.Build()
 }

@@ -84,6 +84,20 @@ func Delete(ctx context.Context, kv jetstream.KeyValue, queueName, tier string, 
 	return nil
 }
 
+// Get reads the runtime override of pattern p of a queue's tier; ok is
+// false when there is none.
+func Get(ctx context.Context, kv jetstream.KeyValue, queueName, tier string, p Pattern) (_ Record, ok bool, _ error) {
+	e, err := kv.Get(ctx, entryKey(queueName, tier, p))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("overrides: reading an override of %s/%s: %w", queueName, tier, err)
+	}
+	r, ok := decode(e.Value())
+	return r, ok, nil
+}
+
 // decode reads an entry's value; ok is false for one that is not a
 // Record of a valid pattern (logged by the caller, never applied).
 func decode(b []byte) (Record, bool) {
