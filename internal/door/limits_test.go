@@ -107,9 +107,12 @@ func TestLimitsEndpoints(t *testing.T) {
 		{http.MethodPut, keyPath + "a*b", `{"rate":"1/s","burst":1}`, http.StatusBadRequest, "key"},
 		{http.MethodPut, "/v1/queues/mail/limits/1/keys/a", `{"rate":"1/s","burst":1}`, http.StatusBadRequest, "tier"},
 		{http.MethodDelete, keyPath + "never-set", "", http.StatusNotFound, ""},
-		{http.MethodDelete, keyPath + "tenant-*", "", http.StatusNotFound, ""},
+		{http.MethodDelete, keyPath + "tenant-%2A", "", http.StatusNotFound, ""},
 	} {
 		r := call(c.method, c.path, adminKey, c.body)
+		if strings.HasSuffix(c.path, "%2A") && !strings.Contains(r.problem.Detail, "line 10 of the configuration file") {
+			t.Errorf("DELETE of the config's prefix: %s, want the detail to say the file's override stays", r.body)
+		}
 		if r.code != c.code || r.problem.Field != c.field || r.problem.Detail == "" {
 			t.Errorf("%s %s %s: %d field %q (%s), want %d field %q", c.method, c.path, c.body, r.code, r.problem.Field, r.body, c.code, c.field)
 		}
