@@ -149,7 +149,7 @@ type Admitter struct {
 	cfg       atomic.Pointer[config.Config]
 	positions *positions
 	retry     *retryAfters
-	batches   reservations // batch.go
+	batches   reservations  // batch.go
 	over      overrideState // overrides.go
 }
 

@@ -215,7 +215,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	s.http = &http.Server{
 		Handler: door.NewHTTP(door.HTTPOptions{
 			Admitter: s.admitter, JS: s.js, Status: s.status, Keys: keys, AdminKeys: adminKeys, Ready: s.Ready, Logger: s.log,
-			Limits: s.limits,
+			Limits:  s.limits,
 			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
 			UI:      ui.Handler(),
 		}),
