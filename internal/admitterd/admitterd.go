@@ -467,6 +467,10 @@ func portTaken(addr string) bool {
 	return true
 }
 
+// loadOverridesTimeout bounds how long a starting admitter waits for the
+// runtime overrides stored in JetStream.
+const loadOverridesTimeout = 30 * time.Second
+
 // followOverrides opens the runtime overrides' bucket and follows it
 // until runCtx ends, each change applied to the admitter; it returns once
 // the overrides stored at the start are in force (or ctx ends), so that
@@ -483,6 +487,10 @@ func (s *Service) followOverrides(ctx, runCtx context.Context, replicas int) (je
 	case <-w.Loaded():
 	case <-ctx.Done():
 		return nil, fmt.Errorf("admitterd: loading the runtime limit overrides: %w", ctx.Err())
+	case <-time.After(loadOverridesTimeout):
+		// Deciding without them would give overridden keys their tier's
+		// limit: better not to start, and say why.
+		return nil, fmt.Errorf("admitterd: the runtime limit overrides (JetStream KV bucket %s) were not read within %v; is JetStream reachable?", overrides.Bucket, loadOverridesTimeout)
 	}
 	if n := len(w.Records()); n > 0 {
 		s.log.Info("runtime limit overrides loaded", "overrides", n)
