@@ -80,3 +80,28 @@ func TestParsePattern(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParsePattern: any text is a pattern or an ErrInvalidPattern, never
+// a panic; a pattern writes back as it was read, and matches what it
+// says it does.
+func FuzzParsePattern(f *testing.F) {
+	for _, s := range []string{"tenant-a", "tenant-*", "*", "", "a*b", "**", "\x00*"} {
+		f.Add(s, "tenant-abc")
+	}
+	f.Fuzz(func(t *testing.T, s, key string) {
+		p, err := overrides.ParsePattern(s)
+		if err != nil {
+			if !errors.Is(err, overrides.ErrInvalidPattern) {
+				t.Fatalf("ParsePattern(%q): %v, not an ErrInvalidPattern", s, err)
+			}
+			return
+		}
+		if p.String() != s {
+			t.Fatalf("ParsePattern(%q).String() = %q", s, p.String())
+		}
+		want := key == s || (p.Prefix && len(key) >= len(p.Key) && key[:len(p.Key)] == p.Key)
+		if p.Match(key) != want {
+			t.Fatalf("%q matches %q: %v, want %v", s, key, p.Match(key), want)
+		}
+	})
+}
