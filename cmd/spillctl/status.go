@@ -354,7 +354,7 @@ func pauseOrResume(ctx context.Context, verb, usage string, args []string, geten
 	name := "spillctl " + verb
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	server := serverFlag(fs, getenv)
-	adminKey := fs.String("admin-key", "", "send Authorization: Bearer `KEY`, an admin key (default $SPILLWAY_ADMIN_KEY)")
+	adminKey := adminKeyFlag(fs, getenv) // limits.go
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
 	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
 	var reason *string
@@ -368,11 +368,7 @@ func pauseOrResume(ctx context.Context, verb, usage string, args []string, geten
 	if len(pos) != 1 {
 		return usageErrorf("%s: want one queue name, got %d arguments (see %s --help)", name, len(pos), name)
 	}
-	key := *adminKey
-	if key == "" {
-		key = getenv("SPILLWAY_ADMIN_KEY")
-	}
-	a, err := newAdmitter(name, *server, key, *timeout)
+	a, err := newAdmitter(name, *server, adminKey(), *timeout)
 	if err != nil {
 		return err
 	}

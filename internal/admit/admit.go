@@ -149,7 +149,8 @@ type Admitter struct {
 	cfg       atomic.Pointer[config.Config]
 	positions *positions
 	retry     *retryAfters
-	batches   reservations // batch.go
+	batches   reservations  // batch.go
+	over      overrideState // overrides.go
 }
 
 // New returns an admitter for cfg. The queues' streams must exist
@@ -165,15 +166,16 @@ func New(cfg *config.Config, o Options) (*Admitter, error) {
 		o.Now = time.Now
 	}
 	a := &Admitter{o: o, positions: newPositions(o.JS), retry: newRetryAfters(o.JS, o.Now)}
-	a.cfg.Store(cfg)
+	a.setConfig(cfg)
 	return a, nil
 }
 
 // SetConfig replaces the configuration (a reload). Streams of new queues
 // must exist first.
-func (a *Admitter) SetConfig(cfg *config.Config) { a.cfg.Store(cfg) }
+func (a *Admitter) SetConfig(cfg *config.Config) { a.setConfig(cfg) }
 
-// Config returns the configuration in use.
+// Config returns the configuration in use: SetConfig's, with the runtime
+// overrides merged into its tiers' (overrides.go).
 func (a *Admitter) Config() *config.Config { return a.cfg.Load() }
 
 // Run keeps the backlog positions fresh until ctx ends.
@@ -261,13 +263,6 @@ func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, er
 	if cost < 1 {
 		return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
 	}
-	for _, l := range q.Limits {
-		// No wait would ever admit it: the request's fault, not a limit.
-		if quota := l.Limit.Quota(); cost > quota {
-			return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
-				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, l.Name, l.Limit, quota)}
-		}
-	}
 	if r.Priority < queue.High || r.Priority > queue.Low {
 		return checked{}, &Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority,
 			Detail: fmt.Sprintf("%s %s: want high, normal or low", api.HeaderPriority, r.Priority)}
@@ -275,6 +270,13 @@ func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, er
 	tiers, jobKey, err := tiersFor(full, r)
 	if err != nil {
 		return checked{}, err
+	}
+	for j, t := range tiers { // tiers[j] is q.Limits[j], with the key's override
+		// No wait would ever admit it: the request's fault, not a limit.
+		if quota := t.Limit.Quota(); cost > quota {
+			return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
+				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, q.Limits[j].Name, t.Limit, quota)}
+		}
 	}
 	arrived := now()
 	notBefore, err := r.Schedule.start(q, arrived)
@@ -347,7 +349,7 @@ type placing struct {
 // would start after its max-wait (its units given back).
 func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers []bucket.Tier, jobKey string, cost int64, id string, notBefore time.Time, d bucket.Decision, src Source) (*placing, error) {
 	p := &placing{q: q, r: r, tiers: tiers, jobKey: jobKey, cost: cost, src: src}
-	p.ans = Answer{Decision: d, Limit: q.Limits[d.Tier].Limit, Source: src}
+	p.ans = Answer{Decision: d, Limit: tiers[d.Tier].Limit, Source: src}
 	p.ans.Reply.Queue = q.Name
 	if d.Verdict == bucket.Rejected {
 		p.ans.Reply.Status = api.Rejected
@@ -506,7 +508,7 @@ func tiersFor(q *config.Queue, r *Request) ([]bucket.Tier, string, error) {
 		if l.Key.Kind != config.KeyGlobal && !haveJobKey {
 			jobKey, haveJobKey = k, true
 		}
-		tiers = append(tiers, bucket.Tier{Key: tierKey(i, k), Limit: l.Limit})
+		tiers = append(tiers, tierOf(i, l, k))
 	}
 	return tiers, jobKey, nil
 }

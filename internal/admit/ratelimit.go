@@ -52,7 +52,9 @@ func rateLimitOf(q *config.Queue, a Answer) *RateLimit {
 	if !a.Limit.Valid() || a.Decision.Tier < 0 || a.Decision.Tier >= len(q.Limits) {
 		return nil
 	}
+	// The answer's limit is the key's: its override's, if it has one.
 	l := q.Limits[a.Decision.Tier]
+	l.Limit = a.Limit
 	quota := l.Limit.Quota()
 	reset := a.Decision.ResetAfter
 	if a.Decision.Verdict >= bucket.Excess && a.Decision.RetryAfter > 0 {

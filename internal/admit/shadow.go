@@ -109,10 +109,14 @@ func (a *Admitter) decideShadow(ctx context.Context, q *config.Queue, r *Request
 // verdict to give, and the job, already stored, is not touched.
 func (a *Admitter) shadowVerdict(ctx context.Context, q *config.Queue, i int, l config.Limit, r *Request, cost int64) (string, bool) {
 	k, err := clientKey(q, l, r)
-	if err != nil || cost > l.Limit.Quota() {
+	if err != nil {
 		return api.ShadowWouldReject, true
 	}
-	d, src, err := a.o.Store.DecideFrom(ctx, q.Name, []bucket.Tier{{Key: tierKey(i, k), Limit: l.Limit}}, cost)
+	t := tierOf(i, l, k)
+	if cost > t.Limit.Quota() {
+		return api.ShadowWouldReject, true
+	}
+	d, src, err := a.o.Store.DecideFrom(ctx, q.Name, []bucket.Tier{t}, cost)
 	if err != nil || src == FromOpen || src == FromClosed {
 		a.o.Logger.Debug("admit: a shadow tier was not decided", "queue", q.Name, "tier", l.Name, "err", err)
 		return "", false

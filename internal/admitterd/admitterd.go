@@ -29,6 +29,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/devnats"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/internal/ui"
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -65,6 +66,7 @@ type Service struct {
 	http     *http.Server
 	httpLn   net.Listener
 	status   *jobstatus.Store
+	limits   jetstream.KeyValue // the runtime overrides' bucket
 	writes   chan jobstatus.Record
 	metrics  *admit.Metrics
 	// store is the kind of bucket store decisions use: "redis" or
@@ -98,6 +100,9 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	s := &Service{o: o, log: o.Logger, errc: make(chan error, 4), ensure: map[string]bool{}, writes: make(chan jobstatus.Record, 4096)}
 	defer func() {
 		if err != nil {
+			if s.cancel != nil {
+				s.cancel()
+			}
 			s.closeAll()
 		}
 	}()
@@ -185,6 +190,11 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		return nil, err
 	}
 	o.Registry.MustRegister(newQueueCollector(s.js, s.admitter.Config, s.log), newFailureModeCollector(s.failover))
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if s.limits, err = s.followOverrides(ctx, runCtx, replicas); err != nil {
+		return nil, err
+	}
 
 	var keys *door.APIKeys
 	if cfg.HTTP.APIKeysFile != "" {
@@ -205,6 +215,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	s.http = &http.Server{
 		Handler: door.NewHTTP(door.HTTPOptions{
 			Admitter: s.admitter, JS: s.js, Status: s.status, Keys: keys, AdminKeys: adminKeys, Ready: s.Ready, Logger: s.log,
+			Limits:  s.limits,
 			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
 			UI:      ui.Handler(),
 		}),
@@ -225,8 +236,6 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		return nil, err
 	}
 
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
 	s.goRun(func() error { return s.admitter.Run(runCtx) })
 	statusJS, err := jetstream.New(s.nc,
 		jetstream.WithPublishAsyncMaxPending(4096),
@@ -456,4 +465,35 @@ func portTaken(addr string) bool {
 	}
 	_ = c.Close()
 	return true
+}
+
+// loadOverridesTimeout bounds how long a starting admitter waits for the
+// runtime overrides stored in JetStream.
+const loadOverridesTimeout = 30 * time.Second
+
+// followOverrides opens the runtime overrides' bucket and follows it
+// until runCtx ends, each change applied to the admitter; it returns once
+// the overrides stored at the start are in force (or ctx ends), so that
+// no submission is decided without them.
+func (s *Service) followOverrides(ctx, runCtx context.Context, replicas int) (jetstream.KeyValue, error) {
+	kv, err := overrides.Open(ctx, s.js, replicas)
+	if err != nil {
+		return nil, err
+	}
+	w := overrides.NewWatcher(kv, s.log)
+	w.OnChange = s.admitter.SetRuntimeOverrides
+	s.goRun(func() error { return w.Run(runCtx) })
+	select {
+	case <-w.Loaded():
+	case <-ctx.Done():
+		return nil, fmt.Errorf("admitterd: loading the runtime limit overrides: %w", ctx.Err())
+	case <-time.After(loadOverridesTimeout):
+		// Deciding without them would give overridden keys their tier's
+		// limit: better not to start, and say why.
+		return nil, fmt.Errorf("admitterd: the runtime limit overrides (JetStream KV bucket %s) were not read within %v; is JetStream reachable?", overrides.Bucket, loadOverridesTimeout)
+	}
+	if n := len(w.Records()); n > 0 {
+		s.log.Info("runtime limit overrides loaded", "overrides", n)
+	}
+	return kv, nil
 }

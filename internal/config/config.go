@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/retry"
@@ -176,6 +177,11 @@ type Limit struct {
 	// default) or only decides and counts them (ModeShadow).
 	Mode  Mode
 	Limit bucket.Limit
+	// Overrides give some keys other parameters of the tier's algorithm
+	// (docs/design.md#per-key-overrides): the file's, and in the
+	// configuration an admitter runs (admit.Admitter.Config) the runtime
+	// ones too. nil: none.
+	Overrides *overrides.Table
 }
 
 // Mode is whether a limit tier enforces its verdicts (limits[].mode).

@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/retry"
@@ -72,17 +73,29 @@ type (
 		Handler section[handlerDoc] `yaml:"handler"`
 	}
 	limitDoc struct {
-		Key       field `yaml:"key"`
-		Algorithm field `yaml:"algorithm"`
-		Rate      field `yaml:"rate"`
-		Burst     field `yaml:"burst"`
-		Delay     field `yaml:"delay"`
-		NoDelay   field `yaml:"nodelay"`
-		Limit     field `yaml:"limit"`
-		Window    field `yaml:"window"`
-		Name      field `yaml:"name"`
-		OnMissing field `yaml:"on_missing"`
-		Mode      field `yaml:"mode"`
+		Key       field             `yaml:"key"`
+		Algorithm field             `yaml:"algorithm"`
+		Rate      field             `yaml:"rate"`
+		Burst     field             `yaml:"burst"`
+		Delay     field             `yaml:"delay"`
+		NoDelay   field             `yaml:"nodelay"`
+		Limit     field             `yaml:"limit"`
+		Window    field             `yaml:"window"`
+		Name      field             `yaml:"name"`
+		OnMissing field             `yaml:"on_missing"`
+		Mode      field             `yaml:"mode"`
+		Overrides list[overrideDoc] `yaml:"overrides"`
+	}
+	// overrideDoc is one of a tier's overrides: a key or prefix and the
+	// tier's algorithm's parameters (docs/design.md#per-key-overrides).
+	overrideDoc struct {
+		Key     field `yaml:"key"`
+		Rate    field `yaml:"rate"`
+		Burst   field `yaml:"burst"`
+		Delay   field `yaml:"delay"`
+		NoDelay field `yaml:"nodelay"`
+		Limit   field `yaml:"limit"`
+		Window  field `yaml:"window"`
 	}
 	backlogDoc struct {
 		Capacity        field                `yaml:"capacity"`
@@ -900,36 +913,59 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 			return l, t.Name.at(), false
 		}
 	}
-	if s, ok := d.scalar(&t.Rate, wantRate); ok {
+	params := paramFields{rate: &t.Rate, burst: &t.Burst, delay: &t.Delay, nodelay: &t.NoDelay, limit: &t.Limit, window: &t.Window}
+	built, ok := d.params(n, path, params, &spec, before)
+	if !ok {
+		return l, t.Name.at(), false
+	}
+	l.Limit = built
+	if !d.overrides(&t.Overrides, path, built.Algorithm(), &l) {
+		return l, t.Name.at(), false
+	}
+	return l, t.Name.at(), true
+}
+
+// paramFields are the fields of a limit's parameters, in a tier or in one
+// of its overrides.
+type paramFields struct {
+	rate, burst, delay, nodelay, limit, window *field
+}
+
+// params reads a limit's parameters into spec (its Algorithm set by the
+// caller), and bucket's Build decides whether they are a limit, its
+// problems reported at the fields they name. before is how many problems
+// the item had when its reading began: with more now, nothing is built.
+func (d *decoder) params(n *yaml.Node, path string, t paramFields, spec *bucket.Spec, before int) (bucket.Limit, bool) {
+	if s, ok := d.scalar(t.rate, wantRate); ok {
 		if _, err := parseRate(s); err != nil {
-			d.errorf(&t.Rate, "%v", err)
+			d.errorf(t.rate, "%v", err)
 		}
 		spec.Rate = s
 	}
 	for _, x := range []struct {
 		f   *field
 		dst *int64
-	}{{&t.Burst, &spec.Burst}, {&t.Delay, &spec.Delay}, {&t.Limit, &spec.Limit}} {
+	}{{t.burst, &spec.Burst}, {t.delay, &spec.Delay}, {t.limit, &spec.Limit}} {
 		if x.f.val != nil {
 			*x.dst, _ = d.integer(x.f, "an integer")
 		}
 	}
-	d.boolean(&t.NoDelay, &spec.NoDelay)
-	if s, ok := d.scalar(&t.Window, wantDuration); ok {
+	d.boolean(t.nodelay, &spec.NoDelay)
+	if s, ok := d.scalar(t.window, wantDuration); ok {
 		if _, err := time.ParseDuration(s); err != nil {
-			d.errorf(&t.Window, "%v", expected(wantDuration, s))
+			d.errorf(t.window, "%v", expected(wantDuration, s))
 		}
 		spec.Window = s
 	}
 	if len(d.errs) > before {
-		return l, t.Name.at(), false
+		return bucket.Limit{}, false
 	}
 
 	built, err := spec.Build()
 	var le *bucket.LimitError
 	if errors.As(err, &le) {
-		f := map[string]*field{"rate": &t.Rate, "burst": &t.Burst, "delay": &t.Delay, "nodelay": &t.NoDelay,
-			"limit": &t.Limit, "window": &t.Window}[le.Field]
+		f := map[string]*field{"rate": t.rate, "burst": t.burst, "delay": t.delay, "nodelay": t.nodelay,
+			"limit": t.limit, "window": t.window}[le.Field]
 		switch {
 		case f == nil:
 			d.addf(n, path, "%v", err)
@@ -943,11 +979,57 @@ func (d *decoder) limit(n, parent *yaml.Node, path string) (Limit, *yaml.Node, b
 	} else if err != nil {
 		d.addf(n, path, "%v", err)
 	}
-	if err != nil {
-		return l, t.Name.at(), false
+	return built, err == nil
+}
+
+// overrides reads a tier's overrides into l.Overrides: each a key or
+// prefix, given once, and parameters of the tier's algorithm, validated
+// as the tier's own are.
+func (d *decoder) overrides(f *list[overrideDoc], path string, alg bucket.Algorithm, l *Limit) bool {
+	items := d.items(&f.field, "overrides")
+	if len(items) > 0 && l.Key.Kind == KeyGlobal {
+		d.errorf(&f.field, "a global tier has one key, which its own parameters limit: overrides apply to header:NAME and ip tiers")
+		return false
 	}
-	l.Limit = built
-	return l, t.Name.at(), true
+	var list []overrides.Override
+	seen := map[overrides.Pattern]int{} // → line
+	ok := true
+	for i, item := range items {
+		ipath := fmt.Sprintf("%s.overrides[%d]", path, i)
+		if isNull(item) {
+			d.addf(orNode(item, f.val), ipath, "expected an override (a mapping of %s), got nothing", joinOr(docFields(reflect.TypeFor[overrideDoc]()), "and"))
+			ok = false
+			continue
+		}
+		var o overrideDoc
+		before := len(d.errs)
+		if !d.decode(item, f.val, ipath, &o) {
+			ok = false
+			continue
+		}
+		var p overrides.Pattern
+		if s, sok := d.scalar(&o.Key, wantPattern); d.given(&o.Key, wantPattern) && sok {
+			var err error
+			if p, err = overrides.ParsePattern(s); err != nil {
+				d.errorf(&o.Key, "%v", err)
+			} else if line, dup := seen[p]; dup {
+				d.errorf(&o.Key, "key %.80q is already overridden at line %d", s, line)
+			} else {
+				seen[p] = o.Key.at().Line
+			}
+		}
+		spec := bucket.Spec{Algorithm: alg.String()}
+		params := paramFields{rate: &o.Rate, burst: &o.Burst, delay: &o.Delay, nodelay: &o.NoDelay, limit: &o.Limit, window: &o.Window}
+		built, bok := d.params(item, ipath, params, &spec, before)
+		if !bok || len(d.errs) > before {
+			ok = false
+			continue
+		}
+		list = append(list, overrides.Override{Pattern: p, Limit: built, Source: overrides.SourceConfig, Line: item.Line,
+			Params: overrides.Params{Rate: spec.Rate, Burst: spec.Burst, Delay: spec.Delay, NoDelay: spec.NoDelay, Limit: spec.Limit, Window: spec.Window}})
+	}
+	l.Overrides = overrides.NewTable(list)
+	return ok
 }
 
 // backlog reads a queue's backlog and ready sections into a queue.Config,

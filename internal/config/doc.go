@@ -80,6 +80,13 @@
 //	        burst: 20                   # leaky_bucket (default 0); token_bucket: capacity, required
 //	        delay: 5                    # leaky_bucket, 0..burst (default 0); or nodelay: true
 //	        # limit: 100, window: 60s   # the window algorithms
+//	        overrides:                  # header:NAME and ip tiers: other parameters of
+//	                                    # the tier's algorithm for some keys; the most
+//	                                    # specific match wins (an exact key, else the
+//	                                    # longest prefix); the admin API adds runtime ones
+//	                                    # (docs/design.md#per-key-overrides)
+//	          - {key: tenant-a, rate: 100/s, burst: 200}
+//	          - {key: "tenant-*", rate: 50/s, burst: 50}   # a prefix; "*" alone: every key
 //	    backlog:
 //	      capacity: 10000               # default 10000
 //	      per_key_capacity: 500         # default 0: no per-key bound

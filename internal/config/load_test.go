@@ -375,7 +375,7 @@ status: {ttl: [1h]}
 		{"root not a mapping", "- a\n", []string{`spillway.yaml:1: expected a mapping of nats, redis, http, worker, status and queues, got a list`}},
 		{"null queue and tier", "queues:\n  - name: a\n    limits: [~]\n    backlog: {leak_rate: 1/s}\n  -\n",
 			[]string{
-				`spillway.yaml:3: queues[0].limits[0]: expected a limit tier (a mapping of key, algorithm, rate, burst, delay, nodelay, limit, window, name, on_missing and mode), got nothing`,
+				`spillway.yaml:3: queues[0].limits[0]: expected a limit tier (a mapping of key, algorithm, rate, burst, delay, nodelay, limit, window, name, on_missing, mode and overrides), got nothing`,
 				`spillway.yaml:5: queues[1]: expected a queue (a mapping of name, limits, backlog, ready, retry and handler), got nothing`,
 			}},
 

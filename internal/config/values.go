@@ -25,6 +25,7 @@ import (
 const (
 	wantDuration = `a Go duration such as "1s" or "5m"`
 	wantRate     = `a rate such as "10/s"`
+	wantPattern  = `a client key such as "tenant-a", or a prefix such as "tenant-*"`
 	wantListen   = `host:port such as ":8080" or "127.0.0.1:8080"`
 	wantNATSURL  = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
 	wantRedisURL = `a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0"`

@@ -42,6 +42,9 @@ type HTTPOptions struct {
 	// AdminKeys are the keys allowed on the admin endpoints (pause and
 	// resume, admin.go); nil or empty: those answer 403 to everyone.
 	AdminKeys *APIKeys
+	// Limits is the runtime overrides' bucket (overrides.Open), for the
+	// limits endpoints (limits.go); nil: they answer 503.
+	Limits jetstream.KeyValue
 	// Ready reports whether the admitter can take jobs (/readyz).
 	Ready func() error
 	// Metrics serves /metrics; UI serves /ui. Either may be nil.
@@ -66,6 +69,10 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, "/v1/queues/{queue}/keys", h.auth(h.queueKeys)},
 		{http.MethodPost, "/v1/queues/{queue}/pause", h.admin(h.pause)},   // admin.go
 		{http.MethodPost, "/v1/queues/{queue}/resume", h.admin(h.resume)}, // admin.go
+		{http.MethodGet, "/v1/queues/{queue}/limits", h.admin(h.limits)},  // limits.go
+		{http.MethodGet, limitPath, h.admin(h.keyLimit)},
+		{http.MethodPut, limitPath, h.admin(h.setKeyLimit)},
+		{http.MethodDelete, limitPath, h.admin(h.deleteKeyLimit)},
 		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, "ok\n")

@@ -24,6 +24,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
@@ -44,6 +45,7 @@ type testBundle struct {
 	admitter *admit.Admitter
 	status   *jobstatus.Store
 	handler  http.Handler
+	limits   jetstream.KeyValue // the runtime overrides' bucket
 	srv      *httptest.Server
 	client   *http.Client
 	natsDoor *door.NATSDoor
@@ -94,7 +96,11 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.handler = door.NewHTTP(door.HTTPOptions{Admitter: b.admitter, JS: b.JS, Status: b.status, Keys: o.keys, AdminKeys: o.adminKeys, Ready: func() error { return nil }})
+	if b.limits, err = overrides.Open(ctx, b.JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	b.handler = door.NewHTTP(door.HTTPOptions{Admitter: b.admitter, JS: b.JS, Status: b.status, Keys: o.keys, AdminKeys: o.adminKeys,
+		Limits: b.limits, Ready: func() error { return nil }})
 	b.srv = httptest.NewServer(b.handler)
 	t.Cleanup(b.srv.Close)
 	b.client = b.srv.Client()

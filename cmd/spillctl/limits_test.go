@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/api"
+)
+
+// spillctl limits sends each subcommand's method, path and parameters
+// with the admin key, and prints the answers; a submit key's 403 says to
+// use an admin key.
+func TestLimitsCommands(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 25, 16, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer admin-key" {
+			w.Header().Set("Content-Type", api.ProblemContentType)
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.EscapedPath()+" "+strings.TrimSpace(string(b)))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		k := api.KeyLimit{Queue: "email", Tier: "per-key", Key: "tenant-a", Algorithm: "token_bucket",
+			LimitParams: api.LimitParams{Rate: "100/s", Burst: 200}, Source: "runtime", Pattern: "tenant-a", By: "sha256:0123456789ab", At: &at}
+		switch {
+		case r.Method == http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		case strings.HasSuffix(r.URL.Path, "/limits"):
+			_ = json.NewEncoder(w).Encode(api.LimitList{Queue: "email", Tiers: []api.TierLimits{{Tier: "per-key", KeyedBy: "header:X-Api-Key",
+				Mode: "enforce", Algorithm: "token_bucket", LimitParams: api.LimitParams{Rate: "10/s", Burst: 20},
+				Overrides: []api.LimitOverride{{Key: "tenant-*", LimitParams: api.LimitParams{Rate: "50/s", Burst: 50}, Source: "config", Line: 12}}}}})
+		default:
+			_ = json.NewEncoder(w).Encode(k)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"SPILLWAY_SERVER": srv.URL, "SPILLWAY_ADMIN_KEY": "admin-key"}
+
+	out, _, err := spillctlEnv(t, env, "", "limits", "set", "email", "per-key", "tenant-a", "--rate", "100/s", "--burst", "200")
+	if err != nil || !strings.Contains(out, "email/per-key tenant-a: token_bucket rate=100/s burst=200 (runtime by sha256:0123456789ab") {
+		t.Errorf("set: %v\n%s", err, out)
+	}
+	if out, _, err = spillctlEnv(t, env, "", "limits", "get", "email", "per-key", "tenant-a"); err != nil || !strings.Contains(out, "(runtime") {
+		t.Errorf("get: %v\n%s", err, out)
+	}
+	if out, _, err = spillctlEnv(t, env, "", "limits", "list", "email"); err != nil || !strings.Contains(out, "tenant-*") || !strings.Contains(out, "config at line 12") {
+		t.Errorf("list: %v\n%s", err, out)
+	}
+	if out, _, err = spillctlEnv(t, env, "", "limits", "rm", "email", "per-key", "tenant-*"); err != nil || !strings.Contains(out, "removed") {
+		t.Errorf("rm: %v\n%s", err, out)
+	}
+	want := []string{
+		`PUT /v1/queues/email/limits/per-key/keys/tenant-a {"rate":"100/s","burst":200}`,
+		`GET /v1/queues/email/limits/per-key/keys/tenant-a `,
+		`GET /v1/queues/email/limits `,
+		`DELETE /v1/queues/email/limits/per-key/keys/tenant-%2A `,
+	}
+	mu.Lock()
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+	mu.Unlock()
+
+	submitKey := map[string]string{"SPILLWAY_SERVER": srv.URL, "SPILLWAY_ADMIN_KEY": "submit-key"}
+	if _, _, err := spillctlEnv(t, submitKey, "", "limits", "list", "email"); err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "--admin-key") {
+		t.Errorf("list without an admin key: %v", err)
+	}
+	for _, args := range [][]string{{"limits"}, {"limits", "nope"}, {"limits", "get", "email"}, {"limits", "set", "email", "0", "k"}} {
+		if _, _, err := spillctlEnv(t, env, "", args...); !errorsIsUsage(err) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	if out, _, err := spillctlEnv(t, env, "", "limits", "--help"); err != nil || !strings.Contains(out, "Usage: spillctl limits list QUEUE") {
+		t.Errorf("--help: %v\n%s", err, out)
+	}
+}

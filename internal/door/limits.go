@@ -1,0 +1,263 @@
+package door
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/overrides"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// The limits endpoints (docs/design.md#per-key-overrides) take an admin
+// key, as pause and resume do. {tier} is a tier's name or its index in
+// the queue's limits; {key} a client key (GET: the limit it gets) or a
+// pattern, a key or a prefix such as tenant-* (PUT, DELETE).
+
+// limitPath is the path of one key's limit in one tier.
+const limitPath = "/v1/queues/{queue}/limits/{tier}/keys/{key}"
+
+// limitParamNames are the fields a PUT's body may hold.
+var limitParamNames = []string{"rate", "burst", "delay", "nodelay", "limit", "window"}
+
+// tierOf resolves {queue} and {tier}, answering 404 when either is
+// unknown.
+func (h *httpDoor) tierOf(w http.ResponseWriter, r *http.Request) (*config.Queue, int, bool) {
+	name := r.PathValue("queue")
+	q := h.cfg().Queue(name)
+	if q == nil {
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
+		return nil, 0, false
+	}
+	tier := r.PathValue("tier")
+	i := slices.IndexFunc(q.Limits, func(l config.Limit) bool { return l.Name == tier })
+	if n, err := strconv.Atoi(tier); i < 0 && err == nil && n >= 0 && n < len(q.Limits) {
+		i = n
+	}
+	if i < 0 {
+		names := make([]string, len(q.Limits))
+		for j, l := range q.Limits {
+			names[j] = l.Name
+		}
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown tier",
+			Detail: fmt.Sprintf("queue %s has no tier %.80q: name one of %s, or give its index from 0 to %d", q.Name, tier, joinNames(names), len(q.Limits)-1)})
+		return nil, 0, false
+	}
+	return q, i, true
+}
+
+func joinNames(names []string) string {
+	b, _ := json.Marshal(names)
+	return string(b)
+}
+
+// limits is GET /v1/queues/{queue}/limits: every tier's own parameters
+// and its overrides, the configuration's and the runtime's.
+func (h *httpDoor) limits(w http.ResponseWriter, r *http.Request, _ string) {
+	name := r.PathValue("queue")
+	q := h.cfg().Queue(name)
+	if q == nil {
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
+		return
+	}
+	out := api.LimitList{Queue: q.Name, Tiers: make([]api.TierLimits, len(q.Limits))}
+	for i, l := range q.Limits {
+		t := api.TierLimits{Tier: l.Name, Index: i, KeyedBy: l.Key.String(), Mode: string(l.Mode),
+			Algorithm: l.Limit.Algorithm().String(), LimitParams: overrides.ParamsOf(l.Limit), Overrides: []api.LimitOverride{}}
+		for _, o := range l.Overrides.List() {
+			t.Overrides = append(t.Overrides, api.LimitOverride{Key: o.Pattern.String(), LimitParams: o.Params,
+				Source: string(o.Source), By: o.By, At: timeOrNil(o.At), Line: o.Line})
+		}
+		out.Tiers[i] = t
+	}
+	writeJSON(w, http.StatusOK, "application/json", out)
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// keyLimit is GET .../limits/{tier}/keys/{key}: the limit the key gets,
+// and where it comes from.
+func (h *httpDoor) keyLimit(w http.ResponseWriter, r *http.Request, _ string) {
+	q, i, ok := h.tierOf(w, r)
+	if !ok {
+		return
+	}
+	key := r.PathValue("key")
+	if len(key) > admit.MaxKeyLen {
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "key",
+			Detail: fmt.Sprintf("a key of %d bytes: want at most %d", len(key), admit.MaxKeyLen)})
+		return
+	}
+	l := q.Limits[i]
+	writeJSON(w, http.StatusOK, "application/json", keyLimitOf(q, i, key, l.Limit, l.Overrides.Match(key)))
+}
+
+// keyLimitOf is the KeyLimit of key in tier i of q: o's, or the tier's
+// own limit when o is nil.
+func keyLimitOf(q *config.Queue, i int, key string, def bucket.Limit, o *overrides.Override) api.KeyLimit {
+	k := api.KeyLimit{Queue: q.Name, Tier: q.Limits[i].Name, TierIndex: i, Key: key, Algorithm: def.Algorithm().String(),
+		LimitParams: overrides.ParamsOf(def), Source: api.LimitSourceDefault}
+	if o != nil {
+		k.LimitParams, k.Source, k.Pattern = o.Params, string(o.Source), o.Pattern.String()
+		k.By, k.At, k.Line = o.By, timeOrNil(o.At), o.Line
+	}
+	return k
+}
+
+// setKeyLimit is PUT .../limits/{tier}/keys/{key} with the parameters as
+// a JSON object: the override is stored in the runtime overrides' bucket,
+// where every admitter follows it. 200 with the override.
+func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string) {
+	q, i, ok := h.tierOf(w, r)
+	if !ok {
+		return
+	}
+	p, ok := patternOf(w, r, q.Limits[i])
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r, min(h.cfg().HTTP.MaxBodyBytes, 64<<10), tooLarge)
+	if !ok {
+		return
+	}
+	params, field, err := decodeLimitParams(body)
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: field,
+			Detail: err.Error()})
+		return
+	}
+	l := q.Limits[i]
+	rec := overrides.Record{Queue: q.Name, Tier: l.Name, Key: p.String(), Params: params, By: by, At: time.Now().UTC()}
+	o, err := admit.RuntimeOverride(l, rec)
+	if err != nil {
+		var le *bucket.LimitError
+		field := ""
+		if errors.As(err, &le) {
+			field = le.Field
+			err = fmt.Errorf("%s for tier %s (%s): %s", le.Field, l.Name, l.Limit.Algorithm(), le.Reason)
+			if le.Value != "" {
+				err = fmt.Errorf("%s %q for tier %s (%s): %s", le.Field, le.Value, l.Name, l.Limit.Algorithm(), le.Reason)
+			}
+		}
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: field, Detail: err.Error()})
+		return
+	}
+	if h.o.Limits == nil {
+		h.unavailable(w, r, "setting a limit override", errors.New("this admitter has no overrides bucket"))
+		return
+	}
+	if err := overrides.Put(r.Context(), h.o.Limits, rec); err != nil {
+		h.unavailable(w, r, "storing a limit override of queue "+q.Name, err)
+		return
+	}
+	h.o.Logger.Info("door: limit override set", "queue", q.Name, "tier", l.Name, "key_hash", queue.KeyHash(p.String()),
+		"prefix", p.Prefix, "limit", o.Limit.String(), "by", by)
+	writeJSON(w, http.StatusOK, "application/json", keyLimitOf(q, i, p.String(), l.Limit, &o))
+}
+
+// deleteKeyLimit is DELETE .../limits/{tier}/keys/{key}: the runtime
+// override of that pattern is removed (204); 404 when there is none.
+func (h *httpDoor) deleteKeyLimit(w http.ResponseWriter, r *http.Request, by string) {
+	q, i, ok := h.tierOf(w, r)
+	if !ok {
+		return
+	}
+	p, ok := patternOf(w, r, q.Limits[i])
+	if !ok {
+		return
+	}
+	if h.o.Limits == nil {
+		h.unavailable(w, r, "removing a limit override", errors.New("this admitter has no overrides bucket"))
+		return
+	}
+	l := q.Limits[i]
+	_, found, err := overrides.Get(r.Context(), h.o.Limits, q.Name, l.Name, p)
+	if err != nil {
+		h.unavailable(w, r, "reading a limit override of queue "+q.Name, err)
+		return
+	}
+	if !found {
+		detail := fmt.Sprintf("tier %s of queue %s has no runtime override of %.80q", l.Name, q.Name, p.String())
+		if o := l.Overrides.Get(p); o != nil && o.Source == overrides.SourceConfig {
+			detail += fmt.Sprintf("; its override at line %d of the configuration file stays until the file changes", o.Line)
+		}
+		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "No such override", Detail: detail})
+		return
+	}
+	if err := overrides.Delete(r.Context(), h.o.Limits, q.Name, l.Name, p); err != nil {
+		h.unavailable(w, r, "removing a limit override of queue "+q.Name, err)
+		return
+	}
+	h.o.Logger.Info("door: limit override removed", "queue", q.Name, "tier", l.Name, "key_hash", queue.KeyHash(p.String()),
+		"prefix", p.Prefix, "by", by)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// patternOf reads {key} as a pattern of tier l: 400 for one that is not,
+// or for a global tier, which has no keys to override.
+func patternOf(w http.ResponseWriter, r *http.Request, l config.Limit) (overrides.Pattern, bool) {
+	if l.Key.Kind == config.KeyGlobal {
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "tier",
+			Detail: fmt.Sprintf("tier %s is global: it has one key, which its own parameters limit; overrides apply to header:NAME and ip tiers", l.Name)})
+		return overrides.Pattern{}, false
+	}
+	p, err := overrides.ParsePattern(r.PathValue("key"))
+	if err != nil {
+		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "key", Detail: err.Error()})
+		return overrides.Pattern{}, false
+	}
+	return p, true
+}
+
+// decodeLimitParams reads a PUT's body: a JSON object of limitParamNames.
+// A problem names the field.
+func decodeLimitParams(body []byte) (api.LimitParams, string, error) {
+	var p api.LimitParams
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		return p, "", fmt.Errorf(`the body: want a JSON object of the tier's parameters, such as {"rate": "100/s", "burst": 200}`)
+	}
+	for name := range fields {
+		if !slices.Contains(limitParamNames, name) {
+			return p, name, fmt.Errorf("unknown field %.40q: want %s (the algorithm is the tier's)", name, joinNames(limitParamNames))
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return p, te.Field, fmt.Errorf("%s: want %s, got a JSON %s", te.Field, wantOf(te.Field), te.Value)
+		}
+		return p, "", fmt.Errorf("the body: %w", err)
+	}
+	return p, "", nil
+}
+
+func wantOf(field string) string {
+	switch field {
+	case "rate":
+		return `a string such as "100/s"`
+	case "window":
+		return `a string such as "1m"`
+	case "nodelay":
+		return "true or false"
+	}
+	return "an integer"
+}
