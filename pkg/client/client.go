@@ -32,6 +32,8 @@ type transport interface {
 	wait(ctx context.Context, id string) (*Job, error)
 	// describe names the door in errors: the base URL, the NATS server.
 	describe() string
+	// name is the door's: "http" or "nats".
+	name() string
 }
 
 // Submit sends one job to queue and returns the admitter's answer.
@@ -161,6 +163,9 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
 	})
 	return job, err
 }
+
+// Door is the front door the client uses: "http" or "nats".
+func (c *Client) Door() string { return c.t.name() }
 
 // String names the admitter the client talks to.
 func (c *Client) String() string { return c.t.describe() }

@@ -49,6 +49,8 @@ type httpDoor struct {
 
 func (d *httpDoor) describe() string { return d.base }
 
+func (d *httpDoor) name() string { return "http" }
+
 // maxAnswer bounds how much of an answer is read: a batch's reply of a
 // thousand jobs is well below it.
 const maxAnswer = 8 << 20

@@ -50,6 +50,8 @@ type natsDoor struct {
 
 func (d *natsDoor) describe() string { return d.nc.ConnectedUrlRedacted() }
 
+func (d *natsDoor) name() string { return "nats" }
+
 // request sends m and returns the reply; no reply is a *TransportError.
 func (d *natsDoor) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
 	reply, err := d.nc.RequestMsgWithContext(ctx, m)
