@@ -42,7 +42,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	var headers headerFlags
 	fs.Var(&headers, "header", "send a header, `NAME=VALUE`, such as the key your limits use (repeatable)")
 	cost := fs.Int64("cost", 0, "`N` units the job takes from its limits, sent as Spillway-Cost (default: the admitter's, 1)")
-	idem := fs.String("idempotency-key", "", "a `KEY` that makes a retried submit take no second unit or slot")
+	idem := fs.String("idempotency-key", "", "a `KEY` that makes a retried submit take no second unit or slot (default: a generated one, reused by spillctl's own retries)")
 	via := fs.String("via", "http", "front `DOOR`: http | nats")
 	conn := addAPIFlags(fs, getenv)
 	natsURL := natsFlag(fs, getenv)
