@@ -63,12 +63,20 @@ func (t *SubmitTarget) Submit(ctx context.Context, r Request) Outcome {
 // unavailable"), or the transport's ("timeout", "connection refused",
 // "no responders").
 func Classify(door string, ans *client.Answer, err error) Outcome {
+	if err == nil {
+		if ans != nil && ans.Verdict == client.Queued {
+			return Outcome{Verdict: Queued}
+		}
+		return Outcome{Verdict: Admitted}
+	}
+	return classifyError(door, err)
+}
+
+// classifyError is Classify of an error: apart, so that answers without
+// one cost no allocation.
+func classifyError(door string, err error) Outcome {
 	var pe *client.ProblemError
 	switch {
-	case err == nil && ans != nil && ans.Verdict == client.Queued:
-		return Outcome{Verdict: Queued}
-	case err == nil:
-		return Outcome{Verdict: Admitted}
 	case errors.As(err, &pe) && pe.Status == 429:
 		reason := pe.Reason()
 		if reason == "" {

@@ -265,6 +265,9 @@ func WithMaxWait(d time.Duration) SubmitOption {
 // key unless one was set or auto is false.
 func newSubmission(opts []SubmitOption, auto bool) (submission, error) {
 	var s submission
+	if len(opts) > 0 {
+		s.headers = make([][2]string, 0, len(opts)) // most options set one header
+	}
 	for _, o := range opts {
 		if o != nil {
 			o(&s)
