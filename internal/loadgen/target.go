@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -43,7 +44,7 @@ func (t *SubmitTarget) options(key string) []client.SubmitOption {
 	if v, ok := t.withKey.Load(key); ok {
 		return v.([]client.SubmitOption)
 	}
-	opts := append(t.Options[:len(t.Options):len(t.Options)], client.WithHeader(t.KeyHeader, key))
+	opts := slices.Concat(t.Options, []client.SubmitOption{client.WithHeader(t.KeyHeader, key)})
 	t.withKey.Store(key, opts)
 	return opts
 }
