@@ -60,12 +60,30 @@ func TestVerdicts(t *testing.T) {
 			pe.Status != http.StatusTooManyRequests || pe.Reason() != "rate-limited" {
 			t.Fatalf("%s: fourth job: %+v, %+v; want rejected, retry after about a minute", door, ans, pe)
 		}
+
+		// The schedule's options reach the admitter.
+		before = time.Now()
+		ans, err = c.Submit(t.Context(), "work", nil, client.WithDelay(time.Hour), client.WithPriority(queue.Low))
+		if err != nil || ans.Verdict != client.Queued || ans.NotBefore.Before(before.Add(59*time.Minute)) {
+			t.Errorf("%s: a job delayed an hour: %+v, %v", door, ans, err)
+		}
+		ans, err = c.Submit(t.Context(), "work", nil, client.WithNotBefore(before.Add(2*time.Hour)))
+		if err != nil || ans.Verdict != client.Queued || ans.NotBefore.Sub(before.Add(2*time.Hour)).Abs() > time.Second {
+			t.Errorf("%s: a job not before two hours: %+v, %v", door, ans, err)
+		}
+		waiter := client.WithHeader("X-Client", "wait-"+door)
+		if _, err := c.Submit(t.Context(), "limited", nil, waiter); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Submit(t.Context(), "limited", nil, waiter, client.WithMaxWait(time.Second)); !errors.Is(err, client.ErrWaitTooLong) || !errors.Is(err, client.ErrRejected) {
+			t.Errorf("%s: a job that would wait a minute, max-wait 1s: %v; want wait-too-long", door, err)
+		}
 	}
-	// One job of each door in READY, two in the backlog: the duplicates
+	// Two jobs of each door in READY, two in the backlog: the duplicates
 	// and the rejections took nothing.
 	js := must(jetstream.New(a.connect(t)))(t)
-	if r, b := admittest.Msgs(t, js, "limited", queue.Ready), admittest.Msgs(t, js, "limited", queue.Backlog); r != 2 || b != 4 {
-		t.Errorf("READY holds %d jobs and the backlog %d; want 2 and 4", r, b)
+	if r, b := admittest.Msgs(t, js, "limited", queue.Ready), admittest.Msgs(t, js, "limited", queue.Backlog); r != 4 || b != 4 {
+		t.Errorf("READY holds %d jobs and the backlog %d; want 4 and 4", r, b)
 	}
 }
 
