@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,28 +13,43 @@ import (
 	"github.com/spillway-dev/spillway/pkg/client"
 )
 
-// exampleAdmitter starts an admitter of testConfig in dev mode for an
-// example: an embedded JetStream server and a worker in this process.
+// shared is the admitter of the examples: one for all of them (each
+// uses its own client keys), started by the first and stopped by TestMain.
+var shared struct {
+	once sync.Once
+	a    *admitter
+	dir  string
+}
+
+// exampleAdmitter is an admitter of testConfig in dev mode for the
+// examples: an embedded JetStream server and a worker in this process.
 // What the examples show is what a producer writes against a running
 // admitter.
-func exampleAdmitter() (a *admitter, stop func()) {
-	dir, err := os.MkdirTemp("", "spillway-client-example-")
-	if err != nil {
-		panic(err)
-	}
-	if a, err = startAdmitter(dir, testConfig); err != nil {
-		panic(err)
-	}
-	return a, func() {
-		_ = a.stop()
-		_ = os.RemoveAll(dir)
+func exampleAdmitter() *admitter {
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("", "spillway-client-example-")
+		if err != nil {
+			panic(err)
+		}
+		shared.dir = dir
+		if shared.a, err = startAdmitter(dir, testConfig); err != nil {
+			panic(err)
+		}
+	})
+	return shared.a
+}
+
+// stopShared stops the examples' admitter, if one started.
+func stopShared() {
+	if shared.a != nil {
+		_ = shared.a.stop()
+		_ = os.RemoveAll(shared.dir)
 	}
 }
 
 // Submit a job over HTTP and wait for a worker to finish it.
 func Example() {
-	a, stop := exampleAdmitter()
-	defer stop()
+	a := exampleAdmitter()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -62,8 +78,7 @@ func Example() {
 // Submit over NATS: one request to spillway.submit.<queue>, answered by
 // one of the admitters.
 func ExampleNewNATS() {
-	a, stop := exampleAdmitter()
-	defer stop()
+	a := exampleAdmitter()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -95,8 +110,7 @@ func ExampleNewNATS() {
 // A rejection is an answer and an error: the error for code that only
 // checks errors, the answer for when to try again.
 func ExampleClient_Submit_rejected() {
-	a, stop := exampleAdmitter()
-	defer stop()
+	a := exampleAdmitter()
 	ctx := context.Background()
 
 	c, err := client.NewHTTP(a.httpURL(), client.WithAPIKey(testKey))
@@ -126,8 +140,7 @@ func ExampleClient_Submit_rejected() {
 
 // A batch is decided job by job.
 func ExampleClient_SubmitBatch() {
-	a, stop := exampleAdmitter()
-	defer stop()
+	a := exampleAdmitter()
 
 	c, err := client.NewHTTP(a.httpURL(), client.WithAPIKey(testKey))
 	if err != nil {
