@@ -13,11 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/loadgen"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -127,58 +126,54 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	payload := make([]byte, *payloadBytes)
 	_, _ = rand.Read(payload)
 	// Every job carries the same headers; the payload goes in each one.
-	job := submission{queue: *q, headers: headers, cost: *cost, apiKey: keyOr(*apiKey, getenv)}
+	// Each job is one exchange, counted as it went (no retries), and
+	// carries no generated idempotency key: the admitter's plain path.
+	opts := submitOptions(headers, *cost)
+	clientOpts := []client.Option{client.WithTimeout(*timeout), client.WithRetries(0, 0), client.WithoutIdempotencyKeys()}
 
 	var batch *loadgen.Batch
 	if *batchSize > 0 {
-		batch = &loadgen.Batch{Size: *batchSize, KeyHeader: *keyHeader, Payload: payload, Header: map[string]string{}}
+		batch = &loadgen.Batch{Size: *batchSize, KeyHeader: *keyHeader, Payload: payload, Options: opts}
 		batch.Keys, cfg.Keys = cfg.Keys, nil // the batch spreads its jobs over them
-		headers.each(func(k, v string) { batch.Header[k] = v })
-		if *cost > 0 {
-			batch.Header[api.HeaderCost] = strconv.FormatInt(*cost, 10)
-		}
 	}
 	var where string
+	var c *client.Client
 	switch *via {
 	case "http":
-		a, err := newAdmitter("spillctl bench", *server, job.apiKey, *timeout)
+		a, err := newAdmitter("spillctl bench", *server, keyOr(*apiKey, getenv), *timeout)
 		if err != nil {
 			return err
 		}
-		h := http.Header{"Content-Type": {"application/octet-stream"}}
-		job.setHeaders(h)
 		// The admitter's client, with a connection for each caller.
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = max(cfg.Callers, min(*maxOut, 1024))
 		tr.MaxIdleConns = tr.MaxIdleConnsPerHost
 		a.client.Transport = tr
 		defer a.client.CloseIdleConnections()
-		where = a.base + jobsPath(*q)
-		cfg.Target = &loadgen.HTTPTarget{Client: a.client, URL: where, Header: h, KeyHeader: *keyHeader, Payload: payload}
-		if batch != nil {
-			where += ":batch"
-			h := http.Header{}
-			if job.apiKey != "" {
-				h.Set("Authorization", "Bearer "+job.apiKey)
-			}
-			cfg.Target = &loadgen.HTTPBatchTarget{Client: a.client, URL: where, Header: h, Batch: batch}
-		}
-	case "nats":
-		nc, err := connectNATS(*natsURL, "spillctl bench")
-		if err != nil {
+		if c, err = a.jobsClient(clientOpts...); err != nil {
 			return fmt.Errorf("spillctl bench: %w", err)
 		}
-		defer nc.Close()
-		h := nats.Header{}
-		job.setHeaders(h)
+		where = a.base + "/v1/queues/" + *q + "/jobs"
+		if batch != nil {
+			where += ":batch"
+		}
+	case "nats":
+		var closeConn func()
+		var err error
+		if c, closeConn, err = natsClient(*natsURL, "spillctl bench", clientOpts...); err != nil {
+			return fmt.Errorf("spillctl bench: %w", err)
+		}
+		defer closeConn()
 		where = *natsURL + " " + api.SubmitPrefix + *q
-		cfg.Target = &loadgen.NATSTarget{Conn: nc, Subject: api.SubmitPrefix + *q, Header: h, KeyHeader: *keyHeader, Payload: payload, Timeout: *timeout}
 		if batch != nil {
 			where = *natsURL + " " + api.SubmitBatchPrefix + *q
-			cfg.Target = &loadgen.NATSBatchTarget{Conn: nc, Subject: api.SubmitBatchPrefix + *q, Batch: batch, Timeout: *timeout}
 		}
 	default:
 		return usageErrorf("spillctl bench: --via %q: want http or nats", *via)
+	}
+	cfg.Target = &loadgen.SubmitTarget{Client: c, Queue: *q, Options: opts, KeyHeader: *keyHeader, Payload: payload}
+	if batch != nil {
+		cfg.Target = &loadgen.BatchTarget{Client: c, Queue: *q, Batch: batch}
 	}
 	if !*quiet {
 		cfg.Progress = func(p loadgen.Progress) { fmt.Fprintln(stderr, formatProgress(p)) }

@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
-	"time"
 )
 
 const cancelUsage = `Usage: spillctl cancel ID [--server URL] [--api-key KEY] [--json]
@@ -30,20 +26,17 @@ func runCancel(ctx context.Context, args []string, getenv func(string) string, s
 	if done || err != nil {
 		return err
 	}
-	ans, err := g.a.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(g.arg), http.Header{"Accept": {"application/json"}}, nil)
+	c, err := g.a.jobsClient()
 	if err != nil {
 		return fmt.Errorf("spillctl cancel: %w", err)
 	}
-	if ans.StatusCode != http.StatusOK {
-		err := g.a.answerError(ans)
+	job, err := c.Cancel(ctx, g.arg)
+	if err != nil {
+		err := g.a.jobError(err)
 		if isNotFound(err) {
 			return fmt.Errorf("spillctl cancel: the admitter at %s knows no job %q (ids are what spillctl submit prints)", g.a.base, g.arg)
 		}
 		return fmt.Errorf("spillctl cancel: %w", err)
 	}
-	var st jobStatus
-	if err := json.Unmarshal(ans.Body, &st); err != nil {
-		return fmt.Errorf("spillctl cancel: the admitter at %s answered with something that is not a job's status: %w (is --server an admitter?)", g.a.base, err)
-	}
-	return g.print(stdout, ans.Body, formatJob(st, time.Now()))
+	return g.printJob(stdout, jobStatusOf(job))
 }

@@ -217,16 +217,20 @@ func (a *admitter) do(ctx context.Context, method, path string, header http.Head
 }
 
 // unreachable says what to do about a request that got no answer.
-func (a *admitter) unreachable(err error) error {
+func (a *admitter) unreachable(err error) error { return unreachable(a.base, err) }
+
+// unreachable says what to do about a request to the admitter at base
+// that got no answer.
+func unreachable(base string, err error) error {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return err
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("cannot reach the admitter at %s: connection refused (is it running? set --server or $SPILLWAY_SERVER)", a.base)
+		return fmt.Errorf("cannot reach the admitter at %s: connection refused (is it running? set --server or $SPILLWAY_SERVER)", base)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("the admitter at %s did not answer in time (raise --timeout, or check the admitter's health at %s/readyz)", a.base, a.base)
+		return fmt.Errorf("the admitter at %s did not answer in time (raise --timeout, or check the admitter's health at %s/readyz)", base, base)
 	}
-	return fmt.Errorf("cannot reach the admitter at %s: %w (set --server or $SPILLWAY_SERVER)", a.base, err)
+	return fmt.Errorf("cannot reach the admitter at %s: %w (set --server or $SPILLWAY_SERVER)", base, err)
 }
 
 // getJSON gets path and decodes a 200 answer into v, returning the raw

@@ -30,18 +30,19 @@ Examples:
 Flags:
 `
 
-// jobStatus is GET /v1/jobs/{id} (docs/design.md#reads).
+// jobStatus is a job's status as spillctl prints it, and --json its JSON:
+// GET /v1/jobs/{id}'s fields (docs/design.md#reads).
 type jobStatus struct {
 	ID         string     `json:"id"`
 	Queue      string     `json:"queue"`
 	State      string     `json:"state"`
 	Attempts   int        `json:"attempts"`
-	LastError  string     `json:"last_error"`
-	EnqueuedAt *time.Time `json:"enqueued_at"`
-	NotBefore  *time.Time `json:"not_before"`
-	StartedAt  *time.Time `json:"started_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-	UpdatedAt  *time.Time `json:"updated_at"`
+	LastError  string     `json:"last_error,omitempty"`
+	EnqueuedAt *time.Time `json:"enqueued_at,omitempty"`
+	NotBefore  *time.Time `json:"not_before,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	UpdatedAt  *time.Time `json:"updated_at,omitempty"`
 }
 
 func runStatus(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -49,15 +50,19 @@ func runStatus(ctx context.Context, args []string, getenv func(string) string, s
 	if done || err != nil {
 		return err
 	}
-	var st jobStatus
-	raw, err := g.a.getJSON(ctx, "/v1/jobs/"+url.PathEscape(g.arg), &st)
+	c, err := g.a.jobsClient()
 	if err != nil {
+		return fmt.Errorf("spillctl status: %w", err)
+	}
+	job, err := c.Status(ctx, g.arg)
+	if err != nil {
+		err := g.a.jobError(err)
 		if isNotFound(err) {
 			return fmt.Errorf("spillctl status: the admitter at %s knows no job %q (ids are what spillctl submit prints)", g.a.base, g.arg)
 		}
 		return fmt.Errorf("spillctl status: %w", err)
 	}
-	return g.print(stdout, raw, formatJob(st, time.Now()))
+	return g.printJob(stdout, jobStatusOf(job))
 }
 
 // getter is a command that gets one of the admitter's JSON documents and
@@ -99,6 +104,16 @@ func (g getter) print(w io.Writer, raw []byte, text string) error {
 		return writeRaw(w, raw)
 	}
 	_, err := io.WriteString(w, text)
+	return err
+}
+
+// printJob writes a job's status: as JSON with --json, for people
+// otherwise.
+func (g getter) printJob(w io.Writer, st jobStatus) error {
+	if g.asJSON {
+		return writeJSON(w, st)
+	}
+	_, err := io.WriteString(w, formatJob(st, time.Now()))
 	return err
 }
 

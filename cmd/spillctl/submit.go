@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -41,7 +42,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	var headers headerFlags
 	fs.Var(&headers, "header", "send a header, `NAME=VALUE`, such as the key your limits use (repeatable)")
 	cost := fs.Int64("cost", 0, "`N` units the job takes from its limits, sent as Spillway-Cost (default: the admitter's, 1)")
-	idem := fs.String("idempotency-key", "", "a `KEY` that makes a retried submit take no second unit or slot")
+	idem := fs.String("idempotency-key", "", "a `KEY` that makes a retried submit take no second unit or slot (default: a generated one, reused by spillctl's own retries)")
 	via := fs.String("via", "http", "front `DOOR`: http | nats")
 	conn := addAPIFlags(fs, getenv)
 	natsURL := natsFlag(fs, getenv)
@@ -79,20 +80,32 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 			return fmt.Errorf("spillctl submit: reading the payload from stdin: %w", err)
 		}
 	}
-	sub := submission{queue: *q, payload: payload, headers: headers, cost: *cost, idempotencyKey: *idem, apiKey: keyOr(*conn.apiKey, getenv)}
-
+	opts := submitOptions(headers, *cost)
+	if *idem != "" {
+		opts = append(opts, client.WithIdempotencyKey(*idem))
+	}
 	ctx, cancel := context.WithTimeout(ctx, *conn.timeout)
 	defer cancel()
-	var rep api.SubmitReply
+	var c *client.Client
+	where := *natsURL
 	if *via == "nats" {
-		rep, err = sub.viaNATS(ctx, *natsURL)
+		var closeConn func()
+		if c, closeConn, err = natsClient(*natsURL, "spillctl submit", client.WithTimeout(*conn.timeout)); err != nil {
+			return fmt.Errorf("spillctl submit: %w", err)
+		}
+		defer closeConn()
 	} else {
-		var a *admitter
-		if a, err = conn.admitter("spillctl submit", getenv); err != nil {
+		a, err := conn.admitter("spillctl submit", getenv)
+		if err != nil {
 			return err
 		}
-		rep, err = sub.viaHTTP(ctx, a)
+		if c, err = a.jobsClient(client.WithTimeout(*conn.timeout)); err != nil {
+			return fmt.Errorf("spillctl submit: %w", err)
+		}
+		where = a.base
 	}
+	ans, err := c.Submit(ctx, *q, payload, opts...)
+	rep, err := replyOf(*q, ans, err, *via, where)
 	if err != nil {
 		return fmt.Errorf("spillctl submit: %w", err)
 	}

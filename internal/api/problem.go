@@ -41,3 +41,30 @@ func RetryAfter(h http.Header, p Problem, now time.Time) time.Duration {
 	}
 	return 0
 }
+
+// StatusOf is the HTTP status of a problem type: the status the HTTP door
+// answers it with, and the one a client reads into a NATS door's error
+// reply; 500 for a type it does not know.
+func StatusOf(typ string) int {
+	switch typ {
+	case ProblemBadRequest, ProblemBadCost, ProblemBadKey, ProblemBadPriority:
+		return http.StatusBadRequest
+	case ProblemUnauthorized:
+		return http.StatusUnauthorized
+	case ProblemForbidden:
+		return http.StatusForbidden
+	case ProblemNotFound:
+		return http.StatusNotFound
+	case ProblemMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case ProblemConflict:
+		return http.StatusConflict
+	case ProblemTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case ProblemRateLimited, ProblemQueueFull, ProblemKeyFull, ProblemWaitTooLong:
+		return http.StatusTooManyRequests
+	case ProblemUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

@@ -238,28 +238,8 @@ func (h *httpDoor) submitError(w http.ResponseWriter, r *http.Request, q string,
 	problem(w, r, status, p)
 }
 
-// statusOf maps a problem type to its HTTP status.
-func statusOf(t string) int {
-	switch t {
-	case api.ProblemBadRequest, api.ProblemBadCost, api.ProblemBadKey, api.ProblemBadPriority:
-		return http.StatusBadRequest
-	case api.ProblemUnauthorized:
-		return http.StatusUnauthorized
-	case api.ProblemForbidden:
-		return http.StatusForbidden
-	case api.ProblemNotFound:
-		return http.StatusNotFound
-	case api.ProblemMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case api.ProblemTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case api.ProblemRateLimited, api.ProblemQueueFull, api.ProblemKeyFull, api.ProblemWaitTooLong:
-		return http.StatusTooManyRequests
-	case api.ProblemUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+// statusOf maps a problem type to its HTTP status (api.StatusOf).
+func statusOf(t string) int { return api.StatusOf(t) }
 
 func retryMS(d time.Duration) int64 {
 	if d <= 0 {

@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/client"
 )
 
 // TestHTTPBatchTarget: a closed loop of batches counts every job of every
 // batch by its own verdict; the batches spread their jobs over the keys
-// in turn, and carry the payload in base64 and the headers.
+// in turn, and carry the payload and the headers.
 func TestHTTPBatchTarget(t *testing.T) {
 	t.Parallel()
 	keys := map[string]int{}
@@ -25,7 +26,7 @@ func TestHTTPBatchTarget(t *testing.T) {
 		rep := api.BatchReply{Queue: "q"}
 		for i, j := range jobs {
 			keys[j.Headers["X-Client"]]++
-			if *j.PayloadBase64 != "AQI=" || j.Headers[api.HeaderCost] != "2" {
+			if j.Payload == nil || *j.Payload != "\x01\x02" || j.Headers[api.HeaderCost] != "2" {
 				http.Error(w, "bad job", http.StatusBadRequest)
 				return
 			}
@@ -38,8 +39,12 @@ func TestHTTPBatchTarget(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(rep)
 	}))
 	t.Cleanup(srv.Close)
-	b := &Batch{Size: 3, Keys: []string{"a", "b"}, KeyHeader: "X-Client", Header: map[string]string{api.HeaderCost: "2"}, Payload: []byte{1, 2}}
-	rep := mustRun(t, context.Background(), Config{Callers: 1, Count: 4, Target: &HTTPBatchTarget{Client: srv.Client(), URL: srv.URL, Batch: b}})
+	b := &Batch{Size: 3, Keys: []string{"a", "b"}, KeyHeader: "X-Client", Options: []client.SubmitOption{client.WithCost(2)}, Payload: []byte{1, 2}}
+	cl, err := client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()), client.WithRetries(0, 0), client.WithoutIdempotencyKeys())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := mustRun(t, context.Background(), Config{Callers: 1, Count: 4, Target: &BatchTarget{Client: cl, Queue: "q", Batch: b}})
 	c := rep.Counts
 	if c.Admitted != 8 || c.Rejected != 4 || c.RejectedBy["queue-full"] != 4 || c.Errors != 0 {
 		t.Errorf("counts %+v: want 8 admitted and 4 rejected (queue-full)", c)

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -69,13 +71,11 @@ func TestHTTPTarget(t *testing.T) {
 	fa := &fakeAdmitter{keys: map[string]int{}, auth: map[string]int{}}
 	srv := httptest.NewServer(fa)
 	t.Cleanup(srv.Close)
-	target := &HTTPTarget{
-		Client:    &http.Client{Timeout: 5 * time.Second},
-		URL:       srv.URL + "/v1/queues/demo/jobs",
-		Header:    http.Header{"Authorization": {"Bearer k"}},
-		KeyHeader: "X-Api-Key",
-		Payload:   []byte("hello"),
+	cl, err := client.NewHTTP(srv.URL, client.WithAPIKey("k"), client.WithTimeout(5*time.Second), client.WithRetries(0, 0), client.WithoutIdempotencyKeys())
+	if err != nil {
+		t.Fatal(err)
 	}
+	target := &SubmitTarget{Client: cl, Queue: "demo", KeyHeader: "X-Api-Key", Payload: []byte("hello")}
 	rep, err := Run(t.Context(), Config{Target: target, Callers: 8, Count: 400, Keys: []string{"a", "b", "c", "d"}})
 	if err != nil {
 		t.Fatal(err)
@@ -139,10 +139,11 @@ func TestNATSTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	target := &NATSTarget{
-		Conn: ns.Connect(t), Subject: api.SubmitPrefix + "demo", KeyHeader: "X-Tenant",
-		Header: nats.Header{api.HeaderCost: {"2"}}, Payload: make([]byte, 100), Timeout: 5 * time.Second,
+	cl, err := client.NewNATS(ns.Connect(t), client.WithTimeout(5*time.Second), client.WithRetries(0, 0), client.WithoutIdempotencyKeys())
+	if err != nil {
+		t.Fatal(err)
 	}
+	target := &SubmitTarget{Client: cl, Queue: "demo", KeyHeader: "X-Tenant", Options: []client.SubmitOption{client.WithCost(2)}, Payload: make([]byte, 100)}
 	rep, err := Run(t.Context(), Config{
 		Target: target, Rate: bucket.Rate{Count: 2000, Per: time.Second}, Count: 400, Keys: []string{"a", "b", "c", "d"},
 	})
@@ -162,7 +163,7 @@ func TestNATSTarget(t *testing.T) {
 	}
 
 	// No admitter on this queue.
-	target.Subject = api.SubmitPrefix + "nobody"
+	target.Queue = "nobody"
 	rep, err = Run(t.Context(), Config{Target: target, Callers: 2, Count: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -172,52 +173,32 @@ func TestNATSTarget(t *testing.T) {
 	}
 }
 
-func TestClassifyHTTP(t *testing.T) {
+// Classify reads the client's answers and errors: verdicts, rejections
+// by reason, problems (with their status on the HTTP door) and transport
+// failures in a word or two.
+func TestClassify(t *testing.T) {
 	t.Parallel()
-	reply := func(st api.Status) []byte { b, _ := json.Marshal(api.SubmitReply{Status: st}); return b }
-	problem := func(typ string) []byte { b, _ := json.Marshal(api.Problem{Type: typ}); return b }
-	for _, c := range []struct {
-		status int
-		ct     string
-		body   []byte
-		want   Outcome
-	}{
-		{202, "application/json", reply(api.Admitted), Outcome{Verdict: Admitted}},
-		{202, "application/json", reply(api.Queued), Outcome{Verdict: Queued}},
-		{202, "application/json", []byte("{"), Outcome{Failed, "bad reply"}},
-		{202, "application/json", reply(api.Rejected), Outcome{Failed, "bad reply"}},
-		{429, api.ProblemContentType, problem(api.ProblemQueueFull), Outcome{Rejected, "queue-full"}},
-		{429, api.ProblemContentType + "; charset=utf-8", problem(api.ProblemKeyFull), Outcome{Rejected, "key-full"}},
-		{429, "text/plain", []byte("slow down"), Outcome{Rejected, "429"}},
-		{401, api.ProblemContentType, problem(api.ProblemUnauthorized), Outcome{Failed, "http 401 unauthorized"}},
-		{502, "text/html", []byte("<html>"), Outcome{Failed, "http 502"}},
-	} {
-		if got := ClassifyHTTP(c.status, c.ct, c.body); got != c.want {
-			t.Errorf("%d %s %s: %+v, want %+v", c.status, c.ct, c.body, got, c.want)
-		}
-	}
-}
-
-func TestClassifyNATS(t *testing.T) {
-	t.Parallel()
+	problem := func(status int, typ string) error { return &client.ProblemError{Status: status, Type: typ} }
 	for i, c := range []struct {
-		status string
-		body   string
-		want   Outcome
+		door string
+		ans  *client.Answer
+		err  error
+		want Outcome
 	}{
-		{"admitted", "", Outcome{Verdict: Admitted}},
-		{"queued", "", Outcome{Verdict: Queued}},
-		{"", `{"status":"queued"}`, Outcome{Verdict: Queued}},
-		{"rejected", `{"status":"rejected","type":"https://spillway.dev/problems/queue-full"}`, Outcome{Rejected, "queue-full"}},
-		{"rejected", `{"status":"rejected"}`, Outcome{Rejected, "rejected"}},
-		{"error", `{"status":"error","type":"https://spillway.dev/problems/unavailable"}`, Outcome{Failed, "unavailable"}},
-		{"", `nope`, Outcome{Failed, "bad reply"}},
+		{"http", &client.Answer{Verdict: client.Admitted}, nil, Outcome{Verdict: Admitted}},
+		{"nats", &client.Answer{Verdict: client.Queued}, nil, Outcome{Verdict: Queued}},
+		{"http", &client.Answer{Verdict: client.Rejected}, problem(429, api.ProblemQueueFull), Outcome{Rejected, "queue-full"}},
+		{"nats", &client.Answer{Verdict: client.Rejected}, problem(429, api.ProblemKeyFull), Outcome{Rejected, "key-full"}},
+		{"http", nil, problem(429, ""), Outcome{Rejected, "429"}},
+		{"http", nil, problem(401, api.ProblemUnauthorized), Outcome{Failed, "http 401 unauthorized"}},
+		{"http", nil, problem(502, ""), Outcome{Failed, "http 502"}},
+		{"nats", nil, problem(503, api.ProblemUnavailable), Outcome{Failed, "unavailable"}},
+		{"nats", nil, problem(500, ""), Outcome{Failed, "error"}},
+		{"nats", nil, &client.TransportError{Op: "request", Err: nats.ErrNoResponders}, Outcome{Failed, "no responders"}},
+		{"nats", nil, &client.TransportError{Op: "request", Err: context.DeadlineExceeded}, Outcome{Failed, "timeout"}},
+		{"http", nil, errors.New("client: not a submit reply"), Outcome{Failed, "bad reply"}},
 	} {
-		h := nats.Header{}
-		if c.status != "" {
-			h.Set(api.HeaderStatus, c.status)
-		}
-		if got := ClassifyNATS(h, []byte(c.body)); got != c.want {
+		if got := Classify(c.door, c.ans, c.err); got != c.want {
 			t.Errorf("case %d: %+v, want %+v", i, got, c.want)
 		}
 	}

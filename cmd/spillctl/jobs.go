@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/client"
+)
+
+// The commands that submit, read and cancel jobs do it with pkg/client,
+// the producers' own client; this file turns its answers and errors into
+// what spillctl prints.
+
+// jobsClient is a pkg/client client of the admitter's HTTP door, with
+// the API key and the HTTP client of a.
+func (a *admitter) jobsClient(opts ...client.Option) (*client.Client, error) {
+	base := []client.Option{client.WithHTTPClient(a.client)}
+	if a.apiKey != "" {
+		base = append(base, client.WithAPIKey(a.apiKey))
+	}
+	return client.NewHTTP(a.base, append(base, opts...)...)
+}
+
+// natsClient connects to natsURL and returns a client of the NATS door
+// over the connection, which close closes.
+func natsClient(natsURL, name string, opts ...client.Option) (c *client.Client, closeConn func(), err error) {
+	nc, err := connectNATS(natsURL, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c, err = client.NewNATS(nc, opts...); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return c, nc.Close, nil
+}
+
+// submitOptions are the options of --header pairs and --cost.
+func submitOptions(headers headerFlags, cost int64) []client.SubmitOption {
+	var opts []client.SubmitOption
+	headers.each(func(k, v string) { opts = append(opts, client.WithHeader(k, v)) })
+	if cost > 0 {
+		opts = append(opts, client.WithCost(cost))
+	}
+	return opts
+}
+
+// replyOf is a submission's outcome as the doors' reply (what --json
+// prints): the answer, or an answer's error as a reply with status
+// "error". An error with no answer behind it is returned, explained for
+// the door: where is the admitter missing.
+func replyOf(q string, ans *client.Answer, err error, via, where string) (api.SubmitReply, error) {
+	if ans != nil {
+		rep := api.SubmitReply{ID: ans.ID, Queue: ans.Queue, Status: api.Status(ans.Verdict), Position: ans.Position,
+			Duplicate: ans.Duplicate, Type: ans.Problem, RetryAfterMS: ans.RetryAfter.Milliseconds()}
+		if !ans.NotBefore.IsZero() {
+			rep.NotBefore = &ans.NotBefore
+		}
+		if !ans.EstimatedStart.IsZero() {
+			rep.EstimatedStart = &ans.EstimatedStart
+		}
+		return rep, nil
+	}
+	var pe *client.ProblemError
+	if errors.As(err, &pe) {
+		msg := pe.Detail
+		if msg == "" {
+			msg = pe.Title
+		}
+		if pe.Field != "" {
+			msg += " (field " + pe.Field + ")"
+		}
+		if via == "http" {
+			if pe.RetryAfter > 0 && pe.Status == http.StatusServiceUnavailable {
+				msg += "; retry after " + fmtDur(pe.RetryAfter)
+			}
+			msg = fmt.Sprintf("%d %s: %s", pe.Status, http.StatusText(pe.Status), msg)
+		}
+		return api.SubmitReply{Queue: q, Status: api.Failed, Type: pe.Type, Error: msg}, nil
+	}
+	var te *client.TransportError
+	if !errors.As(err, &te) {
+		return api.SubmitReply{}, err
+	}
+	if via == "http" {
+		return api.SubmitReply{}, unreachable(where, te.Err)
+	}
+	subject := api.SubmitPrefix + q
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return api.SubmitReply{}, fmt.Errorf("no admitter answers on %s at %s (is the admitter running and connected to this NATS server?)", subject, where)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return api.SubmitReply{}, fmt.Errorf("no answer on %s within the timeout (raise --timeout; the job may have been taken: resubmit with the same --idempotency-key)", subject)
+	}
+	return api.SubmitReply{}, fmt.Errorf("request on %s: %w", subject, te.Err)
+}
+
+// jobError explains an error of reading or cancelling a job over the
+// admitter's HTTP API, as answerError explains other answers.
+func (a *admitter) jobError(err error) error {
+	var te *client.TransportError
+	if errors.As(err, &te) {
+		return unreachable(a.base, te.Err)
+	}
+	var pe *client.ProblemError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the admitter at %s answered %d %s", a.base, pe.Status, http.StatusText(pe.Status))
+	if pe.Title != "" && pe.Title != http.StatusText(pe.Status) {
+		b.WriteString(": " + pe.Title)
+	}
+	if pe.Detail != "" {
+		b.WriteString(": " + pe.Detail)
+	}
+	switch pe.Status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		b.WriteString(" (set --api-key or $SPILLWAY_API_KEY)")
+	case http.StatusServiceUnavailable:
+		if pe.RetryAfter > 0 {
+			b.WriteString(" (retry after " + fmtDur(pe.RetryAfter) + ")")
+		}
+	}
+	return &answerError{status: pe.Status, msg: b.String()}
+}
+
+// jobStatusOf is a job's record as spillctl prints it.
+func jobStatusOf(j *client.Job) jobStatus {
+	t := func(v time.Time) *time.Time {
+		if v.IsZero() {
+			return nil
+		}
+		return &v
+	}
+	return jobStatus{ID: j.ID, Queue: j.Queue, State: string(j.State), Attempts: j.Attempts, LastError: j.LastError,
+		EnqueuedAt: t(j.EnqueuedAt), NotBefore: t(j.NotBefore), StartedAt: t(j.StartedAt), FinishedAt: t(j.FinishedAt), UpdatedAt: t(j.UpdatedAt)}
+}

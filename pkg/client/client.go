@@ -1,0 +1,174 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+// Client submits jobs to a Spillway admitter and follows them, over one of
+// its two front doors: HTTP (NewHTTP) or NATS request-reply (NewNATS).
+// Both answer alike. A Client is safe for concurrent use; make one and
+// share it.
+type Client struct {
+	cfg config
+	t   transport
+}
+
+// transport is one door: each method is one attempt.
+type transport interface {
+	submit(ctx context.Context, queue string, payload []byte, s *submission) (*Answer, error)
+	submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error)
+	status(ctx context.Context, id string) (*Job, error)
+	cancel(ctx context.Context, id string) (*Job, error)
+	// wait returns the job's record once it is final.
+	wait(ctx context.Context, id string) (*Job, error)
+	// describe names the door in errors: the base URL, the NATS server.
+	describe() string
+	// name is the door's: "http" or "nats".
+	name() string
+}
+
+// Submit sends one job to queue and returns the admitter's answer.
+//
+// An admitted or queued job returns its Answer and a nil error. A rejected
+// one returns both: its Answer (Verdict Rejected, RetryAfter, Problem) and
+// a *ProblemError that matches ErrRejected and the reason (ErrRateLimited,
+// ErrQueueFull, ErrKeyFull, ErrWaitTooLong), so that a caller who checks
+// only the error never takes a rejection for a job taken. Any other
+// answer returns a nil Answer and a *ProblemError (errors.Is
+// ErrBadRequest, ErrUnauthorized, ErrNotFound, ErrTooLarge, ...); no
+// answer at all is a *TransportError.
+//
+// Each submission carries an idempotency key, generated (a UUIDv7) unless
+// WithIdempotencyKey gives one. A submission that got no answer, or a
+// 503, is sent again with the same key (WithRetries): a job taken though
+// its answer was lost comes back as a Duplicate answer, never as a
+// second job.
+func (c *Client) Submit(ctx context.Context, queue string, payload []byte, opts ...SubmitOption) (*Answer, error) {
+	if err := checkQueue(queue); err != nil {
+		return nil, err
+	}
+	s, err := newSubmission(opts, !c.cfg.noAutoKeys)
+	if err != nil {
+		return nil, err
+	}
+	var ans *Answer
+	attempts, err := c.retrying(ctx, s.key != "", func(ctx context.Context) error {
+		var err error
+		ans, err = c.t.submit(ctx, queue, payload, &s)
+		return err
+	})
+	if ans != nil {
+		ans.Attempts = attempts
+		if ans.Verdict == Rejected {
+			return ans, ans.rejection()
+		}
+	}
+	return ans, err
+}
+
+func checkQueue(name string) error {
+	if err := queue.ValidateQueueName(name); err != nil {
+		return fmt.Errorf("%w: queue: %w", ErrInvalidOption, err)
+	}
+	return nil
+}
+
+// retrying runs attempt, once more after each transport error (when
+// afterLoss: the request may have been taken) or 503, up to the
+// configured retries, and returns how many attempts it made and the last
+// one's error. Each attempt is bounded by the client's timeout.
+func (c *Client) retrying(ctx context.Context, afterLoss bool, attempt func(context.Context) error) (int, error) {
+	policy := retry.Policy{MaxAttempts: c.cfg.retries + 1, Initial: max(c.cfg.backoff, time.Nanosecond), Max: max(time.Second, c.cfg.backoff)}
+	for n := 1; ; n++ {
+		actx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
+		err := attempt(actx)
+		cancel()
+		if err == nil || n > c.cfg.retries || ctx.Err() != nil {
+			if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+				err = fmt.Errorf("%w (%w)", err, ctx.Err())
+			}
+			return n, err
+		}
+		var te *TransportError
+		var pe *ProblemError
+		var wait time.Duration
+		switch {
+		case errors.As(err, &te) && afterLoss:
+		case errors.As(err, &pe) && pe.Status == http.StatusServiceUnavailable:
+			wait = pe.RetryAfter
+		default:
+			return n, err
+		}
+		// Jitter takes up to a fifth off the exact delay.
+		d := policy.Delay(n)
+		d -= time.Duration(rand.Int64N(int64(d)/5 + 1))
+		if wait > d && wait < 5*time.Second {
+			d = wait
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return n, fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Status reads job id's status record. A job whose record is unknown or
+// expired is ErrNotFound.
+func (c *Client) Status(ctx context.Context, id string) (*Job, error) {
+	var job *Job
+	_, err := c.retrying(ctx, true, func(ctx context.Context) error {
+		var err error
+		job, err = c.t.status(ctx, id)
+		return err
+	})
+	return job, err
+}
+
+// Wait blocks until job id reaches a final state — succeeded, dead,
+// expired or cancelled — and returns its record, or until ctx ends. Over
+// NATS it watches the record in JetStream; over HTTP it polls
+// GET /v1/jobs/{id} (WithPollInterval). A job without a record for a few
+// seconds (its first record is written just after the answer) is
+// ErrNotFound. A job that is dead or expired is not an error: the
+// record's State says so.
+func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
+	return c.t.wait(ctx, id)
+}
+
+// Cancel takes a queued job out of the backlog: it never runs, and its
+// record becomes cancelled, which Cancel returns. A job that is not
+// queued (admitted jobs start at once; a running or finished one is past
+// cancelling) is a *ProblemError matching ErrConflict, its State the
+// job's state.
+func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
+	var job *Job
+	// Not resent after a lost answer: the second cancel of a job that
+	// the first one cancelled would be refused as a conflict.
+	_, err := c.retrying(ctx, false, func(ctx context.Context) error {
+		var err error
+		job, err = c.t.cancel(ctx, id)
+		return err
+	})
+	return job, err
+}
+
+// Door is the front door the client uses: "http" or "nats".
+func (c *Client) Door() string { return c.t.name() }
+
+// String names the admitter the client talks to.
+func (c *Client) String() string { return c.t.describe() }
+
+// notFoundGrace is how long Wait waits for a job's first record.
+const notFoundGrace = 5 * time.Second

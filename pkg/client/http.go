@@ -1,0 +1,233 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+)
+
+// NewHTTP returns a client of the admitter's HTTP door at baseURL, such
+// as http://127.0.0.1:8080 (the scheme and host of the admitter's
+// http.listen; a path prefix is kept).
+func NewHTTP(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: base URL %.200q: want http:// or https:// and a host, such as http://127.0.0.1:8080", ErrInvalidOption, baseURL)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	t := &httpDoor{base: strings.TrimRight(baseURL, "/"), hc: cfg.httpClient, poll: cfg.poll, timeout: cfg.timeout}
+	if t.hc == nil {
+		t.hc = &http.Client{}
+	}
+	if cfg.apiKey != "" {
+		t.auth = "Bearer " + cfg.apiKey
+	}
+	return &Client{cfg: cfg, t: t}, nil
+}
+
+type httpDoor struct {
+	base string
+	hc   *http.Client
+	auth string // the Authorization header, "" for none
+	poll time.Duration
+	// timeout bounds each of Wait's reads.
+	timeout time.Duration
+}
+
+func (d *httpDoor) describe() string { return d.base }
+
+func (d *httpDoor) name() string { return "http" }
+
+// maxAnswer bounds how much of an answer is read: a batch's reply of a
+// thousand jobs is well below it.
+const maxAnswer = 8 << 20
+
+// answer is an HTTP answer read in full.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends one request and reads its answer.
+func (d *httpDoor) do(ctx context.Context, method, path, contentType string, body []byte, s *submission) (answer, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, d.base+path, r)
+	if err != nil {
+		return answer{}, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	h := req.Header
+	h["Accept"] = acceptJSON
+	if contentType != "" {
+		h["Content-Type"] = []string{contentType}
+	}
+	if d.auth != "" {
+		h["Authorization"] = []string{d.auth}
+	}
+	if s != nil {
+		for _, kv := range s.headers {
+			h.Set(kv[0], kv[1])
+		}
+		if s.key != "" {
+			h[api.HeaderIdempotencyKey] = []string{s.key}
+		}
+	}
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		return answer{}, &TransportError{Op: method + " " + d.base + path, Err: unwrapURLError(err)}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return answer{}, &TransportError{Op: "reading the answer to " + method + " " + d.base + path, Err: err}
+	}
+	return answer{status: resp.StatusCode, header: resp.Header, body: data}, nil
+}
+
+var acceptJSON = []string{"application/json"}
+
+// unwrapURLError drops the *url.Error around a transport error: the
+// TransportError names the request already.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// problem is the error of an answer other than the one expected.
+func (d *httpDoor) problem(a answer) *ProblemError {
+	p, ok := api.ParseProblem(a.header.Get("Content-Type"), a.body)
+	if !ok {
+		p = api.Problem{Title: http.StatusText(a.status), Detail: fmt.Sprintf("the answer of %s is not a problem document (is it an admitter?)", d.base)}
+	}
+	return problemError(a.status, p, a.header)
+}
+
+func jobsPath(queue string) string { return "/v1/queues/" + url.PathEscape(queue) + "/jobs" }
+
+func (d *httpDoor) submit(ctx context.Context, queue string, payload []byte, s *submission) (*Answer, error) {
+	if payload == nil {
+		payload = []byte{}
+	}
+	a, err := d.do(ctx, http.MethodPost, jobsPath(queue), "application/octet-stream", payload, s)
+	if err != nil {
+		return nil, err
+	}
+	shadow := a.header.Values(api.HeaderShadow)
+	switch a.status {
+	case http.StatusAccepted:
+		var rep api.SubmitReply
+		if err := json.Unmarshal(a.body, &rep); err != nil || (rep.Status != api.Admitted && rep.Status != api.Queued) {
+			return nil, fmt.Errorf("client: %s accepted the job, but its answer is not a submit reply: %.200q", d.base, a.body)
+		}
+		if rep.ID == "" {
+			if loc := a.header.Get("Location"); loc != "" {
+				rep.ID = loc[strings.LastIndexByte(loc, '/')+1:]
+			}
+		}
+		if rep.Queue == "" {
+			rep.Queue = queue
+		}
+		return answerOf(&rep, s.key, shadow), nil
+	case http.StatusTooManyRequests:
+		pe := d.problem(a)
+		rep := api.SubmitReply{Queue: queue, Status: api.Rejected, Type: pe.Type, RetryAfterMS: pe.RetryAfter.Milliseconds()}
+		ans := answerOf(&rep, s.key, shadow)
+		ans.RetryAfter = pe.RetryAfter
+		return ans, nil
+	}
+	return nil, d.problem(a)
+}
+
+func (d *httpDoor) submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error) {
+	a, err := d.do(ctx, http.MethodPost, jobsPath(queue)+":batch", api.BatchJSON, body, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.status != http.StatusOK {
+		return nil, d.problem(a)
+	}
+	var rep api.BatchReply
+	if err := json.Unmarshal(a.body, &rep); err != nil {
+		return nil, fmt.Errorf("client: %s answered a batch with something that is not a batch reply: %w", d.base, err)
+	}
+	return &rep, nil
+}
+
+// record reads one job record from an answer of 200.
+func (d *httpDoor) record(a answer) (*Job, error) {
+	if a.status != http.StatusOK {
+		return nil, d.problem(a)
+	}
+	var rec jobstatus.Record
+	if err := json.Unmarshal(a.body, &rec); err != nil || rec.ID == "" {
+		return nil, fmt.Errorf("client: %s answered with something that is not a job's status: %.200q", d.base, a.body)
+	}
+	return jobOf(&rec), nil
+}
+
+func jobPath(id string) string { return "/v1/jobs/" + url.PathEscape(id) }
+
+func (d *httpDoor) status(ctx context.Context, id string) (*Job, error) {
+	a, err := d.do(ctx, http.MethodGet, jobPath(id), "", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return d.record(a)
+}
+
+func (d *httpDoor) cancel(ctx context.Context, id string) (*Job, error) {
+	a, err := d.do(ctx, http.MethodDelete, jobPath(id), "", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return d.record(a)
+}
+
+// wait polls the job's status until it is final. An unknown job is
+// waited for notFoundGrace; transport errors and 503s are waited out.
+func (d *httpDoor) wait(ctx context.Context, id string) (*Job, error) {
+	start := time.Now()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, d.timeout)
+		job, err := d.status(rctx, id)
+		cancel()
+		var pe *ProblemError
+		var te *TransportError
+		switch {
+		case err == nil && job.State.Final():
+			return job, nil
+		case err == nil:
+		case errors.As(err, &pe) && pe.Status == http.StatusNotFound && time.Since(start) < notFoundGrace:
+		case errors.As(err, &pe) && pe.Status == http.StatusServiceUnavailable, errors.As(err, &te) && ctx.Err() == nil:
+		default:
+			return nil, err
+		}
+		t.Reset(d.poll)
+	}
+}

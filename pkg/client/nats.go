@@ -1,0 +1,233 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+)
+
+// NewNATS returns a client of the admitter's NATS door over nc:
+// submissions are requests to spillway.submit.<queue>, which one of the
+// admitters answers; Status and Wait read the job status records in
+// JetStream's key-value bucket spillway-jobs, and Cancel sends a request
+// to spillway.cancel.<queue>. The client does not close nc.
+func NewNATS(nc *nats.Conn, opts ...Option) (*Client, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: NewNATS: nil connection", ErrInvalidOption)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.apiKeyGiven || cfg.httpGiven || cfg.pollingGiven {
+		return nil, fmt.Errorf("%w: WithAPIKey, WithHTTPClient and WithPollInterval are for NewHTTP; a NATS client is authorized by its connection", ErrInvalidOption)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("client: JetStream: %w", err)
+	}
+	return &Client{cfg: cfg, t: &natsDoor{nc: nc, js: js, timeout: cfg.timeout}}, nil
+}
+
+type natsDoor struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	timeout time.Duration
+
+	mu sync.Mutex
+	kv jetstream.KeyValue // the job status bucket, once found
+}
+
+func (d *natsDoor) describe() string { return d.nc.ConnectedUrlRedacted() }
+
+func (d *natsDoor) name() string { return "nats" }
+
+// request sends m and returns the reply; no reply is a *TransportError.
+func (d *natsDoor) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	reply, err := d.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return nil, &TransportError{Op: "request " + m.Subject, Err: err}
+	}
+	return reply, nil
+}
+
+func (d *natsDoor) submit(ctx context.Context, queue string, payload []byte, s *submission) (*Answer, error) {
+	m := &nats.Msg{Subject: api.SubmitPrefix + queue, Data: payload, Header: make(nats.Header, len(s.headers)+1)}
+	for _, kv := range s.headers {
+		m.Header[kv[0]] = []string{kv[1]}
+	}
+	if s.key != "" {
+		m.Header[api.HeaderIdempotencyKey] = []string{s.key}
+	}
+	reply, err := d.request(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	var rep api.SubmitReply
+	if err := json.Unmarshal(reply.Data, &rep); err != nil {
+		return nil, fmt.Errorf("client: the reply on %s is not a submit reply: %.200q", m.Subject, reply.Data)
+	}
+	if rep.Queue == "" {
+		rep.Queue = queue
+	}
+	switch rep.Status {
+	case api.Admitted, api.Queued, api.Rejected:
+		return answerOf(&rep, s.key, reply.Header.Values(api.HeaderShadow)), nil
+	}
+	return nil, replyError(rep.Queue, rep.ID, rep.Type, rep.Error, "", rep.RetryAfterMS)
+}
+
+func (d *natsDoor) submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error) {
+	reply, err := d.request(ctx, &nats.Msg{Subject: api.SubmitBatchPrefix + queue, Data: body})
+	if err != nil {
+		return nil, err
+	}
+	var rep api.BatchReply
+	if err := json.Unmarshal(reply.Data, &rep); err != nil {
+		return nil, fmt.Errorf("client: the reply on %s%s is not a batch reply: %.200q", api.SubmitBatchPrefix, queue, reply.Data)
+	}
+	if rep.Status == api.Failed {
+		e := replyError(queue, "", rep.Type, rep.Error, "", 0)
+		e.Field = rep.Field
+		return nil, e
+	}
+	return &rep, nil
+}
+
+// bucket is the job status bucket; ErrNotFound when the admitter keeps
+// no job status.
+func (d *natsDoor) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.kv != nil {
+		return d.kv, nil
+	}
+	kv, err := d.js.KeyValue(ctx, jobstatus.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, &ProblemError{Status: http.StatusNotFound, Type: api.ProblemNotFound, Title: "Job status is not kept",
+			Detail: "no bucket " + jobstatus.Bucket + " on this NATS server: the admitter keeps no job status"}
+	case err != nil:
+		return nil, &TransportError{Op: "the job status bucket " + jobstatus.Bucket, Err: err}
+	}
+	d.kv = kv
+	return kv, nil
+}
+
+func notFound(id string) *ProblemError {
+	return &ProblemError{Status: http.StatusNotFound, Type: api.ProblemNotFound, Title: "Unknown job", ID: id,
+		Detail: "no status for this job id (unknown, or older than status.ttl)"}
+}
+
+// decode reads a record's value.
+func decode(id string, value []byte) (*Job, error) {
+	var rec jobstatus.Record
+	if err := json.Unmarshal(value, &rec); err != nil {
+		return nil, fmt.Errorf("client: job %s: its status record does not decode: %w", id, err)
+	}
+	return jobOf(&rec), nil
+}
+
+func (d *natsDoor) status(ctx context.Context, id string) (*Job, error) {
+	if err := jobstatus.ValidateID(id); err != nil {
+		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
+	}
+	kv, err := d.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return nil, notFound(id)
+	case err != nil:
+		return nil, &TransportError{Op: "reading job " + id, Err: err}
+	}
+	return decode(id, e.Value())
+}
+
+func (d *natsDoor) cancel(ctx context.Context, id string) (*Job, error) {
+	// The cancel subject names the job's queue: its record says which.
+	job, err := d.status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	m := &nats.Msg{Subject: api.CancelPrefix + job.Queue, Header: nats.Header{api.HeaderJobID: {id}}}
+	reply, err := d.request(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	var rep api.CancelReply
+	if err := json.Unmarshal(reply.Data, &rep); err != nil {
+		return nil, fmt.Errorf("client: the reply on %s is not a cancel reply: %.200q", m.Subject, reply.Data)
+	}
+	if rep.Status != api.Cancelled {
+		e := replyError(job.Queue, id, rep.Type, rep.Error, rep.State, 0)
+		if e.Type == api.ProblemConflict {
+			e.Title = "Job not queued"
+		}
+		return nil, e
+	}
+	if after, err := d.status(ctx, id); err == nil {
+		return after, nil
+	}
+	job.State = StateCancelled
+	return job, nil
+}
+
+// wait watches the job's record until it is final.
+func (d *natsDoor) wait(ctx context.Context, id string) (*Job, error) {
+	if err := jobstatus.ValidateID(id); err != nil {
+		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
+	}
+	kv, err := d.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.Watch(ctx, id)
+	if err != nil {
+		return nil, &TransportError{Op: "watching job " + id, Err: err}
+	}
+	defer func() { _ = w.Stop() }()
+	var grace <-chan time.Time
+	seen := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-grace:
+			return nil, notFound(id)
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, &TransportError{Op: "watching job " + id, Err: errors.New("the watch ended")}
+			}
+			if e == nil { // the end of the record as it was when the watch began
+				if !seen {
+					grace = time.After(notFoundGrace)
+				}
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			seen, grace = true, nil
+			job, err := decode(id, e.Value())
+			if err != nil {
+				return nil, err
+			}
+			if job.State.Final() {
+				return job, nil
+			}
+		}
+	}
+}
