@@ -589,18 +589,13 @@ var goPrograms = []struct {
 	args []string
 	want []string
 }{
-	// The Go producers arrive with pkg/client; their rows are enabled then
-	// (the flags are theirs to name):
-	// {"go-nats-producer", []string{"-server", "{nats}", "-queue", "email", "-header", "X-Client-Id=go-nats", "-data", "hello"}, []string{"admitted"}},
-	// {"go-http-producer", []string{"-server", "{http}", "-queue", "email", "-header", "X-Client-Id=go-http", "-data", "hello"}, []string{"admitted"}},
+	{"go-nats-producer", []string{"-nats", "{nats}", "-queue", "email", "-key", "go-nats", "-data", "hello", "-wait"}, []string{"admitted", "succeeded"}},
+	{"go-http-producer", []string{"-url", "{http}", "-queue", "email", "-key", "go-http", "-data", "hello", "-wait"}, []string{"admitted", "succeeded"}},
 }
 
 // TestGoPrograms runs each row of goPrograms against one admitter.
 func TestGoPrograms(t *testing.T) {
 	t.Parallel()
-	if len(goPrograms) == 0 {
-		t.Skip("no Go producer examples yet")
-	}
 	s := startSpillway(t, "")
 	for _, p := range goPrograms {
 		t.Run(p.dir, func(t *testing.T) {
