@@ -157,8 +157,9 @@ func TestNATSTarget(t *testing.T) {
 	if costs["2"] != 400 {
 		t.Fatalf("responder saw costs %v", costs)
 	}
-	// 400 jobs at 2000/s: the last is due at 199.5ms.
-	if rep.Elapsed < 199*time.Millisecond || rep.Elapsed > 2*time.Second {
+	// 400 jobs at 2000/s: the last is due at 199.5ms (the upper bound only
+	// catches a pacer gone wrong: a loaded CI machine took 2.09 s).
+	if rep.Elapsed < 199*time.Millisecond || rep.Elapsed > 30*time.Second {
 		t.Fatalf("elapsed %v", rep.Elapsed)
 	}
 
