@@ -243,6 +243,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	})
 	if o.Dev {
 		rec := jobstatus.NewRecorder(s.status, s.log, 4096)
+		rec.SetRecordRunning(cfg.Status.RecordRunning)
 		s.goRun(func() error { return rec.Run(runCtx) })
 		if s.workers, err = workerd.Start(runCtx, workerd.Options{
 			NC: s.nc, JS: s.js, Config: cfg, PacerStore: shared, Handlers: o.Handlers,
