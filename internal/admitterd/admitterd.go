@@ -184,7 +184,8 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	o.Registry.MustRegister(newQueueCollector(s.js, s.admitter.Config, s.log), newFailureModeCollector(s.failover))
+	inspector := queue.NewInspector(s.js) // one snapshot of the queues for /metrics and GET /v1/queues
+	o.Registry.MustRegister(newQueueCollector(inspector, s.admitter.Config, s.log), newFailureModeCollector(s.failover))
 
 	var keys *door.APIKeys
 	if cfg.HTTP.APIKeysFile != "" {
@@ -204,7 +205,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}
 	s.http = &http.Server{
 		Handler: door.NewHTTP(door.HTTPOptions{
-			Admitter: s.admitter, JS: s.js, Status: s.status, Keys: keys, AdminKeys: adminKeys, Ready: s.Ready, Logger: s.log,
+			Admitter: s.admitter, JS: s.js, Status: s.status, Inspector: inspector, Keys: keys, AdminKeys: adminKeys, Ready: s.Ready, Logger: s.log,
 			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
 			UI:      ui.Handler(),
 		}),
