@@ -45,16 +45,20 @@ func TestManyQueues(t *testing.T) {
 	t.Logf("figure: admitter start with %d queues: %v", manyQueues, time.Since(began).Round(time.Millisecond))
 
 	requests := func() int64 {
-		_, out, _, err := srv.Traffic("spillway-admitter")
+		in, _, _, err := srv.Traffic("spillway-admitter")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return out // what the admitter sent: its requests and publishes
+		return in // what the admitter sent: its requests and publishes
 	}
 	get := func(path string) (time.Duration, string) {
 		t.Helper()
 		began := time.Now()
-		resp, err := http.Get("http://" + s.HTTPAddr() + path)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+s.HTTPAddr()+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +85,9 @@ func TestManyQueues(t *testing.T) {
 	perRefresh := requests() - before
 	t.Logf("figure: GET /v1/queues, %d idle queues, refreshed: %v, %d messages to JetStream", manyQueues, took.Round(time.Millisecond), perRefresh)
 	took, body = get("/metrics")
-	t.Logf("figure: GET /metrics right after: %v", took.Round(time.Millisecond))
+	again, _ := get("/metrics")
+	t.Logf("figure: GET /metrics right after: %v, and again: %v (%d lines, %d KiB)", took.Round(time.Millisecond),
+		again.Round(time.Millisecond), strings.Count(body, "\n"), len(body)>>10)
 	if last := fmt.Sprintf(`spillway_queue_depth{queue="q%04d"} 0`, manyQueues-1); !strings.Contains(body, last) {
 		t.Errorf("/metrics has no %s", last)
 	}
