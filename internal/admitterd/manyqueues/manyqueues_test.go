@@ -1,7 +1,12 @@
-package admitterd_test
+// Package manyqueues_test runs an admitter with many queues, in a process
+// of its own: making hundreds of streams would starve the timing-sensitive
+// tests of package admitterd.
+package manyqueues_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
+	"github.com/spillway-dev/spillway/internal/admitterd"
+	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket/buckettest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
@@ -32,7 +39,6 @@ func manyQueues() int {
 // depend on the machine's speed); the CPU figure is checked with
 // SPILLWAY_RELIABILITY=full only, since it does.
 func TestManyQueues(t *testing.T) {
-	t.Parallel()
 	manyQueues := manyQueues()
 	srv := queuetest.Start(t)
 	var b strings.Builder
@@ -41,7 +47,7 @@ func TestManyQueues(t *testing.T) {
 		fmt.Fprintf(&b, "  - {name: q%04d, limits: [{key: \"header:X-Client\", rate: 10/s}], backlog: {capacity: 10, leak_rate: 1/s}}\n", i)
 	}
 	began := time.Now()
-	s, _ := start(t, admittest.LoadConfig(t, b.String()))
+	s := start(t, admittest.LoadConfig(t, b.String()))
 	t.Logf("figure: admitter start with %d queues: %v", manyQueues, time.Since(began).Round(time.Millisecond))
 
 	requests := func() int64 {
@@ -139,4 +145,20 @@ func cpuTime(t *testing.T) time.Duration {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+func start(t *testing.T, cfg *config.Config) *admitterd.Service {
+	t.Helper()
+	s, err := admitterd.Start(t.Context(), admitterd.Options{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return s
 }
