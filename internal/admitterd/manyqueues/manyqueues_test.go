@@ -6,8 +6,8 @@ package manyqueues_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
