@@ -14,9 +14,23 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
-// IdempotencyBucket is the JetStream KV bucket of idempotency records,
-// shared by every admitter.
+// IdempotencyBucket names the JetStream KV buckets of idempotency
+// records, shared by every admitter: a key's record is in
+// spillway-idempotency-NN, NN its shard (IdempotencyBucketOf), so the
+// records' writes are spread over as many streams. The bucket
+// spillway-idempotency itself is an older version's: while it exists, a
+// key claimed afresh is looked up there too, so that a retry of a
+// submission made before the upgrade is still answered from its record.
+// Delete it once status.ttl has passed since the upgrade.
 const IdempotencyBucket = "spillway-idempotency"
+
+// IdempotencyBucketOf is the bucket of idempotency key key of queue q.
+func IdempotencyBucketOf(q, key string) string {
+	return queue.ShardBucket(IdempotencyBucket, queue.ShardOf(idemKey(q, key)))
+}
+
+// idemKey is the KV key of idempotency key key of queue q.
+func idemKey(q, key string) string { return "k." + queue.KeyToken(q+"\x00"+key) }
 
 // Idempotency records the first answer to each idempotency key in a
 // JetStream KV bucket, so that a retried submission — through either door,
@@ -31,7 +45,8 @@ const IdempotencyBucket = "spillway-idempotency"
 // deduplicated by JetStream rather than stored twice; its units may have
 // been taken once more (docs/admission.md).
 type Idempotency struct {
-	kv         jetstream.KeyValue
+	shards     [queue.KVShards]jetstream.KeyValue
+	legacy     jetstream.KeyValue // the older versions' one bucket, or nil
 	logger     *slog.Logger
 	StaleAfter time.Duration // default 10s
 	now        func() time.Time
@@ -42,21 +57,57 @@ func OpenIdempotency(ctx context.Context, js jetstream.JetStream, ttl time.Durat
 	if replicas < 1 {
 		replicas = 1
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      IdempotencyBucket,
-		Description: "Spillway: the first answer to each idempotency key",
-		History:     1,
-		TTL:         ttl,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("admit: idempotency bucket: %w", err)
-	}
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Idempotency{kv: kv, logger: logger, StaleAfter: 10 * time.Second, now: time.Now}, nil
+	i := &Idempotency{logger: logger, StaleAfter: 10 * time.Second, now: time.Now}
+	for n := range i.shards {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      queue.ShardBucket(IdempotencyBucket, n),
+			Description: "Spillway: the first answer to each idempotency key",
+			History:     1,
+			TTL:         ttl,
+			Storage:     jetstream.FileStorage,
+			Replicas:    replicas,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("admit: idempotency bucket: %w", err)
+		}
+		i.shards[n] = kv
+	}
+	legacy, err := js.KeyValue(ctx, IdempotencyBucket)
+	switch {
+	case err == nil:
+		i.legacy = legacy
+	case !errors.Is(err, jetstream.ErrBucketNotFound):
+		return nil, fmt.Errorf("admit: idempotency bucket %s: %w", IdempotencyBucket, err)
+	}
+	return i, nil
+}
+
+// kv is the bucket of KV key k.
+func (i *Idempotency) kv(k string) jetstream.KeyValue { return i.shards[queue.ShardOf(k)] }
+
+// legacyAnswer is the answer an older version recorded for KV key k, if
+// any. A claim that is still pending there is not waited for: the
+// submission it stands for was made before the upgrade, seconds ago at
+// most, and is decided afresh.
+func (i *Idempotency) legacyAnswer(ctx context.Context, k string) (*Answer, error) {
+	if i.legacy == nil {
+		return nil, nil
+	}
+	e, err := i.legacy.Get(ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec idemRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Reply == nil {
+		return nil, nil
+	}
+	return &Answer{Reply: *rec.Reply, RateLimit: rec.RateLimit.after(i.now().Sub(rec.At)), Source: FromPrimary}, nil
 }
 
 type idemRecord struct {
@@ -78,7 +129,8 @@ type claim struct {
 // decides, with claim.id as the job id) or the first answer, its reply
 // and what it said about the limits.
 func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *Answer, error) {
-	k := "k." + queue.KeyToken(q+"\x00"+key)
+	k := idemKey(q, key)
+	kv := i.kv(k)
 	wait := 2 * time.Millisecond
 	for {
 		id, err := queue.NewJobID()
@@ -86,14 +138,19 @@ func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *Answer
 			return nil, nil, err
 		}
 		b, _ := json.Marshal(idemRecord{ID: id, At: i.now()})
-		rev, err := i.kv.Create(ctx, k, b)
+		rev, err := kv.Create(ctx, k, b)
 		if err == nil {
-			return &claim{key: k, id: id, rev: rev}, nil, nil
+			c := &claim{key: k, id: id, rev: rev}
+			if first, err := i.legacyAnswer(ctx, k); err != nil || first != nil {
+				i.release(c)
+				return nil, first, err
+			}
+			return c, nil, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, nil, err
 		}
-		e, err := i.kv.Get(ctx, k)
+		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			continue // released meanwhile
 		}
@@ -109,7 +166,7 @@ func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *Answer
 		}
 		if i.now().Sub(rec.At) > i.StaleAfter {
 			b, _ := json.Marshal(idemRecord{ID: rec.ID, At: i.now()})
-			rev, err := i.kv.Update(ctx, k, b, e.Revision())
+			rev, err := kv.Update(ctx, k, b, e.Revision())
 			if err == nil {
 				return &claim{key: k, id: rec.ID, rev: rev}, nil, nil
 			}
@@ -136,7 +193,7 @@ func (i *Idempotency) Settle(c *claim, ans Answer, err error) {
 	defer cancel()
 	if err == nil && (reply.Status == api.Admitted || reply.Status == api.Queued) {
 		b, _ := json.Marshal(idemRecord{ID: c.id, At: i.now(), Reply: &reply, RateLimit: ans.RateLimit})
-		if _, uerr := i.kv.Update(ctx, c.key, b, c.rev); uerr != nil {
+		if _, uerr := i.kv(c.key).Update(ctx, c.key, b, c.rev); uerr != nil {
 			i.logger.Warn("admit: recording an idempotent answer", "job", c.id, "err", uerr)
 		}
 		return
@@ -147,12 +204,19 @@ func (i *Idempotency) Settle(c *claim, ans Answer, err error) {
 		// is stale at once, so that a retry takes it over and publishes
 		// the job again under the same id, which JetStream deduplicates.
 		b, _ := json.Marshal(idemRecord{ID: c.id})
-		if _, uerr := i.kv.Update(ctx, c.key, b, c.rev); uerr != nil {
+		if _, uerr := i.kv(c.key).Update(ctx, c.key, b, c.rev); uerr != nil {
 			i.logger.Warn("admit: keeping the id of a job that may be stored", "job", c.id, "err", uerr)
 		}
 		return
 	}
-	if derr := i.kv.Delete(ctx, c.key, jetstream.LastRevision(c.rev)); derr != nil {
+	i.release(c)
+}
+
+// release gives claim c's key up, for a retry to claim afresh.
+func (i *Idempotency) release(c *claim) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if derr := i.kv(c.key).Delete(ctx, c.key, jetstream.LastRevision(c.rev)); derr != nil {
 		i.logger.Warn("admit: releasing an idempotency key", "job", c.id, "err", derr)
 	}
 }

@@ -240,7 +240,7 @@ func TestIdempotencyAcrossAdmitters(t *testing.T) {
 	if !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID {
 		t.Errorf("the other admitter: %+v, want a duplicate of %+v", again.Reply, first.Reply)
 	}
-	kv, err := b.JS.KeyValue(context.Background(), admit.IdempotencyBucket)
+	kv, err := b.JS.KeyValue(context.Background(), admit.IdempotencyBucketOf("q", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestIdempotencyAcrossAdmitters(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.Values() != 1 {
-		t.Errorf("the %s bucket holds %d values, want 1", admit.IdempotencyBucket, st.Values())
+		t.Errorf("the %s bucket holds %d values, want 1", st.Bucket(), st.Values())
 	}
 }
 
@@ -265,7 +265,7 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 	a, b := setup(t, idemConfig, setupOptions{nats: srv, natsURL: px.URL(), primary: gate})
 	direct := srv.JetStream(t)
 
-	kv, err := direct.KeyValue(context.Background(), admit.IdempotencyBucket)
+	kv, err := direct.KeyValue(context.Background(), admit.IdempotencyBucketOf("q", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}

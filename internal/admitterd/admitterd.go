@@ -189,7 +189,8 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	o.Registry.MustRegister(newQueueCollector(s.js, s.admitter.Config, s.log), newFailureModeCollector(s.failover))
+	inspector := queue.NewInspector(s.js) // one snapshot of the queues for /metrics and GET /v1/queues
+	o.Registry.MustRegister(newQueueCollector(inspector, s.admitter.Config, s.log), newFailureModeCollector(s.failover))
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	if s.limits, err = s.followOverrides(ctx, runCtx, replicas); err != nil {
@@ -214,7 +215,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}
 	s.http = &http.Server{
 		Handler: door.NewHTTP(door.HTTPOptions{
-			Admitter: s.admitter, JS: s.js, Status: s.status, Keys: keys, AdminKeys: adminKeys, Ready: s.Ready, Logger: s.log,
+			Admitter: s.admitter, JS: s.js, Status: s.status, Inspector: inspector, Keys: keys, AdminKeys: adminKeys, Ready: s.Ready, Logger: s.log,
 			Limits:  s.limits,
 			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
 			UI:      ui.Handler(),
@@ -252,6 +253,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	})
 	if o.Dev {
 		rec := jobstatus.NewRecorder(s.status, s.log, 4096)
+		rec.SetRecordRunning(cfg.Status.RecordRunning)
 		s.goRun(func() error { return rec.Run(runCtx) })
 		if s.workers, err = workerd.Start(runCtx, workerd.Options{
 			NC: s.nc, JS: s.js, Config: cfg, PacerStore: shared, Handlers: o.Handlers,

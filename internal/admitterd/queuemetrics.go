@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-dev/spillway/internal/admit"
@@ -25,7 +24,7 @@ const inspectTimeout = 3 * time.Second
 // spillway_queue_inspect_errors_total and left out of that scrape rather
 // than reported as empty.
 type queueCollector struct {
-	js     jetstream.JetStream
+	in     *queue.Inspector
 	config func() *config.Config
 	log    *slog.Logger
 	errors *prometheus.CounterVec
@@ -36,12 +35,12 @@ type queueCollector struct {
 	readyCapacity, paused                        *prometheus.Desc
 }
 
-func newQueueCollector(js jetstream.JetStream, cfg func() *config.Config, log *slog.Logger) *queueCollector {
+func newQueueCollector(in *queue.Inspector, cfg func() *config.Config, log *slog.Logger) *queueCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("spillway_queue_"+name, help, []string{"queue"}, nil)
 	}
 	return &queueCollector{
-		js: js, config: cfg, log: log,
+		in: in, config: cfg, log: log,
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spillway_queue_inspect_errors_total",
 			Help: "Scrapes in which a queue's streams or consumers could not be read from JetStream, by queue.",
@@ -78,14 +77,27 @@ func (c *queueCollector) descs() []*prometheus.Desc {
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
 	defer cancel()
-	for _, q := range c.config().Queues {
+	queues := c.config().Queues
+	cfgs := make([]queue.Config, len(queues))
+	for i := range queues {
+		cfgs[i] = queues[i].Backlog
+	}
+	snap, err := c.in.Snapshot(ctx, cfgs)
+	if err != nil {
+		c.log.Warn("metrics: reading the queues' state from JetStream", "err", err)
+	}
+	for _, q := range queues {
 		// The error series exists at 0 from the first scrape, so the
 		// first failure is an increase a rule can see.
 		errs := c.errors.WithLabelValues(q.Name)
-		in, err := queue.Inspect(ctx, c.js, q.Backlog)
-		if err != nil {
+		if snap == nil {
 			errs.Inc()
-			c.log.Warn("metrics: reading a queue's state from JetStream", "queue", q.Name, "err", err)
+			continue
+		}
+		in, ok := snap.Infos[q.Name]
+		if !ok {
+			errs.Inc()
+			c.log.Warn("metrics: reading a queue's state from JetStream", "queue", q.Name, "err", snap.Errs[q.Name])
 			continue
 		}
 		g := func(d *prometheus.Desc, v float64) {
@@ -104,16 +116,11 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.backlogPullers, float64(in.BacklogPullers))
 		g(c.backlogHeld, float64(in.BacklogHeld))
 		g(c.readyCapacity, float64(in.ReadyCapacity))
-		if ps, err := queue.ReadPause(ctx, c.js, q.Name); err != nil {
-			errs.Inc()
-			c.log.Warn("metrics: reading a queue's pause state from JetStream", "queue", q.Name, "err", err)
-		} else {
-			v := 0.0
-			if ps.Paused {
-				v = 1
-			}
-			g(c.paused, v)
+		v := 0.0
+		if snap.Pause[q.Name].Paused {
+			v = 1
 		}
+		g(c.paused, v)
 	}
 	c.errors.Collect(ch)
 }

@@ -112,6 +112,11 @@ type Worker struct {
 // Status configures job-status records (status:).
 type Status struct {
 	TTL time.Duration // how long a job's record is kept (default 24h)
+	// RecordRunning makes workers write a running record when a job's try
+	// starts: a third write per job. Off (the default), a job's record
+	// says admitted until its outcome, except a backlog job's, whose start
+	// is written for a cancel to race (docs/design.md#job-status-writes).
+	RecordRunning bool
 }
 
 // Queue is one queue (an item of queues:).

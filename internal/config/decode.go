@@ -62,7 +62,8 @@ type (
 		AckWait     field `yaml:"ack_wait"`
 	}
 	statusDoc struct {
-		TTL field `yaml:"ttl"`
+		TTL           field `yaml:"ttl"`
+		RecordRunning field `yaml:"record_running"`
 	}
 	queueDoc struct {
 		Name    field               `yaml:"name"`
@@ -770,6 +771,7 @@ func (d *decoder) config(c *Config, root *yaml.Node) {
 	d.duration(&w.GracePeriod, &c.Worker.GracePeriod, false)
 	d.duration(&w.AckWait, &c.Worker.AckWait, true)
 	d.duration(&doc.Status.doc.TTL, &c.Status.TTL, true)
+	d.boolean(&doc.Status.doc.RecordRunning, &c.Status.RecordRunning)
 
 	if !d.given(&doc.Queues, "a list of queues, at least one") {
 		return

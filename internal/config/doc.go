@@ -59,7 +59,12 @@
 //	  show_raw_keys: false              # GET /v1/queues/{queue}/keys lists raw keys beside
 //	                                    # their hashes (default false: hashes only)
 //	worker: {concurrency: 16, grace_period: 30s, ack_wait: 30s}
-//	status: {ttl: 24h}                  # how long a job's status is kept
+//	status:
+//	  ttl: 24h                          # how long a job's status is kept
+//	  record_running: false             # write "running" at each try's start: a third status
+//	                                    # write per job (default false: a job's record goes from
+//	                                    # admitted to its outcome; a backlog job's start is
+//	                                    # written all the same, for a cancel to race)
 //	queues:                             # at least one; names unique
 //	  - name: email                     # 1-64 of [A-Za-z0-9_-]
 //	    limits:                         # 1 to 8 tiers, each with its own key

@@ -103,6 +103,9 @@ func (h *httpDoor) setPause(w http.ResponseWriter, r *http.Request, name string,
 			h.unavailable(w, r, "writing the pause state of queue "+name, err)
 			return
 		}
+		if h.o.Inspector != nil {
+			h.o.Inspector.Invalidate() // GET /v1/queues here shows it at once
+		}
 		if st.Paused {
 			h.o.Logger.Warn("door: queue paused: its workers start none of its jobs until it is resumed", "queue", name, "by", st.By, "reason", st.Reason)
 		} else {

@@ -37,6 +37,10 @@ type HTTPOptions struct {
 	JS       jetstream.JetStream
 	// Status serves GET /v1/jobs/{id}; nil answers 404.
 	Status *jobstatus.Store
+	// Inspector, if set, serves GET /v1/queues from its shared snapshot
+	// of every queue (docs/design.md#many-queues); nil reads each queue in
+	// turn.
+	Inspector *queue.Inspector
 	// Keys authenticates submissions and API reads; nil or empty: open.
 	Keys *APIKeys
 	// AdminKeys are the keys allowed on the admin endpoints (pause and
@@ -420,6 +424,30 @@ func (h *httpDoor) job(w http.ResponseWriter, r *http.Request) {
 func (h *httpDoor) queues(w http.ResponseWriter, r *http.Request) {
 	cfg := h.cfg()
 	list := api.QueueList{Queues: make([]api.QueueInfo, 0, len(cfg.Queues))}
+	if h.o.Inspector != nil {
+		cfgs := make([]queue.Config, len(cfg.Queues))
+		for i := range cfg.Queues {
+			cfgs[i] = cfg.Queues[i].Backlog
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		snap, err := h.o.Inspector.Snapshot(ctx, cfgs)
+		if err != nil {
+			h.unavailable(w, r, "reading the queues", err)
+			return
+		}
+		for i := range cfg.Queues {
+			q := &cfg.Queues[i]
+			in, ok := snap.Infos[q.Name]
+			if !ok {
+				h.unavailable(w, r, "reading queue "+q.Name, snap.Errs[q.Name])
+				return
+			}
+			list.Queues = append(list.Queues, queueInfoOf(q, in, snap.Leak[q.Name], snap.Pause[q.Name]))
+		}
+		writeJSON(w, http.StatusOK, "application/json", list)
+		return
+	}
 	for i := range cfg.Queues {
 		qi, err := QueueInfo(r.Context(), h.o.JS, &cfg.Queues[i])
 		if err != nil {
@@ -454,10 +482,6 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 	if err != nil {
 		return api.QueueInfo{}, err
 	}
-	leak := 0.0
-	if in.LeakRate.Count > 0 {
-		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()
-	}
 	st, err := leakState(ctx, js, q.Name)
 	if err != nil {
 		return api.QueueInfo{}, err
@@ -465,6 +489,15 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 	ps, err := queue.ReadPause(ctx, js, q.Name)
 	if err != nil {
 		return api.QueueInfo{}, err
+	}
+	return queueInfoOf(q, in, st, ps), nil
+}
+
+// queueInfoOf is queue q's state as the API shows it.
+func queueInfoOf(q *config.Queue, in queue.Info, st queue.LeakState, ps queue.PauseState) api.QueueInfo {
+	leak := 0.0
+	if in.LeakRate.Count > 0 {
+		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()
 	}
 	now := time.Now()
 	var paused int64
@@ -483,7 +516,7 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 		at := ps.At
 		qi.Paused, qi.PausedAt, qi.PausedBy, qi.PauseReason = true, &at, ps.By, ps.Reason
 	}
-	return qi, nil
+	return qi
 }
 
 // leakState reads a queue's pushback state, which the workers share in

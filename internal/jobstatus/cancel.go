@@ -33,9 +33,13 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 		return Record{}, err
 	}
 	for {
-		cur, rev, err := s.get(ctx, id)
+		cur, rev, legacy, err := s.getAny(ctx, id)
 		if err != nil {
 			return Record{}, err
+		}
+		kv := s.kv(id)
+		if legacy {
+			kv = s.legacy // where the start gate writes too (Advance)
 		}
 		if cur.State != Queued {
 			return Record{}, &NotCancellableError{Record: cur}
@@ -46,7 +50,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 		if err != nil {
 			return Record{}, err
 		}
-		_, err = s.kv.Update(ctx, id, data, rev)
+		_, err = kv.Update(ctx, id, data, rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // a worker, or another cancel, wrote first: look again
 		}

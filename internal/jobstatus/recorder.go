@@ -44,6 +44,17 @@ const (
 // stopping worker and run by another) Store.Advance refuses an update that
 // is behind the stored record, under a revision check.
 //
+// # Writes
+//
+// A job that succeeds or dies on its first try costs its record one write
+// here, without a read: its outcome is put over the admitter's record
+// (Store.Put). A retried job's updates are merged into the stored record
+// (Store.Advance: a read and a conditional write), so that a late report
+// of an earlier try cannot undo a later one. With SetRecordRunning(false)
+// Started events write nothing; a backlog job's start is written by
+// StartGate, before its handler runs, because that write is what a cancel
+// races.
+//
 // Which events write what:
 //
 //	Started       running, attempts, started_at (a backlog job's is
@@ -66,7 +77,15 @@ type Recorder struct {
 	dropped atomic.Uint64
 	running atomic.Bool
 	gating  atomic.Bool // StartGate wrote the backlog jobs' starts
+	quiet   atomic.Bool // Started events write nothing (SetRecordRunning)
 }
+
+// SetRecordRunning says whether Started events write a running record (on,
+// as NewRecorder makes it). Off, a job's record goes from admitted
+// straight to its outcome — two writes a job, the admitter's and this
+// one's — and says admitted while the job runs; a backlog job's start is
+// still written by StartGate, which a cancel needs.
+func (r *Recorder) SetRecordRunning(on bool) { r.quiet.Store(!on) }
 
 // NewRecorder returns a Recorder that writes to store, buffering up to
 // buffer updates (0 or less: DefaultBuffer) and logging failed writes to
@@ -84,6 +103,9 @@ func NewRecorder(store *Store, logger *slog.Logger, buffer int) *Recorder {
 // Observe records a worker's event. It never blocks, and is safe for
 // concurrent use; use it as queue.WorkerConfig.Observe.
 func (r *Recorder) Observe(e queue.Event) {
+	if e.Kind == queue.Started && r.quiet.Load() {
+		return // not asked for; a backlog job's start is StartGate's
+	}
 	if e.Kind == queue.Started && r.gating.Load() && e.Stream == queue.StreamName(e.Queue, queue.Backlog) {
 		return // StartGate wrote it, synchronously
 	}
@@ -206,7 +228,7 @@ func (r *Recorder) write(ctx context.Context, batch []Record) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if _, _, err := r.store.Advance(ctx, p.rec); err != nil {
+			if err := r.store.record(ctx, p.rec); err != nil {
 				r.dropped.Add(uint64(p.updates))
 				mu.Lock()
 				failed++
@@ -222,6 +244,18 @@ func (r *Recorder) write(ctx context.Context, batch []Record) {
 		r.log.Warn("job status writes failed; the jobs are not affected, their records may lag",
 			"failed", failed, "jobs", len(jobs), "error", first)
 	}
+}
+
+// record stores update: a job's outcome after one try over whatever is
+// there, without reading it first (Put) — nothing can be further along,
+// and a cancelled job never got to try (StartGate) — and anything else
+// merged into the stored record (Advance), which never goes backwards.
+func (s *Store) record(ctx context.Context, update Record) error {
+	if update.State.Final() && update.Attempts <= 1 {
+		return s.Put(ctx, update)
+	}
+	_, _, err := s.Advance(ctx, update)
+	return err
 }
 
 // update is the record update an event stands for, at now; false when the

@@ -13,8 +13,15 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
-// Bucket is the JetStream key-value bucket of job records.
+// Bucket names the job records' buckets: a job's record is in
+// spillway-jobs-NN, NN its id's shard (BucketOf). A record in the bucket
+// spillway-jobs itself was written by an older version: it is still read
+// (Get, Cancel, the start gate) while that bucket exists, and never
+// written; delete the bucket once status.ttl has passed since the upgrade.
 const Bucket = "spillway-jobs"
+
+// BucketOf is the bucket that holds job id's record.
+func BucketOf(id string) string { return queue.ShardBucket(Bucket, queue.ShardOf(id)) }
 
 // DefaultTTL is how long a record is kept after its last write when Open
 // is given 0 (config.DefaultStatusTTL).
@@ -39,7 +46,23 @@ var (
 
 // Store reads and writes job records. It is safe for concurrent use.
 type Store struct {
-	kv jetstream.KeyValue
+	shards [queue.KVShards]jetstream.KeyValue
+	legacy jetstream.KeyValue // the older versions' one bucket; nil when there is none
+}
+
+// kv is the bucket of job id's record.
+func (s *Store) kv(id string) jetstream.KeyValue { return s.shards[queue.ShardOf(id)] }
+
+// openLegacy opens the older versions' one bucket, or nil when there is none.
+func openLegacy(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobstatus: bucket %s: %w", Bucket, err)
+	}
+	return kv, nil
 }
 
 // Open creates the bucket, or updates it to ttl and replicas: records
@@ -59,32 +82,52 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	if err != nil {
 		return nil, fmt.Errorf("%w: replicas %d: want 1 to 5", ErrInvalidConfig, replicas)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:       Bucket,
-		Description:  "Spillway job status records",
-		History:      1,
-		TTL:          ttl,
-		Storage:      jetstream.FileStorage,
-		Replicas:     replicas,
-		MaxValueSize: maxValueSize,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("jobstatus: bucket %s: %w", Bucket, err)
+	s := &Store{}
+	for i := range s.shards {
+		name := queue.ShardBucket(Bucket, i)
+		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:       name,
+			Description:  "Spillway job status records",
+			History:      1,
+			TTL:          ttl,
+			Storage:      jetstream.FileStorage,
+			Replicas:     replicas,
+			MaxValueSize: maxValueSize,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("jobstatus: bucket %s: %w", name, err)
+		}
+		s.shards[i] = kv
 	}
-	return &Store{kv: kv}, nil
+	if s.legacy, err = openLegacy(ctx, js); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
-// OpenExisting opens the bucket as it is, changing nothing, or returns
-// nil without error when there is none (the admitter keeps no job status).
+// OpenExisting opens the buckets as they are, changing nothing, or returns
+// nil without error when there are none (the admitter keeps no job status).
 func OpenExisting(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
+	legacy, err := openLegacy(ctx, js)
 	if err != nil {
-		return nil, fmt.Errorf("jobstatus: bucket %s: %w", Bucket, err)
+		return nil, err
 	}
-	return &Store{kv: kv}, nil
+	s := &Store{legacy: legacy}
+	for i := range s.shards {
+		name := queue.ShardBucket(Bucket, i)
+		kv, err := js.KeyValue(ctx, name)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			if i == 0 && legacy == nil {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("jobstatus: bucket %s is missing: run an admitter of this version once to create the job status buckets", name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("jobstatus: bucket %s: %w", name, err)
+		}
+		s.shards[i] = kv
+	}
+	return s, nil
 }
 
 // Get returns the record of job id: ErrNotFound when there is none,
@@ -93,12 +136,29 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 	if err := ValidateID(id); err != nil {
 		return Record{}, err
 	}
-	rec, _, err := s.get(ctx, id)
+	rec, _, _, err := s.getAny(ctx, id)
 	return rec, err
 }
 
+// get reads job id's record and its revision in the job's bucket.
 func (s *Store) get(ctx context.Context, id string) (Record, uint64, error) {
-	e, err := s.kv.Get(ctx, id)
+	return getIn(ctx, s.kv(id), id)
+}
+
+// getAny is get, falling back to the older versions' bucket for a job
+// that has no record in its own (admitted before the upgrade). legacy
+// reports that the record is from there.
+func (s *Store) getAny(ctx context.Context, id string) (rec Record, rev uint64, legacy bool, err error) {
+	rec, rev, err = s.get(ctx, id)
+	if s.legacy == nil || !errors.Is(err, ErrNotFound) {
+		return rec, rev, false, err
+	}
+	rec, rev, err = getIn(ctx, s.legacy, id)
+	return rec, rev, rev != 0, err
+}
+
+func getIn(ctx context.Context, kv jetstream.KeyValue, id string) (Record, uint64, error) {
+	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Record{}, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -121,7 +181,7 @@ func (s *Store) Create(ctx context.Context, rec Record) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.kv.Create(ctx, rec.ID, data)
+	_, err = s.kv(rec.ID).Create(ctx, rec.ID, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("%w: %s", ErrExists, rec.ID)
 	}
@@ -142,22 +202,22 @@ func CreateMsg(rec Record) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg("$KV." + Bucket + "." + rec.ID)
+	m := nats.NewMsg("$KV." + BucketOf(rec.ID) + "." + rec.ID)
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	m.Data = data
 	return m, nil
 }
 
-// Put stores rec as it is, over whatever was there: for a tool that resets
-// a record (a dead-letter replay). Writers that follow a job use Create and
-// Advance. A zero UpdatedAt is set
-// to now.
+// Put stores rec as it is, over whatever was there, without reading it:
+// for a tool that resets a record (a dead-letter replay), and for the
+// Recorder's final record of a job that took one try, which nothing can be
+// further along than. A zero UpdatedAt is set to now.
 func (s *Store) Put(ctx context.Context, rec Record) error {
 	rec, data, err := encode(rec)
 	if err != nil {
 		return err
 	}
-	if _, err := s.kv.Put(ctx, rec.ID, data); err != nil {
+	if _, err := s.kv(rec.ID).Put(ctx, rec.ID, data); err != nil {
 		return fmt.Errorf("jobstatus: writing job %s: %w", rec.ID, err)
 	}
 	return nil
@@ -182,9 +242,15 @@ func (s *Store) Advance(ctx context.Context, update Record) (Record, bool, error
 		return Record{}, false, err
 	}
 	for {
-		cur, rev, err := s.get(ctx, update.ID)
+		cur, rev, legacy, err := s.getAny(ctx, update.ID)
+		kv := s.kv(update.ID)
+		if legacy {
+			// Admitted before the upgrade: the record lives on where it
+			// is, so that a cancel and a start meet at the same revision.
+			kv = s.legacy
+		}
 		if errors.Is(err, ErrNotFound) {
-			_, err := s.kv.Create(ctx, update.ID, data)
+			_, err := kv.Create(ctx, update.ID, data)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // another writer created it first: merge with theirs
 			}
@@ -205,7 +271,7 @@ func (s *Store) Advance(ctx context.Context, update Record) (Record, bool, error
 		if err != nil {
 			return Record{}, false, err
 		}
-		_, err = s.kv.Update(ctx, update.ID, merged, rev)
+		_, err = kv.Update(ctx, update.ID, merged, rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}

@@ -148,16 +148,18 @@ func TestOpen(t *testing.T) {
 			t.Fatalf("Open(ttl %v): %v", ttl, err)
 		}
 	}
-	kv, err := js.KeyValue(t.Context(), jobstatus.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := kv.Status(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.TTL() != time.Hour || st.History() != 1 {
-		t.Errorf("bucket TTL %v, history %d; want 1h, 1", st.TTL(), st.History())
+	for i := range queue.KVShards {
+		kv, err := js.KeyValue(t.Context(), queue.ShardBucket(jobstatus.Bucket, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := kv.Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.TTL() != time.Hour || st.History() != 1 {
+			t.Errorf("bucket %s: TTL %v, history %d; want 1h, 1", st.Bucket(), st.TTL(), st.History())
+		}
 	}
 }
 

@@ -441,6 +441,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Proc
 		return nil, err
 	}
 	p.Recorder = jobstatus.NewRecorder(st, log, 4096)
+	p.Recorder.SetRecordRunning(cfg.Status.RecordRunning)
 	return p, nil
 }
 

@@ -49,7 +49,7 @@
 //
 // Status reads a job's status record; Wait blocks until it is final
 // (succeeded, dead, expired or cancelled) — over NATS by watching the
-// record in JetStream's spillway-jobs bucket, over HTTP by polling
+// record in JetStream's job status buckets (spillway-jobs-NN), over HTTP by polling
 // GET /v1/jobs/{id}. Cancel takes a queued job out of the backlog. The
 // record is advisory: it may lag the job by a step.
 //

@@ -19,7 +19,7 @@ import (
 // NewNATS returns a client of the admitter's NATS door over nc:
 // submissions are requests to spillway.submit.<queue>, which one of the
 // admitters answers; Status and Wait read the job status records in
-// JetStream's key-value bucket spillway-jobs, and Cancel sends a request
+// JetStream's key-value buckets spillway-jobs-NN, and Cancel sends a request
 // to spillway.cancel.<queue>. The client does not close nc.
 func NewNATS(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if nc == nil {
@@ -45,7 +45,7 @@ type natsDoor struct {
 	timeout time.Duration
 
 	mu sync.Mutex
-	kv jetstream.KeyValue // the job status bucket, once found
+	kv map[string]jetstream.KeyValue // the job status buckets found, by name
 }
 
 func (d *natsDoor) describe() string { return d.nc.ConnectedUrlRedacted() }
@@ -104,23 +104,27 @@ func (d *natsDoor) submitBatch(ctx context.Context, queue string, body []byte) (
 	return &rep, nil
 }
 
-// bucket is the job status bucket; ErrNotFound when the admitter keeps
-// no job status.
-func (d *natsDoor) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+// bucket is the status bucket of job id (the records are spread over
+// shards by id); ErrNotFound when the admitter keeps no job status.
+func (d *natsDoor) bucket(ctx context.Context, id string) (jetstream.KeyValue, error) {
+	name := jobstatus.BucketOf(id)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.kv != nil {
-		return d.kv, nil
+	if kv, ok := d.kv[name]; ok {
+		return kv, nil
 	}
-	kv, err := d.js.KeyValue(ctx, jobstatus.Bucket)
+	kv, err := d.js.KeyValue(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		return nil, &ProblemError{Status: http.StatusNotFound, Type: api.ProblemNotFound, Title: "Job status is not kept",
-			Detail: "no bucket " + jobstatus.Bucket + " on this NATS server: the admitter keeps no job status"}
+			Detail: "no bucket " + name + " on this NATS server: the admitter keeps no job status"}
 	case err != nil:
-		return nil, &TransportError{Op: "the job status bucket " + jobstatus.Bucket, Err: err}
+		return nil, &TransportError{Op: "the job status bucket " + name, Err: err}
 	}
-	d.kv = kv
+	if d.kv == nil {
+		d.kv = make(map[string]jetstream.KeyValue)
+	}
+	d.kv[name] = kv
 	return kv, nil
 }
 
@@ -142,7 +146,7 @@ func (d *natsDoor) status(ctx context.Context, id string) (*Job, error) {
 	if err := jobstatus.ValidateID(id); err != nil {
 		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
 	}
-	kv, err := d.bucket(ctx)
+	kv, err := d.bucket(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +194,7 @@ func (d *natsDoor) wait(ctx context.Context, id string) (*Job, error) {
 	if err := jobstatus.ValidateID(id); err != nil {
 		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
 	}
-	kv, err := d.bucket(ctx)
+	kv, err := d.bucket(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -62,16 +62,50 @@ func Inspect(ctx context.Context, js jetstream.JetStream, cfg Config) (Info, err
 	if err := cfg.Validate(); err != nil {
 		return Info{}, err
 	}
-	info := Info{Queue: cfg.Name, LeakRate: cfg.LeakRate}
-	streams := [...]Destination{Ready, Backlog, Dead}
-	var states [len(streams)]*jetstream.StreamInfo
-	for i, d := range streams {
+	var states [len(inspected)]*jetstream.StreamInfo
+	for i, d := range inspected {
 		s, err := js.Stream(ctx, StreamName(cfg.Name, d))
 		if err != nil {
 			return Info{}, fmt.Errorf("queue: inspecting %s: stream %s: %w", cfg.Name, StreamName(cfg.Name, d), err)
 		}
 		states[i] = s.CachedInfo()
 	}
+	ready, err := consumerInfo(ctx, js, StreamName(cfg.Name, Ready), ReadyConsumer)
+	if err != nil {
+		return Info{}, err
+	}
+	grants, err := consumerInfo(ctx, js, GrantsStreamName(cfg.Name), GrantsConsumer)
+	if err != nil {
+		return Info{}, err
+	}
+	return infoOf(cfg, states, consumerFigures(ready, grants)), nil
+}
+
+// inspected are the streams whose state makes a queue's Info.
+var inspected = [...]Destination{Ready, Backlog, Dead}
+
+// consumers is what Info takes from a queue's two consumers.
+type consumers struct {
+	inFlight, maxAckPending, redelivered, readyPullers int
+	backlogHeld, backlogPullers                        int
+}
+
+// consumerFigures takes them from the consumers' infos (nil: none yet).
+func consumerFigures(ready, grants *jetstream.ConsumerInfo) consumers {
+	var c consumers
+	if ready != nil {
+		c.inFlight, c.maxAckPending, c.redelivered, c.readyPullers = ready.NumAckPending, ready.Config.MaxAckPending, ready.NumRedelivered, ready.NumWaiting
+	}
+	if grants != nil {
+		c.backlogHeld, c.backlogPullers = grants.NumAckPending, grants.NumWaiting
+	}
+	return c
+}
+
+// infoOf is the Info of queue cfg from its streams' states (inspected's
+// order) and its consumers' figures.
+func infoOf(cfg Config, states [len(inspected)]*jetstream.StreamInfo, c consumers) Info {
+	info := Info{Queue: cfg.Name, LeakRate: cfg.LeakRate}
 	info.Ready = int64(states[0].State.Msgs)
 	info.ReadyCapacity = max(0, states[0].Config.MaxMsgs)
 	info.Backlog = int64(states[1].State.Msgs)
@@ -87,17 +121,9 @@ func Inspect(ctx context.Context, js jetstream.JetStream, cfg Config) (Info, err
 	if info.LeakRate.Count > 0 {
 		info.EstimatedDrain = time.Duration(info.Backlog) * info.LeakRate.Per / time.Duration(info.LeakRate.Count)
 	}
-	if c, err := consumerInfo(ctx, js, StreamName(cfg.Name, Ready), ReadyConsumer); err != nil {
-		return Info{}, err
-	} else if c != nil {
-		info.InFlight, info.MaxAckPending, info.Redelivered, info.ReadyPullers = c.NumAckPending, c.Config.MaxAckPending, c.NumRedelivered, c.NumWaiting
-	}
-	if c, err := consumerInfo(ctx, js, GrantsStreamName(cfg.Name), GrantsConsumer); err != nil {
-		return Info{}, err
-	} else if c != nil {
-		info.BacklogHeld, info.BacklogPullers = c.NumAckPending, c.NumWaiting
-	}
-	return info, nil
+	info.InFlight, info.MaxAckPending, info.Redelivered, info.ReadyPullers = c.inFlight, c.maxAckPending, c.redelivered, c.readyPullers
+	info.BacklogHeld, info.BacklogPullers = c.backlogHeld, c.backlogPullers
+	return info
 }
 
 // consumerInfo is nil, without error, for a consumer that does not exist.

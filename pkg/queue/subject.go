@@ -107,3 +107,7 @@ func classOf(subject string) Priority {
 	}
 	return Normal
 }
+
+// BacklogSubjects matches the subjects of every queue's backlog: a filter
+// for listing the backlog streams alone.
+const BacklogSubjects = subjectRoot + "backlog.>"

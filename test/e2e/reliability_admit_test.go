@@ -353,7 +353,11 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 
 	// After the window: the records are gone from the KV bucket.
 	waitFor(t, ttl+60*time.Second, "the idempotency records to expire", func() bool {
-		return afStreamMsgs(t, c.nats.URL(), "KV_"+admit.IdempotencyBucket) == 0
+		var n uint64
+		for i := range queue.KVShards {
+			n += afStreamMsgs(t, c.nats.URL(), "KV_"+queue.ShardBucket(admit.IdempotencyBucket, i))
+		}
+		return n == 0
 	})
 	expired := time.Since(begin)
 	after := burst(nKeys, func(k int) answer { return send(k, keys[k]) })
