@@ -3,6 +3,8 @@ package redisbucket_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,7 +80,6 @@ func TestClusterPartialRefusal(t *testing.T) {
 			}
 		})
 	}
-	_ = time.Second
 }
 
 // TestClusterKeysSpread: the state of 10,000 keys of one queue spreads over
@@ -125,4 +126,183 @@ func TestClusterKeysSpread(t *testing.T) {
 			t.Errorf("master %d holds %d of %d keys, under 20 %%", i, n, keys)
 		}
 	}
+}
+
+// TestConformanceCluster runs the conformance suite through a cluster
+// client on the shared 3-master cluster: every decision of more than one
+// tier key is split over slots.
+func TestConformanceCluster(t *testing.T) {
+	client := clusterClient(t)
+	buckettest.Exercise(t, func(t *testing.T, clock func() time.Time) bucket.Store {
+		s, err := redisbucket.New(client, redisbucket.WithClock(clock), redisbucket.WithPrefix(redistest.KeyPrefix(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// TestReliabilityHotKeyCluster is TestReliabilityHotKeyRedis on the
+// cluster: 1,000 goroutines on one key get exactly what each algorithm
+// allows, at Redis TIME and on a frozen clock.
+func TestReliabilityHotKeyCluster(t *testing.T) {
+	t.Parallel()
+	client := clusterClient(t)
+	per := buckettest.HotKeyPer()
+	frozen := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for _, c := range buckettest.HotKeyCases() {
+		l := mustLimit(t, c.Spec)
+		for _, clock := range []string{"frozen", "Redis TIME"} {
+			if clock != "frozen" && c.Aligned {
+				continue
+			}
+			opts := []redisbucket.Option{redisbucket.WithPrefix(redistest.KeyPrefix(t))}
+			if clock == "frozen" {
+				opts = append(opts, redisbucket.WithClock(func() time.Time { return frozen }))
+			}
+			store, err := redisbucket.New(client, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := buckettest.HotKey(t, store, l, 1000, per)
+			buckettest.CheckHotKey(t, l, c, "cluster, "+clock+" clock", got, 1000, 1000*per)
+		}
+	}
+}
+
+// TestReliabilityClusterFaults breaks a cluster of its own while 16
+// goroutines decide two-tier jobs (a per-key and a global tier, different
+// slots): SCRIPT FLUSH on every master never surfaces; a master that sleeps
+// (DEBUG SLEEP) fails the decisions touching it within the store's timeout
+// and no others hang; a killed master fails its decisions with an error,
+// never a verdict, and once restarted, decisions succeed again by
+// themselves. Full mode (SPILLWAY_RELIABILITY=full) runs each phase longer.
+func TestReliabilityClusterFaults(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, 3, redistest.WithArgs("--enable-debug-command", "yes"))
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Addrs(), MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+	})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisbucket.New(client, redisbucket.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	phase := 500 * time.Millisecond
+	if buckettest.ReliabilityFull() {
+		phase = 5 * time.Second
+	}
+	perKey := mustLimit(t, bucket.Spec{Rate: "1000000/s", Burst: 1000})
+	global := mustLimit(t, bucket.Spec{Rate: "1000000/s", Burst: 100000})
+
+	// load decides for d from 16 goroutines and counts outcomes; a decision
+	// slower than slow is counted as hung.
+	load := func(d, slow time.Duration) (ok, failed, hung int64) {
+		var okN, failN, hungN atomic.Int64
+		var wg sync.WaitGroup
+		end := time.Now().Add(d)
+		for g := range 16 {
+			wg.Go(func() {
+				for i := 0; time.Now().Before(end); i++ {
+					tiers := []bucket.Tier{{Key: fmt.Sprintf("k%d-%d", g, i%50), Limit: perKey}, {Key: "global", Limit: global}}
+					start := time.Now()
+					_, err := store.Decide(ctx, "q", tiers, 1)
+					if time.Since(start) > slow {
+						hungN.Add(1)
+					}
+					if err != nil {
+						failN.Add(1)
+					} else {
+						okN.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return okN.Load(), failN.Load(), hungN.Load()
+	}
+
+	// SCRIPT FLUSH on every master, over and over.
+	stop := make(chan struct{})
+	var flushes atomic.Int64
+	var flusher sync.WaitGroup
+	flusher.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := cl.Do(ctx, i%3, "SCRIPT", "FLUSH"); err != nil {
+				t.Error(err)
+				return
+			}
+			flushes.Add(1)
+		}
+	})
+	ok, failed, _ := load(phase, time.Minute)
+	close(stop)
+	flusher.Wait()
+	if failed != 0 || ok == 0 {
+		t.Errorf("script flush: %d decided, %d failed; want none failed", ok, failed)
+	}
+	t.Logf("figure: cluster, SCRIPT FLUSH ×%d on the masters: %d decisions, %d failed", flushes.Load(), ok, failed)
+
+	// A slow master: DEBUG SLEEP on the global tier's node.
+	gnode := nodeOf(t, cl, store.Key("q", global.Algorithm(), "global"))
+	slept := make(chan error, 1)
+	go func() {
+		_, err := cl.Do(ctx, gnode, "DEBUG", "SLEEP", "2")
+		slept <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the sleep has begun; decisions then find the node busy
+	ok, failed, hung := load(phase, 3*time.Second)
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+	if hung != 0 || failed == 0 {
+		t.Errorf("slow master: %d decided, %d failed, %d took over 3 s; want failures within the timeout", ok, failed, hung)
+	}
+	t.Logf("figure: cluster, a master sleeping 2 s: %d decisions, %d failed, none over 3 s", ok, failed)
+
+	// A killed master: decisions touching it fail; after its restart they
+	// succeed again without a new client.
+	cl.KillNode(gnode)
+	ok, failed, _ = load(phase, time.Minute)
+	if ok != 0 || failed == 0 {
+		t.Errorf("killed master: %d decided, %d failed; want every decision (each has the global tier) to fail", ok, failed)
+	}
+	restarted := time.Now()
+	cl.RestartNode(t, gnode)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tiers := []bucket.Tier{{Key: "after", Limit: perKey}, {Key: "global", Limit: global}}
+		_, err := store.Decide(ctx, "q", tiers, 1)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decisions still fail 30 s after the restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the client's recovery
+	}
+	t.Logf("figure: cluster, a killed master restarted: decisions succeed %v after the restart began", time.Since(restarted).Round(time.Millisecond))
+	ok, failed, _ = load(phase, time.Minute)
+	if failed != 0 || ok == 0 {
+		t.Errorf("after the restart: %d decided, %d failed", ok, failed)
+	}
+}
+
+// nodeOf returns the index of the master holding key's slot (StartCluster
+// gives master i the i-th equal share of the slots).
+func nodeOf(t *testing.T, cl *redistest.Cluster, key string) int {
+	t.Helper()
+	slot, err := cl.Do(context.Background(), 0, "CLUSTER", "KEYSLOT", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(len(cl.Masters))
+	return int(slot.(int64) * n / 16384)
 }
