@@ -254,7 +254,10 @@ func TestReliabilityClusterFaults(t *testing.T) {
 	gnode := nodeOf(t, cl, store.Key("q", global.Algorithm(), "global"))
 	slept := make(chan error, 1)
 	go func() {
-		_, err := cl.Do(ctx, gnode, "DEBUG", "SLEEP", "2")
+		// A deadline past the sleep: the kit's default (2 s) would race it.
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := cl.Do(sctx, gnode, "DEBUG", "SLEEP", "2")
 		slept <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // the sleep has begun; decisions then find the node busy
