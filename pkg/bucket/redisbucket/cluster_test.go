@@ -309,3 +309,35 @@ func nodeOf(t *testing.T, cl *redistest.Cluster, key string) int {
 	n := int64(len(cl.Masters))
 	return int(slot.(int64) * n / 16384)
 }
+
+// BenchmarkDecideTwoTiers compares a decision of a per-key and a global
+// tier on one server (one script) and on a 3-master cluster (one script
+// per slot, in one pipeline), from parallel callers.
+func BenchmarkDecideTwoTiers(b *testing.B) {
+	perKey := mustLimit(b, bucket.Spec{Rate: "1000000/s", Burst: 1000})
+	global := mustLimit(b, bucket.Spec{Rate: "100000000/s", Burst: 1000000})
+	run := func(b *testing.B, client redisbucket.Client) {
+		store, err := redisbucket.New(client, redisbucket.WithPrefix(redistest.KeyPrefix(b)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n atomic.Int64
+		b.SetParallelism(16) // 32 callers on 2 cores: decisions share round trips
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			k := fmt.Sprint("k", n.Add(1))
+			tiers := []bucket.Tier{{Key: k, Limit: perKey}, {Key: "global", Limit: global}}
+			for pb.Next() {
+				if _, err := store.Decide(context.Background(), "q", tiers, 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.Run("one server", func(b *testing.B) {
+		srv := redistest.Start(b)
+		run(b, newClient(b, srv))
+	})
+	b.Run("cluster", func(b *testing.B) { run(b, clusterClient(b)) })
+}
