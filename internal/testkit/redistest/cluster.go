@@ -52,7 +52,7 @@ func StartCluster(tb testing.TB, masters int, opts ...Option) *Cluster {
 		})
 	}
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("%v", err)
 	}
 	return c
 }
@@ -227,7 +227,7 @@ func (c *Cluster) RestartNode(tb testing.TB, i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.WaitOK(ctx); err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("%v", err)
 	}
 }
 

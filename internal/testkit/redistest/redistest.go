@@ -508,7 +508,7 @@ func findBinary(tb testing.TB, o options) string {
 	tb.Helper()
 	p, err := lookupBinary(o)
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("%v", err)
 	}
 	return p
 }
@@ -527,13 +527,19 @@ func lookupBinary(o options) (string, error) {
 	if isExecutable(o.fallback) {
 		return o.fallback, nil
 	}
-	return "", fmt.Errorf(`redistest: REDIS-SERVER NOT FOUND: apt-get install -y redis-server, or set REDIS_URL.
+	return "", notFoundError(fmt.Sprintf(`redistest: REDIS-SERVER NOT FOUND: apt-get install -y redis-server, or set REDIS_URL.
 This test needs a real Redis server and is not skipped without one. Looked for
 $REDIS_SERVER_BIN, redis-server on PATH, and %s. Fix it with one of:
     apt-get install -y redis-server                  (Debian/Ubuntu; .ci/run does this)
     REDIS_URL=redis://HOST:PORT/0 go test ./...      (use a running server)
-    REDIS_SERVER_BIN=/path/to/redis-server go test ./...`, o.fallback)
+    REDIS_SERVER_BIN=/path/to/redis-server go test ./...`, o.fallback))
 }
+
+// notFoundError is the missing binary's message: several lines saying what
+// to do.
+type notFoundError string
+
+func (e notFoundError) Error() string { return string(e) }
 
 // requirePass returns the value of the last --requirepass in args.
 func requirePass(args []string) (string, bool) {
