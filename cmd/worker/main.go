@@ -111,7 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer func() { _ = srv.Close() }()
 		fmt.Fprintf(stdout, "spillway worker: metrics on http://%s/metrics\n", ln.Addr())
 	}
-	log.Info("worker started", "nats", conn.Redact(p.NC.ConnectedUrl()), "redis", cfg.Redis.URL != "")
+	log.Info("worker started", "nats", conn.Redact(p.NC.ConnectedUrl()), "redis", cfg.Redis.Shared())
 	return p.Run(ctx, workerd.Options{Queues: names, Registerer: reg}, func(pool *workerd.Pool) {
 		watcher.OnReload = func(old, next *config.Config) {
 			if old.NATS != next.NATS || old.Redis != next.Redis {

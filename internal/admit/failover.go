@@ -21,7 +21,7 @@ var ErrStoreUnavailable = errors.New("admit: bucket store unavailable")
 // the same limits.
 //
 // After a failure the shared store is left alone for a backoff (100ms,
-// doubling to 2s) so that an unreachable Redis costs nothing per request;
+// doubling to 500ms) so that an unreachable Redis costs nothing per request;
 // then one request probes it, and the first success ends the outage.
 // Safe for concurrent use.
 type Failover struct {
@@ -48,7 +48,7 @@ type Failover struct {
 
 const (
 	minBackoff = 100 * time.Millisecond
-	maxBackoff = 2 * time.Second
+	maxBackoff = 500 * time.Millisecond
 )
 
 // NewFailover wraps primary with a failure mode ("" is open). A nil

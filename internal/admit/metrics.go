@@ -64,7 +64,7 @@ func (m *Metrics) Init(cfg *config.Config, store string) {
 	}
 	for i := range cfg.Queues {
 		q := &cfg.Queues[i]
-		for _, vr := range decisionSeries(enforcing(q), cfg.Redis.URL != "", cfg.Redis.FailureMode) {
+		for _, vr := range decisionSeries(enforcing(q), cfg.Redis.Shared(), cfg.Redis.FailureMode) {
 			m.decisions.WithLabelValues(q.Name, vr[0], vr[1])
 		}
 		m.duration.WithLabelValues(q.Name)

@@ -352,7 +352,7 @@ func TestReliabilityRedisSlow(t *testing.T) {
 			}
 
 			// Fast again: Redis decides again (the failover probes after
-			// at most its longest backoff, 2s).
+			// at most its longest backoff, 500ms).
 			proxy.setDelay(0)
 			back := time.Now()
 			admittest.WaitFor(t, 30*time.Second, "Redis deciding again", func() bool {

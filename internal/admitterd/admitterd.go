@@ -57,7 +57,7 @@ type Service struct {
 	dev      *devnats.Server
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	redis    *redis.Client
+	redis    redis.UniversalClient
 	failover *admit.Failover
 	admitter *admit.Admitter
 	workers  *workerd.Pool // dev mode only
@@ -146,13 +146,13 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}
 
 	var shared bucket.Store
-	if cfg.Redis.URL != "" {
+	if cfg.Redis.Shared() {
 		if s.redis, shared, err = conn.Redis(cfg.Redis); err != nil {
 			return nil, err
 		}
 		// A wrong password is not an outage for the failure mode to ride
 		// out: every decision would fail (or, open, admit everything).
-		if err = conn.RedisAuth(ctx, s.redis, cfg.Redis.URL); err != nil {
+		if err = conn.RedisAuth(ctx, s.redis, cfg.Redis); err != nil {
 			return nil, err
 		}
 	}
@@ -318,8 +318,8 @@ func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
 		s.reloads.WithLabelValues("failure").Inc()
 		return err
 	}
-	if old := s.admitter.Config().Redis; old.URL != cfg.Redis.URL || old.Timeout != cfg.Redis.Timeout {
-		s.log.Warn("redis.url and redis.timeout take effect at the next start; the admitter keeps its bucket store")
+	if old := s.admitter.Config().Redis; !old.SameConnection(cfg.Redis) {
+		s.log.Warn("redis.url, sentinel, cluster, credentials, tls and timeout take effect at the next start; the admitter keeps its bucket store")
 	}
 	s.admitter.SetConfig(cfg)
 	s.metrics.Init(cfg, s.store)

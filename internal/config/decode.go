@@ -44,9 +44,29 @@ type (
 		Replicas  field `yaml:"replicas"`
 	}
 	redisDoc struct {
-		URL         field `yaml:"url"`
-		FailureMode field `yaml:"failure_mode"`
-		Timeout     field `yaml:"timeout"`
+		URL         field                     `yaml:"url"`
+		Sentinel    section[redisSentinelDoc] `yaml:"sentinel"`
+		Cluster     section[redisClusterDoc]  `yaml:"cluster"`
+		Username    field                     `yaml:"username"`
+		Password    field                     `yaml:"password"`
+		TLS         section[redisTLSDoc]      `yaml:"tls"`
+		FailureMode field                     `yaml:"failure_mode"`
+		Timeout     field                     `yaml:"timeout"`
+	}
+	redisSentinelDoc struct {
+		MasterName field `yaml:"master_name"`
+		Addrs      field `yaml:"addrs"`
+		Username   field `yaml:"username"`
+		Password   field `yaml:"password"`
+	}
+	redisClusterDoc struct {
+		Addrs field `yaml:"addrs"`
+	}
+	redisTLSDoc struct {
+		CAFile     field `yaml:"ca_file"`
+		CertFile   field `yaml:"cert_file"`
+		KeyFile    field `yaml:"key_file"`
+		ServerName field `yaml:"server_name"`
 	}
 	httpDoc struct {
 		Listen         field `yaml:"listen"`
@@ -736,8 +756,8 @@ func (d *decoder) config(c *Config, root *yaml.Node) {
 		}
 	}
 
+	d.redis(&doc.Redis.doc, &c.Redis)
 	r := &doc.Redis.doc
-	d.str(&r.URL, &c.Redis.URL, checkRedisURL)
 	var mode string
 	if d.str(&r.FailureMode, &mode, func(s string) error { _, err := parseFailureMode(s); return err }) {
 		c.Redis.FailureMode = FailureMode(mode)

@@ -46,8 +46,13 @@
 //	  store_dir: ""                     # --dev JetStream directory (default: temporary)
 //	  creds_file: ""
 //	  replicas: 1                       # of every stream, 1 to 5
-//	redis:                              # omitted url: the in-memory store of each process
+//	redis:                              # no url, sentinel or cluster: the in-memory store of each process
 //	  url: redis://127.0.0.1:6379/0     # redis://, rediss:// or unix://
+//	  # sentinel: {master_name: m, addrs: ["s1:26379"], username: "", password: ""}  # instead of url
+//	  # cluster: {addrs: ["n1:6379", "n2:6379"]}                                     # instead of url
+//	  username: ""                      # ACL user of the data servers
+//	  password: ""
+//	  # tls: {ca_file: "", cert_file: "", key_file: "", server_name: ""}   # TLS to every server
 //	  failure_mode: open                # open | closed | local
 //	  timeout: 50ms                     # one decision's budget
 //	http:

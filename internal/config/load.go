@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -87,7 +88,7 @@ var settings = []setting{
 		setString(func(c *Config) *string { return &c.NATS.CredsFile }, nil),
 		func(o *Overrides) (string, bool) { return text(o.NATSCredsFile) }},
 	{"redis.url", "SPILLWAY_REDIS_URL",
-		setString(func(c *Config) *string { return &c.Redis.URL }, checkRedisURL),
+		setRedisURL,
 		func(o *Overrides) (string, bool) { return text(o.RedisURL) }},
 	{"redis.failure_mode", "SPILLWAY_REDIS_FAILURE_MODE",
 		setParsed(func(c *Config) *FailureMode { return &c.Redis.FailureMode }, parseFailureMode),
@@ -166,6 +167,19 @@ func setString(field func(*Config) *string, check func(string) error) func(*Conf
 		*field(c) = s
 		return nil
 	}
+}
+
+// setRedisURL overrides redis.url, which selects one server: a file that
+// configures a Sentinel or a cluster instead is a conflict, not overridden.
+func setRedisURL(c *Config, s string) error {
+	if err := checkRedisURL(s); err != nil {
+		return err
+	}
+	if s != "" && (c.Redis.Sentinel != nil || c.Redis.Cluster != nil) {
+		return errors.New("the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
+	}
+	c.Redis.URL = s
+	return nil
 }
 
 // setParsed stores in field what parse makes of the value.

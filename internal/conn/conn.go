@@ -5,10 +5,13 @@ package conn
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -78,7 +81,7 @@ func Redact(urls string) string {
 // RedisAuth reports a Redis server that refuses the client's credentials
 // (a wrong or missing password): a mistake no retry or failure mode can
 // mend, unlike a server that is down, for which it returns nil.
-func RedisAuth(ctx context.Context, client *redis.Client, rawURL string) error {
+func RedisAuth(ctx context.Context, client redis.UniversalClient, c config.Redis) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := client.Ping(ctx).Err()
@@ -87,30 +90,132 @@ func RedisAuth(ctx context.Context, client *redis.Client, rawURL string) error {
 	}
 	msg := err.Error()
 	for _, code := range []string{"WRONGPASS", "NOAUTH", "ERR AUTH", "ERR invalid password", "ERR Client sent AUTH"} {
-		if strings.HasPrefix(msg, code) {
-			return fmt.Errorf("redis at %s: authentication failed (check the password in redis.url): %w", Redact(rawURL), err)
+		if strings.Contains(msg, code) {
+			return fmt.Errorf("redis at %s: authentication failed (check redis.password, redis.username, redis.sentinel.password or the password in redis.url): %w",
+				RedisTarget(c), err)
 		}
 	}
 	return nil
 }
 
-// Redis builds the shared store with short timeouts, so that an
-// unreachable Redis costs a submission milliseconds, not seconds.
-func Redis(c config.Redis) (*redis.Client, bucket.Store, error) {
-	opt, err := redis.ParseURL(c.URL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("redis.url: %w", err)
+// RedisTarget describes where c points, with no secret: the URL redacted,
+// "sentinel master M at A,B" or "cluster at A,B".
+func RedisTarget(c config.Redis) string {
+	switch {
+	case c.Sentinel != nil:
+		return fmt.Sprintf("sentinel master %q at %s", c.Sentinel.MasterName, strings.Join(c.Sentinel.Addrs, ","))
+	case c.Cluster != nil:
+		return "cluster at " + strings.Join(c.Cluster.Addrs, ",")
 	}
-	opt.DialTimeout = max(c.Timeout, 100*time.Millisecond)
-	opt.ReadTimeout = max(c.Timeout, 50*time.Millisecond)
-	opt.WriteTimeout = opt.ReadTimeout
-	opt.MaxRetries = -1 // the failure mode is the retry policy
-	opt.PoolSize = max(opt.PoolSize, 64)
-	client := redis.NewClient(opt)
+	return Redact(c.URL)
+}
+
+// Redis builds the shared store with short timeouts, so that an
+// unreachable Redis costs a submission milliseconds, not seconds: a
+// client of one server (redis.url), of the master that Sentinel names
+// (redis.sentinel; it follows a failover by itself), or of a Redis
+// Cluster (redis.cluster).
+func Redis(c config.Redis) (redis.UniversalClient, bucket.Store, error) {
+	client, err := RedisClient(c)
+	if err != nil {
+		return nil, nil, err
+	}
 	st, err := redisbucket.New(client, redisbucket.WithTimeout(c.Timeout))
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err
 	}
 	return client, st, nil
+}
+
+// RedisClient builds the go-redis client that c describes.
+func RedisClient(c config.Redis) (redis.UniversalClient, error) {
+	var tlsConfig *tls.Config
+	if c.TLS != nil {
+		var err error
+		if tlsConfig, err = redisTLS(*c.TLS); err != nil {
+			return nil, err
+		}
+	}
+	dial := max(c.Timeout, 100*time.Millisecond)
+	read := max(c.Timeout, 50*time.Millisecond)
+	const pool = 64
+	switch {
+	case c.Sentinel != nil:
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:       c.Sentinel.MasterName,
+			SentinelAddrs:    c.Sentinel.Addrs,
+			SentinelUsername: c.Sentinel.Username,
+			SentinelPassword: c.Sentinel.Password,
+			Username:         c.Username,
+			Password:         c.Password,
+			TLSConfig:        tlsConfig,
+			DialTimeout:      dial,
+			ReadTimeout:      read,
+			WriteTimeout:     read,
+			MaxRetries:       -1, // the failure mode is the retry policy
+			PoolSize:         pool,
+		}), nil
+	case c.Cluster != nil:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:        c.Cluster.Addrs,
+			Username:     c.Username,
+			Password:     c.Password,
+			TLSConfig:    tlsConfig,
+			DialTimeout:  dial,
+			ReadTimeout:  read,
+			WriteTimeout: read,
+			// MOVED and ASK redirections (a resharding) are followed;
+			// network errors are not retried: the failure mode is the
+			// retry policy.
+			MaxRetries: -1,
+			PoolSize:   pool,
+		}), nil
+	}
+	opt, err := redis.ParseURL(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis.url: %w", err)
+	}
+	opt.DialTimeout = dial
+	opt.ReadTimeout = read
+	opt.WriteTimeout = read
+	opt.MaxRetries = -1 // the failure mode is the retry policy
+	opt.PoolSize = max(opt.PoolSize, pool)
+	if c.Username != "" {
+		opt.Username = c.Username
+	}
+	if c.Password != "" {
+		opt.Password = c.Password
+	}
+	if tlsConfig != nil {
+		if opt.TLSConfig != nil && tlsConfig.ServerName == "" {
+			tlsConfig.ServerName = opt.TLSConfig.ServerName // rediss:// set the URL's host
+		}
+		opt.TLSConfig = tlsConfig
+	}
+	return redis.NewClient(opt), nil
+}
+
+// redisTLS builds the TLS configuration of redis.tls.
+func redisTLS(t config.RedisTLS) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis.tls.ca_file: %s holds no PEM certificate", t.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.cert_file and key_file: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }

@@ -425,13 +425,13 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Proc
 	if p.JS, err = jetstream.New(p.NC); err != nil {
 		return nil, err
 	}
-	if cfg.Redis.URL != "" {
+	if cfg.Redis.Shared() {
 		client, st, err := conn.Redis(cfg.Redis)
 		if err != nil {
 			return nil, err
 		}
 		p.closers = append(p.closers, func() { _ = client.Close() })
-		if err := conn.RedisAuth(ctx, client, cfg.Redis.URL); err != nil {
+		if err := conn.RedisAuth(ctx, client, cfg.Redis); err != nil {
 			return nil, err
 		}
 		p.Pacer = st

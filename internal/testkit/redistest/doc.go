@@ -49,6 +49,22 @@
 // exits with "Address already in use", or a PING is answered by a process that
 // is not ours) and retries on a new port a few times.
 //
+// # Cluster and Sentinel
+//
+// [StartCluster] starts a Redis Cluster of child servers (3 masters, each
+// owning a third of the slots, joined with CLUSTER ADDSLOTSRANGE and
+// CLUSTER MEET; it returns once every node reports cluster_state:ok).
+// [SharedCluster] starts one per test binary, for the tests that only read
+// and write their own keys; TestMain stops it with [StopShared]. A test that
+// kills or flushes nodes starts its own ([Cluster.KillNode],
+// [Cluster.RestartNode], [Cluster.Do]).
+//
+// [StartSentinel] starts a master, one replica and 1 or 3 sentinels
+// (quorum n/2+1, down-after [SentinelDownAfter]) monitoring the master as
+// [SentinelMaster]. [Sentinel.KillMaster] and [Sentinel.Failover] make a
+// failover happen; [Sentinel.WaitFailover] waits for it. Both topologies
+// ignore REDIS_URL: their processes are always the test's own.
+//
 // # Orphans
 //
 // On Linux the child is started with a parent-death signal (SIGKILL), so a test

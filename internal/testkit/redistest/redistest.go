@@ -70,6 +70,20 @@ func WithOwnProcess() Option {
 	return func(o *options) { o.ownProcess = true }
 }
 
+func newOptions(opts []Option) options {
+	o := options{
+		startTimeout: DefaultStartTimeout,
+		getenv:       os.Getenv,
+		lookPath:     exec.LookPath,
+		fallback:     fallbackBinary,
+		pickPort:     freePort,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
 // Server is a Redis server for one test: a child process owned by the test, or
 // the server named by REDIS_URL. Its methods are safe for concurrent use.
 type Server struct {
@@ -86,6 +100,7 @@ type Server struct {
 	// Child servers only.
 	bin          string
 	dir          string
+	conf         string // a config file before the arguments ("" none); sentinels run on one
 	args         []string
 	startTimeout time.Duration
 
@@ -114,16 +129,7 @@ func (p *process) kill() {
 // package documentation). It fails tb if no server can be had; it never skips.
 func Start(tb testing.TB, opts ...Option) *Server {
 	tb.Helper()
-	o := options{
-		startTimeout: DefaultStartTimeout,
-		getenv:       os.Getenv,
-		lookPath:     exec.LookPath,
-		fallback:     fallbackBinary,
-		pickPort:     freePort,
-	}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := newOptions(opts)
 	if !o.ownProcess {
 		if raw := o.getenv("REDIS_URL"); raw != "" {
 			return startExternal(tb, raw, o)
@@ -284,7 +290,11 @@ func (s *Server) launch(port int) error {
 	s.logPath = logPath
 	s.mu.Unlock()
 
-	args := []string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf, "--sentinel")
+	}
+	args = append(args,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -292,7 +302,7 @@ func (s *Server) launch(port int) error {
 		"--dir", s.dir,
 		"--logfile", logPath,
 		"--daemonize", "no",
-	}
+	)
 	args = append(args, s.args...)
 	p := &process{
 		// Not tied to a context: the process lives until Kill, Restart or
@@ -496,26 +506,40 @@ func startExternal(tb testing.TB, raw string, o options) *Server {
 // findBinary locates redis-server or fails tb saying how to get one.
 func findBinary(tb testing.TB, o options) string {
 	tb.Helper()
+	p, err := lookupBinary(o)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return p
+}
+
+// lookupBinary locates redis-server or says how to get one.
+func lookupBinary(o options) (string, error) {
 	if p := o.getenv("REDIS_SERVER_BIN"); p != "" {
 		if !isExecutable(p) {
-			tb.Fatalf("redistest: REDIS_SERVER_BIN=%q is not an executable file", p)
+			return "", fmt.Errorf("redistest: REDIS_SERVER_BIN=%q is not an executable file", p)
 		}
-		return p
+		return p, nil
 	}
 	if p, err := o.lookPath("redis-server"); err == nil {
-		return p
+		return p, nil
 	}
 	if isExecutable(o.fallback) {
-		return o.fallback
+		return o.fallback, nil
 	}
-	tb.Fatalf(`redistest: REDIS-SERVER NOT FOUND: apt-get install -y redis-server, or set REDIS_URL.
+	return "", notFoundError(fmt.Sprintf(`redistest: REDIS-SERVER NOT FOUND: apt-get install -y redis-server, or set REDIS_URL.
 This test needs a real Redis server and is not skipped without one. Looked for
 $REDIS_SERVER_BIN, redis-server on PATH, and %s. Fix it with one of:
     apt-get install -y redis-server                  (Debian/Ubuntu; .ci/run does this)
     REDIS_URL=redis://HOST:PORT/0 go test ./...      (use a running server)
-    REDIS_SERVER_BIN=/path/to/redis-server go test ./...`, o.fallback)
-	return ""
+    REDIS_SERVER_BIN=/path/to/redis-server go test ./...`, o.fallback))
 }
+
+// notFoundError is the missing binary's message: several lines saying what
+// to do.
+type notFoundError string
+
+func (e notFoundError) Error() string { return string(e) }
 
 // requirePass returns the value of the last --requirepass in args.
 func requirePass(args []string) (string, bool) {

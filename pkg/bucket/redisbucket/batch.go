@@ -58,6 +58,9 @@ func (s *Store) DecideBatch(ctx context.Context, group string, jobs []bucket.Job
 		return nil, fmt.Errorf("redisbucket: %w (not decided)", err)
 	}
 	defer release()
+	if s.splitTiers {
+		return s.decideBatchSplit(ctx, group, jobs)
+	}
 	out := make([]bucket.Decision, 0, len(jobs))
 	calls := make([]*call, 0, s.maxBatch)
 	for lo := 0; lo < len(jobs); lo += s.maxBatch {
@@ -116,4 +119,64 @@ func (b *batchSlots) acquire(ctx context.Context, n int) (func(), error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// decideBatchSplit is DecideBatch for split decisions. A run is one
+// pipeline of the runs' parts, one script per hash tag holding the parts of
+// that tag in job order, so job i+1 sees what job i left in every tier.
+// When job i is rejected after some of its parts took their units, the
+// jobs after it in the run decided on top of those units: job i's parts
+// and every later job's are given back (one pipeline of refunds), and the
+// next run starts at job i+1, so the batch decides as if one after the
+// other. A failed part fails the batch the same way, after giving back the
+// run's units from the failed job on.
+func (s *Store) decideBatchSplit(ctx context.Context, group string, jobs []bucket.Job) ([]bucket.Decision, error) {
+	out := make([]bucket.Decision, 0, len(jobs))
+	for lo := 0; lo < len(jobs); {
+		hi := min(lo+s.maxBatch, len(jobs))
+		calls := make([]*call, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			c := &call{}
+			s.encodeParts(c, group, jobs[i].Tiers, jobs[i].Cost)
+			calls = append(calls, c)
+		}
+		s.runRun(ctx, calls)
+		next := hi
+		for i, c := range calls {
+			undo := assemble(c)
+			if c.err == nil && !undo {
+				out = append(out, c.dec)
+				continue
+			}
+			rctx, cancel := s.refundContext(ctx)
+			_ = s.runRefunds(rctx, s.undoRequests(calls[i:]))
+			cancel()
+			if c.err != nil {
+				return nil, fmt.Errorf("job %d: %w", lo+i, c.err)
+			}
+			out = append(out, c.dec)
+			next = lo + i + 1
+			break
+		}
+		lo = next
+	}
+	return out, nil
+}
+
+// runRun sends one run of split decisions, bounded by WithTimeout.
+func (s *Store) runRun(ctx context.Context, calls []*call) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	s.runParts(ctx, calls)
+}
+
+// refundContext bounds a refund by WithTimeout.
+func (s *Store) refundContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout > 0 {
+		return context.WithTimeout(ctx, s.timeout)
+	}
+	return ctx, func() {}
 }

@@ -19,18 +19,52 @@
 //
 // A tier's state lives under
 //
-//	<prefix>{<group>}:<algorithm>:<tier key>
+//	<prefix>{<group>:<hash>}:<algorithm>:<tier key>
 //
-// for example spillway:bucket:{email}:leaky_bucket:0:alice. The prefix
-// defaults to [DefaultPrefix] ([WithPrefix] changes it; it may not hold
-// braces). The group — the admitter passes the queue name — is the Redis
-// Cluster hash tag: every tier of a decision, and every decision of a group,
-// lands in one slot, which is what lets one script update them all
-// atomically and lets concurrent decisions of a group share one script run.
-// A group may not hold '{' or '}' ([ErrInvalidGroup]); the empty group is
-// written as the tag "{", which no other group can produce. Tier keys are
-// arbitrary bytes. The algorithm is part of the key, so a tier that changes
-// algorithm starts afresh.
+// for example spillway:bucket:{email:2b8f0c1e9d7a4f10}:leaky_bucket:0:alice
+// ([Store.Key] computes it). The prefix defaults to [DefaultPrefix]
+// ([WithPrefix] changes it; it may not hold braces). The hash tag is the
+// group — the admitter passes the queue name — and 16 hex digits of the
+// tier key's 64-bit FNV-1a hash, so that on a Redis Cluster the keys of one
+// queue spread over all the slots, and so over all the shards, instead of
+// living in one slot on one shard. The layout is the same on one server and
+// on a cluster. A group may not hold '{' or '}' ([ErrInvalidGroup]); tier
+// keys are arbitrary bytes (after the tag, they do not affect the slot). The
+// algorithm is part of the key, so a tier that changes algorithm starts
+// afresh.
+//
+// Before this layout every key of a group had the tag {<group>}. Keys under
+// the old names are not read or migrated: after an upgrade every key starts
+// with a fresh bucket (at most one burst per key more than the limit
+// allows, once), and the old keys expire by their TTLs.
+//
+// # Cluster
+//
+// On one server (a *redis.Client) a decision is one script run over all its
+// tiers, as always: keys of different slots may share a script there. On a
+// *redis.ClusterClient or a *redis.Ring ([WithSplitTiers] overrides the
+// choice), the tiers of a decision are grouped by hash tag into parts, one
+// script run each, all sent in one pipeline (the cluster client sends each
+// shard its runs at once, so a decision still costs one round trip, to the
+// slowest shard). Each part decides its tiers all-or-nothing as the one
+// script does. When a part rejects the job, the parts that took their units
+// give them back in a second pipeline of refund.lua runs, at the time they
+// decided, before the decision returns; so does a decision that fails in
+// one part after others took units. The decision as a whole changes
+// nothing, as on one server. The cost: a per-key tier's units are held for
+// one more round trip when another tier rejects, so a concurrent decision
+// of the same key may be refused in that instant (never admitted beyond its
+// limit); a refund that fails leaves those units taken until they refill.
+// Each shard reads its own TIME: the decision's time (Decision.At) is that
+// of the part holding its first tier. [Store.Refund] sends one refund run
+// per tag.
+//
+// [Store.DecideBatch] sends each run of jobs as one pipeline of one script
+// per tag, the parts of one tag in job order. When job i is rejected after
+// some of its parts took units, every part of the run's later jobs decided
+// on top of those units: they are all given back and the next run starts
+// at job i+1, so the batch decides exactly as jobs sent one after the
+// other would.
 //
 // Every key gets a TTL whenever it is written: the time until its state is
 // empty again (the Decision's ResetAfter for that tier), rounded up to the
@@ -86,7 +120,7 @@
 // [Store.Refund] gives back the units a decision took from its consumed
 // tiers (bucket.Decision.Consumed) when the backlog refuses the job, with
 // the semantics of bucket.Store.Refund. It is one run of refund.lua over the
-// consumed tiers' keys — the decision's keys, under the same hash tag — at
+// consumed tiers' keys (on a cluster, one run per hash tag) at
 // Redis TIME (or the injected clock, which it then carries with the
 // decision's time). The script reads every key before it writes any: a key
 // holding foreign data fails the refund as a whole ([ErrForeignData]). A
@@ -110,9 +144,8 @@
 // them to the first of their callers, who sends them while the sender
 // returns.
 //
-// A batch becomes one script run per group — decisions of one group share a
-// hash tag, so one run may touch all their keys, also in a cluster — and the
-// runs of several groups go in one pipeline. Within a run, decisions are
+// A batch becomes one script run per group (on a cluster, per hash tag) and
+// the runs of several groups go in one pipeline. Within a run, decisions are
 // decided one after the other in arrival order, each all-or-nothing, exactly
 // as if sent one by one.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -280,7 +281,7 @@ func TestEveryKeyHasATTL(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		key := b.prefix + "{q}:" + l.Algorithm().String() + ":k"
+		key := store.Key("q", l.Algorithm(), "k")
 		pttl, err := b.client.PTTL(ctx, key).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -329,8 +330,9 @@ func TestEmptyStateIsDeleted(t *testing.T) {
 	}
 }
 
-// TestKeysAreHashTagged: every key of a decision carries the group as its
-// hash tag.
+// TestKeysAreHashTagged: every key carries a hash tag of its group and a
+// 64-bit hash of its tier key, so that a group's keys spread over a
+// cluster's slots.
 func TestKeysAreHashTagged(t *testing.T) {
 	t.Parallel()
 	store, b := setup(t, false)
@@ -346,20 +348,35 @@ func TestKeysAreHashTagged(t *testing.T) {
 		}
 	}
 	want := map[string]bool{}
-	for _, tag := range []string{"email", "{", "with space:and:colons"} {
+	for _, group := range []string{"email", "", "with space:and:colons"} {
 		for i, l := range ls {
-			want[fmt.Sprintf("%s{%s}:%s:%d:alice", b.prefix, tag, l.Algorithm(), i)] = true
+			want[fmt.Sprintf("%s{%s:<hash>}:%s:%d:alice", b.prefix, group, l.Algorithm(), i)] = true
 		}
 	}
 	got := keys(t, b)
+	hashOf := map[string]string{} // tier key → its hash, the same in every group
+	tagged := regexp.MustCompile(`^(.*)\{(.*):([0-9a-f]{16})\}:([a-z_]+):(.*)$`)
 	for _, k := range got {
-		if !want[k] {
+		m := tagged.FindStringSubmatch(k)
+		if m == nil {
+			t.Errorf("key %q has no {group:hash} tag", k)
+			continue
+		}
+		if h, ok := hashOf[m[5]]; ok && h != m[3] {
+			t.Errorf("key %q: tier key %q hashed to %s elsewhere", k, m[5], h)
+		}
+		hashOf[m[5]] = m[3]
+		generic := fmt.Sprintf("%s{%s:<hash>}:%s:%s", m[1], m[2], m[4], m[5])
+		if !want[generic] {
 			t.Errorf("unexpected key %q", k)
 		}
-		delete(want, k)
+		delete(want, generic)
 	}
 	for k := range want {
 		t.Errorf("missing key %q (have %q)", k, got)
+	}
+	if len(hashOf) != len(ls) {
+		t.Errorf("%d tier keys hashed to %d hashes", len(ls), len(hashOf))
 	}
 
 	for _, g := range []string{"a{b", "a}b", "{a}"} {
@@ -491,7 +508,7 @@ func TestForeignData(t *testing.T) {
 	store, b := setup(t, false)
 	ctx := context.Background()
 	for _, l := range allLimits(t) {
-		key := b.prefix + "{g}:" + l.Algorithm().String() + ":bad"
+		key := store.Key("g", l.Algorithm(), "bad")
 		if err := b.client.HSet(ctx, key, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -500,7 +517,7 @@ func TestForeignData(t *testing.T) {
 		if !errors.Is(err, redisbucket.ErrForeignData) || !strings.Contains(err.Error(), "tier 1") {
 			t.Errorf("%s: error %v, want ErrForeignData naming tier 1", l, err)
 		}
-		if n := b.client.Exists(ctx, b.prefix+"{g}:"+l.Algorithm().String()+":good").Val(); n != 0 {
+		if n := b.client.Exists(ctx, store.Key("g", l.Algorithm(), "good")).Val(); n != 0 {
 			t.Errorf("%s: the good tier was written although the decision failed", l)
 		}
 	}
@@ -606,7 +623,7 @@ func TestLongSlidingLog(t *testing.T) {
 	if d := step(10*time.Second+150*time.Millisecond, 140); d.Verdict != bucket.Admitted || d.Remaining != 11 {
 		t.Errorf("after 151 entries expired: %s, %d remaining; want admitted, 11", d.Verdict, d.Remaining)
 	}
-	if n, err := b.client.LLen(ctx, b.prefix+"{g}:sliding_log:k").Result(); err != nil || n != 1+249+1 {
+	if n, err := b.client.LLen(ctx, store.Key("g", bucket.SlidingLog, "k")).Result(); err != nil || n != 1+249+1 {
 		t.Errorf("the log holds %d elements (%v), want a header and 250 entries", n, err)
 	}
 	for i := range 50 {
@@ -695,7 +712,7 @@ func TestRefundAtRedisTime(t *testing.T) {
 		t.Errorf("the refund of five tiers sent %v, want one EVALSHA", calls.names)
 	}
 	for i, l := range ls {
-		key := func(k string) string { return fmt.Sprintf("%s{q}:%s:%d:%s", b.prefix, l.Algorithm(), i, k) }
+		key := func(k string) string { return store.Key("q", l.Algorithm(), fmt.Sprintf("%d:%s", i, k)) }
 		kept, err := b.client.PTTL(ctx, key("kept")).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -722,8 +739,8 @@ func TestRefundForeignData(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		good := b.prefix + "{g}:" + l.Algorithm().String() + ":good"
-		bad := b.prefix + "{g}:" + l.Algorithm().String() + ":bad"
+		good := store.Key("g", l.Algorithm(), "good")
+		bad := store.Key("g", l.Algorithm(), "bad")
 		before := b.client.Dump(ctx, good).Val()
 		if err := b.client.Del(ctx, bad).Err(); err != nil {
 			t.Fatal(err)

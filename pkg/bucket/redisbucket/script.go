@@ -157,14 +157,21 @@ func (s *Store) encodeRefund(group string, tiers []bucket.Tier, cost int64, d bu
 	return keys, b
 }
 
-// key is <prefix>{<group>}:<algorithm>:<tier key>. The group is the hash tag,
-// so that all keys of one decision, and of one group, share a cluster slot.
-// The empty group is written as the tag "{", which no other group can be.
+// key is <prefix>{<group>:<hash>}:<algorithm>:<tier key>, <hash> 16 hex
+// digits of the tier key's hash (tag in split.go). The hash tag holds the
+// tier key's hash, so that the keys of one group spread over a cluster's
+// slots; the tiers of one decision may then be in different slots (split.go
+// decides them).
 func (s *Store) key(group string, alg bucket.Algorithm, key string) string {
-	if group == "" {
-		group = "{"
-	}
-	return s.prefix + "{" + group + "}:" + alg.String() + ":" + key
+	return s.Key(group, alg, key)
+}
+
+// Key returns the Redis key that holds the state of tier key key of group
+// under algorithm alg: <prefix>{<group>:<hash>}:<algorithm>:<key>, <hash>
+// being 16 hex digits of the key's 64-bit FNV-1a hash. For operators and
+// tests that look at one key's state.
+func (s *Store) Key(group string, alg bucket.Algorithm, key string) string {
+	return s.prefix + "{" + tag(group, key) + "}:" + alg.String() + ":" + key
 }
 
 // reply reads the script's answer, one double at a time.

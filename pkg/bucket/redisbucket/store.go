@@ -103,6 +103,18 @@ func withCount(what string, n, hi int, field func(*Store) *int) Option {
 	}
 }
 
+// WithSplitTiers sets whether a decision runs one script per hash tag of
+// its tiers (split.go), as a Redis Cluster or a Ring needs, or one script
+// for all its tiers, as one server allows. The default: split for a
+// *redis.ClusterClient or *redis.Ring, one script otherwise. A client that
+// hides a cluster behind another type needs WithSplitTiers(true).
+func WithSplitTiers(split bool) Option {
+	return func(s *Store) error {
+		s.splitTiers, s.splitSet = split, true
+		return nil
+	}
+}
+
 // WithTimeout bounds each decision (default 0: only the caller's context and
 // the client's own timeouts bound it): the wait for a round trip shared with
 // other decisions counts, so no decision takes longer than d, and the round
@@ -131,6 +143,8 @@ type Store struct {
 	maxInFlight int
 	timeout     time.Duration
 	ttlExtra    int64 // ms added to every TTL
+	splitTiers  bool  // one script per hash tag (split.go), not per decision
+	splitSet    bool  // WithSplitTiers was given
 
 	mu       sync.Mutex
 	queue    []*call // decisions waiting for a round trip, oldest first
@@ -166,6 +180,12 @@ func New(client Client, opts ...Option) (*Store, error) {
 	if s.clock != nil {
 		s.ttlExtra = clockGrace.Milliseconds()
 	}
+	if !s.splitSet {
+		switch client.(type) {
+		case *redis.ClusterClient, *redis.Ring:
+			s.splitTiers = true
+		}
+	}
 	s.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	s.batches.New = func() any { b := make([]*call, 0, s.maxBatch); return &b }
 	return s, nil
@@ -187,7 +207,12 @@ const (
 type call struct {
 	group string
 	keys  []string
-	buf   []byte        // headerSize bytes for the script header, then the decision
+	buf   []byte // headerSize bytes for the script header, then the decision
+	// Split decisions only (split.go).
+	parts  []part
+	cost   int64
+	ntiers int
+
 	done  chan struct{} // signalled when dec/err are set, or when leads is
 	leads bool          // set before done is signalled: the caller holds a slot
 	state callState     // guarded by Store.mu
@@ -225,7 +250,11 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 		defer cancel()
 	}
 	c := s.calls.Get().(*call)
-	s.encode(c, group, tiers, cost)
+	if s.splitTiers {
+		s.encodeParts(c, group, tiers, cost)
+	} else {
+		s.encode(c, group, tiers, cost)
+	}
 
 	s.mu.Lock()
 	if s.inFlight < s.maxInFlight {
@@ -305,6 +334,9 @@ func (s *Store) Refund(ctx context.Context, group string, tiers []bucket.Tier, c
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
+	if s.splitTiers {
+		return s.refundSplit(ctx, group, tiers, cost, d)
+	}
 	keys, arg := s.encodeRefund(group, tiers, cost, d)
 	cmd := s.client.EvalSha(ctx, refundSHA, keys, arg)
 	if isNoScript(cmd.Err()) {
@@ -344,6 +376,7 @@ func (s *Store) withdraw(c *call) callState {
 func (s *Store) recycle(c *call) {
 	c.state, c.dec, c.err, c.leads, c.group = stateNew, bucket.Decision{}, nil, false, ""
 	clear(c.keys)
+	c.parts = nil
 	s.calls.Put(c)
 }
 
@@ -431,6 +464,10 @@ type request struct {
 // roundTrip runs the batch's decisions, one script run per group, in one
 // round trip, and sets every call's dec or err.
 func (s *Store) roundTrip(ctx context.Context, batch []*call) {
+	if s.splitTiers {
+		s.roundTripSplit(ctx, batch)
+		return
+	}
 	if len(batch) == 1 {
 		c := batch[0]
 		putHeader(c.buf, 1, s.clock != nil, s.ttlExtra)

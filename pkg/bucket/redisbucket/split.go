@@ -1,0 +1,417 @@
+package redisbucket
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/spillway-dev/spillway/pkg/bucket"
+)
+
+// Split decisions (a Redis Cluster or a Ring): each tier key has a hash tag
+// of its own, so the tiers of one decision may live on different shards and
+// one script cannot touch them all. A decision is then one script run per
+// tag — a part — all sent in one pipeline, which the cluster client sends
+// to the shards at once. A part decides its tiers all-or-nothing, as the
+// one script does; when one part rejects the job, the parts that took
+// their units give them back with the refund script, so that the decision
+// as a whole changes nothing (see doc.go, "Cluster").
+
+// part is the tiers of one decision that share a hash tag.
+type part struct {
+	tag  string
+	idx  []int // the decision's tiers in this part, in order
+	keys []string
+	lims []bucket.Limit
+	buf  []byte // the part as decide.lua takes a decision, without header
+
+	// Set by the round trip.
+	err       error
+	status    int64 // 0, or the part's tier (1-based) holding foreign data
+	sec, nsec int64
+	res       []bucket.TierResult
+}
+
+// rejected reports whether the part's script refused the job (so it
+// committed nothing).
+func (p *part) rejected() bool {
+	for i := range p.res {
+		if p.res[i].Verdict == bucket.Rejected {
+			return true
+		}
+	}
+	return false
+}
+
+// committed reports whether the part's script applied the job.
+func (p *part) committed() bool { return p.err == nil && p.status == 0 && !p.rejected() }
+
+// tag is a tier key's hash tag: the group, then a 64-bit FNV-1a hash of the
+// key in hex, so that the keys of one group spread over a cluster's slots
+// and any key, whatever its bytes, gives a tag without braces.
+func tag(group, key string) string {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(h >> (56 - 8*i))
+	}
+	return group + ":" + hex.EncodeToString(b[:])
+}
+
+// encodeParts lays out c's decision as one part per hash tag.
+func (s *Store) encodeParts(c *call, group string, tiers []bucket.Tier, cost int64) {
+	var sec, nsec int64
+	if s.clock != nil {
+		now := s.clock()
+		sec, nsec = now.Unix(), int64(now.Nanosecond())
+	}
+	cost = min(cost, 1<<53)
+	c.group, c.cost, c.ntiers = group, cost, len(tiers)
+	c.parts = c.parts[:0]
+	for i := range tiers {
+		t := tag(group, tiers[i].Key)
+		j := 0
+		for j < len(c.parts) && c.parts[j].tag != t {
+			j++
+		}
+		if j == len(c.parts) {
+			c.parts = append(c.parts, part{tag: t})
+		}
+		p := &c.parts[j]
+		p.idx = append(p.idx, i)
+		p.lims = append(p.lims, tiers[i].Limit)
+		p.keys = append(p.keys, s.key(group, tiers[i].Limit.Algorithm(), tiers[i].Key))
+	}
+	for j := range c.parts {
+		p := &c.parts[j]
+		b := make([]byte, 0, (4+5*len(p.idx))*8)
+		b = appendNum(b, cost)
+		b = appendNum(b, int64(len(p.idx)))
+		b = appendNum(b, sec)
+		b = appendNum(b, nsec)
+		for k := range p.lims {
+			b = appendTier(b, &p.lims[k])
+		}
+		p.buf = b
+	}
+}
+
+// tagRequest is one script run of a split round trip: the parts of one tag.
+type tagRequest struct {
+	parts []*part
+	keys  []string
+	blob  []byte
+	cmd   *redis.Cmd
+}
+
+// runParts runs the parts of calls, one script per tag (parts of one tag in
+// the calls' order), in one pipeline, and sets every part's result.
+func (s *Store) runParts(ctx context.Context, calls []*call) {
+	var reqs []tagRequest
+	index := map[string]int{}
+	for _, c := range calls {
+		for j := range c.parts {
+			p := &c.parts[j]
+			i, ok := index[p.tag]
+			if !ok {
+				i = len(reqs)
+				index[p.tag] = i
+				reqs = append(reqs, tagRequest{blob: make([]byte, headerSize, 256)})
+			}
+			r := &reqs[i]
+			r.parts = append(r.parts, p)
+			r.keys = append(r.keys, p.keys...)
+			r.blob = append(r.blob, p.buf...)
+		}
+	}
+	for i := range reqs {
+		putHeader(reqs[i].blob, len(reqs[i].parts), s.clock != nil, s.ttlExtra)
+	}
+	s.pipelineScripts(ctx, len(reqs), func(i int) (*redis.Cmd, []string, []byte) { return reqs[i].cmd, reqs[i].keys, reqs[i].blob },
+		func(i int, cmd *redis.Cmd) { reqs[i].cmd = cmd })
+	for i := range reqs {
+		deliverParts(reqs[i].cmd, reqs[i].parts)
+	}
+}
+
+// pipelineScripts sends n runs of the decision script in one pipeline, and
+// again with the script itself those whose digest Redis did not know.
+func (s *Store) pipelineScripts(ctx context.Context, n int, get func(int) (*redis.Cmd, []string, []byte), set func(int, *redis.Cmd)) {
+	if n == 1 {
+		_, keys, blob := get(0)
+		cmd := s.client.EvalSha(ctx, scriptSHA, keys, blob)
+		if isNoScript(cmd.Err()) {
+			cmd = s.client.Eval(ctx, script, keys, blob)
+		}
+		set(0, cmd)
+		return
+	}
+	pipe := s.client.Pipeline()
+	for i := range n {
+		_, keys, blob := get(i)
+		set(i, pipe.EvalSha(ctx, scriptSHA, keys, blob))
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var again []int
+	for i := range n {
+		if cmd, _, _ := get(i); isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	pipe = s.client.Pipeline()
+	for _, i := range again {
+		_, keys, blob := get(i)
+		set(i, pipe.Eval(ctx, script, keys, blob))
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// deliverParts reads one script run's reply into its parts.
+func deliverParts(cmd *redis.Cmd, parts []*part) {
+	fail := func(err error) {
+		for _, p := range parts {
+			p.err = err
+		}
+	}
+	if err := cmd.Err(); err != nil {
+		fail(fmt.Errorf("redisbucket: %w", err))
+		return
+	}
+	raw, ok := cmd.Val().(string)
+	if !ok {
+		fail(errMalformed)
+		return
+	}
+	r := reply{s: raw}
+	for i, p := range parts {
+		if err := decodePart(&r, p); err != nil {
+			for _, p := range parts[i:] {
+				p.err = err
+			}
+			return
+		}
+	}
+}
+
+// decodePart reads one part's decision from the reply.
+func decodePart(r *reply, p *part) error {
+	status, ok1 := r.next()
+	sec, ok2 := r.next()
+	nsec, ok3 := r.next()
+	if !ok1 || !ok2 || !ok3 || status < 0 || int(status) > len(p.keys) {
+		return errMalformed
+	}
+	p.status, p.sec, p.nsec = status, sec, nsec
+	if status != 0 {
+		return nil
+	}
+	p.res = p.res[:0]
+	for range p.keys {
+		var f [tierFields]int64
+		for j := range f {
+			v, ok := r.next()
+			if !ok {
+				return errMalformed
+			}
+			f[j] = v
+		}
+		if f[0] < 0 || f[0] >= int64(len(verdicts)) {
+			return errMalformed
+		}
+		p.res = append(p.res, bucket.TierResult{
+			Verdict:    verdicts[f[0]],
+			NotBefore:  f[1]*1e9 + f[2],
+			Remaining:  f[3],
+			RetryAfter: f[4],
+			ResetAfter: f[5],
+		})
+	}
+	return nil
+}
+
+// assemble sets c's decision from its parts and reports whether the parts
+// that took units must give them back: the decision was rejected, or
+// failed, after some parts committed.
+func assemble(c *call) (undo bool) {
+	var tiers [bucket.MaxTiers]bucket.TierResult
+	committed := false
+	for j := range c.parts {
+		p := &c.parts[j]
+		committed = committed || p.committed()
+		if c.err != nil {
+			continue
+		}
+		switch {
+		case p.err != nil:
+			c.err = p.err
+		case p.status != 0:
+			c.err = fmt.Errorf("%w: tier %d, key %q", ErrForeignData, p.idx[p.status-1], p.keys[p.status-1])
+		default:
+			for k, i := range p.idx {
+				tiers[i] = p.res[k]
+			}
+		}
+	}
+	if c.err != nil {
+		c.dec = bucket.Decision{}
+		return committed
+	}
+	// The decision's time is the part of its first tier's: each shard reads
+	// its own clock.
+	p0 := &c.parts[0]
+	c.dec = bucket.Combine(p0.sec*1e9+p0.nsec, tiers[:c.ntiers])
+	return committed && c.dec.Verdict == bucket.Rejected
+}
+
+// refundRequest is one refund script run.
+type refundRequest struct {
+	keys []string
+	blob []byte
+	cmd  *redis.Cmd
+}
+
+// undoRequests lays out the refunds of the committed parts of calls: each
+// part's consumed tiers, at the part's own decision time.
+func (s *Store) undoRequests(calls []*call) []refundRequest {
+	var out []refundRequest
+	for _, c := range calls {
+		for j := range c.parts {
+			p := &c.parts[j]
+			if !p.committed() {
+				continue
+			}
+			var mask uint8
+			for k := range p.res {
+				if p.res[k].Verdict <= bucket.Queued {
+					mask |= 1 << uint(k)
+				}
+			}
+			if mask == 0 {
+				continue
+			}
+			keys, blob := s.refundArgs(p.keys, p.lims, c.cost, p.sec, p.nsec, mask)
+			out = append(out, refundRequest{keys: keys, blob: blob})
+		}
+	}
+	return out
+}
+
+// refundArgs lays out, for refund.lua, the refund of the tiers of mask
+// among keys and lims, of a job of cost decided at (as, an).
+func (s *Store) refundArgs(keys []string, lims []bucket.Limit, cost, as, an int64, mask uint8) ([]string, []byte) {
+	clock := int64(0)
+	var sec, nsec int64
+	if s.clock != nil {
+		now := s.clock()
+		clock, sec, nsec = 1, now.Unix(), int64(now.Nanosecond())
+	}
+	n := bits.OnesCount8(mask)
+	out := make([]string, 0, n)
+	b := make([]byte, 0, (8+5*n)*8)
+	b = appendNum(b, int64(n))
+	b = appendNum(b, clock)
+	b = appendNum(b, s.ttlExtra)
+	b = appendNum(b, cost)
+	b = appendNum(b, as)
+	b = appendNum(b, an)
+	b = appendNum(b, sec)
+	b = appendNum(b, nsec)
+	for i := range keys {
+		if mask&(1<<uint(i)) != 0 {
+			b = appendTier(b, &lims[i])
+			out = append(out, keys[i])
+		}
+	}
+	return out, b
+}
+
+// runRefunds sends refunds in one pipeline and returns the first error.
+func (s *Store) runRefunds(ctx context.Context, reqs []refundRequest) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	pipe := s.client.Pipeline()
+	for i := range reqs {
+		reqs[i].cmd = pipe.EvalSha(ctx, refundSHA, reqs[i].keys, reqs[i].blob)
+	}
+	_, _ = pipe.Exec(ctx)
+	var again []int
+	for i := range reqs {
+		if isNoScript(reqs[i].cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		pipe = s.client.Pipeline()
+		for _, i := range again {
+			reqs[i].cmd = pipe.Eval(ctx, refundScript, reqs[i].keys, reqs[i].blob)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	var errs []error
+	for i := range reqs {
+		status, err := reqs[i].cmd.Int64()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("redisbucket: refund: %w", err))
+		case status < 0 || int(status) > len(reqs[i].keys):
+			errs = append(errs, errMalformed)
+		case status > 0:
+			errs = append(errs, fmt.Errorf("%w: key %q (nothing refunded)", ErrForeignData, reqs[i].keys[status-1]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// roundTripSplit is roundTrip for split decisions: one pipeline of the
+// batch's parts, then, if a decision was refused (or failed) after some of
+// its parts took their units, one pipeline of refunds giving them back. A
+// refund that fails leaves those tiers charged until they refill: a
+// refusal too many, never an admission too many.
+func (s *Store) roundTripSplit(ctx context.Context, batch []*call) {
+	s.runParts(ctx, batch)
+	var undo []*call
+	for _, c := range batch {
+		if assemble(c) {
+			undo = append(undo, c)
+		}
+	}
+	_ = s.runRefunds(ctx, s.undoRequests(undo))
+}
+
+// refundSplit is Refund for split decisions: one refund script per tag of
+// the consumed tiers, in one pipeline.
+func (s *Store) refundSplit(ctx context.Context, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) error {
+	var reqs []refundRequest
+	done := uint8(0)
+	for i := range tiers {
+		bit := uint8(1) << uint(i)
+		if d.Consumed&bit == 0 || done&bit != 0 {
+			continue
+		}
+		t := tag(group, tiers[i].Key)
+		var keys []string
+		var lims []bucket.Limit
+		for j := i; j < len(tiers); j++ {
+			if b := uint8(1) << uint(j); d.Consumed&b != 0 && done&b == 0 && tag(group, tiers[j].Key) == t {
+				done |= b
+				keys = append(keys, s.key(group, tiers[j].Limit.Algorithm(), tiers[j].Key))
+				lims = append(lims, tiers[j].Limit)
+			}
+		}
+		k, blob := s.refundArgs(keys, lims, min(cost, 1<<53), d.At.Unix(), int64(d.At.Nanosecond()), 1<<uint(len(keys))-1)
+		reqs = append(reqs, refundRequest{keys: k, blob: blob})
+	}
+	return s.runRefunds(ctx, reqs)
+}
