@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	pathpkg "path"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,6 +135,11 @@ func Check(req *http.Request, resp *http.Response) error {
 }
 
 func (c *contract) check(req *http.Request, resp *http.Response, body []byte) []string {
+	if p := req.URL.EscapedPath(); cleanPath(p) != p {
+		// net/http's mux redirects to the clean path (of the path as
+		// sent, escaped) before any route.
+		return c.checkRedirect(resp)
+	}
 	path, pi := c.route(req.URL.Path)
 	if pi == nil {
 		return c.checkProblem(resp, body, http.StatusNotFound, nil)
@@ -144,6 +150,9 @@ func (c *contract) check(req *http.Request, resp *http.Response, body []byte) []
 	}
 	op, ok := pi.GetOperations().Get(method)
 	if !ok || op == nil {
+		if resp.StatusCode == http.StatusNotFound && notServed(pi) {
+			return c.checkProblem(resp, body, http.StatusNotFound, nil)
+		}
 		return c.checkProblem(resp, body, http.StatusMethodNotAllowed, []string{"Allow"})
 	}
 	code := strconv.Itoa(resp.StatusCode)
@@ -167,6 +176,46 @@ func (c *contract) check(req *http.Request, resp *http.Response, body []byte) []
 		}
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return problems
+}
+
+// notServed reports whether the path is one a door may be built without
+// (its GET lists the NotServed response): then every method is 404.
+func notServed(pi *v3.PathItem) bool {
+	if pi.Get == nil || pi.Get.Responses == nil {
+		return false
+	}
+	r := pi.Get.Responses.Codes.GetOrZero("404")
+	return r != nil && strings.HasPrefix(r.Description, "This admitter was built without")
+}
+
+// cleanPath is p as net/http's mux cleans it: no ".", ".." or empty
+// segments, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	c := pathpkg.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// checkRedirect checks the mux's redirect of a path that is not clean.
+func (c *contract) checkRedirect(resp *http.Response) []string {
+	var problems []string
+	if resp.StatusCode != http.StatusTemporaryRedirect && resp.StatusCode != http.StatusMovedPermanently {
+		problems = append(problems, fmt.Sprintf("a path that is not clean: want the redirect 307, got %d", resp.StatusCode))
+	}
+	if resp.Header.Get("Location") == "" {
+		problems = append(problems, "a redirect without Location")
+	}
+	for name := range resp.Header {
+		if name != "Location" && !slices.ContainsFunc(standardHeaders, func(s string) bool { return strings.EqualFold(s, name) }) {
+			problems = append(problems, "undeclared header "+name)
+		}
+	}
 	return problems
 }
 
