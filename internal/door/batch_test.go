@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -149,7 +152,7 @@ func TestNATSBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, batchConfig, setupOptions{})
 	for _, ndjson := range []bool{false, true} {
-		m, err := b.nc.Request(api.SubmitBatchPrefix+"q", batchBody(ndjson, batchJobs...), 10*time.Second)
+		m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: api.SubmitBatchPrefix + "q", Data: batchBody(ndjson, batchJobs...)}, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +173,7 @@ func TestNATSBatch(t *testing.T) {
 			}
 		}
 	}
-	m, err := b.nc.Request(api.SubmitBatchPrefix+"q", []byte(`[{"payload_base64": "%"}]`), 10*time.Second)
+	m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: api.SubmitBatchPrefix + "q", Data: []byte(`[{"payload_base64": "%"}]`)}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -160,7 +161,7 @@ func TestNATSCancel(t *testing.T) {
 		t.Helper()
 		m := nats.NewMsg(api.SubmitPrefix + "q")
 		m.Header.Set("X-Client", "a")
-		resp, err := b.nc.RequestMsg(m, 5*time.Second)
+		resp, err := apitest.Request(t, b.nc, m, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +179,7 @@ func TestNATSCancel(t *testing.T) {
 		} else {
 			m.Data = []byte(id)
 		}
-		resp, err := b.nc.RequestMsg(m, 5*time.Second)
+		resp, err := apitest.Request(t, b.nc, m, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

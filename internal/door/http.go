@@ -82,6 +82,8 @@ func NewHTTP(o HTTPOptions) http.Handler {
 			_, _ = io.WriteString(w, "ok\n")
 		}},
 		{http.MethodGet, "/readyz", h.readyz},
+		{http.MethodGet, "/openapi.json", contract},
+		{http.MethodGet, "/openapi.yaml", contract},
 	}
 	if o.Metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", o.Metrics.ServeHTTP})
@@ -542,6 +544,23 @@ func (h *httpDoor) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ready\n")
+}
+
+// contract serves the HTTP API's OpenAPI document, open to all: in JSON
+// at /openapi.json, as it is kept (YAML) at /openapi.yaml.
+func contract(w http.ResponseWriter, r *http.Request) {
+	body, ct := api.OpenAPIYAML(), "application/yaml"
+	if r.URL.Path == "/openapi.json" {
+		var err error
+		if body, err = api.OpenAPIJSON(); err != nil {
+			problem(w, r, http.StatusInternalServerError, api.Problem{Type: api.ProblemInternal, Title: "Internal error", Detail: err.Error()})
+			return
+		}
+		ct = "application/json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
 }
 
 func (h *httpDoor) unavailable(w http.ResponseWriter, r *http.Request, what string, err error) {

@@ -25,6 +25,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/internal/overrides"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
@@ -103,7 +104,8 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 		Limits: b.limits, Ready: func() error { return nil }})
 	b.srv = httptest.NewServer(b.handler)
 	t.Cleanup(b.srv.Close)
-	b.client = b.srv.Client()
+	// Every answer the tests read is checked against the contract.
+	b.client = apitest.Client(t, b.srv.Client())
 	b.natsDoor = door.NewNATS(b.nc, b.admitter, nil)
 	if err := b.natsDoor.Start(); err != nil {
 		t.Fatal(err)
@@ -207,7 +209,11 @@ func (b *testBundle) serve(t *testing.T, r *http.Request) response {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	b.handler.ServeHTTP(rec, r)
-	return readResponse(t, rec.Result())
+	resp := rec.Result()
+	if err := apitest.Check(r, resp); err != nil {
+		t.Errorf("apitest: %v", err)
+	}
+	return readResponse(t, resp)
 }
 
 // msgs is the number of messages in a queue's stream.

@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/door"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -32,7 +33,7 @@ func natsMsg(q string, data []byte, header ...string) *nats.Msg {
 // ask sends a plain nats.go request and returns the decoded reply.
 func ask(t *testing.T, nc *nats.Conn, m *nats.Msg) api.SubmitReply {
 	t.Helper()
-	resp, err := nc.RequestMsg(m, 10*time.Second)
+	resp, err := apitest.Request(t, nc, m, 10*time.Second)
 	if err != nil {
 		t.Fatalf("request to %s: %v", m.Subject, err)
 	}

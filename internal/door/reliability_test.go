@@ -28,6 +28,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/door"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
@@ -362,7 +363,7 @@ func TestReliabilityHostileInputHTTP(t *testing.T) {
 	srv.Config.MaxHeaderBytes = 64 << 10 // as admitterd sets it
 	srv.Start()
 	t.Cleanup(srv.Close)
-	client := srv.Client()
+	client := apitest.Client(t, srv.Client())
 
 	send := func(method, path string, body io.Reader, length int64, header ...string) response {
 		t.Helper()

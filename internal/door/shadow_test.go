@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 )
 
 // shadowConfig: an enforcing per-client tier that admits everything the
@@ -48,7 +49,7 @@ func TestShadowHeaders(t *testing.T) {
 	}
 
 	nc := b.nats.Connect(t)
-	resp, err := nc.RequestMsg(natsMsg("q", nil, "X-Client", "d"), 10*time.Second)
+	resp, err := apitest.Request(t, nc, natsMsg("q", nil, "X-Client", "d"), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

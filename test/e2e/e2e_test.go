@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
@@ -230,7 +231,7 @@ func checkBurst(t *testing.T, c *cluster, door string, answers []answer) {
 
 func TestSystemHTTPAndNATS(t *testing.T) {
 	c := startCluster(t)
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 	nc, err := nats.Connect(c.nats.URL())
 	if err != nil {

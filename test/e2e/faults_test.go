@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
@@ -18,7 +19,7 @@ import (
 // job that was answered admitted or queued.
 func TestKillAdmitterMidBurst(t *testing.T) {
 	c := startCluster(t)
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 	victim := c.admitters[0]
 
@@ -123,7 +124,7 @@ func TestRedisOutageFailureModes(t *testing.T) {
 	for _, m := range modes {
 		adm[m] = start(t, "admitter-"+m, bins.admitter, "--config", cfg, "--failure-mode", m)
 	}
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 	key := 0
 	burstOf := func(mode string, n int) (map[api.Status]int, []answer, time.Duration) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 )
 
 // TestQuickStart follows README's Quick start with the built binaries:
@@ -23,7 +24,7 @@ import (
 func TestQuickStart(t *testing.T) {
 	adm := start(t, "admitter-dev", bins.admitter, "--dev", "--http-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0")
 	server := "http://" + adm.addr
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 
 	// for i in $(seq 30); do curl -s -X POST -H 'X-Client-Id: me' --data "job $i" localhost:8080/v1/queues/demo/jobs; echo; done

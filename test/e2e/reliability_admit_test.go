@@ -29,6 +29,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -55,7 +56,7 @@ func afCluster(t *testing.T, nAdm, nWork int, tmpl string, extra ...any) *cluste
 // connection to c's server.
 func afClients(t *testing.T, c *cluster) (*http.Client, *nats.Conn) {
 	t.Helper()
-	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	client := apitest.Client(t, &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}})
 	t.Cleanup(client.CloseIdleConnections)
 	nc, err := nats.Connect(c.nats.URL(), nats.Name("e2e-reliability-admit"))
 	if err != nil {

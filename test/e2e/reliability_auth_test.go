@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/proc"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -90,7 +91,7 @@ func TestReliabilityAuthNoBucket(t *testing.T) {
 	adm := start(t, "admitter", bins.admitter, "--config", authConfig(t, srv.URL(), rds.URL(), keysFile))
 	rc := redis.NewClient(&redis.Options{Addr: rds.Addr()})
 	t.Cleanup(func() { _ = rc.Close() })
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 
 	calls0, _ := redisScripts(t, rc)
@@ -257,7 +258,7 @@ func TestReliabilityAuthWrongCredentials(t *testing.T) {
 
 	// The right credentials: the servers really check them.
 	adm := start(t, "admitter", bins.admitter, "--config", authConfig(t, goodNATS, goodRedis, ""))
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 	if a := submitHTTP(t, client, adm.addr, "q", map[string]string{"X-Client": "c"}, nil); a.Code != http.StatusAccepted {
 		t.Errorf("with the right credentials: %d %+v, want 202", a.Code, a.Reply)

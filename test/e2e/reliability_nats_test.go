@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/proc"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 )
@@ -315,9 +316,9 @@ func TestReliabilityNATSServerKill(t *testing.T) {
 		procs = append(procs, start(t, "worker"+strconv.Itoa(i), bins.worker, "--config", cfg, "--metrics-listen", "127.0.0.1:0"))
 	}
 	admitters := procs[:2]
-	client := &http.Client{Timeout: 15 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 15 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
-	probe := &http.Client{Timeout: time.Second}
+	probe := apitest.Client(t, &http.Client{Timeout: time.Second})
 	t.Cleanup(probe.CloseIdleConnections)
 
 	// Producers: 4 client keys, each submitting every 20 ms to the two

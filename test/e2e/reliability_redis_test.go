@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
@@ -184,7 +185,7 @@ func TestReliabilityRedisKilled(t *testing.T) {
 	for i := range 2 {
 		start(t, "worker"+strconv.Itoa(i), bins.worker, "--config", cfg, "--metrics-listen", "127.0.0.1:0")
 	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}})
 	t.Cleanup(client.CloseIdleConnections)
 
 	led := newLedger()
@@ -372,7 +373,7 @@ func TestReliabilityScriptFlush(t *testing.T) {
 		adm["admitter"+strconv.Itoa(i)] = start(t, "admitter"+strconv.Itoa(i), bins.admitter, "--config", cfg, "--failure-mode", "closed")
 	}
 	start(t, "worker", bins.worker, "--config", cfg, "--metrics-listen", "127.0.0.1:0")
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}})
 	t.Cleanup(client.CloseIdleConnections)
 	rc := redis.NewClient(&redis.Options{Addr: rds.Addr()})
 	t.Cleanup(func() { _ = rc.Close() })

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -199,7 +200,7 @@ func TestReliabilitySoak(t *testing.T) {
 	// client's failures, not the admitter's. The first 30-minute soak,
 	// without this, had 2 HTTP transport errors in 6.4M submissions (their
 	// text was not kept then; the book keeps it now).
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 512, IdleConnTimeout: 90 * time.Second}}
+	client := apitest.Client(t, &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 512, IdleConnTimeout: 90 * time.Second}})
 	t.Cleanup(client.CloseIdleConnections)
 	nc, err := nats.Connect(ns.URL(), nats.Name("e2e-soak"))
 	if err != nil {

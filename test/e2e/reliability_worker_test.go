@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -90,7 +91,7 @@ func (s *wfSystem) config(path string) string {
 func wfStart(t *testing.T, o wfOptions, workers int) *wfSystem {
 	t.Helper()
 	s := &wfSystem{t: t, opts: o, nats: queuetest.Start(t), redis: redistest.Start(t, redistest.WithOwnProcess()), hook: wfNewHook(t)}
-	s.client = &http.Client{Timeout: 10 * time.Second}
+	s.client = apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(s.client.CloseIdleConnections)
 	cfg := writeFile(t, "admitter.yaml", s.config("/wf/admitter"))
 	for i := range 2 {

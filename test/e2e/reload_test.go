@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -31,7 +32,7 @@ func TestConfigReload(t *testing.T) {
 	nats := queuetest.Start(t)
 	path := writeFile(t, "spillway.yaml", fmt.Sprintf(reloadConfig, nats.URL(), 2))
 	adm := start(t, "admitter", bins.admitter, "--config", path)
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 	key := 0
 	admitted := func() int { // a fresh client's burst: burst+1 admitted

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -40,7 +41,7 @@ func TestHonestNotBeforeAndRetryAfter(t *testing.T) {
 	cfg := writeFile(t, "spillway.yaml", fmt.Sprintf(honestConfig, srv.URL(), hook.srv.URL))
 	adm := start(t, "admitter", bins.admitter, "--config", cfg)
 	start(t, "worker", bins.worker, "--config", cfg, "--metrics-listen", "127.0.0.1:0")
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	for _, q := range []string{"twotier", "keyfull"} {
 		waitFor(t, 30*time.Second, "the worker to drain "+q, func() bool {
 			resp, err := get(client, "http://"+adm.addr+"/v1/queues/"+q)

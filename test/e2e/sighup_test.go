@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -27,7 +28,7 @@ queues:
 `, srv.URL()))
 	w := start(t, "worker", bins.worker, "--config", cfg, "--metrics-listen", "127.0.0.1:0")
 	w.signal(syscall.SIGHUP)
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 5 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 	waitFor(t, 10*time.Second, "the reload on SIGHUP to be counted", func() bool {
 		return metric(t, w.addr, `spillway_config_reloads_total{result="success"}`) >= 1

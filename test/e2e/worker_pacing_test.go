@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -118,7 +119,7 @@ func rateIn(ts []time.Time, from, to time.Time) float64 {
 // metric reads one sample of a worker's /metrics (0 if absent).
 func metric(t *testing.T, addr, series string) float64 {
 	t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := apitest.Client(t, &http.Client{Timeout: 5 * time.Second})
 	defer client.CloseIdleConnections()
 	resp, err := get(client, "http://"+addr+"/metrics")
 	if err != nil {
