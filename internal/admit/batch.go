@@ -81,7 +81,8 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 	}
 	// b.q is the queue as its enforcing tiers see it; b.full has the
 	// shadow tiers too (shadow.go).
-	b := &batch{a: a, q: enforcing(q), full: q, start: time.Now(), res: make([]BatchResult, len(reqs)), jobs: make([]batchJob, len(reqs))}
+	b := &batch{a: a, q: enforcing(q), full: q, start: time.Now(), res: make([]BatchResult, len(reqs)), jobs: make([]batchJob, len(reqs)),
+		metrics: a.o.Metrics.forQueue(q.Name)}
 	for i, r := range reqs {
 		r.Queue = q.Name
 		j := &b.jobs[i]
@@ -97,7 +98,7 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 			ans := waitTooLong(Answer{}, b.q.Name, c.late)
 			b.res[i] = BatchResult{Answer: ans}
 			j.done = true
-			a.o.Metrics.decided(b.q.Name, string(ans.Reply.Status), reason(ans), time.Since(b.start))
+			b.metrics.decided(string(ans.Reply.Status), reason(ans), time.Since(b.start))
 			continue
 		}
 		j.tiers, j.jobKey, j.cost, j.notBefore = c.tiers, c.jobKey, c.cost, c.notBefore
@@ -117,6 +118,8 @@ type batch struct {
 	start time.Time
 	res   []BatchResult
 	jobs  []batchJob
+	// metrics are the queue's series, looked up once for the batch.
+	metrics *queueMetrics
 }
 
 // batchJob is one job of a batch.
@@ -136,7 +139,7 @@ type batchJob struct {
 func (b *batch) fail(i int, err error) {
 	b.res[i] = BatchResult{Err: err}
 	b.jobs[i].done = true
-	b.a.o.Metrics.decided(b.q.Name, "error", errorReason(err), time.Since(b.start))
+	b.metrics.decided("error", errorReason(err), time.Since(b.start))
 }
 
 // answer ends job i with (ans, err), as Submit ends a submission: its
@@ -151,9 +154,9 @@ func (b *batch) answer(ctx context.Context, i int, ans Answer, err error) {
 	b.res[i] = BatchResult{Answer: ans, Err: err}
 	j.done = true
 	if err == nil {
-		b.a.o.Metrics.decided(b.q.Name, string(ans.Reply.Status), reason(ans), time.Since(b.start))
+		b.metrics.decided(string(ans.Reply.Status), reason(ans), time.Since(b.start))
 	} else {
-		b.a.o.Metrics.decided(b.q.Name, "error", errorReason(err), time.Since(b.start))
+		b.metrics.decided("error", errorReason(err), time.Since(b.start))
 	}
 }
 
@@ -230,9 +233,9 @@ func (b *batch) claim(ctx context.Context, lo, hi int) {
 		}
 		j.done = true
 		if err := b.res[i].Err; err != nil {
-			b.a.o.Metrics.decided(b.q.Name, "error", errorReason(err), time.Since(b.start))
+			b.metrics.decided("error", errorReason(err), time.Since(b.start))
 		} else {
-			b.a.o.Metrics.decided(b.q.Name, "duplicate", "idempotency", time.Since(b.start))
+			b.metrics.decided("duplicate", "idempotency", time.Since(b.start))
 		}
 	}
 }

@@ -134,3 +134,37 @@ func (m *Metrics) FailureMode(mode config.FailureMode) {
 		m.failureMode.WithLabelValues(string(mode)).Inc()
 	}
 }
+
+// queueMetrics are one queue's decision series for the jobs of a batch:
+// each series is looked up once per batch rather than once per job (a
+// lookup hashes its label values). Not safe for concurrent use; a nil
+// *queueMetrics records nothing.
+type queueMetrics struct {
+	m        *Metrics
+	q        string
+	duration prometheus.Observer
+	counts   map[[2]string]prometheus.Counter
+}
+
+// forQueue returns q's series, nil when m is nil.
+func (m *Metrics) forQueue(q string) *queueMetrics {
+	if m == nil {
+		return nil
+	}
+	return &queueMetrics{m: m, q: q, duration: m.duration.WithLabelValues(q), counts: map[[2]string]prometheus.Counter{}}
+}
+
+// decided counts a decision as Metrics.decided does.
+func (qm *queueMetrics) decided(verdict, reason string, took time.Duration) {
+	if qm == nil {
+		return
+	}
+	k := [2]string{verdict, reason}
+	c := qm.counts[k]
+	if c == nil {
+		c = qm.m.decisions.WithLabelValues(qm.q, verdict, reason)
+		qm.counts[k] = c
+	}
+	c.Inc()
+	qm.duration.Observe(took.Seconds())
+}

@@ -44,23 +44,51 @@ func (e *batchError) Error() string { return e.detail }
 // (requestOf): a job whose headers are wrong is that job's error, not the
 // batch's. natsDoor says which door, for requestOf.
 func readBatch(body []byte, ndjson bool, queue string, maxPayload int64, natsDoor bool) ([]*admit.Request, []*admit.Error, error) {
+	jobs, ok := scanBatch(body, ndjson, maxPayload)
+	if !ok {
+		var err error
+		if jobs, err = decodeBatch(body, ndjson, maxPayload); err != nil {
+			return nil, nil, err
+		}
+	}
+	reqs := make([]*admit.Request, len(jobs))
+	bad := make([]*admit.Error, len(jobs))
+	for i, j := range jobs {
+		req, e := requestOf(queue, j.payload, headerLookup(j.headers), natsDoor)
+		if req == nil {
+			req = &admit.Request{Queue: queue}
+		}
+		reqs[i], bad[i] = req, e
+	}
+	return reqs, bad, nil
+}
+
+// batchItem is one job of a batch as read from the body: its headers and
+// its payload (text or decoded base64).
+type batchItem struct {
+	headers map[string]string
+	payload []byte
+}
+
+// decodeBatch reads a batch body with encoding/json, whose errors name
+// the job and the field at fault: for every body scanBatch does not read.
+func decodeBatch(body []byte, ndjson bool, maxPayload int64) ([]batchItem, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if !ndjson {
 		tok, err := dec.Token()
 		if err != nil || tok != json.Delim('[') {
-			return nil, nil, &batchError{api.ProblemBadRequest, "body", "the body is not a JSON array of jobs (send NDJSON as " + api.BatchNDJSON + ")"}
+			return nil, &batchError{api.ProblemBadRequest, "body", "the body is not a JSON array of jobs (send NDJSON as " + api.BatchNDJSON + ")"}
 		}
 	}
-	var reqs []*admit.Request
-	var bad []*admit.Error
+	var jobs []batchItem
 	for i := 0; ; i++ {
 		if !ndjson && !dec.More() {
 			if _, err := dec.Token(); err != nil {
-				return nil, nil, &batchError{api.ProblemBadRequest, "body", "the JSON array of jobs does not end: " + err.Error()}
+				return nil, &batchError{api.ProblemBadRequest, "body", "the JSON array of jobs does not end: " + err.Error()}
 			}
 			if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-				return nil, nil, &batchError{api.ProblemBadRequest, "body", "more after the JSON array of jobs"}
+				return nil, &batchError{api.ProblemBadRequest, "body", "more after the JSON array of jobs"}
 			}
 			break
 		}
@@ -77,22 +105,22 @@ func readBatch(body []byte, ndjson bool, queue string, maxPayload int64, natsDoo
 			} else if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 				field += "." + strings.Trim(f, `"`)
 			}
-			return nil, nil, &batchError{api.ProblemBadRequest, field,
+			return nil, &batchError{api.ProblemBadRequest, field,
 				fmt.Sprintf("job %d: %v; want {\"headers\": {NAME: VALUE, …}, \"payload\": TEXT} or \"payload_base64\"", i, err)}
 		}
 		if i >= admit.MaxBatch {
-			return nil, nil, &batchError{api.ProblemTooLarge, "body", fmt.Sprintf("more than %d jobs in one batch", admit.MaxBatch)}
+			return nil, &batchError{api.ProblemTooLarge, "body", fmt.Sprintf("more than %d jobs in one batch", admit.MaxBatch)}
 		}
 		var payload []byte
 		switch {
 		case j.Payload != nil && j.PayloadBase64 != nil:
-			return nil, nil, &batchError{api.ProblemBadRequest, field + ".payload_base64",
+			return nil, &batchError{api.ProblemBadRequest, field + ".payload_base64",
 				fmt.Sprintf("job %d has both payload and payload_base64: send one", i)}
 		case j.Payload != nil:
 			payload = []byte(*j.Payload)
 		case j.PayloadBase64 != nil:
 			if payload, err = base64.StdEncoding.DecodeString(*j.PayloadBase64); err != nil {
-				return nil, nil, &batchError{api.ProblemBadRequest, field + ".payload_base64",
+				return nil, &batchError{api.ProblemBadRequest, field + ".payload_base64",
 					fmt.Sprintf("job %d: payload_base64 is not standard base64: %v", i, err)}
 			}
 		}
@@ -101,24 +129,18 @@ func readBatch(body []byte, ndjson bool, queue string, maxPayload int64, natsDoo
 			if j.PayloadBase64 != nil {
 				f += "_base64"
 			}
-			return nil, nil, &batchError{api.ProblemTooLarge, f,
+			return nil, &batchError{api.ProblemTooLarge, f,
 				fmt.Sprintf("job %d: a payload of %d bytes is larger than http.max_body_bytes (%d bytes)", i, len(payload), maxPayload)}
 		}
 		if _, ok := j.Headers[""]; ok {
-			return nil, nil, &batchError{api.ProblemBadRequest, field + ".headers", fmt.Sprintf("job %d: a header with an empty name", i)}
+			return nil, &batchError{api.ProblemBadRequest, field + ".headers", fmt.Sprintf("job %d: a header with an empty name", i)}
 		}
-		get := headerLookup(j.Headers)
-		req, e := requestOf(queue, payload, get, natsDoor)
-		if req == nil {
-			req = &admit.Request{Queue: queue}
-		}
-		reqs = append(reqs, req)
-		bad = append(bad, e)
+		jobs = append(jobs, batchItem{j.Headers, payload})
 	}
-	if len(reqs) == 0 {
-		return nil, nil, &batchError{api.ProblemBadRequest, "body", fmt.Sprintf("a batch of no jobs: send 1 to %d", admit.MaxBatch)}
+	if len(jobs) == 0 {
+		return nil, &batchError{api.ProblemBadRequest, "body", fmt.Sprintf("a batch of no jobs: send 1 to %d", admit.MaxBatch)}
 	}
-	return reqs, bad, nil
+	return jobs, nil
 }
 
 // submit hands the jobs whose headers could be read to the admitter and
