@@ -88,26 +88,16 @@ type topology struct {
 
 func newTopology(t *testing.T) *topology {
 	t.Helper()
-	b := make([]byte, 3)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	id := hex.EncodeToString(b) // unique per run: names and the host-side subnet
+	b := newID(t)
+	id := hex.EncodeToString(b)
 	tp := &topology{
 		redisNS:   "spillway-" + id + "-redis",
 		admNS:     "spillway-" + id + "-adm",
 		redisLink: "swr" + id,
 		redisAddr: "10.99.0.1",
 	}
-	// The load link's /30 lives in the test's namespace, which other runs
-	// share: take it from the random id.
-	net2 := fmt.Sprintf("10.%d.%d", 100+int(b[0])%100, b[1])
-	tp.hostAddr, tp.admAddr = net2+".1", net2+".2"
-
 	for _, ns := range []string{tp.redisNS, tp.admNS} {
-		ipCmd(t, "netns", "add", ns)
-		t.Cleanup(func() { ipQuiet("netns", "del", ns) }) // deletes the veth ends in it too
-		ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+		addNetns(t, ns)
 	}
 	// The cut link: redis namespace <-> admitters' namespace.
 	ipCmd(t, "link", "add", tp.redisLink, "type", "veth", "peer", "name", "swa"+id)
@@ -118,15 +108,47 @@ func newTopology(t *testing.T) *topology {
 	ipCmd(t, "-n", tp.admNS, "addr", "add", "10.99.0.2/30", "dev", "swa"+id)
 	ipCmd(t, "-n", tp.redisNS, "link", "set", tp.redisLink, "up")
 	ipCmd(t, "-n", tp.admNS, "link", "set", "swa"+id, "up")
-	// The load link: the test's namespace <-> admitters' namespace.
+	tp.hostAddr, tp.admAddr = loadLink(t, b, tp.admNS)
+	return tp
+}
+
+// addNetns adds a network namespace with its loopback up, deleted (with
+// the veth ends in it) when t ends.
+func addNetns(t *testing.T, ns string) {
+	t.Helper()
+	ipCmd(t, "netns", "add", ns)
+	t.Cleanup(func() { ipQuiet("netns", "del", ns) })
+	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+}
+
+// newID is a random id, unique per run, for names and the load link's
+// subnet.
+func newID(t *testing.T) []byte {
+	t.Helper()
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// loadLink joins the test's namespace to ns by a veth pair and returns
+// the addresses of its two ends (the test's, ns's). Its /30 lives in the
+// test's namespace, which other runs share: it is taken from the random
+// id b.
+func loadLink(t *testing.T, b []byte, ns string) (host, inNS string) {
+	t.Helper()
+	id := hex.EncodeToString(b)
+	net2 := fmt.Sprintf("10.%d.%d", 100+int(b[0])%100, b[1])
+	host, inNS = net2+".1", net2+".2"
 	ipCmd(t, "link", "add", "swh"+id, "type", "veth", "peer", "name", "swx"+id)
 	t.Cleanup(func() { ipQuiet("link", "del", "swh"+id) })
-	ipCmd(t, "link", "set", "swx"+id, "netns", tp.admNS)
-	ipCmd(t, "addr", "add", tp.hostAddr+"/30", "dev", "swh"+id)
-	ipCmd(t, "-n", tp.admNS, "addr", "add", tp.admAddr+"/30", "dev", "swx"+id)
+	ipCmd(t, "link", "set", "swx"+id, "netns", ns)
+	ipCmd(t, "addr", "add", host+"/30", "dev", "swh"+id)
+	ipCmd(t, "-n", ns, "addr", "add", inNS+"/30", "dev", "swx"+id)
 	ipCmd(t, "link", "set", "swh"+id, "up")
-	ipCmd(t, "-n", tp.admNS, "link", "set", "swx"+id, "up")
-	return tp
+	ipCmd(t, "-n", ns, "link", "set", "swx"+id, "up")
+	return host, inNS
 }
 
 // partition takes the redis namespace's end of the link down: the
@@ -336,6 +358,49 @@ func redisDecisions(t *testing.T, client *http.Client, addr string) float64 {
 	return sum
 }
 
+// startLoad submits from 4 goroutines per admitter (addrs: by name), each
+// at most once every 10ms, over 4 keys per goroutine, until the returned
+// finish is called (or t ends); finish returns every sample, oldest first.
+func startLoad(t *testing.T, client *http.Client, addrs map[string]string) (finish func() []sample) {
+	var (
+		mu      sync.Mutex
+		samples []sample
+		wg      sync.WaitGroup
+		once    sync.Once
+	)
+	stop := make(chan struct{})
+	for m, addr := range addrs {
+		for g := range 4 {
+			wg.Go(func() {
+				tick := time.NewTicker(10 * time.Millisecond)
+				defer tick.Stop()
+				var mine []sample
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						mu.Lock()
+						samples = append(samples, mine...)
+						mu.Unlock()
+						return
+					case <-tick.C:
+					}
+					s := submit(client, addr, fmt.Sprintf("%s-%d-%d", m, g, i%4))
+					s.mode = m
+					mine = append(mine, s)
+				}
+			})
+		}
+	}
+	finish = func() []sample {
+		once.Do(func() { close(stop) })
+		wg.Wait()
+		sort.Slice(samples, func(i, j int) bool { return samples[i].sent.Before(samples[j].sent) })
+		return samples
+	}
+	t.Cleanup(func() { finish() })
+	return finish
+}
+
 var admitterLine = regexp.MustCompile(`^spillway admitter: http://(\S+)`)
 
 // TestReliabilityNetnsRedisPartition: redis-server and two admitters (failure modes
@@ -373,47 +438,7 @@ func TestReliabilityNetnsRedisPartition(t *testing.T) {
 
 	// The load: 4 goroutines per admitter, each at most one submission
 	// every 10ms, over 4 keys per goroutine.
-	var (
-		mu      sync.Mutex
-		samples []sample
-		wg      sync.WaitGroup
-	)
-	stop := make(chan struct{})
-	for _, m := range modes {
-		for g := range 4 {
-			wg.Go(func() {
-				tick := time.NewTicker(10 * time.Millisecond)
-				defer tick.Stop()
-				var mine []sample
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						mu.Lock()
-						samples = append(samples, mine...)
-						mu.Unlock()
-						return
-					case <-tick.C:
-					}
-					s := submit(client, addrs[m], fmt.Sprintf("%s-%d-%d", m, g, i%4))
-					s.mode = m
-					mine = append(mine, s)
-				}
-			})
-		}
-	}
-	finish := func() []sample {
-		close(stop)
-		wg.Wait()
-		sort.Slice(samples, func(i, j int) bool { return samples[i].sent.Before(samples[j].sent) })
-		return samples
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			finish()
-		}
-	})
-
+	finish := startLoad(t, client, addrs)
 	time.Sleep(2 * time.Second) // Redis decides
 	tp.partition(t)
 	cut := time.Now()
@@ -446,7 +471,6 @@ func TestReliabilityNetnsRedisPartition(t *testing.T) {
 	pollers.Wait()
 	time.Sleep(2 * time.Second) // Redis decides again
 	all := finish()
-	stopped = true
 
 	// Every request answered, counted by phase and verdict.
 	byPhase := map[string]map[string]int{}
