@@ -81,7 +81,7 @@ reliability: ## The fault and bad-input suite at full length; `make test` runs i
 	@set -o pipefail; SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestReliability' -timeout 90m ./pkg/... ./internal/... ./test/... 2>&1 | tee reliability.log
 	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' reliability.log | sed 's/^ *//'
 
-netns: ## Partitions between network namespaces (root, iproute2): Redis cut from admitters under load. Figures: netns.log
+netns: ## Partitions between network namespaces (root, iproute2): Redis cut from admitters, a NATS cluster node cut off, under load. Figures: netns.log
 	@set -o pipefail; SPILLWAY_NETNS=1 $(GO) test -count=1 -v -run '^TestReliabilityNetns' -timeout 30m ./test/netns/ 2>&1 | tee netns.log
 	@echo; echo "figures (docs/scaling.md):"; grep -h 'figure:' netns.log | sed 's/^ *//'
 
