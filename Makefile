@@ -36,7 +36,7 @@ COVERPROFILE ?= coverage.out
 
 KILLS ?= 100
 
-.PHONY: help deps test examples natscli race bench fuzz fuzz-short kill-test reliability soak drain-depth ui-test prom-test lint cover tidy
+.PHONY: help deps test examples natscli race bench fuzz fuzz-short kill-test reliability netns soak drain-depth ui-test prom-test lint cover tidy
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target> [VAR=value]\n\nTargets:\n"} \
@@ -80,6 +80,10 @@ kill-test: ## kill -9 a worker process mid-job KILLS times (default 100; CI runs
 reliability: ## The fault and bad-input suite at full length; `make test` runs its short version. Figures: reliability.log
 	@set -o pipefail; SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestReliability' -timeout 90m ./pkg/... ./internal/... ./test/... 2>&1 | tee reliability.log
 	@echo; echo "figures (docs/reliability.md):"; grep -h 'figure:' reliability.log | sed 's/^ *//'
+
+netns: ## Partitions between network namespaces (root, iproute2): Redis cut from admitters, a NATS cluster node cut off, under load. Figures: netns.log
+	@set -o pipefail; SPILLWAY_NETNS=1 $(GO) test -count=1 -v -run '^TestReliabilityNetns' -timeout 30m ./test/netns/ 2>&1 | tee netns.log
+	@echo; echo "figures (docs/scaling.md):"; grep -h 'figure:' netns.log | sed 's/^ *//'
 
 drain-depth: ## The drain's cost with 1,000,000 waiting jobs over 10,000 keys, 2 workers (SPILLWAY_DRAIN_DEPTH=JOBSxKEYS). Figures: drain-depth.log
 	@set -o pipefail; SPILLWAY_DRAIN_DEPTH=$${SPILLWAY_DRAIN_DEPTH:-1000000x10000} SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestDrainCostIsBoundedByKeys$$' -timeout 60m ./test/e2e/ 2>&1 | tee drain-depth.log

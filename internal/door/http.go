@@ -57,6 +57,12 @@ type HTTPOptions struct {
 	Logger  *slog.Logger
 }
 
+// SubmitTimeout bounds one submission over either door (NATSDoor.Timeout's
+// default): a store whose PubAck never comes — a JetStream stream's leader
+// cut off by a partition — is answered unavailable (503, Retry-After) when
+// it runs out, not held until the client gives up.
+const SubmitTimeout = 10 * time.Second
+
 // NewHTTP returns the HTTP door's handler.
 func NewHTTP(o HTTPOptions) http.Handler {
 	if o.Logger == nil {
@@ -190,7 +196,9 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Peer = clientIP(r, cfg.HTTP.TrustedProxies)
-	ans, err := h.o.Admitter.Submit(r.Context(), req)
+	ctx, cancel := context.WithTimeout(r.Context(), SubmitTimeout)
+	defer cancel()
+	ans, err := h.o.Admitter.Submit(ctx, req)
 	if err != nil {
 		h.submitError(w, r, name, err)
 		return

@@ -41,7 +41,7 @@ func NewNATS(nc *nats.Conn, a *admit.Admitter, logger *slog.Logger) *NATSDoor {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &NATSDoor{nc: nc, admitter: a, logger: logger, sem: make(chan struct{}, MaxConcurrentNATS), Timeout: 10 * time.Second}
+	return &NATSDoor{nc: nc, admitter: a, logger: logger, sem: make(chan struct{}, MaxConcurrentNATS), Timeout: SubmitTimeout}
 }
 
 // Start subscribes to spillway.submit.* in the admitters' queue group.
