@@ -48,7 +48,7 @@ func TestCheckFailsUndescribedAnswers(t *testing.T) {
 	answers := map[string]http.HandlerFunc{
 		"GET /livez": func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			io.WriteString(w, "ok\n")
+			_, _ = io.WriteString(w, "ok\n")
 		},
 		"GET /readyz": func(w http.ResponseWriter, _ *http.Request) { // 418 is not a response of /readyz
 			w.WriteHeader(http.StatusTeapot)
@@ -56,15 +56,15 @@ func TestCheckFailsUndescribedAnswers(t *testing.T) {
 		"GET /metrics": func(w http.ResponseWriter, _ *http.Request) { // a header /metrics does not declare
 			w.Header().Set("Content-Type", "text/plain")
 			w.Header().Set("Spillway-Secret", "x")
-			io.WriteString(w, "up 1\n")
+			_, _ = io.WriteString(w, "up 1\n")
 		},
 		"GET /v1/queues": func(w http.ResponseWriter, _ *http.Request) { // a property QueueList does not name
 			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"queues": [], "surprise": 1}`)
+			_, _ = io.WriteString(w, `{"queues": [], "surprise": 1}`)
 		},
 		"GET /v1/queues/{queue}": func(w http.ResponseWriter, _ *http.Request) { // a required property missing
 			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"name": "q"}`)
+			_, _ = io.WriteString(w, `{"name": "q"}`)
 		},
 		"GET /v1/jobs/{id}": func(w http.ResponseWriter, _ *http.Request) { // a problem type not in the document
 			problem(w, http.StatusNotFound, "https://spillway.dev/problems/made-up")
@@ -72,15 +72,15 @@ func TestCheckFailsUndescribedAnswers(t *testing.T) {
 		"POST /v1/queues/{queue}/jobs": func(w http.ResponseWriter, _ *http.Request) { // 202 without Spillway-Status
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusAccepted)
-			io.WriteString(w, `{"queue": "q", "status": "admitted", "id": "x"}`)
+			_, _ = io.WriteString(w, `{"queue": "q", "status": "admitted", "id": "x"}`)
 		},
 		"GET /v1/queues/{queue}/keys": func(w http.ResponseWriter, _ *http.Request) { // JSON where problem+json is due
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
-			io.WriteString(w, `{}`)
+			_, _ = io.WriteString(w, `{}`)
 		},
 		"GET /nowhere": func(w http.ResponseWriter, _ *http.Request) { // a path the document lacks, answered 200
-			io.WriteString(w, "hello")
+			_, _ = io.WriteString(w, "hello")
 		},
 		"GET /elsewhere": func(w http.ResponseWriter, _ *http.Request) { // the same, answered as the door does
 			problem(w, http.StatusNotFound, api.ProblemNotFound)
