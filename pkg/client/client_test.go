@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -22,7 +23,9 @@ import (
 // doors are a client of each of a's doors, by name.
 func doors(t *testing.T, a *admitter, opts ...client.Option) map[string]*client.Client {
 	t.Helper()
-	h := must(client.NewHTTP(a.httpURL(), append([]client.Option{client.WithAPIKey(testKey)}, opts...)...))(t)
+	// Every HTTP answer the client reads is checked against the contract.
+	checked := client.WithHTTPClient(apitest.Client(t, &http.Client{}))
+	h := must(client.NewHTTP(a.httpURL(), append([]client.Option{client.WithAPIKey(testKey), checked}, opts...)...))(t)
 	n := must(client.NewNATS(a.connect(t), opts...))(t)
 	return map[string]*client.Client{"http": h, "nats": n}
 }
@@ -115,7 +118,7 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s: cost 0: %v", door, err)
 		}
 	}
-	anon := must(client.NewHTTP(a.httpURL()))(t)
+	anon := must(client.NewHTTP(a.httpURL(), client.WithHTTPClient(apitest.Client(t, &http.Client{}))))(t)
 	_, err := anon.Submit(t.Context(), "work", nil)
 	if !errors.Is(err, client.ErrUnauthorized) {
 		t.Errorf("without an API key: %v; want 401", err)
