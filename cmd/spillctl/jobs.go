@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -113,23 +112,11 @@ func (a *admitter) jobError(err error) error {
 	if !errors.As(err, &pe) {
 		return err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "the admitter at %s answered %d %s", a.base, pe.Status, http.StatusText(pe.Status))
-	if pe.Title != "" && pe.Title != http.StatusText(pe.Status) {
-		b.WriteString(": " + pe.Title)
+	title := pe.Title
+	if title == http.StatusText(pe.Status) {
+		title = ""
 	}
-	if pe.Detail != "" {
-		b.WriteString(": " + pe.Detail)
-	}
-	switch pe.Status {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		b.WriteString(" (set --api-key or $SPILLWAY_API_KEY)")
-	case http.StatusServiceUnavailable:
-		if pe.RetryAfter > 0 {
-			b.WriteString(" (retry after " + fmtDur(pe.RetryAfter) + ")")
-		}
-	}
-	return &answerError{status: pe.Status, msg: b.String()}
+	return a.answered(pe.Status, fmt.Sprintf("%d %s", pe.Status, http.StatusText(pe.Status)), title, pe.Detail, pe.RetryAfter)
 }
 
 // jobStatusOf is a job's record as spillctl prints it.
