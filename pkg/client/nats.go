@@ -105,8 +105,12 @@ func (d *natsDoor) submitBatch(ctx context.Context, queue string, body []byte) (
 }
 
 // bucket is the status bucket of job id (the records are spread over
-// shards by id); ErrNotFound when the admitter keeps no job status.
+// shards by id); ErrBadRequest for an id that cannot be a job's,
+// ErrNotFound when the admitter keeps no job status.
 func (d *natsDoor) bucket(ctx context.Context, id string) (jetstream.KeyValue, error) {
+	if err := jobstatus.ValidateID(id); err != nil {
+		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
+	}
 	name := jobstatus.BucketOf(id)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -143,9 +147,6 @@ func decode(id string, value []byte) (*Job, error) {
 }
 
 func (d *natsDoor) status(ctx context.Context, id string) (*Job, error) {
-	if err := jobstatus.ValidateID(id); err != nil {
-		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
-	}
 	kv, err := d.bucket(ctx, id)
 	if err != nil {
 		return nil, err
@@ -191,9 +192,6 @@ func (d *natsDoor) cancel(ctx context.Context, id string) (*Job, error) {
 
 // wait watches the job's record until it is final.
 func (d *natsDoor) wait(ctx context.Context, id string) (*Job, error) {
-	if err := jobstatus.ValidateID(id); err != nil {
-		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
-	}
 	kv, err := d.bucket(ctx, id)
 	if err != nil {
 		return nil, err
