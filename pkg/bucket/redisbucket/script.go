@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"math/bits"
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -131,30 +130,15 @@ func appendTier(b []byte, l *bucket.Limit) []byte {
 // encodeRefund lays out the refund of decision d's consumed tiers for
 // refund.lua: its keys and its argument.
 func (s *Store) encodeRefund(group string, tiers []bucket.Tier, cost int64, d bucket.Decision) ([]string, []byte) {
-	clock := int64(0)
-	var sec, nsec int64
-	if s.clock != nil {
-		now := s.clock()
-		clock, sec, nsec = 1, now.Unix(), int64(now.Nanosecond())
-	}
-	n := bits.OnesCount8(d.Consumed)
-	keys := make([]string, 0, n)
-	b := make([]byte, 0, (8+5*n)*8)
-	b = appendNum(b, int64(n))
-	b = appendNum(b, clock)
-	b = appendNum(b, s.ttlExtra)
-	b = appendNum(b, min(cost, 1<<53)) // as decide.lua received it
-	b = appendNum(b, d.At.Unix())
-	b = appendNum(b, int64(d.At.Nanosecond()))
-	b = appendNum(b, sec)
-	b = appendNum(b, nsec)
+	keys := make([]string, len(tiers))
+	lims := make([]bucket.Limit, len(tiers))
 	for i := range tiers {
 		if d.Consumed&(1<<uint(i)) != 0 {
-			b = appendTier(b, &tiers[i].Limit)
-			keys = append(keys, s.key(group, tiers[i].Limit.Algorithm(), tiers[i].Key))
+			keys[i] = s.key(group, tiers[i].Limit.Algorithm(), tiers[i].Key)
 		}
+		lims[i] = tiers[i].Limit
 	}
-	return keys, b
+	return s.refundArgs(keys, lims, min(cost, 1<<53), d.At.Unix(), int64(d.At.Nanosecond()), d.Consumed) // cost as decide.lua received it
 }
 
 // key is <prefix>{<group>:<hash>}:<algorithm>:<tier key>, <hash> 16 hex
