@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -99,6 +100,30 @@ func replyOf(q string, ans *client.Answer, err error, via, where string) (api.Su
 		return api.SubmitReply{}, fmt.Errorf("no answer on %s within the timeout (raise --timeout; the job may have been taken: resubmit with the same --idempotency-key)", subject)
 	}
 	return api.SubmitReply{}, fmt.Errorf("request on %s: %w", subject, te.Err)
+}
+
+// runJob is a command about one job, named by its one argument: it asks
+// the admitter with call (the client's Status or Cancel) and prints the
+// job's record.
+func runJob(ctx context.Context, name, usage string, call func(*client.Client, context.Context, string) (*client.Job, error),
+	args []string, getenv func(string) string, stdout io.Writer) error {
+	g, done, err := parseGetter(name, usage, "job ID", true, args, getenv, stdout)
+	if done || err != nil {
+		return err
+	}
+	c, err := g.a.jobsClient()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	job, err := call(c, ctx, g.arg)
+	if err != nil {
+		err := g.a.jobError(err)
+		if isNotFound(err) {
+			return fmt.Errorf("%s: the admitter at %s knows no job %q (ids are what spillctl submit prints)", name, g.a.base, g.arg)
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return g.printJob(stdout, jobStatusOf(job))
 }
 
 // jobError explains an error of reading or cancelling a job over the
