@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
+
+	"github.com/spillway-dev/spillway/pkg/client"
 )
 
 const cancelUsage = `Usage: spillctl cancel ID [--server URL] [--api-key KEY] [--json]
@@ -22,21 +23,5 @@ Flags:
 `
 
 func runCancel(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	g, done, err := parseGetter("spillctl cancel", cancelUsage, "job ID", true, args, getenv, stdout)
-	if done || err != nil {
-		return err
-	}
-	c, err := g.a.jobsClient()
-	if err != nil {
-		return fmt.Errorf("spillctl cancel: %w", err)
-	}
-	job, err := c.Cancel(ctx, g.arg)
-	if err != nil {
-		err := g.a.jobError(err)
-		if isNotFound(err) {
-			return fmt.Errorf("spillctl cancel: the admitter at %s knows no job %q (ids are what spillctl submit prints)", g.a.base, g.arg)
-		}
-		return fmt.Errorf("spillctl cancel: %w", err)
-	}
-	return g.printJob(stdout, jobStatusOf(job))
+	return runJob(ctx, "spillctl cancel", cancelUsage, (*client.Client).Cancel, args, getenv, stdout)
 }

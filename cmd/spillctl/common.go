@@ -252,26 +252,31 @@ func (a *admitter) getJSON(ctx context.Context, path string, v any) ([]byte, err
 // answerError describes an unexpected answer, with its problem document
 // when there is one.
 func (a *admitter) answerError(resp answer) error {
-	p, ok := api.ParseProblem(resp.Header.Get("Content-Type"), resp.Body)
+	p, _ := api.ParseProblem(resp.Header.Get("Content-Type"), resp.Body) // zero when there is none
+	return a.answered(resp.StatusCode, resp.Status, p.Title, p.Detail, api.RetryAfter(resp.Header, p, time.Now()))
+}
+
+// answered is the error of an answer of HTTP status code (status is its
+// line, "404 Not Found"), with the problem's title and detail when they
+// are not empty, and a hint for what the status asks of the user.
+func (a *admitter) answered(code int, status, title, detail string, retryAfter time.Duration) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "the admitter at %s answered %s", a.base, resp.Status)
-	if ok {
-		if p.Title != "" {
-			b.WriteString(": " + p.Title)
-		}
-		if p.Detail != "" {
-			b.WriteString(": " + p.Detail)
-		}
+	fmt.Fprintf(&b, "the admitter at %s answered %s", a.base, status)
+	if title != "" {
+		b.WriteString(": " + title)
 	}
-	switch resp.StatusCode {
+	if detail != "" {
+		b.WriteString(": " + detail)
+	}
+	switch code {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		b.WriteString(" (set --api-key or $SPILLWAY_API_KEY)")
 	case http.StatusServiceUnavailable:
-		if ra := api.RetryAfter(resp.Header, p, time.Now()); ra > 0 {
-			b.WriteString(" (retry after " + fmtDur(ra) + ")")
+		if retryAfter > 0 {
+			b.WriteString(" (retry after " + fmtDur(retryAfter) + ")")
 		}
 	}
-	return &answerError{status: resp.StatusCode, msg: b.String()}
+	return &answerError{status: code, msg: b.String()}
 }
 
 // answerError is an answer of the admitter other than the one expected.

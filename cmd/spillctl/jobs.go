@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -102,6 +102,30 @@ func replyOf(q string, ans *client.Answer, err error, via, where string) (api.Su
 	return api.SubmitReply{}, fmt.Errorf("request on %s: %w", subject, te.Err)
 }
 
+// runJob is a command about one job, named by its one argument: it asks
+// the admitter with call (the client's Status or Cancel) and prints the
+// job's record.
+func runJob(ctx context.Context, name, usage string, call func(*client.Client, context.Context, string) (*client.Job, error),
+	args []string, getenv func(string) string, stdout io.Writer) error {
+	g, done, err := parseGetter(name, usage, "job ID", true, args, getenv, stdout)
+	if done || err != nil {
+		return err
+	}
+	c, err := g.a.jobsClient()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	job, err := call(c, ctx, g.arg)
+	if err != nil {
+		err := g.a.jobError(err)
+		if isNotFound(err) {
+			return fmt.Errorf("%s: the admitter at %s knows no job %q (ids are what spillctl submit prints)", name, g.a.base, g.arg)
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return g.printJob(stdout, jobStatusOf(job))
+}
+
 // jobError explains an error of reading or cancelling a job over the
 // admitter's HTTP API, as answerError explains other answers.
 func (a *admitter) jobError(err error) error {
@@ -113,23 +137,11 @@ func (a *admitter) jobError(err error) error {
 	if !errors.As(err, &pe) {
 		return err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "the admitter at %s answered %d %s", a.base, pe.Status, http.StatusText(pe.Status))
-	if pe.Title != "" && pe.Title != http.StatusText(pe.Status) {
-		b.WriteString(": " + pe.Title)
+	title := pe.Title
+	if title == http.StatusText(pe.Status) {
+		title = ""
 	}
-	if pe.Detail != "" {
-		b.WriteString(": " + pe.Detail)
-	}
-	switch pe.Status {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		b.WriteString(" (set --api-key or $SPILLWAY_API_KEY)")
-	case http.StatusServiceUnavailable:
-		if pe.RetryAfter > 0 {
-			b.WriteString(" (retry after " + fmtDur(pe.RetryAfter) + ")")
-		}
-	}
-	return &answerError{status: pe.Status, msg: b.String()}
+	return a.answered(pe.Status, fmt.Sprintf("%d %s", pe.Status, http.StatusText(pe.Status)), title, pe.Detail, pe.RetryAfter)
 }
 
 // jobStatusOf is a job's record as spillctl prints it.

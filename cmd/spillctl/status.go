@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/client"
 )
 
 const statusUsage = `Usage: spillctl status ID [--server URL] [--json]
@@ -46,23 +47,7 @@ type jobStatus struct {
 }
 
 func runStatus(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	g, done, err := parseGetter("spillctl status", statusUsage, "job ID", true, args, getenv, stdout)
-	if done || err != nil {
-		return err
-	}
-	c, err := g.a.jobsClient()
-	if err != nil {
-		return fmt.Errorf("spillctl status: %w", err)
-	}
-	job, err := c.Status(ctx, g.arg)
-	if err != nil {
-		err := g.a.jobError(err)
-		if isNotFound(err) {
-			return fmt.Errorf("spillctl status: the admitter at %s knows no job %q (ids are what spillctl submit prints)", g.a.base, g.arg)
-		}
-		return fmt.Errorf("spillctl status: %w", err)
-	}
-	return g.printJob(stdout, jobStatusOf(job))
+	return runJob(ctx, "spillctl status", statusUsage, (*client.Client).Status, args, getenv, stdout)
 }
 
 // getter is a command that gets one of the admitter's JSON documents and

@@ -60,7 +60,7 @@ func (d *decoder) fairness(s *section[fairnessDoc], o *owned, dst *queue.Fairnes
 			return
 		}
 		first[k.Value] = k.Line
-		r := queue.WeightRule{Key: k.Value, Weight: -1} // -1: refused by queue, as owned.int's
+		r := queue.WeightRule{KeyPattern: queue.KeyPattern{Key: k.Value}, Weight: -1} // -1: refused by queue, as owned.int's
 		if key, ok := strings.CutSuffix(k.Value, "*"); ok {
 			r.Key, r.Prefix = key, true
 		}

@@ -26,11 +26,11 @@ func TestFairness(t *testing.T) {
 	// first rule that matches is the most specific one, whatever the
 	// file's order.
 	want := queue.Fairness{MinShare: 0.1, Weights: []queue.WeightRule{
-		{Key: "alpha", Weight: 6},
-		{Key: "tenant-a", Weight: 2},
-		{Key: "tenant-", Prefix: true, Weight: 3},
-		{Key: "t", Prefix: true, Weight: 4},
-		{Key: "", Prefix: true, Weight: 5},
+		{KeyPattern: queue.KeyPattern{Key: "alpha"}, Weight: 6},
+		{KeyPattern: queue.KeyPattern{Key: "tenant-a"}, Weight: 2},
+		{KeyPattern: queue.KeyPattern{Key: "tenant-", Prefix: true}, Weight: 3},
+		{KeyPattern: queue.KeyPattern{Key: "t", Prefix: true}, Weight: 4},
+		{KeyPattern: queue.KeyPattern{Key: "", Prefix: true}, Weight: 5},
 	}}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("fairness:\n got %+v\nwant %+v", f, want)
@@ -100,7 +100,7 @@ func TestFairnessValidateGiven(t *testing.T) {
 	t.Parallel()
 	c := queue.Config{Name: "q", LeakRate: mustLoad(t, minimal).Queues[0].Backlog.LeakRate, Fairness: queue.Fairness{
 		MinShare: 0.7,
-		Weights:  []queue.WeightRule{{Key: "a", Weight: 2}, {Key: "t-", Prefix: true, Weight: queue.MaxWeight + 1}},
+		Weights:  []queue.WeightRule{{KeyPattern: queue.KeyPattern{Key: "a"}, Weight: 2}, {KeyPattern: queue.KeyPattern{Key: "t-", Prefix: true}, Weight: queue.MaxWeight + 1}},
 	}}
 	err := c.Validate()
 	if err == nil {

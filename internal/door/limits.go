@@ -125,11 +125,7 @@ func keyLimitOf(q *config.Queue, i int, key string, def bucket.Limit, o *overrid
 // a JSON object: the override is stored in the runtime overrides' bucket,
 // where every admitter follows it. 200 with the override.
 func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string) {
-	q, i, ok := h.tierOf(w, r)
-	if !ok {
-		return
-	}
-	p, ok := patternOf(w, r, q.Limits[i])
+	q, i, p, ok := h.overrideOf(w, r)
 	if !ok {
 		return
 	}
@@ -175,11 +171,7 @@ func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string
 // deleteKeyLimit is DELETE .../limits/{tier}/keys/{key}: the runtime
 // override of that pattern is removed (204); 404 when there is none.
 func (h *httpDoor) deleteKeyLimit(w http.ResponseWriter, r *http.Request, by string) {
-	q, i, ok := h.tierOf(w, r)
-	if !ok {
-		return
-	}
-	p, ok := patternOf(w, r, q.Limits[i])
+	q, i, p, ok := h.overrideOf(w, r)
 	if !ok {
 		return
 	}
@@ -210,20 +202,25 @@ func (h *httpDoor) deleteKeyLimit(w http.ResponseWriter, r *http.Request, by str
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// patternOf reads {key} as a pattern of tier l: 400 for one that is not,
-// or for a global tier, which has no keys to override.
-func patternOf(w http.ResponseWriter, r *http.Request, l config.Limit) (overrides.Pattern, bool) {
-	if l.Key.Kind == config.KeyGlobal {
+// overrideOf resolves {queue}, {tier} and {key}, the override a PUT or
+// DELETE is about: 404 as tierOf, 400 for a key that is not a pattern, or
+// for a global tier, which has no keys to override.
+func (h *httpDoor) overrideOf(w http.ResponseWriter, r *http.Request) (*config.Queue, int, overrides.Pattern, bool) {
+	q, i, ok := h.tierOf(w, r)
+	if !ok {
+		return nil, 0, overrides.Pattern{}, false
+	}
+	if l := q.Limits[i]; l.Key.Kind == config.KeyGlobal {
 		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "tier",
 			Detail: fmt.Sprintf("tier %s is global: it has one key, which its own parameters limit; overrides apply to header:NAME and ip tiers", l.Name)})
-		return overrides.Pattern{}, false
+		return nil, 0, overrides.Pattern{}, false
 	}
 	p, err := overrides.ParsePattern(r.PathValue("key"))
 	if err != nil {
 		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "key", Detail: err.Error()})
-		return overrides.Pattern{}, false
+		return nil, 0, overrides.Pattern{}, false
 	}
-	return p, true
+	return q, i, p, true
 }
 
 // decodeLimitParams reads a PUT's body: a JSON object of limitParamNames.

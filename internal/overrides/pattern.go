@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // ErrInvalidPattern is wrapped by the error for a key pattern that cannot
@@ -17,11 +19,9 @@ const MaxPatternLen = 1024
 // Pattern is the client keys an override applies to: Key exactly, or,
 // when Prefix is set, every key that starts with Key. The zero value is
 // the empty key exactly (the key of a header tier's requests without the
-// header, under on_missing: shared).
-type Pattern struct {
-	Key    string
-	Prefix bool
-}
+// header, under on_missing: shared). It is the queue's KeyPattern, which
+// fairness weights pick their keys with too, so both match keys alike.
+type Pattern = queue.KeyPattern
 
 // ParsePattern reads a pattern as written: "tenant-a" is that key
 // exactly, "tenant-*" every key starting with "tenant-", "*" every key.
@@ -42,20 +42,4 @@ func ParsePattern(s string) (Pattern, error) {
 		return Pattern{}, fmt.Errorf("%w %.80q: '*' at byte %d; a '*' may only end a prefix, such as tenant-*", ErrInvalidPattern, s, i)
 	}
 	return p, nil
-}
-
-// String is the pattern as ParsePattern reads it.
-func (p Pattern) String() string {
-	if p.Prefix {
-		return p.Key + "*"
-	}
-	return p.Key
-}
-
-// Match reports whether key is one of the pattern's keys.
-func (p Pattern) Match(key string) bool {
-	if p.Prefix {
-		return strings.HasPrefix(key, p.Key)
-	}
-	return key == p.Key
 }

@@ -127,10 +127,16 @@ func (c *Client) retrying(ctx context.Context, afterLoss bool, attempt func(cont
 // Status reads job id's status record. A job whose record is unknown or
 // expired is ErrNotFound.
 func (c *Client) Status(ctx context.Context, id string) (*Job, error) {
+	return c.jobCall(ctx, id, true, c.t.status)
+}
+
+// jobCall runs call about job id through retrying (afterLoss as there)
+// and returns the job it answered.
+func (c *Client) jobCall(ctx context.Context, id string, afterLoss bool, call func(context.Context, string) (*Job, error)) (*Job, error) {
 	var job *Job
-	_, err := c.retrying(ctx, true, func(ctx context.Context) error {
+	_, err := c.retrying(ctx, afterLoss, func(ctx context.Context) error {
 		var err error
-		job, err = c.t.status(ctx, id)
+		job, err = call(ctx, id)
 		return err
 	})
 	return job, err
@@ -153,15 +159,9 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 // cancelling) is a *ProblemError matching ErrConflict, its State the
 // job's state.
 func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
-	var job *Job
 	// Not resent after a lost answer: the second cancel of a job that
 	// the first one cancelled would be refused as a conflict.
-	_, err := c.retrying(ctx, false, func(ctx context.Context) error {
-		var err error
-		job, err = c.t.cancel(ctx, id)
-		return err
-	})
-	return job, err
+	return c.jobCall(ctx, id, false, c.t.cancel)
 }
 
 // Door is the front door the client uses: "http" or "nats".

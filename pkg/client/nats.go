@@ -52,11 +52,16 @@ func (d *natsDoor) describe() string { return d.nc.ConnectedUrlRedacted() }
 
 func (d *natsDoor) name() string { return "nats" }
 
-// request sends m and returns the reply; no reply is a *TransportError.
-func (d *natsDoor) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+// request sends m, decodes the reply's JSON into rep and returns the
+// reply; no reply is a *TransportError, one that does not decode an error
+// that calls it not a kind reply ("submit", "batch", "cancel").
+func (d *natsDoor) request(ctx context.Context, m *nats.Msg, kind string, rep any) (*nats.Msg, error) {
 	reply, err := d.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		return nil, &TransportError{Op: "request " + m.Subject, Err: err}
+	}
+	if err := json.Unmarshal(reply.Data, rep); err != nil {
+		return nil, fmt.Errorf("client: the reply on %s is not a %s reply: %.200q", m.Subject, kind, reply.Data)
 	}
 	return reply, nil
 }
@@ -69,13 +74,10 @@ func (d *natsDoor) submit(ctx context.Context, queue string, payload []byte, s *
 	if s.key != "" {
 		m.Header[api.HeaderIdempotencyKey] = []string{s.key}
 	}
-	reply, err := d.request(ctx, m)
+	var rep api.SubmitReply
+	reply, err := d.request(ctx, m, "submit", &rep)
 	if err != nil {
 		return nil, err
-	}
-	var rep api.SubmitReply
-	if err := json.Unmarshal(reply.Data, &rep); err != nil {
-		return nil, fmt.Errorf("client: the reply on %s is not a submit reply: %.200q", m.Subject, reply.Data)
 	}
 	if rep.Queue == "" {
 		rep.Queue = queue
@@ -88,13 +90,9 @@ func (d *natsDoor) submit(ctx context.Context, queue string, payload []byte, s *
 }
 
 func (d *natsDoor) submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error) {
-	reply, err := d.request(ctx, &nats.Msg{Subject: api.SubmitBatchPrefix + queue, Data: body})
-	if err != nil {
-		return nil, err
-	}
 	var rep api.BatchReply
-	if err := json.Unmarshal(reply.Data, &rep); err != nil {
-		return nil, fmt.Errorf("client: the reply on %s%s is not a batch reply: %.200q", api.SubmitBatchPrefix, queue, reply.Data)
+	if _, err := d.request(ctx, &nats.Msg{Subject: api.SubmitBatchPrefix + queue, Data: body}, "batch", &rep); err != nil {
+		return nil, err
 	}
 	if rep.Status == api.Failed {
 		e := replyError(queue, "", rep.Type, rep.Error, "", 0)
@@ -105,8 +103,12 @@ func (d *natsDoor) submitBatch(ctx context.Context, queue string, body []byte) (
 }
 
 // bucket is the status bucket of job id (the records are spread over
-// shards by id); ErrNotFound when the admitter keeps no job status.
+// shards by id); ErrBadRequest for an id that cannot be a job's,
+// ErrNotFound when the admitter keeps no job status.
 func (d *natsDoor) bucket(ctx context.Context, id string) (jetstream.KeyValue, error) {
+	if err := jobstatus.ValidateID(id); err != nil {
+		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
+	}
 	name := jobstatus.BucketOf(id)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -143,9 +145,6 @@ func decode(id string, value []byte) (*Job, error) {
 }
 
 func (d *natsDoor) status(ctx context.Context, id string) (*Job, error) {
-	if err := jobstatus.ValidateID(id); err != nil {
-		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
-	}
 	kv, err := d.bucket(ctx, id)
 	if err != nil {
 		return nil, err
@@ -167,13 +166,9 @@ func (d *natsDoor) cancel(ctx context.Context, id string) (*Job, error) {
 		return nil, err
 	}
 	m := &nats.Msg{Subject: api.CancelPrefix + job.Queue, Header: nats.Header{api.HeaderJobID: {id}}}
-	reply, err := d.request(ctx, m)
-	if err != nil {
-		return nil, err
-	}
 	var rep api.CancelReply
-	if err := json.Unmarshal(reply.Data, &rep); err != nil {
-		return nil, fmt.Errorf("client: the reply on %s is not a cancel reply: %.200q", m.Subject, reply.Data)
+	if _, err := d.request(ctx, m, "cancel", &rep); err != nil {
+		return nil, err
 	}
 	if rep.Status != api.Cancelled {
 		e := replyError(job.Queue, id, rep.Type, rep.Error, rep.State, 0)
@@ -191,9 +186,6 @@ func (d *natsDoor) cancel(ctx context.Context, id string) (*Job, error) {
 
 // wait watches the job's record until it is final.
 func (d *natsDoor) wait(ctx context.Context, id string) (*Job, error) {
-	if err := jobstatus.ValidateID(id); err != nil {
-		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
-	}
 	kv, err := d.bucket(ctx, id)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -391,31 +392,39 @@ type Fairness struct {
 	MinShare float64
 }
 
-// WeightRule gives the keys it matches a weight.
-type WeightRule struct {
+// KeyPattern is a set of client keys: Key exactly, or, when Prefix is
+// set, every key that starts with Key ("" with Prefix: every key). The
+// zero value is the empty key exactly. Fairness weights and the
+// admitter's per-key limit overrides both pick their keys with it.
+type KeyPattern struct {
 	// Key is the key, or with Prefix the beginning of the keys.
 	Key    string
 	Prefix bool
+}
+
+// String is the pattern as a configuration file writes it: the key, or
+// the prefix followed by * ("*" alone for every key).
+func (p KeyPattern) String() string {
+	if p.Prefix {
+		return p.Key + "*"
+	}
+	return p.Key
+}
+
+// Match reports whether key is one of the pattern's keys.
+func (p KeyPattern) Match(key string) bool {
+	if p.Prefix {
+		return strings.HasPrefix(key, p.Key)
+	}
+	return key == p.Key
+}
+
+// WeightRule gives the keys it matches a weight.
+type WeightRule struct {
+	KeyPattern
 	// Weight is the keys' share of the leak relative to weight-1 keys
 	// (1 to MaxWeight).
 	Weight int
-}
-
-// String is the rule's key as a configuration file writes it: the key,
-// or the prefix followed by * ("*" alone for every key).
-func (r WeightRule) String() string {
-	if r.Prefix {
-		return r.Key + "*"
-	}
-	return r.Key
-}
-
-// Matches reports whether the rule applies to key.
-func (r WeightRule) Matches(key string) bool {
-	if r.Prefix {
-		return len(key) >= len(r.Key) && key[:len(r.Key)] == r.Key
-	}
-	return key == r.Key
 }
 
 // WeightOf is key's weight: the weight of the most specific rule that
@@ -427,7 +436,7 @@ func (f Fairness) WeightOf(key string) int {
 	w, longest := 1, -1
 	for _, r := range f.Weights {
 		switch {
-		case !r.Matches(key):
+		case !r.Match(key):
 		case !r.Prefix:
 			return r.Weight
 		case len(r.Key) > longest:

@@ -14,10 +14,10 @@ import (
 func TestWeightOfMostSpecific(t *testing.T) {
 	t.Parallel()
 	rules := []queue.WeightRule{
-		{Key: "", Prefix: true, Weight: 5},
-		{Key: "tenant-", Prefix: true, Weight: 3},
-		{Key: "tenant-a", Weight: 2},
-		{Key: "t", Prefix: true, Weight: 4},
+		{KeyPattern: queue.KeyPattern{Key: "", Prefix: true}, Weight: 5},
+		{KeyPattern: queue.KeyPattern{Key: "tenant-", Prefix: true}, Weight: 3},
+		{KeyPattern: queue.KeyPattern{Key: "tenant-a"}, Weight: 2},
+		{KeyPattern: queue.KeyPattern{Key: "t", Prefix: true}, Weight: 4},
 	}
 	want := map[string]int{"tenant-a": 2, "tenant-ab": 3, "tenant-": 3, "tx": 4, "x": 5, "": 5}
 	for _, order := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {2, 0, 3, 1}} {
@@ -48,9 +48,9 @@ func TestValidateFairness(t *testing.T) {
 		fields []string
 	}{
 		{"zero", queue.Fairness{}, nil},
-		{"bounds", queue.Fairness{MinShare: queue.MaxMinShare, Weights: []queue.WeightRule{{Key: "a", Weight: 1}, {Key: "b", Prefix: true, Weight: queue.MaxWeight}}}, nil},
-		{"weight 0", queue.Fairness{Weights: []queue.WeightRule{{Key: "a", Weight: 0}}}, []string{`fairness.weights["a"]`}},
-		{"prefix weight over", queue.Fairness{Weights: []queue.WeightRule{{Key: "t-", Prefix: true, Weight: queue.MaxWeight + 1}}}, []string{`fairness.weights["t-*"]`}},
+		{"bounds", queue.Fairness{MinShare: queue.MaxMinShare, Weights: []queue.WeightRule{{KeyPattern: queue.KeyPattern{Key: "a"}, Weight: 1}, {KeyPattern: queue.KeyPattern{Key: "b", Prefix: true}, Weight: queue.MaxWeight}}}, nil},
+		{"weight 0", queue.Fairness{Weights: []queue.WeightRule{{KeyPattern: queue.KeyPattern{Key: "a"}, Weight: 0}}}, []string{`fairness.weights["a"]`}},
+		{"prefix weight over", queue.Fairness{Weights: []queue.WeightRule{{KeyPattern: queue.KeyPattern{Key: "t-", Prefix: true}, Weight: queue.MaxWeight + 1}}}, []string{`fairness.weights["t-*"]`}},
 		{"share over", queue.Fairness{MinShare: 0.51}, []string{"fairness.min_share"}},
 		{"share negative", queue.Fairness{MinShare: -0.01}, []string{"fairness.min_share"}},
 		{"share NaN", queue.Fairness{MinShare: math.NaN()}, []string{"fairness.min_share"}},

@@ -175,33 +175,26 @@ func (c *Cluster) Addrs() []string {
 // knows all the nodes, or ctx ends.
 func (c *Cluster) WaitOK(ctx context.Context) error {
 	want := strconv.Itoa(len(c.Masters))
-	var last error
-	for {
-		last = nil
+	err := waitFor(ctx, func() error {
 		for i, s := range c.Masters {
 			reply, err := s.do(ctx, "CLUSTER", "INFO")
 			if err != nil {
-				last = fmt.Errorf("node %d: %w", i, err)
-				break
+				return fmt.Errorf("node %d: %w", i, err)
 			}
 			info, _ := reply.(string)
 			state, _ := infoField(info, "cluster_state")
 			known, _ := infoField(info, "cluster_known_nodes")
 			slots, _ := infoField(info, "cluster_slots_ok")
 			if state != "ok" || known != want || slots != strconv.Itoa(clusterSlots) {
-				last = fmt.Errorf("node %d: cluster_state:%s cluster_known_nodes:%s cluster_slots_ok:%s", i, state, known, slots)
-				break
+				return fmt.Errorf("node %d: cluster_state:%s cluster_known_nodes:%s cluster_slots_ok:%s", i, state, known, slots)
 			}
 		}
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: the cluster is not ok: %w (%w)", last, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: the cluster is not ok: %w", err)
 	}
+	return nil
 }
 
 // Stop kills every node and, for the shared cluster, removes its files.

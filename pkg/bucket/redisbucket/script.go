@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"math/bits"
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -67,6 +66,26 @@ func appendNum(b []byte, v int64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
 }
 
+// scriptTime is the injected clock's time as the scripts take it, in
+// seconds and nanoseconds; zeros without one (the scripts read Redis's).
+func (s *Store) scriptTime() (sec, nsec int64) {
+	if s.clock == nil {
+		return 0, 0
+	}
+	now := s.clock()
+	return now.Unix(), int64(now.Nanosecond())
+}
+
+// appendDecision lays out one decision for decide.lua after the header:
+// its cost, its tier count and the time (scriptTime); the tiers'
+// parameters (appendTier) follow.
+func appendDecision(b []byte, cost int64, tiers int, sec, nsec int64) []byte {
+	b = appendNum(b, cost)
+	b = appendNum(b, int64(tiers))
+	b = appendNum(b, sec)
+	return appendNum(b, nsec)
+}
+
 // putHeader writes the script header into b[:headerSize].
 func putHeader(b []byte, decisions int, clock bool, extraMS int64) {
 	c := int64(0)
@@ -81,19 +100,12 @@ func putHeader(b []byte, decisions int, clock bool, extraMS int64) {
 // encode lays out one decision for the script: its keys, and cost, tier
 // count, time and tier parameters after a reserved header.
 func (s *Store) encode(c *call, group string, tiers []bucket.Tier, cost int64) {
-	var sec, nsec int64
-	if s.clock != nil {
-		now := s.clock()
-		sec, nsec = now.Unix(), int64(now.Nanosecond())
-	}
 	// A cost beyond 2^53 exceeds every limit; the script only compares it.
 	cost = min(cost, 1<<53)
 	b := c.buf[:0]
 	b = append(b, zeroHeader[:]...)
-	b = appendNum(b, cost)
-	b = appendNum(b, int64(len(tiers)))
-	b = appendNum(b, sec)
-	b = appendNum(b, nsec)
+	sec, nsec := s.scriptTime()
+	b = appendDecision(b, cost, len(tiers), sec, nsec)
 	keys := c.keys[:0]
 	for i := range tiers {
 		b = appendTier(b, &tiers[i].Limit)
@@ -131,30 +143,15 @@ func appendTier(b []byte, l *bucket.Limit) []byte {
 // encodeRefund lays out the refund of decision d's consumed tiers for
 // refund.lua: its keys and its argument.
 func (s *Store) encodeRefund(group string, tiers []bucket.Tier, cost int64, d bucket.Decision) ([]string, []byte) {
-	clock := int64(0)
-	var sec, nsec int64
-	if s.clock != nil {
-		now := s.clock()
-		clock, sec, nsec = 1, now.Unix(), int64(now.Nanosecond())
-	}
-	n := bits.OnesCount8(d.Consumed)
-	keys := make([]string, 0, n)
-	b := make([]byte, 0, (8+5*n)*8)
-	b = appendNum(b, int64(n))
-	b = appendNum(b, clock)
-	b = appendNum(b, s.ttlExtra)
-	b = appendNum(b, min(cost, 1<<53)) // as decide.lua received it
-	b = appendNum(b, d.At.Unix())
-	b = appendNum(b, int64(d.At.Nanosecond()))
-	b = appendNum(b, sec)
-	b = appendNum(b, nsec)
+	keys := make([]string, len(tiers))
+	lims := make([]bucket.Limit, len(tiers))
 	for i := range tiers {
 		if d.Consumed&(1<<uint(i)) != 0 {
-			b = appendTier(b, &tiers[i].Limit)
-			keys = append(keys, s.key(group, tiers[i].Limit.Algorithm(), tiers[i].Key))
+			keys[i] = s.key(group, tiers[i].Limit.Algorithm(), tiers[i].Key)
 		}
+		lims[i] = tiers[i].Limit
 	}
-	return keys, b
+	return s.refundArgs(keys, lims, min(cost, 1<<53), d.At.Unix(), int64(d.At.Nanosecond()), d.Consumed) // cost as decide.lua received it
 }
 
 // key is <prefix>{<group>:<hash>}:<algorithm>:<tier key>, <hash> 16 hex

@@ -68,11 +68,7 @@ func tag(group, key string) string {
 
 // encodeParts lays out c's decision as one part per hash tag.
 func (s *Store) encodeParts(c *call, group string, tiers []bucket.Tier, cost int64) {
-	var sec, nsec int64
-	if s.clock != nil {
-		now := s.clock()
-		sec, nsec = now.Unix(), int64(now.Nanosecond())
-	}
+	sec, nsec := s.scriptTime() // one time for all the parts of the decision
 	cost = min(cost, 1<<53)
 	c.group, c.cost, c.ntiers = group, cost, len(tiers)
 	c.parts = c.parts[:0]
@@ -92,11 +88,7 @@ func (s *Store) encodeParts(c *call, group string, tiers []bucket.Tier, cost int
 	}
 	for j := range c.parts {
 		p := &c.parts[j]
-		b := make([]byte, 0, (4+5*len(p.idx))*8)
-		b = appendNum(b, cost)
-		b = appendNum(b, int64(len(p.idx)))
-		b = appendNum(b, sec)
-		b = appendNum(b, nsec)
+		b := appendDecision(make([]byte, 0, (4+5*len(p.idx))*8), cost, len(p.idx), sec, nsec)
 		for k := range p.lims {
 			b = appendTier(b, &p.lims[k])
 		}
@@ -311,11 +303,10 @@ func (s *Store) undoRequests(calls []*call) []refundRequest {
 // among keys and lims, of a job of cost decided at (as, an).
 func (s *Store) refundArgs(keys []string, lims []bucket.Limit, cost, as, an int64, mask uint8) ([]string, []byte) {
 	clock := int64(0)
-	var sec, nsec int64
 	if s.clock != nil {
-		now := s.clock()
-		clock, sec, nsec = 1, now.Unix(), int64(now.Nanosecond())
+		clock = 1
 	}
+	sec, nsec := s.scriptTime()
 	n := bits.OnesCount8(mask)
 	out := make([]string, 0, n)
 	b := make([]byte, 0, (8+5*n)*8)
