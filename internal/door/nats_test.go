@@ -82,7 +82,7 @@ func TestNATSErrors(t *testing.T) {
 		{"cost -1", "q", []string{api.HeaderCost, "-1"}, api.ProblemBadCost},
 		{"cost abc", "q", []string{api.HeaderCost, "abc"}, api.ProblemBadCost},
 		{"cost huge", "q", []string{api.HeaderCost, "99999999999999999999"}, api.ProblemBadCost},
-		{"cost over the limit", "q", []string{api.HeaderCost, "4"}, api.ProblemBadCost},
+		{"cost over the limit", "q", []string{"X-Client", "c", api.HeaderCost, "4"}, api.ProblemBadCost}, // a key's limit (its override's, if any) bounds its cost
 		{"unknown queue", "nope", nil, api.ProblemNotFound},
 		{"key too long", "q", []string{"X-Client", strings.Repeat("k", admit.MaxKeyLen+1)}, api.ProblemBadKey},
 		{"idempotency key too long", "q", []string{"X-Client", "c", api.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)}, api.ProblemBadRequest},

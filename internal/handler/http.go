@@ -42,7 +42,9 @@ func (e *StatusError) Error() string {
 // headers, status mapping, errors). Each request has cfg.Timeout (default
 // config.DefaultHandlerTimeout) to answer, headers and body included.
 //
-// client sends the requests; nil means one on http.DefaultTransport that
+// client sends the requests; nil means one on a transport of its own (a
+// clone of http.DefaultTransport, so that nothing else closing the default
+// transport's idle connections breaks a request of this handler's) that
 // follows 307 and 308 redirects (which repeat the POST with its body) but
 // not 301, 302 and 303, which Go would follow with a GET that drops the
 // payload — their answer is a permanent failure instead. A client of the
@@ -74,7 +76,7 @@ func HTTP(cfg config.HTTPHandler, client *http.Client) (queue.Handler, error) {
 		static.Set(name, v)
 	}
 	if client == nil {
-		client = &http.Client{CheckRedirect: keepPost}
+		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: keepPost}
 	}
 	h := &httpHandler{url: u.String(), shown: u.Redacted(), timeout: timeout, header: static, client: client}
 	return h.handle, nil
