@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,7 +31,8 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	ln, err := net.Listen("tcp", *listen)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", *listen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "okhandler:", err)
 		os.Exit(1)
