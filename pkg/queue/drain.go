@@ -366,6 +366,11 @@ type leader struct {
 // the leak loses.
 const bookAhead = 2
 
+// feedRecheck is how soon the leader reads the backlog again after a
+// wake or a read that found jobs, for jobs announced before the stream
+// stored them.
+const feedRecheck = 20 * time.Millisecond
+
 // demandFresh is how long the leader trusts that its grants are being
 // taken before it asks the grants consumer again: at most that much of the
 // leak's starts can be granted ahead of the workers.
@@ -408,10 +413,13 @@ func (l *leader) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if woken := l.arrived.Swap(false); woken || !time.Now().Before(l.feedAt) {
 			l.feedAt = time.Now().Add(time.Second)
-			if l.feed(ctx) == 0 && woken {
-				// The publish reached us before the stream stored it:
-				// look again soon.
-				l.feedAt = time.Now().Add(20 * time.Millisecond)
+			if n := l.feed(ctx); woken || n > 0 {
+				// A publish reaches the subscription before the stream
+				// stores it, and wakes that come together are one: a job
+				// announced now may be stored only after this read, even
+				// if it found others. Look again soon, and again while
+				// the looks find jobs late.
+				l.feedAt = time.Now().Add(feedRecheck)
 			}
 		}
 		l.read(ctx)
@@ -527,7 +535,7 @@ func (l *leader) read(ctx context.Context) {
 	l.aheadBudget = min(l.aheadBudget+now.Sub(l.aheadAt).Seconds()*readAheadRate, readAheadRate)
 	l.aheadAt = now
 	take := func(f *flow) bool {
-		if !f.mayReadAhead() || l.aheadBudget < 1 {
+		if !f.mayReadAhead() || !l.sched.mayHoldBeyond(f) || l.aheadBudget < 1 {
 			return false
 		}
 		l.aheadBudget--
@@ -567,10 +575,7 @@ func (l *leader) readFlow(ctx context.Context, f *flow, want func(*flow) bool) {
 			f.last = m.Sequence
 			continue
 		}
-		f.more = false // add appends it, and says more if the window is full
-		l.sched.add(f.subject, l.pending(m), now)
-		f.more = true
-		l.sched.place(f, now)
+		l.sched.push(f, l.pending(m), now)
 	}
 }
 

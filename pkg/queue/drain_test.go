@@ -402,6 +402,37 @@ func TestBacklogKeyDueJobPassesOneNotYetDue(t *testing.T) {
 	}
 }
 
+// A key's due job behind more than a window of its jobs not due yet (a
+// client that scheduled many jobs an hour ahead, then sent one for now; or
+// a burst whose publishes raced) starts at once: the leader reads past the
+// ones that wait. The scheduled ones do not start early.
+func TestBacklogDueJobBehindManyNotDue(t *testing.T) {
+	t.Parallel()
+	cfg := testQueue("deep")
+	cfg.LeakRate = bucket.Rate{Count: 100, Per: time.Second}
+	ctx, b := setup(t, cfg)
+	rec := newRecorder()
+	began := time.Now()
+	waiting := publishBacklog(t, ctx, b, "k", 40, began.Add(time.Hour))
+	due := publishBacklog(t, ctx, b, "k", 1, time.Time{})
+	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		rec.started(j)
+		return nil
+	})
+	rec.waitFor(t, 20*time.Second, "the due job to start", func() bool { return rec.count(queue.Succeeded) >= 1 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.starts[due[0].ID]) != 1 {
+		t.Fatalf("started %v, want the due job %s once", rec.order, due[0].ID)
+	}
+	for _, j := range waiting {
+		if n := len(rec.starts[j.ID]); n != 0 {
+			t.Errorf("job %s due in an hour started %d times", j.ID, n)
+		}
+	}
+	t.Logf("the due job behind %d jobs not due started %v after the worker began", len(waiting), rec.starts[due[0].ID][0].Sub(began).Round(time.Millisecond))
+}
+
 // Backlog jobs start at the leak rate, not merely reach READY at it: with
 // every handler of the worker busy (a slow handler, concurrency 2, admitted
 // jobs in READY competing for the slots), released jobs must not wait

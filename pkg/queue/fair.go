@@ -5,8 +5,11 @@ import "container/heap"
 // The drain's scheduler decides which backlog job the next start of the
 // leak goes to (docs/design.md#fair-drain). It sees the backlog as flows:
 // the jobs of one key in one priority class, in stream order — one backlog
-// subject each. Of each flow it holds a window: at most flowWindow jobs,
-// their headers only.
+// subject each. Of each flow it holds a window of jobs, their headers
+// only: flowWindow of them while the flow has due jobs, and up to
+// flowLookahead while none of them is due, so that a due job behind many
+// that wait (scheduled ones, or a burst whose publishes reached the stream
+// out of not-before order) is seen and goes.
 //
 //   - Among the flows of a class that have a due job, it picks by
 //     start-time fair queuing: each flow carries a finish tag in virtual
@@ -23,7 +26,8 @@ import "container/heap"
 //     starts while its jobs are due.
 //
 // Its cost is bounded by the flows, not by the backlog's depth: per flow a
-// window of headers, a tag and a place in a heap.
+// window of headers, a tag and a place in a heap; the windows of waiting
+// flows beyond flowWindow hold at most maxLookahead jobs in all.
 type fairSched struct {
 	minShare int64 // per mille of the starts each lower class keeps
 	flows    map[string]*flow
@@ -33,10 +37,21 @@ type fairSched struct {
 	// reads are the flows that need a read from the stream (needsRead);
 	// ahead are those whose window has room while they wait (mayReadAhead).
 	reads, ahead map[*flow]struct{}
+	// beyond is how many jobs the windows hold past flowWindow, in all.
+	beyond int
 }
 
-// flowWindow is how many jobs of a flow the scheduler holds.
+// flowWindow is how many jobs of a due flow the scheduler holds.
 const flowWindow = 8
+
+// flowLookahead is how many jobs of a waiting flow — none of its jobs due
+// — the scheduler may hold, read ahead: a due job behind more jobs than
+// that which wait starts only once some of them have gone.
+const flowLookahead = 256
+
+// maxLookahead bounds the jobs held past flowWindow over all flows (about
+// 60 bytes each).
+const maxLookahead = 1 << 15
 
 // tagScale is a start's cost in virtual time for a flow of weight 1.
 const tagScale = 1 << 20
@@ -60,6 +75,7 @@ type flow struct {
 	waitIdx int          // place in the waiting heap, or -1
 	next    int64        // its earliest due time (unix ns) while waiting
 	grants  int          // starts granted over the scheduler's life
+	beyond  int          // its share of fairSched.beyond
 }
 
 // pendingJob is a job of a flow's window.
@@ -129,6 +145,15 @@ func (s *fairSched) add(subject string, j pendingJob, now int64) {
 	s.place(f, now)
 }
 
+// push appends j, read from the stream after f's last read, to f's
+// window: the reader decides how far to read (needsRead, mayReadAhead).
+func (s *fairSched) push(f *flow, j pendingJob, now int64) {
+	f.window = append(f.window, j)
+	f.last = j.seq
+	f.more = true
+	s.place(f, now)
+}
+
 // exhausted records that the stream holds no job of f after its last read.
 func (s *fairSched) exhausted(f *flow, now int64) {
 	f.more = false
@@ -146,15 +171,25 @@ func (f *flow) needsRead() bool {
 // mayReadAhead reports whether f's window has room for jobs the stream may
 // hold while f waits for its first due job: reading them lets a later job
 // that is due sooner pass the ones not due. The leader reads those at a
-// bounded rate.
+// bounded rate, up to flowLookahead jobs, and past flowWindow only while
+// the scheduler holds fewer than maxLookahead such jobs (mayHoldBeyond).
 func (f *flow) mayReadAhead() bool {
-	return f.more && len(f.window) > 0 && len(f.window) < flowWindow && f.dueIdx < 0
+	return f.more && len(f.window) > 0 && len(f.window) < flowLookahead && f.dueIdx < 0
+}
+
+// mayHoldBeyond reports whether f's window may take one more job read
+// ahead.
+func (s *fairSched) mayHoldBeyond(f *flow) bool {
+	return len(f.window) < flowWindow || s.beyond < maxLookahead
 }
 
 // place puts f where it belongs: due, waiting for its first due job, or
 // gone when it holds nothing and nothing more is in the stream.
 func (s *fairSched) place(f *flow, now int64) {
 	defer func() {
+		b := max(len(f.window)-flowWindow, 0)
+		s.beyond += b - f.beyond
+		f.beyond = b
 		if f.needsRead() {
 			s.reads[f] = struct{}{}
 		} else {
@@ -319,9 +354,9 @@ func (s *fairSched) putBack(subject string, j pendingJob, now int64) {
 	}
 	f.window = append(f.window[:i], append([]pendingJob{j}, f.window[i:]...)...)
 	f.last = max(f.last, j.seq)
-	if len(f.window) > flowWindow { // the window's last goes back to the stream
-		f.last = f.window[flowWindow-1].seq
-		f.window = f.window[:flowWindow]
+	if len(f.window) > flowLookahead { // the window's last goes back to the stream
+		f.last = f.window[flowLookahead-1].seq
+		f.window = f.window[:flowLookahead]
 		f.more = true
 	}
 	s.place(f, now)

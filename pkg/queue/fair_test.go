@@ -176,3 +176,48 @@ func TestHashOfTokenIsKeyHash(t *testing.T) {
 		}
 	}
 }
+
+// A waiting flow reads ahead up to flowLookahead jobs, so a due job that
+// deep goes next; the jobs held past flowWindow are counted, and the count
+// goes back to 0 as they go.
+func TestFairSchedLookahead(t *testing.T) {
+	s := newFairSched(0)
+	sub := "spillway.backlog.q.a"
+	f := s.flow(sub)
+	f.more = true
+	const hour = int64(3600e9)
+	seq := uint64(0)
+	read := func(due int64) bool {
+		if !f.mayReadAhead() && len(f.window) > 0 || !s.mayHoldBeyond(f) {
+			return false
+		}
+		seq++
+		s.push(f, pendingJob{seq: seq, due: due, weight: 1}, 0)
+		return true
+	}
+	for range 2 * flowLookahead {
+		if !read(hour) {
+			break
+		}
+	}
+	if len(f.window) != flowLookahead || s.beyond != flowLookahead-flowWindow {
+		t.Fatalf("read ahead to %d jobs, %d held past the window; want %d and %d", len(f.window), s.beyond, flowLookahead, flowLookahead-flowWindow)
+	}
+	// The last of the window becomes due: it goes at once.
+	f.window[len(f.window)-1].due = 0
+	s.place(f, 0)
+	if _, j, ok := s.pick(0); !ok || j.seq != seq {
+		t.Fatalf("picked %d (%v), want the due job %d behind %d waiting", j.seq, ok, seq, flowLookahead-1)
+	}
+	for n := 0; ; n++ {
+		if _, _, ok := s.pick(hour); !ok {
+			if n != flowLookahead-1 {
+				t.Fatalf("%d jobs went after the hour, want %d", n, flowLookahead-1)
+			}
+			break
+		}
+	}
+	if s.beyond != 0 {
+		t.Fatalf("%d jobs counted past the window after every job went, want 0", s.beyond)
+	}
+}
