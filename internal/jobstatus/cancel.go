@@ -21,62 +21,159 @@ func (e *NotCancellableError) Error() string {
 	return fmt.Sprintf("jobstatus: job %s is %s: only a queued job can be cancelled", e.Record.ID, e.Record.State)
 }
 
-// Cancel marks queued job id cancelled and returns the stored record. It
-// writes only over a record that is queued, under a revision check, and a
-// worker starting the job writes running under the same check
-// (StartGate), so exactly one of the two wins: after Cancel returns nil the
-// job never starts, and the caller removes it from the backlog
-// (queue.CancelBacklogJob at Record.BacklogSeq). A job in any other state
-// is a *NotCancellableError holding its record; none is ErrNotFound.
+// A backlog job's start and a cancel race for its claim: a key next to the
+// job's record, in the same bucket, that each of them creates — a write
+// that JetStream refuses when the key exists, so exactly one of the two
+// creates it, and neither reads first. The claim holds the winner's
+// record: running, or cancelled. Get shows it over a queued record.
+
+// claimKey is the key of job id's claim.
+func claimKey(id string) string { return id + ".start" }
+
+// claim creates the claim of rec's job holding rec, and reports true; if
+// the job has a claim already, it returns the record the claim holds and
+// false.
+func (s *Store) claim(ctx context.Context, rec Record) (Record, bool, error) {
+	rec, data, err := encode(rec)
+	if err != nil {
+		return Record{}, false, err
+	}
+	kv := s.kv(rec.ID)
+	for range 3 {
+		_, err := kv.Create(ctx, claimKey(rec.ID), data)
+		if err == nil {
+			return rec, true, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return Record{}, false, fmt.Errorf("jobstatus: claiming the start of job %s: %w", rec.ID, err)
+		}
+		cur, _, err := getIn(ctx, kv, claimKey(rec.ID))
+		if errors.Is(err, ErrNotFound) {
+			continue // gone since (expired, or a replay cleared it): create it again
+		}
+		if err != nil {
+			return Record{}, false, err
+		}
+		cur.ID = rec.ID
+		return cur, false, nil
+	}
+	return Record{}, false, fmt.Errorf("jobstatus: claiming the start of job %s: the claim keeps changing", rec.ID)
+}
+
+// withClaim is what a job's record says given its claim: a queued record
+// claimed by a start says running, by a cancel cancelled.
+func withClaim(rec, claim Record) Record {
+	if rec.State != Queued {
+		return rec
+	}
+	if claim.State == Cancelled {
+		rec.State, rec.UpdatedAt, rec.FinishedAt = Cancelled, claim.UpdatedAt, claim.FinishedAt
+		return rec
+	}
+	if out, ok := merge(rec, claim); ok {
+		return out
+	}
+	return rec
+}
+
+// Cancel marks queued job id cancelled and returns its record. It wins
+// the job's claim (a worker starting the job races for the same claim in
+// StartGate), then writes cancelled over the queued record under a
+// revision check (what a worker of the version before this one raced): so
+// after Cancel returns nil the job never starts, and the caller removes it
+// from the backlog (queue.CancelBacklogJob at Record.BacklogSeq). A job in
+// any other state is a *NotCancellableError holding its record; none is
+// ErrNotFound.
 func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 	if err := ValidateID(id); err != nil {
 		return Record{}, err
 	}
-	for {
-		cur, rev, legacy, err := s.getAny(ctx, id)
-		if err != nil {
-			return Record{}, err
+	cur, rev, legacy, err := s.getAny(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if cur.State != Queued {
+		return Record{}, &NotCancellableError{Record: cur}
+	}
+	out := cur
+	out.State, out.UpdatedAt, out.FinishedAt = Cancelled, time.Now(), time.Now()
+	claimed, won, err := s.claim(ctx, out)
+	if err != nil {
+		return Record{}, err
+	}
+	if !won {
+		// Started, or cancelled by an earlier cancel (whose record write
+		// may have failed: it is made now).
+		cur = withClaim(cur, claimed)
+		if cur.State == Cancelled {
+			_ = s.writeCancelled(ctx, cur, rev, legacy)
 		}
-		kv := s.kv(id)
-		if legacy {
-			kv = s.legacy // where the start gate writes too (Advance)
+		return Record{}, &NotCancellableError{Record: cur}
+	}
+	if err := s.writeCancelled(ctx, out, rev, legacy); err != nil {
+		var nc *NotCancellableError
+		if errors.As(err, &nc) {
+			// A worker of the version before started it, racing the
+			// record: the claim goes, and the cancel with it.
+			_ = s.kv(id).Delete(context.WithoutCancel(ctx), claimKey(id))
+		}
+		return Record{}, err
+	}
+	return out, nil
+}
+
+// writeCancelled writes cancelled over job's queued record, read at
+// revision rev: a *NotCancellableError if the record moved on meanwhile.
+func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64, legacy bool) error {
+	kv := s.kv(out.ID)
+	if legacy {
+		kv = s.legacy // where a start gate of the version before wrote too
+	}
+	for {
+		_, data, err := encode(out)
+		if err != nil {
+			return err
+		}
+		_, err = kv.Update(ctx, out.ID, data, rev)
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			if err != nil {
+				return fmt.Errorf("jobstatus: writing job %s: %w", out.ID, err)
+			}
+			return nil
+		}
+		cur, r, err := getIn(ctx, kv, out.ID)
+		if err != nil {
+			return err
+		}
+		if cur.State == Cancelled {
+			return nil
 		}
 		if cur.State != Queued {
-			return Record{}, &NotCancellableError{Record: cur}
+			return &NotCancellableError{Record: cur}
 		}
-		out := cur
-		out.State, out.UpdatedAt, out.FinishedAt = Cancelled, time.Now(), time.Now()
-		out, data, err := encode(out)
-		if err != nil {
-			return Record{}, err
-		}
-		_, err = kv.Update(ctx, id, data, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // a worker, or another cancel, wrote first: look again
-		}
-		if err != nil {
-			return Record{}, fmt.Errorf("jobstatus: writing job %s: %w", id, err)
-		}
-		return out, nil
+		rev = r
+		state, updated, finished := out.State, out.UpdatedAt, out.FinishedAt
+		out = cur
+		out.State, out.UpdatedAt, out.FinishedAt = state, updated, finished
 	}
 }
 
-// StartGate is a queue.WorkerConfig.StartGate over s: it writes the job's
-// running record synchronously (Advance), and answers
-// queue.ErrJobCancelled when the record is cancelled. Since both this write
-// and Cancel's are revision-checked writes of one record, a job is either
-// cancelled or started, never both. A job with no record (the admitter's
-// write was lost, or the record expired) starts, and gets one.
+// StartGate is a queue.WorkerConfig.StartGate over s: before a backlog
+// job's handler runs it wins the job's claim, holding the running record
+// — one write, no read — and answers queue.ErrJobCancelled when a cancel
+// won it. A claim held by an earlier start (a worker that stopped or died
+// mid-try) lets the job start again. A job with no record (the
+// admitter's write was lost, or the record expired) starts.
 func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
 	rec, ok := update(e, time.Now())
 	if !ok {
 		return nil
 	}
-	cur, applied, err := s.Advance(ctx, rec)
+	claimed, won, err := s.claim(ctx, rec)
 	if err != nil {
 		return err
 	}
-	if !applied && cur.State == Cancelled {
+	if !won && claimed.State == Cancelled {
 		return fmt.Errorf("%w: %s", queue.ErrJobCancelled, rec.ID)
 	}
 	return nil

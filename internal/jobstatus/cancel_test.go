@@ -166,3 +166,48 @@ func TestCancelledJobLeftInTheBacklog(t *testing.T) {
 		t.Errorf("the cancelled job's record: %+v, want cancelled", r)
 	}
 }
+
+// The start and cancel claims: a started backlog job reads running, a job
+// started again after its worker died starts, and a replay clears the
+// claim, so the replayed job can be cancelled while queued. A job whose
+// record is lost still gets its claim, and reads as it.
+func TestStartClaim(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	ctx := t.Context()
+	j := job(t)
+	if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued, BacklogSeq: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartGate(ctx, started(j)); err != nil {
+		t.Fatalf("StartGate: %v", err)
+	}
+	if rec, err := s.Get(ctx, j.ID); err != nil || rec.State != jobstatus.Running || rec.BacklogSeq != 7 || rec.StartedAt.IsZero() {
+		t.Errorf("Get after the start: %+v, %v; want running, keeping the backlog place", rec, err)
+	}
+	if err := s.StartGate(ctx, started(j)); err != nil {
+		t.Errorf("StartGate again (a worker died mid-try): %v, want it to start", err)
+	}
+	var nc *jobstatus.NotCancellableError
+	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Running {
+		t.Errorf("Cancel a started job: %v, want NotCancellableError, running", err)
+	}
+	undo, note := s.ResetForReplay(ctx, *j, queue.DeadLetter{Attempts: 1, LastError: "boom"}, queue.Backlog, time.Now())
+	if undo == nil {
+		t.Fatalf("ResetForReplay: %s", note)
+	}
+	if rec, err := s.Get(ctx, j.ID); err != nil || rec.State != jobstatus.Queued {
+		t.Errorf("Get after a replay to the backlog: %+v, %v; want queued", rec, err)
+	}
+	if rec, err := s.Cancel(ctx, j.ID); err != nil || rec.State != jobstatus.Cancelled {
+		t.Errorf("Cancel the replayed job: %+v, %v; want cancelled", rec, err)
+	}
+
+	lost := job(t)
+	if err := s.StartGate(ctx, started(lost)); err != nil {
+		t.Fatalf("StartGate of a job with no record: %v", err)
+	}
+	if rec, err := s.Get(ctx, lost.ID); err != nil || rec.State != jobstatus.Running {
+		t.Errorf("Get of a started job with no record: %+v, %v; want running", rec, err)
+	}
+}

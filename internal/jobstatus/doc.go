@@ -4,11 +4,11 @@
 // # Records
 //
 // A Record says where a job is (State: admitted, queued, running,
-// succeeded, retrying, dead or expired), how many tries it took, its last error and
-// succeeded, retrying, dead or cancelled), how many tries it took, its last error and
-// when things happened. Records live in the bucket spillway-jobs (Open),
-// one key per job id, and expire TTL after their last write (the bucket's
-// TTL: JetStream's MaxAge), so the bucket holds recent jobs only.
+// succeeded, retrying, dead, expired or cancelled), how many tries it
+// took, its last error and when things happened. Records live in 16
+// buckets, spillway-jobs-00 to -15 (Open; BucketOf says which by the job
+// id), one key per job id, and expire TTL after their last write (the
+// buckets' TTL: JetStream's MaxAge), so they hold recent jobs only.
 //
 // # Status is advisory
 //
@@ -20,12 +20,13 @@
 //
 // # Cancel
 //
-// Store.Cancel writes cancelled over a queued record, at the revision it
-// read; a worker writes a backlog job's running record, also at the
-// revision it read, before it calls the handler (Store.StartGate, as a
-// queue.WorkerConfig.StartGate). Exactly one of the two lands: a job is
-// cancelled and never starts, or it starts and the cancel is refused. A
-// cancelled record takes no later update.
+// Store.Cancel and a worker starting a backlog job (Store.StartGate, as a
+// queue.WorkerConfig.StartGate, before it calls the handler) race to
+// create the job's claim, a key next to its record: JetStream creates a
+// key once, so exactly one of the two wins, and neither reads first. A job
+// is cancelled and never starts, or it starts and the cancel is refused.
+// Get shows a queued record's claim; Cancel writes cancelled over the
+// record too, and a cancelled record takes no later update.
 //
 // # Writers
 //

@@ -36,5 +36,8 @@ func (s *Store) ResetForReplay(ctx context.Context, job queue.Job, l queue.DeadL
 	if err := s.Put(ctx, reset); err != nil {
 		return nil, "its status record was not reset: " + err.Error()
 	}
+	// The claim of its first start goes too: the replayed job starts anew,
+	// and can be cancelled while queued.
+	_ = s.kv(job.ID).Delete(ctx, claimKey(job.ID))
 	return func() { _ = s.Put(context.WithoutCancel(ctx), prev) }, ""
 }

@@ -137,7 +137,21 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 		return Record{}, err
 	}
 	rec, _, _, err := s.getAny(ctx, id)
-	return rec, err
+	if err == nil && rec.State != Queued || err != nil && !errors.Is(err, ErrNotFound) {
+		return rec, err
+	}
+	// Queued, or no record: a start or a cancel may have claimed it.
+	claim, _, cerr := getIn(ctx, s.kv(id), claimKey(id))
+	switch {
+	case errors.Is(cerr, ErrNotFound):
+		return rec, err
+	case cerr != nil:
+		return Record{}, cerr
+	case err != nil:
+		claim.ID = id
+		return claim, nil
+	}
+	return withClaim(rec, claim), nil
 }
 
 // get reads job id's record and its revision in the job's bucket.

@@ -2,9 +2,12 @@ package jobstatus_test
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/jobstatus"
@@ -30,11 +33,38 @@ func statusWrites(t *testing.T, js jetstream.JetStream) uint64 {
 	return n
 }
 
-// Writes per job, counted on a real worker: the admitter's first record
-// and the worker's outcome — two writes for a job admitted at once; a
-// backlog job's start is written too (the write a cancel races). With
-// running records asked for (status.record_running), every try's start is
-// one more.
+// statusReads counts the reads of the job status buckets from now on: a
+// key-value Get is a direct get, or a stream message get, on the bucket's
+// stream, and a subscriber of those API subjects sees each request.
+func statusReads(t *testing.T, url string) *atomic.Int64 {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var n atomic.Int64
+	for _, subject := range []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>"} {
+		if _, err := nc.Subscribe(subject, func(m *nats.Msg) {
+			if strings.Contains(m.Subject, ".KV_"+jobstatus.Bucket+"-") {
+				n.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// Writes and reads per job on the worker, counted on a real worker: the
+// admitter's first record and the worker's outcome — two writes for a job
+// admitted at once; a backlog job's start claim is one more (what a cancel
+// races), and no read: nothing on the worker's path reads a record to
+// write it. With running records asked for (status.record_running), every
+// admitted job's start is one more write.
 func TestWritesPerJob(t *testing.T) {
 	t.Parallel()
 	modes := []bool{false}
@@ -43,8 +73,8 @@ func TestWritesPerJob(t *testing.T) {
 	}
 	for _, running := range modes {
 		for _, to := range []queue.Destination{queue.Ready, queue.Backlog} {
-			writes := writesPerJob(t, to, running)
-			t.Logf("figure: status writes per job, %s, record_running %v: %.2f", to, running, writes)
+			writes, reads := writesPerJob(t, to, running)
+			t.Logf("figure: status writes per job, %s, record_running %v: %.2f; reads on the worker %.2f", to, running, writes, reads)
 			want := 2.0
 			if to == queue.Backlog || running {
 				want = 3
@@ -52,11 +82,14 @@ func TestWritesPerJob(t *testing.T) {
 			if writes > want {
 				t.Errorf("%s, record_running %v: %.2f writes per job, want at most %v", to, running, writes, want)
 			}
+			if reads != 0 {
+				t.Errorf("%s, record_running %v: the worker read the status records %.2f times per job, want 0", to, running, reads)
+			}
 		}
 	}
 }
 
-func writesPerJob(t *testing.T, to queue.Destination, running bool) float64 {
+func writesPerJob(t *testing.T, to queue.Destination, running bool) (writes, reads float64) {
 	const jobs = 20
 	srv := queuetest.Start(t)
 	js := srv.JetStream(t)
@@ -89,10 +122,18 @@ func writesPerJob(t *testing.T, to queue.Destination, running bool) float64 {
 		}
 		ids[i] = j.ID
 	}
+	read := statusReads(t, srv.URL())
 	rec := jobstatus.NewRecorder(store, nil, 0)
 	rec.SetRecordRunning(running)
 	stopRecorder := run(t, rec)
-	w, err := queue.NewWorker(js, queue.WorkerConfig{Queue: cfg, FetchWait: 50 * time.Millisecond, Observe: rec.Observe, StartGate: rec.StartGate},
+	var succeeded atomic.Int64 // counted from the events, so that waiting reads no record
+	observe := func(e queue.Event) {
+		rec.Observe(e)
+		if e.Kind == queue.Succeeded {
+			succeeded.Add(1)
+		}
+	}
+	w, err := queue.NewWorker(js, queue.WorkerConfig{Queue: cfg, FetchWait: 50 * time.Millisecond, Observe: observe, StartGate: rec.StartGate},
 		func(context.Context, *queue.Job) error { return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -100,13 +141,23 @@ func writesPerJob(t *testing.T, to queue.Destination, running bool) float64 {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	for _, id := range ids {
-		waitFor(t, store, id, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
+	deadline := time.Now().Add(20 * time.Second)
+	for succeeded.Load() < jobs {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d jobs succeeded after 20s", succeeded.Load(), jobs)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("worker Run: %v", err)
 	}
 	stopRecorder()
-	return float64(statusWrites(t, js)) / jobs
+	workerReads := read.Load()
+	for _, id := range ids {
+		if r, err := store.Get(t.Context(), id); err != nil || r.State != jobstatus.Succeeded {
+			t.Errorf("job %s: record %+v, %v; want succeeded", id, r, err)
+		}
+	}
+	return float64(statusWrites(t, js)) / jobs, float64(workerReads) / jobs
 }
