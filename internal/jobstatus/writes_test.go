@@ -64,7 +64,7 @@ func statusReads(t *testing.T, url string) *atomic.Int64 {
 // admitted at once; a backlog job's start claim is one more (what a cancel
 // races), and no read: nothing on the worker's path reads a record to
 // write it. With running records asked for (status.record_running), every
-// admitted job's start is one more write.
+// admitted job's start is one more write, merged into the record (a read).
 func TestWritesPerJob(t *testing.T) {
 	t.Parallel()
 	modes := []bool{false}
@@ -82,7 +82,10 @@ func TestWritesPerJob(t *testing.T) {
 			if writes > want {
 				t.Errorf("%s, record_running %v: %.2f writes per job, want at most %v", to, running, writes, want)
 			}
-			if reads != 0 {
+			// A running record asked for is merged into what is there (a
+			// read and a conditional write) for an admitted job: not the
+			// default path.
+			if !running && reads != 0 {
 				t.Errorf("%s, record_running %v: the worker read the status records %.2f times per job, want 0", to, running, reads)
 			}
 		}
