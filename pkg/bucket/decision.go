@@ -68,6 +68,12 @@ type Decision struct {
 	// then cannot queue the job (the backlog is full), it gives those units
 	// back with Store.Refund, passing this Decision.
 	Consumed uint8
+	// TierAt is when each tier was decided, by index, in Unix nanoseconds,
+	// for a store that decides a job's tiers at different clocks (the Redis
+	// store on a Cluster runs one script per slot, each at its own shard's
+	// TIME): its Refund gives each tier's units back at that tier's time.
+	// All zero when every tier was decided at At.
+	TierAt [MaxTiers]int64
 }
 
 // Never is the RetryAfter of a job whose cost exceeds what the limit can ever

@@ -341,3 +341,35 @@ func BenchmarkDecideTwoTiers(b *testing.B) {
 	})
 	b.Run("cluster", func(b *testing.B) { run(b, clusterClient(b)) })
 }
+
+// A refund of a decision split over slots gives each tier's units back at
+// the time its own shard decided it: at Redis TIME each part's script reads
+// its own clock, and a sliding log finds the entry to remove by its stamp.
+// Every windowed algorithm, as the second tier (the part not decided at
+// the decision's At).
+func TestClusterSplitRefundAtEachPartsTime(t *testing.T) {
+	t.Parallel()
+	client := clusterClient(t)
+	ctx := context.Background()
+	store, err := redisbucket.New(client, redisbucket.WithPrefix(redistest.KeyPrefix(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	global := mustLimit(t, bucket.Spec{Algorithm: "token_bucket", Rate: "1000/s", Burst: 1000})
+	for _, algo := range []string{"sliding_log", "fixed_window", "sliding_window"} {
+		t.Run(algo, func(t *testing.T) {
+			one := mustLimit(t, bucket.Spec{Algorithm: algo, Limit: 1, Window: "1h"})
+			key := "alice-" + algo
+			d, err := store.Decide(ctx, "q", []bucket.Tier{{Key: "global", Limit: global}, {Key: key, Limit: one}}, 1)
+			if err != nil || d.Verdict != bucket.Admitted {
+				t.Fatalf("first job: %+v %v, want Admitted", d, err)
+			}
+			if err := store.Refund(ctx, "q", []bucket.Tier{{Key: "global", Limit: global}, {Key: key, Limit: one}}, 1, d); err != nil {
+				t.Fatalf("Refund: %v", err)
+			}
+			if d, err := store.Decide(ctx, "q", []bucket.Tier{{Key: key, Limit: one}}, 1); err != nil || d.Verdict != bucket.Admitted {
+				t.Fatalf("%s alone after the refund: %+v %v, want Admitted: the refund gave nothing back", key, d, err)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -263,6 +264,16 @@ func assemble(c *call) (undo bool) {
 	// its own clock.
 	p0 := &c.parts[0]
 	c.dec = bucket.Combine(p0.sec*1e9+p0.nsec, tiers[:c.ntiers])
+	if len(c.parts) > 1 {
+		// A refund needs each part's own time: a sliding log's entry is
+		// found by its stamp.
+		for j := range c.parts {
+			p := &c.parts[j]
+			for _, i := range p.idx {
+				c.dec.TierAt[i] = p.sec*1e9 + p.nsec
+			}
+		}
+	}
 	return committed && c.dec.Verdict == bucket.Rejected
 }
 
@@ -401,7 +412,11 @@ func (s *Store) refundSplit(ctx context.Context, group string, tiers []bucket.Ti
 				lims = append(lims, tiers[j].Limit)
 			}
 		}
-		k, blob := s.refundArgs(keys, lims, min(cost, 1<<53), d.At.Unix(), int64(d.At.Nanosecond()), 1<<uint(len(keys))-1)
+		at := d.At // the tiers of one tag were decided together, at one time
+		if d.TierAt[i] != 0 {
+			at = time.Unix(0, d.TierAt[i])
+		}
+		k, blob := s.refundArgs(keys, lims, min(cost, 1<<53), at.Unix(), int64(at.Nanosecond()), 1<<uint(len(keys))-1)
 		reqs = append(reqs, refundRequest{keys: k, blob: blob})
 	}
 	return s.runRefunds(ctx, reqs)
