@@ -40,14 +40,16 @@ func (s *Store) claim(ctx context.Context, rec Record) (Record, bool, error) {
 	}
 	kv := s.kv(rec.ID)
 	for range 3 {
-		_, err := kv.Create(ctx, claimKey(rec.ID), data)
-		if err == nil {
+		_, cerr := kv.Create(ctx, claimKey(rec.ID), data)
+		if cerr == nil {
 			return rec, true, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return Record{}, false, fmt.Errorf("jobstatus: claiming the start of job %s: %w", rec.ID, err)
-		}
+		// Lost the race (a key that exists, or, over a deleted claim, a
+		// conditional write that another writer beat): the claim tells.
 		cur, _, err := getIn(ctx, kv, claimKey(rec.ID))
+		if !errors.Is(cerr, jetstream.ErrKeyExists) && err != nil {
+			return Record{}, false, fmt.Errorf("jobstatus: claiming the start of job %s: %w", rec.ID, cerr)
+		}
 		if errors.Is(err, ErrNotFound) {
 			continue // gone since (expired, or a replay cleared it): create it again
 		}
@@ -79,7 +81,8 @@ func withClaim(rec, claim Record) Record {
 // Cancel marks queued job id cancelled and returns its record. It wins
 // the job's claim (a worker starting the job races for the same claim in
 // StartGate), then writes cancelled over the queued record under a
-// revision check (what a worker of the version before this one raced): so
+// revision check; a record in the older versions' bucket only the latter,
+// which is what a start of such a job races (StartGate): so
 // after Cancel returns nil the job never starts, and the caller removes it
 // from the backlog (queue.CancelBacklogJob at Record.BacklogSeq). A job in
 // any other state is a *NotCancellableError holding its record; none is
@@ -97,6 +100,14 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 	}
 	out := cur
 	out.State, out.UpdatedAt, out.FinishedAt = Cancelled, time.Now(), time.Now()
+	if legacy {
+		// A record of the version before: its start is written over the
+		// record (StartGate), so the cancel races that write alone.
+		if err := s.writeCancelled(ctx, out, rev, true); err != nil {
+			return Record{}, err
+		}
+		return out, nil
+	}
 	claimed, won, err := s.claim(ctx, out)
 	if err != nil {
 		return Record{}, err
@@ -163,11 +174,33 @@ func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64, lega
 // — one write, no read — and answers queue.ErrJobCancelled when a cancel
 // won it. A claim held by an earlier start (a worker that stopped or died
 // mid-try) lets the job start again. A job with no record (the
-// admitter's write was lost, or the record expired) starts.
+// admitter's write was lost, or the record expired) starts. A job whose
+// record is in the older versions' bucket starts as those versions start
+// it (Advance), racing their cancel.
 func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
 	rec, ok := update(e, time.Now())
 	if !ok {
 		return nil
+	}
+	if s.legacy != nil {
+		// While the bucket of the version before exists, a job it holds the
+		// record of starts as that version's workers start one: running
+		// written over the record at the revision read, which is what a
+		// cancel of that record races. One read a start until the bucket is
+		// deleted.
+		if _, rev, err := getIn(ctx, s.legacy, rec.ID); rev != 0 || err != nil && !errors.Is(err, ErrNotFound) {
+			if err != nil && rev == 0 {
+				return err
+			}
+			cur, applied, err := s.Advance(ctx, rec)
+			if err != nil {
+				return err
+			}
+			if !applied && cur.State == Cancelled {
+				return fmt.Errorf("%w: %s", queue.ErrJobCancelled, rec.ID)
+			}
+			return nil
+		}
 	}
 	claimed, won, err := s.claim(ctx, rec)
 	if err != nil {

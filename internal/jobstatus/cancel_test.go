@@ -2,10 +2,13 @@ package jobstatus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -209,5 +212,68 @@ func TestStartClaim(t *testing.T) {
 	}
 	if rec, err := s.Get(ctx, lost.ID); err != nil || rec.State != jobstatus.Running {
 		t.Errorf("Get of a started job with no record: %+v, %v; want running", rec, err)
+	}
+}
+
+// Records in the older versions' one bucket (jobs admitted before the
+// upgrade) keep that version's protocol, so a cancel and a start stay exact
+// while workers and admitters of both versions run: the start writes
+// running over the record at the revision it read, the cancel writes
+// cancelled the same way, and exactly one lands. A job cancelled before the
+// upgrade never starts after it.
+func TestCancelAndStartOfAnOlderRecord(t *testing.T) {
+	t.Parallel()
+	srv := queuetest.Start(t)
+	js := srv.JetStream(t)
+	ctx := context.WithoutCancel(t.Context())
+	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: jobstatus.Bucket, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := jobstatus.Open(ctx, js, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putOld := func(j *queue.Job, state jobstatus.State) {
+		b, err := json.Marshal(jobstatus.Record{ID: j.ID, Queue: j.Queue, State: state, UpdatedAt: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.Put(ctx, j.ID, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cancelled := job(t)
+	putOld(cancelled, jobstatus.Cancelled)
+	if err := s.StartGate(ctx, started(cancelled)); !errors.Is(err, queue.ErrJobCancelled) {
+		t.Errorf("StartGate of a job cancelled before the upgrade: %v, want ErrJobCancelled", err)
+	}
+
+	for range 20 {
+		j := job(t)
+		putOld(j, jobstatus.Queued)
+		var (
+			wg                 sync.WaitGroup
+			cancelErr, gateErr error
+		)
+		wg.Go(func() { _, cancelErr = s.Cancel(ctx, j.ID) })
+		wg.Go(func() { gateErr = s.StartGate(ctx, started(j)) })
+		wg.Wait()
+		e, err := old.Get(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec jobstatus.Record
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		var nc *jobstatus.NotCancellableError
+		switch {
+		case cancelErr == nil && errors.Is(gateErr, queue.ErrJobCancelled) && rec.State == jobstatus.Cancelled:
+		case gateErr == nil && errors.As(cancelErr, &nc) && nc.Record.State == jobstatus.Running && rec.State == jobstatus.Running:
+		default:
+			t.Fatalf("cancel: %v, start gate: %v, record in the older bucket %s; want exactly one to win", cancelErr, gateErr, rec.State)
+		}
 	}
 }

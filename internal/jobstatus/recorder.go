@@ -250,8 +250,11 @@ func (r *Recorder) write(ctx context.Context, batch []Record) {
 // there, without reading it first (Put) — nothing can be further along,
 // and a cancelled job never got to try (StartGate) — and anything else
 // merged into the stored record (Advance), which never goes backwards.
+// An outcome with no try (dead-lettered from the backlog before any
+// start: expired, or over max_age) is merged too: its job may have been
+// cancelled, and a cancelled record stays cancelled.
 func (s *Store) record(ctx context.Context, update Record) error {
-	if update.State.Final() && update.Attempts <= 1 {
+	if update.State.Final() && update.Attempts == 1 {
 		return s.Put(ctx, update)
 	}
 	_, _, err := s.Advance(ctx, update)

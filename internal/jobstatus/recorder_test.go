@@ -239,3 +239,25 @@ func TestRecorderExpired(t *testing.T) {
 		t.Errorf("expired record %+v: want the reason in its last error, a finish time, a final state", rec)
 	}
 }
+
+// A cancelled job whose backlog message stayed (the cancel's delete failed)
+// and then expired there is dead-lettered by the drain without a start: its
+// record stays cancelled.
+func TestRecorderKeepsACancelledJobCancelled(t *testing.T) {
+	t.Parallel()
+	s := open(t, 0)
+	j := job(t)
+	if err := s.Create(t.Context(), jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Cancel(t.Context(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := jobstatus.NewRecorder(s, nil, 0)
+	stop := run(t, r)
+	r.Observe(queue.Event{Kind: queue.DeadLettered, Job: j, Reason: queue.ReasonExpired, Err: errors.New("expired in the backlog")})
+	stop() // flushes what it was given
+	if rec, err := s.Get(t.Context(), j.ID); err != nil || rec.State != jobstatus.Cancelled {
+		t.Errorf("record %+v, %v; want still cancelled", rec, err)
+	}
+}
