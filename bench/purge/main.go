@@ -68,7 +68,7 @@ func run(url string, names []string) error {
 		prefix, isPrefix := strings.CutSuffix(want, "*")
 		found := false
 		for _, name := range all {
-			if name != want && !(isPrefix && strings.HasPrefix(name, prefix)) {
+			if match := name == want || isPrefix && strings.HasPrefix(name, prefix); !match {
 				continue
 			}
 			found = true
