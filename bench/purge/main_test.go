@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -15,15 +14,7 @@ import (
 // others as they are, and refuses a name that matches nothing.
 func TestPurge(t *testing.T) {
 	srv := queuetest.Start(t)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := srv.JetStream(t)
 	ctx := context.Background()
 	for _, name := range []string{"READY", "KV_a-1", "KV_a-2", "OTHER"} {
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{strings.ToLower(name) + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {

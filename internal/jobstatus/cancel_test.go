@@ -76,24 +76,35 @@ func TestCancelRacesAStart(t *testing.T) {
 		if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued}); err != nil {
 			t.Fatal(err)
 		}
-		var (
-			wg                 sync.WaitGroup
-			cancelErr, gateErr error
-		)
-		wg.Go(func() { _, cancelErr = s.Cancel(ctx, j.ID) })
-		wg.Go(func() { gateErr = s.StartGate(ctx, started(j)) })
-		wg.Wait()
-		rec, err := s.Get(ctx, j.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var nc *jobstatus.NotCancellableError
-		switch {
-		case cancelErr == nil && errors.Is(gateErr, queue.ErrJobCancelled) && rec.State == jobstatus.Cancelled:
-		case gateErr == nil && errors.As(cancelErr, &nc) && nc.Record.State == jobstatus.Running && rec.State == jobstatus.Running:
-		default:
-			t.Fatalf("cancel: %v, start gate: %v, record %s; want exactly one to win", cancelErr, gateErr, rec.State)
-		}
+		raceCancelAndStart(t, s, j, func() jobstatus.State {
+			rec, err := s.Get(ctx, j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return rec.State
+		})
+	}
+}
+
+// raceCancelAndStart cancels and starts job j at once and fails t unless
+// exactly one of the two won, as the record (read by state) says.
+func raceCancelAndStart(t *testing.T, s *jobstatus.Store, j *queue.Job, state func() jobstatus.State) {
+	t.Helper()
+	ctx := context.WithoutCancel(t.Context())
+	var (
+		wg                 sync.WaitGroup
+		cancelErr, gateErr error
+	)
+	wg.Go(func() { _, cancelErr = s.Cancel(ctx, j.ID) })
+	wg.Go(func() { gateErr = s.StartGate(ctx, started(j)) })
+	wg.Wait()
+	st := state()
+	var nc *jobstatus.NotCancellableError
+	switch {
+	case cancelErr == nil && errors.Is(gateErr, queue.ErrJobCancelled) && st == jobstatus.Cancelled:
+	case gateErr == nil && errors.As(cancelErr, &nc) && nc.Record.State == jobstatus.Running && st == jobstatus.Running:
+	default:
+		t.Fatalf("cancel: %v, start gate: %v, record %s; want exactly one to win", cancelErr, gateErr, st)
 	}
 }
 
@@ -253,27 +264,16 @@ func TestCancelAndStartOfAnOlderRecord(t *testing.T) {
 	for range 20 {
 		j := job(t)
 		putOld(j, jobstatus.Queued)
-		var (
-			wg                 sync.WaitGroup
-			cancelErr, gateErr error
-		)
-		wg.Go(func() { _, cancelErr = s.Cancel(ctx, j.ID) })
-		wg.Go(func() { gateErr = s.StartGate(ctx, started(j)) })
-		wg.Wait()
-		e, err := old.Get(ctx, j.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rec jobstatus.Record
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		var nc *jobstatus.NotCancellableError
-		switch {
-		case cancelErr == nil && errors.Is(gateErr, queue.ErrJobCancelled) && rec.State == jobstatus.Cancelled:
-		case gateErr == nil && errors.As(cancelErr, &nc) && nc.Record.State == jobstatus.Running && rec.State == jobstatus.Running:
-		default:
-			t.Fatalf("cancel: %v, start gate: %v, record in the older bucket %s; want exactly one to win", cancelErr, gateErr, rec.State)
-		}
+		raceCancelAndStart(t, s, j, func() jobstatus.State { // the record in the older bucket
+			e, err := old.Get(ctx, j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec jobstatus.Record
+			if err := json.Unmarshal(e.Value(), &rec); err != nil {
+				t.Fatal(err)
+			}
+			return rec.State
+		})
 	}
 }
