@@ -33,11 +33,12 @@ func (s *Store) ResetForReplay(ctx context.Context, job queue.Job, l queue.DeadL
 		state = Queued
 	}
 	reset := Record{ID: job.ID, Queue: job.Queue, State: state, LastError: prev.LastError, EnqueuedAt: now, UpdatedAt: now}
+	// The claim of its first start goes first: the replayed job starts
+	// anew, and can be cancelled once its record says queued — a cancel's
+	// claim made after that is never deleted here.
+	_ = s.kv(job.ID).Delete(ctx, claimKey(job.ID))
 	if err := s.Put(ctx, reset); err != nil {
 		return nil, "its status record was not reset: " + err.Error()
 	}
-	// The claim of its first start goes too: the replayed job starts anew,
-	// and can be cancelled while queued.
-	_ = s.kv(job.ID).Delete(ctx, claimKey(job.ID))
 	return func() { _ = s.Put(context.WithoutCancel(ctx), prev) }, ""
 }
