@@ -182,32 +182,44 @@ func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
 	if !ok {
 		return nil
 	}
-	if s.legacy != nil {
-		// While the bucket of the version before exists, a job it holds the
-		// record of starts as that version's workers start one: running
-		// written over the record at the revision read, which is what a
-		// cancel of that record races. One read a start until the bucket is
-		// deleted.
-		if _, rev, err := getIn(ctx, s.legacy, rec.ID); rev != 0 || err != nil && !errors.Is(err, ErrNotFound) {
-			if err != nil && rev == 0 {
-				return err
-			}
-			cur, applied, err := s.Advance(ctx, rec)
-			if err != nil {
-				return err
-			}
-			if !applied && cur.State == Cancelled {
-				return fmt.Errorf("%w: %s", queue.ErrJobCancelled, rec.ID)
-			}
-			return nil
-		}
-	}
-	claimed, won, err := s.claim(ctx, rec)
+	older, err := s.inLegacy(ctx, rec.ID)
 	if err != nil {
 		return err
 	}
-	if !won && claimed.State == Cancelled {
+	// The start wins the job (took), or finds what won it: a cancel, or an
+	// earlier start of the same job.
+	var (
+		cur  Record
+		took bool
+	)
+	if older {
+		// A record of the version before: running written over it at the
+		// revision read, which is what a cancel of that record races.
+		cur, took, err = s.Advance(ctx, rec)
+	} else {
+		cur, took, err = s.claim(ctx, rec)
+	}
+	if err != nil {
+		return err
+	}
+	if !took && cur.State == Cancelled {
 		return fmt.Errorf("%w: %s", queue.ErrJobCancelled, rec.ID)
 	}
 	return nil
+}
+
+// inLegacy reports whether job id's record is in the older versions'
+// bucket: one read a start while that bucket exists, none after.
+func (s *Store) inLegacy(ctx context.Context, id string) (bool, error) {
+	if s.legacy == nil {
+		return false, nil
+	}
+	_, rev, err := getIn(ctx, s.legacy, id)
+	if rev != 0 { // there, even if it does not decode (Advance replaces it)
+		return true, nil
+	}
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return false, err
 }
