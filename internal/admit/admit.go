@@ -135,6 +135,11 @@ type Options struct {
 	// OnStored, if set, is called after a job is stored and answered
 	// (the job-status record), with where it was stored; it must not block.
 	OnStored func(j *queue.Job, status api.Status, at queue.Stored)
+	// OnBatchStored, if set, is called once a batch's jobs are answered,
+	// with those it stored, in order, in place of OnStored for each: a
+	// writer of their status records can then write them together. It
+	// must not block.
+	OnBatchStored func([]StoredJob)
 	// Metrics, if set, counts decisions.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -211,7 +216,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	var claim *claim
 	id := ""
 	if r.IdempotencyKey != "" && a.o.Idempotency != nil {
-		c, first, err := a.o.Idempotency.Claim(ctx, q.Name, r.IdempotencyKey)
+		c, first, err := a.o.Idempotency.Claim(ctx, q.Name, r.IdempotencyKey, "")
 		if err != nil {
 			return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}
 		}
@@ -341,6 +346,18 @@ type placing struct {
 	// refunded: stage gave the decision's units back (a batch then
 	// decides the jobs after it again).
 	refunded bool
+	// inBatch: a batch's job, whose storing the batch reports
+	// (Options.OnBatchStored); stored is set by finish when j is stored.
+	inBatch bool
+	stored  *StoredJob
+}
+
+// StoredJob is a job a submission stored, answered with Status (admitted
+// or queued), and where it was stored.
+type StoredJob struct {
+	Job    *queue.Job
+	Status api.Status
+	At     queue.Stored
 }
 
 // stage turns decision d of a submission (notBefore: when its schedule
@@ -447,7 +464,8 @@ func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, 
 		est := estimatedStart(p.now, j.NotBefore, pos, q.Backlog.LeakRate).UTC()
 		ans.Reply.EstimatedStart = &est
 	}
-	if a.o.OnStored != nil {
+	p.stored = &StoredJob{Job: j, Status: ans.Reply.Status, At: stored}
+	if a.o.OnStored != nil && (!p.inBatch || a.o.OnBatchStored == nil) {
 		a.o.OnStored(j, ans.Reply.Status, stored)
 	}
 	return ans, nil

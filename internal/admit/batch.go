@@ -83,6 +83,11 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 	// shadow tiers too (shadow.go).
 	b := &batch{a: a, q: enforcing(q), full: q, start: time.Now(), res: make([]BatchResult, len(reqs)), jobs: make([]batchJob, len(reqs)),
 		metrics: a.o.Metrics.forQueue(q.Name)}
+	// The batch's job ids, made together so that their status records
+	// can be written together (jobstatus); a job whose idempotency key
+	// was claimed before keeps the id of that claim. Without them (no
+	// randomness), each job makes its own.
+	b.ids, _ = queue.NewJobIDs(len(reqs))
 	for i, r := range reqs {
 		r.Queue = q.Name
 		j := &b.jobs[i]
@@ -107,6 +112,9 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 		}
 	}
 	b.run(ctx)
+	if a.o.OnBatchStored != nil && len(b.stored) > 0 {
+		a.o.OnBatchStored(b.stored)
+	}
 	return b.res, nil
 }
 
@@ -120,6 +128,8 @@ type batch struct {
 	jobs  []batchJob
 	// metrics are the queue's series, looked up once for the batch.
 	metrics *queueMetrics
+	ids     []string    // the jobs' ids, by index (nil: made one by one)
+	stored  []StoredJob // the jobs stored, in order
 }
 
 // batchJob is one job of a batch.
@@ -213,7 +223,11 @@ func (b *batch) claim(ctx context.Context, lo, hi int) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			c, first, err := b.a.o.Idempotency.Claim(ctx, b.q.Name, j.idem)
+			var id string // the batch's id for the job, if the key is new
+			if b.ids != nil {
+				id = b.ids[i]
+			}
+			c, first, err := b.a.o.Idempotency.Claim(ctx, b.q.Name, j.idem, id)
 			switch {
 			case err != nil:
 				b.res[i] = BatchResult{Err: &Error{Type: api.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}}
@@ -300,10 +314,20 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 	for k, i := range idx {
 		j := &b.jobs[i]
 		id := ""
-		if j.claim != nil {
+		switch {
+		case j.claim != nil:
 			id = j.claim.id
+		case b.ids != nil:
+			id = b.ids[i]
 		}
 		p, err := b.a.stage(ctx, b.q, j.r, j.tiers, j.jobKey, j.cost, id, j.notBefore, ds[k], src)
+		if p != nil && b.ids != nil && id == b.ids[i] {
+			// One of the ids this batch made: its status record is
+			// written with theirs (OnBatchStored). A job that took over
+			// an earlier submission's id (its idempotency key's) is
+			// reported alone, so that no two batches write one group.
+			p.inBatch = true
+		}
 		run = append(run, staged{i, p, err})
 		switch {
 		case err != nil || p.j == nil:
@@ -369,6 +393,9 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			}
 			ans, err := b.a.finish(ctx, x.p, stored, err)
 			b.answer(ctx, x.i, ans, err)
+			if x.p.stored != nil {
+				b.stored = append(b.stored, *x.p.stored)
+			}
 			refused = refused || refundedBy(x.p, ans, err)
 		}
 		pipe = pipe[:0]

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-dev/spillway/internal/admit"
@@ -93,21 +96,27 @@ func TestBatchEqualsSingles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := setup(t, batchTwinConfig, setupOptions{primary: store, now: func() time.Time { return at }})
+	var hooks storedHooks
+	a, b := setup(t, batchTwinConfig, setupOptions{primary: store, now: func() time.Time { return at }, options: hooks.install})
 	ctx := context.Background()
 
 	const n = admit.MaxBatch
-	results, err := a.SubmitBatch(ctx, "batch", twinJobs("batch", n, at))
+	reqs := twinJobs("batch", n, at)
+	results, err := a.SubmitBatch(ctx, "batch", reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(results) != n {
 		t.Fatalf("%d results for %d jobs", len(results), n)
 	}
+	hooks.checkBatch(t, reqs, results)
 	singles := make([]admit.BatchResult, n)
 	for i, r := range twinJobs("singles", n, at) {
 		ans, err := a.Submit(ctx, r)
 		singles[i] = admit.BatchResult{Answer: ans, Err: err}
+	}
+	if got, want := len(hooks.single), len(storedOf(singles)); got != want {
+		t.Errorf("singles: OnStored called %d times, want %d (the jobs stored)", got, want)
 	}
 
 	counts := map[string]int{}
@@ -246,5 +255,80 @@ func TestBatchShadowTiers(t *testing.T) {
 	}
 	if wouldNot == 0 {
 		t.Error("every shadow decision admitted: the burst does not test the batch's shadow decisions")
+	}
+}
+
+// storedHooks records what an admitter reports of the jobs it stores.
+type storedHooks struct {
+	mu     sync.Mutex
+	single []admit.StoredJob   // OnStored's
+	batch  [][]admit.StoredJob // OnBatchStored's, a call each
+}
+
+func (h *storedHooks) install(o *admit.Options) {
+	o.OnStored = func(j *queue.Job, st api.Status, at queue.Stored) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.single = append(h.single, admit.StoredJob{Job: j, Status: st, At: at})
+	}
+	o.OnBatchStored = func(jobs []admit.StoredJob) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.batch = append(h.batch, jobs)
+	}
+}
+
+// storedOf is the id and status of each job rs stored, in order.
+func storedOf(rs []admit.BatchResult) []string {
+	var out []string
+	for _, r := range rs {
+		if st := r.Answer.Reply.Status; r.Err == nil && !r.Answer.Reply.Duplicate && (st == api.Admitted || st == api.Queued) {
+			out = append(out, r.Answer.Reply.ID+" "+string(st))
+		}
+	}
+	return out
+}
+
+// checkBatch checks what a batch reported: one OnBatchStored call with the
+// jobs it stored, in order, and no OnStored; and the ids of its jobs made
+// together (queue.NewJobIDs: the same but for their last 10 bits, which
+// are the job's place in the batch), those with an idempotency key too.
+func (h *storedHooks) checkBatch(t *testing.T, reqs []*admit.Request, rs []admit.BatchResult) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.single) != 0 || len(h.batch) != 1 {
+		t.Fatalf("a batch made %d OnStored and %d OnBatchStored calls, want 0 and 1", len(h.single), len(h.batch))
+	}
+	var got []string
+	for _, j := range h.batch[0] {
+		got = append(got, j.Job.ID+" "+string(j.Status))
+	}
+	if want := storedOf(rs); !slices.Equal(got, want) {
+		t.Errorf("OnBatchStored reported %d jobs, the answers say %d were stored:\n%v\nwant\n%v", len(got), len(want), got, want)
+	}
+	var base uuid.UUID
+	made, idem := 0, 0
+	for i, r := range rs {
+		if r.Answer.Reply.Duplicate || r.Answer.Reply.ID == "" {
+			continue // the first's id, or none
+		}
+		u := uuid.MustParse(r.Answer.Reply.ID)
+		if low := int(u[14]&0x03)<<8 | int(u[15]); low != i {
+			t.Errorf("job %d: id %s ends in %d, want its place in the batch", i, u, low)
+		}
+		u[14], u[15] = u[14]&^0x03, 0
+		if made == 0 {
+			base = u
+		} else if u != base {
+			t.Errorf("job %d: id %s is not of the batch's ids (%s)", i, r.Answer.Reply.ID, base)
+		}
+		made++
+		if reqs[i].IdempotencyKey != "" {
+			idem++
+		}
+	}
+	if made == 0 || idem == 0 {
+		t.Errorf("%d jobs stored, %d with an idempotency key: the ids are not checked", made, idem)
 	}
 }

@@ -126,16 +126,19 @@ type claim struct {
 }
 
 // Claim claims key for queue q. It returns either a claim (this caller
-// decides, with claim.id as the job id) or the first answer, its reply
-// and what it said about the limits.
-func (i *Idempotency) Claim(ctx context.Context, q, key string) (*claim, *Answer, error) {
+// decides, with claim.id as the job id: id, or a new one when id is "",
+// for the key's first submission; the id of the first otherwise) or the
+// first answer, its reply and what it said about the limits.
+func (i *Idempotency) Claim(ctx context.Context, q, key, id string) (*claim, *Answer, error) {
 	k := idemKey(q, key)
 	kv := i.kv(k)
 	wait := 2 * time.Millisecond
 	for {
-		id, err := queue.NewJobID()
-		if err != nil {
-			return nil, nil, err
+		if id == "" {
+			var err error
+			if id, err = queue.NewJobID(); err != nil {
+				return nil, nil, err
+			}
 		}
 		b, _ := json.Marshal(idemRecord{ID: id, At: i.now()})
 		rev, err := kv.Create(ctx, k, b)

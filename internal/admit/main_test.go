@@ -47,6 +47,8 @@ type setupOptions struct {
 	run bool
 	// now, if set, is the admitter's clock.
 	now func() time.Time
+	// options, if set, changes the admitter's options (its hooks).
+	options func(*admit.Options)
 }
 
 // setup builds an admitter for the configuration yaml (queues with their
@@ -83,6 +85,9 @@ func setup(t *testing.T, yaml string, o setupOptions) (*admit.Admitter, *testBun
 	opts.Metrics = m
 	if o.now != nil {
 		opts.Now = o.now
+	}
+	if o.options != nil {
+		o.options(&opts)
 	}
 	a, err := admit.New(b.Config, opts)
 	if err != nil {

@@ -68,6 +68,7 @@ type Service struct {
 	status   *jobstatus.Store
 	limits   jetstream.KeyValue // the runtime overrides' bucket
 	writes   chan jobstatus.Record
+	batches  chan []jobstatus.Record // a batch's first records, written together
 	metrics  *admit.Metrics
 	// store is the kind of bucket store decisions use: "redis" or
 	// "memory" (the store label of spillway_store_errors_total).
@@ -97,7 +98,8 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	cfg := o.Config
-	s := &Service{o: o, log: o.Logger, errc: make(chan error, 4), ensure: map[string]bool{}, writes: make(chan jobstatus.Record, 4096)}
+	s := &Service{o: o, log: o.Logger, errc: make(chan error, 4), ensure: map[string]bool{}, writes: make(chan jobstatus.Record, 4096),
+		batches: make(chan []jobstatus.Record, 64)}
 	defer func() {
 		if err != nil {
 			if s.cancel != nil {
@@ -185,7 +187,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}
 	if s.admitter, err = admit.New(cfg, admit.Options{
 		JS: s.js, Publisher: pub, Store: s.failover, Idempotency: idem, Metrics: s.metrics, Logger: s.log,
-		OnStored: s.recordStored,
+		OnStored: s.recordStored, OnBatchStored: s.recordBatch,
 	}); err != nil {
 		return nil, err
 	}
@@ -367,17 +369,37 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// recordStored queues the job's first status record; it must not block a
-// submission, so a full buffer drops the record (status is advisory).
-func (s *Service) recordStored(j *queue.Job, st api.Status, at queue.Stored) {
+// firstRecord is the first status record of a job stored as st at at.
+func firstRecord(j *queue.Job, st api.Status, at queue.Stored) jobstatus.Record {
 	r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
 	if st == api.Queued {
 		r.BacklogSeq = at.Sequence // where a cancel finds it
 	}
+	return r
+}
+
+// recordStored queues the job's first status record; it must not block a
+// submission, so a full buffer drops the record (status is advisory).
+func (s *Service) recordStored(j *queue.Job, st api.Status, at queue.Stored) {
 	select {
-	case s.writes <- r:
+	case s.writes <- firstRecord(j, st, at):
 	default:
 		s.statusDropped.Inc()
+	}
+}
+
+// recordBatch queues the first status records of a batch's stored jobs,
+// to be written together (jobstatus.FirstMsgs), or drops them all when
+// the buffer is full.
+func (s *Service) recordBatch(jobs []admit.StoredJob) {
+	recs := make([]jobstatus.Record, len(jobs))
+	for i, j := range jobs {
+		recs[i] = firstRecord(j.Job, j.Status, j.At)
+	}
+	select {
+	case s.batches <- recs:
+	default:
+		s.statusDropped.Add(float64(len(recs)))
 	}
 }
 
@@ -385,20 +407,37 @@ func (s *Service) recordStored(j *queue.Job, st api.Status, at queue.Stored) {
 // publishes: a record is advisory and must not cost a round trip each, so
 // the connection batches them with everything else it sends. A job with a
 // record already (a worker started it first) is refused by the server, as
-// Create would be.
+// Create would be. A batch's records go out as few group records
+// (jobstatus.FirstMsgs), which a worker's record of a job takes
+// precedence over.
 func (s *Service) writeStatus(ctx context.Context, js jetstream.JetStream) error {
+	publish := func(m *nats.Msg) {
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			s.statusDropped.Add(float64(jobstatus.RecordsIn(m)))
+			s.log.Debug("writing job status records", "subject", m.Subject, "err", err)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case r := <-s.writes:
 			m, err := jobstatus.CreateMsg(r)
-			if err == nil {
-				_, err = js.PublishMsgAsync(m)
-			}
 			if err != nil {
 				s.statusDropped.Inc()
 				s.log.Debug("writing a job status record", "job", r.ID, "err", err)
+				continue
+			}
+			publish(m)
+		case recs := <-s.batches:
+			msgs, err := jobstatus.FirstMsgs(recs)
+			if err != nil {
+				s.statusDropped.Add(float64(len(recs)))
+				s.log.Debug("writing a batch's job status records", "jobs", len(recs), "err", err)
+				continue
+			}
+			for _, m := range msgs {
+				publish(m)
 			}
 		}
 	}
@@ -410,7 +449,7 @@ func (s *Service) statusRefused(_ jetstream.JetStream, m *nats.Msg, err error) {
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
 		return // the worker's record came first
 	}
-	s.statusDropped.Inc()
+	s.statusDropped.Add(float64(jobstatus.RecordsIn(m)))
 	s.log.Debug("a job status record was not stored", "subject", m.Subject, "err", err)
 }
 

@@ -159,16 +159,24 @@ func (s *Store) get(ctx context.Context, id string) (Record, uint64, error) {
 	return getIn(ctx, s.kv(id), id)
 }
 
-// getAny is get, falling back to the older versions' bucket for a job
-// that has no record in its own (admitted before the upgrade). legacy
-// reports that the record is from there.
+// getAny is get, falling back for a job that has no record of its own to
+// the older versions' bucket (a job admitted before the upgrade: legacy
+// reports that the record is from there), and then to its group record
+// (the first record of a batch's job, group.go), whose revision is 0: a
+// conditional write at revision 0 creates the job's own record.
 func (s *Store) getAny(ctx context.Context, id string) (rec Record, rev uint64, legacy bool, err error) {
 	rec, rev, err = s.get(ctx, id)
-	if s.legacy == nil || !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, ErrNotFound) {
 		return rec, rev, false, err
 	}
-	rec, rev, err = getIn(ctx, s.legacy, id)
-	return rec, rev, rev != 0, err
+	if s.legacy != nil {
+		rec, rev, err = getIn(ctx, s.legacy, id)
+		if !errors.Is(err, ErrNotFound) {
+			return rec, rev, rev != 0, err
+		}
+	}
+	rec, err = s.getFirst(ctx, id)
+	return rec, 0, false, err
 }
 
 func getIn(ctx context.Context, kv jetstream.KeyValue, id string) (Record, uint64, error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/client"
@@ -289,6 +290,57 @@ func TestSubmitBatch(t *testing.T) {
 		}
 		if _, err := c.SubmitBatch(t.Context(), "nope", jobs[:1]); !errors.Is(err, client.ErrNotFound) {
 			t.Errorf("%s: a batch to an unknown queue: %v", door, err)
+		}
+	}
+}
+
+// A batch's jobs share their first status records (one per 64 jobs, not
+// one each): both doors read them, cancel a queued job of the batch, and
+// refuse to cancel an admitted one.
+func TestBatchJobsStatus(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	js := must(jetstream.New(a.connect(t)))(t)
+	for door, c := range doors(t, a) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		who := client.WithHeader("X-Client", "batch-status-"+door)
+		jobs := []client.BatchJob{{Options: []client.SubmitOption{who}}, {Options: []client.SubmitOption{who}}, {Options: []client.SubmitOption{who}}}
+		res := must(c.SubmitBatch(ctx, "limited", jobs))(t)
+		want := []client.State{client.StateAdmitted, client.StateQueued, client.StateQueued}
+		for i, r := range res {
+			if r.Err != nil || r.Answer == nil {
+				t.Fatalf("%s: job %d: %v", door, i, r.Err)
+			}
+		}
+		admittest.WaitFor(t, 10*time.Second, "the batch's records", func() bool {
+			for i, r := range res {
+				if j, err := c.Status(ctx, r.Answer.ID); err != nil || j.State != want[i] || j.Queue != "limited" {
+					return false
+				}
+			}
+			return true
+		})
+		for i, r := range res {
+			// No job has a record of its own: they are in their group's.
+			kv := must(js.KeyValue(ctx, jobstatus.BucketOf(r.Answer.ID)))(t)
+			if _, err := kv.Get(ctx, r.Answer.ID); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				t.Errorf("%s: job %d has a record of its own (%v), want its group's only", door, i, err)
+			}
+		}
+		queued := res[1].Answer.ID
+		if job, err := c.Cancel(ctx, queued); err != nil || job.State != client.StateCancelled {
+			t.Errorf("%s: cancel of a queued batch job: %+v, %v", door, job, err)
+		}
+		if job, err := c.Wait(ctx, queued); err != nil || job.State != client.StateCancelled {
+			t.Errorf("%s: waiting for the cancelled batch job: %+v, %v", door, job, err)
+		}
+		var pe *client.ProblemError
+		if _, err := c.Cancel(ctx, res[0].Answer.ID); !errors.Is(err, client.ErrConflict) || !errors.As(err, &pe) || pe.State != "admitted" {
+			t.Errorf("%s: cancel of an admitted batch job: %v; want a conflict, state admitted", door, err)
+		}
+		if j, err := c.Status(ctx, res[2].Answer.ID); err != nil || j.State != client.StateQueued {
+			t.Errorf("%s: the other queued job after the cancel: %+v, %v; want queued", door, j, err)
 		}
 	}
 }

@@ -109,7 +109,11 @@ func (d *natsDoor) bucket(ctx context.Context, id string) (jetstream.KeyValue, e
 	if err := jobstatus.ValidateID(id); err != nil {
 		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
 	}
-	name := jobstatus.BucketOf(id)
+	return d.bucketNamed(ctx, jobstatus.BucketOf(id))
+}
+
+// bucketNamed is the status bucket called name.
+func (d *natsDoor) bucketNamed(ctx context.Context, name string) (jetstream.KeyValue, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if kv, ok := d.kv[name]; ok {
@@ -152,11 +156,29 @@ func (d *natsDoor) status(ctx context.Context, id string) (*Job, error) {
 	e, err := kv.Get(ctx, id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		return nil, notFound(id)
+		return d.first(ctx, id)
 	case err != nil:
 		return nil, &TransportError{Op: "reading job " + id, Err: err}
 	}
 	return decode(id, e.Value())
+}
+
+// first is job id's first record from its batch's group record, for a
+// job that has no record of its own: a batch's job that no worker has
+// started yet (jobstatus.GetFirst).
+func (d *natsDoor) first(ctx context.Context, id string) (*Job, error) {
+	kv, err := d.bucketNamed(ctx, jobstatus.GroupBucketOf(id))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := jobstatus.GetFirst(ctx, kv, id)
+	switch {
+	case errors.Is(err, jobstatus.ErrNotFound):
+		return nil, notFound(id)
+	case err != nil:
+		return nil, &TransportError{Op: "reading job " + id, Err: err}
+	}
+	return jobOf(&rec), nil
 }
 
 func (d *natsDoor) cancel(ctx context.Context, id string) (*Job, error) {
@@ -209,7 +231,15 @@ func (d *natsDoor) wait(ctx context.Context, id string) (*Job, error) {
 			}
 			if e == nil { // the end of the record as it was when the watch began
 				if !seen {
-					grace = time.After(notFoundGrace)
+					// No record of its own: a batch's job not yet
+					// started has its first record in its group's.
+					// A group record is never final; an error reading it
+					// is waited out as a missing record is.
+					if _, err := d.first(ctx, id); err == nil {
+						seen = true
+					} else {
+						grace = time.After(notFoundGrace)
+					}
 				}
 				continue
 			}

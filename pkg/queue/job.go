@@ -73,6 +73,34 @@ func NewJobID() (string, error) {
 	return id.String(), nil
 }
 
+// MaxJobIDs bounds NewJobIDs: the ids of one call differ in their last
+// 10 bits only.
+const MaxJobIDs = 1 << 10
+
+// NewJobIDs returns n new UUIDv7s for jobs submitted together (n at most
+// MaxJobIDs): one NewJobID with its last 10 bits replaced by 0, 1, … n-1.
+// They are unique and ordered as NewJobID's are, and in the order given;
+// and whoever reads them can tell which were made together, as job-status
+// records do to keep the first records of a batch's jobs under a few keys
+// (jobstatus). Knowing one of them tells the others.
+func NewJobIDs(n int) ([]string, error) {
+	if n < 0 || n > MaxJobIDs {
+		return nil, fmt.Errorf("queue: %d job ids: want 0 to %d", n, MaxJobIDs)
+	}
+	base, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("queue: job ids: %w", err)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		u := base
+		u[14] = u[14]&^0x03 | byte(i>>8)
+		u[15] = byte(i)
+		ids[i] = u.String()
+	}
+	return ids, nil
+}
+
 // message builds the NATS message for j on destination d.
 func (j *Job) message(d Destination) (*nats.Msg, error) {
 	if err := ValidateQueueName(j.Queue); err != nil {

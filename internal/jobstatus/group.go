@@ -1,0 +1,197 @@
+package jobstatus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A batch's jobs share their first records. The admitter writes a job's
+// first record (admitted or queued) and nothing else, and for a batch
+// (queue.NewJobIDs: ids that differ in their last 10 bits only) one
+// write per job would be half of what JetStream stores for the batch. So
+// the first records of jobs whose ids differ in their last 6 bits only are
+// kept together, as one group record under the key "<id with those bits
+// 0>.first", in that id's bucket: a batch of 1000 jobs is 16 writes, not
+// 1000. Every later write of a job (a worker's, a cancel's, a replay's) is
+// its own record, which takes precedence: a job's record is its own
+// record if it has one, else its entry in its group record.
+
+// groupBits is how many of an id's last bits tell the jobs of one group.
+const groupBits = 6
+
+// groupMask keeps the last groupBits bits of an id's last byte.
+const groupMask = 1<<groupBits - 1
+
+// groupOf returns the id that names job id's group (its last groupBits
+// bits 0) and the job's slot in the group. id must be a valid job id.
+func groupOf(id string) (string, int) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return "", -1
+	}
+	slot := int(u[15] & groupMask)
+	u[15] &^= groupMask
+	return u.String(), slot
+}
+
+// groupKey is the key of the group record named by group id g.
+func groupKey(g string) string { return g + ".first" }
+
+// GroupBucketOf is the bucket of the group record that may hold job id's
+// first record (a valid job id).
+func GroupBucketOf(id string) string {
+	g, _ := groupOf(id)
+	return BucketOf(g)
+}
+
+// groupRecord is the first records of a group's jobs, compactly: 64
+// queued jobs with every field set take about 6 KiB, under maxValueSize.
+type groupRecord struct {
+	Queue string       `json:"queue"`
+	Jobs  []groupEntry `json:"jobs"`
+}
+
+// groupEntry is one job's first record in its group record. Times are
+// Unix nanoseconds; UpdatedAt is EnqueuedAt, as the admitter writes it.
+type groupEntry struct {
+	Slot       int    `json:"i"`
+	State      State  `json:"s"`
+	EnqueuedAt int64  `json:"e"`
+	NotBefore  int64  `json:"nb,omitempty"`
+	BacklogSeq uint64 `json:"seq,omitempty"`
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// FirstMsgs are the messages that store recs, the first records of jobs
+// that a writer stores many of at once (the admitter's after a batch): the
+// records of jobs of one group and one queue, admitted or queued and
+// updated when they were enqueued, as one group record; any other record
+// alone, as CreateMsg makes it. A record that is not valid is an error,
+// and nothing is made.
+func FirstMsgs(recs []Record) ([]*nats.Msg, error) {
+	type group struct {
+		id   string
+		recs []Record
+	}
+	var groups []*group
+	byID := make(map[string]*group)
+	for _, rec := range recs {
+		if err := rec.validate(); err != nil {
+			return nil, err
+		}
+		g, _ := groupOf(rec.ID)
+		gr := byID[g]
+		if gr == nil {
+			gr = &group{id: g}
+			byID[g] = gr
+			groups = append(groups, gr)
+		}
+		gr.recs = append(gr.recs, rec)
+	}
+	msgs := make([]*nats.Msg, 0, len(groups))
+	for _, g := range groups {
+		if m := groupMsg(g.id, g.recs); m != nil {
+			msgs = append(msgs, m)
+			continue
+		}
+		for _, rec := range g.recs {
+			m, err := CreateMsg(rec)
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs, nil
+}
+
+// groupMsg is the message of group g's record holding recs, or nil when
+// they are better written alone: one record, records a group record
+// cannot hold, or more than maxValueSize of them.
+func groupMsg(g string, recs []Record) *nats.Msg {
+	if len(recs) < 2 {
+		return nil
+	}
+	gr := groupRecord{Queue: recs[0].Queue, Jobs: make([]groupEntry, len(recs))}
+	for i, rec := range recs {
+		rec = rec.normalized()
+		if rec.Queue != gr.Queue || rec.State.rank() != 0 || rec.Attempts != 0 || rec.LastError != "" ||
+			!rec.StartedAt.IsZero() || !rec.FinishedAt.IsZero() || !rec.UpdatedAt.Equal(rec.EnqueuedAt) || rec.EnqueuedAt.IsZero() {
+			return nil
+		}
+		_, slot := groupOf(rec.ID)
+		gr.Jobs[i] = groupEntry{Slot: slot, State: rec.State, EnqueuedAt: unixNano(rec.EnqueuedAt), NotBefore: unixNano(rec.NotBefore), BacklogSeq: rec.BacklogSeq}
+	}
+	data, err := json.Marshal(gr)
+	if err != nil || len(data) > maxValueSize {
+		return nil
+	}
+	m := nats.NewMsg("$KV." + BucketOf(g) + "." + groupKey(g))
+	m.Data = data
+	return m
+}
+
+// RecordsIn is how many job records m, made by FirstMsgs, holds.
+func RecordsIn(m *nats.Msg) int {
+	var gr groupRecord
+	if json.Unmarshal(m.Data, &gr) != nil || len(gr.Jobs) == 0 {
+		return 1
+	}
+	return len(gr.Jobs)
+}
+
+// GetFirst returns job id's first record from its group record in kv, the
+// bucket GroupBucketOf(id) names: ErrNotFound when the group has none, or
+// no entry for the job. For a reader of the buckets that is not a Store
+// (the Go client).
+func GetFirst(ctx context.Context, kv jetstream.KeyValue, id string) (Record, error) {
+	g, slot := groupOf(id)
+	if g == "" {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	e, err := kv.Get(ctx, groupKey(g))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("jobstatus: reading job %s: %w", id, err)
+	}
+	var gr groupRecord
+	if err := json.Unmarshal(e.Value(), &gr); err != nil {
+		return Record{}, fmt.Errorf("jobstatus: job %s: group record %s revision %d: %w", id, groupKey(g), e.Revision(), err)
+	}
+	for _, j := range gr.Jobs {
+		if j.Slot == slot {
+			at := fromUnixNano(j.EnqueuedAt)
+			return Record{ID: id, Queue: gr.Queue, State: j.State, EnqueuedAt: at, UpdatedAt: at,
+				NotBefore: fromUnixNano(j.NotBefore), BacklogSeq: j.BacklogSeq}, nil
+		}
+	}
+	return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+}
+
+// getFirst is GetFirst in s's buckets.
+func (s *Store) getFirst(ctx context.Context, id string) (Record, error) {
+	g, _ := groupOf(id)
+	return GetFirst(ctx, s.kv(g), id)
+}
