@@ -136,9 +136,11 @@ type Options struct {
 	// (the job-status record), with where it was stored; it must not block.
 	OnStored func(j *queue.Job, status api.Status, at queue.Stored)
 	// OnBatchStored, if set, is called once a batch's jobs are answered,
-	// with those it stored, in order, in place of OnStored for each: a
-	// writer of their status records can then write them together. It
-	// must not block.
+	// with those it stored under the ids it made for them
+	// (queue.NewJobIDs), in order, in place of OnStored for each: a writer
+	// of their status records can then write them together. A job that
+	// took over an earlier submission's id (its idempotency key's) is
+	// reported by OnStored. It must not block.
 	OnBatchStored func([]StoredJob)
 	// Metrics, if set, counts decisions.
 	Metrics *Metrics

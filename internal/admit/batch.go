@@ -393,7 +393,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			}
 			ans, err := b.a.finish(ctx, x.p, stored, err)
 			b.answer(ctx, x.i, ans, err)
-			if x.p.stored != nil {
+			if x.p.inBatch && x.p.stored != nil {
 				b.stored = append(b.stored, *x.p.stored)
 			}
 			refused = refused || refundedBy(x.p, ans, err)

@@ -332,3 +332,53 @@ func (h *storedHooks) checkBatch(t *testing.T, reqs []*admit.Request, rs []admit
 		t.Errorf("%d jobs stored, %d with an idempotency key: the ids are not checked", made, idem)
 	}
 }
+
+// A batch's job that takes over an earlier submission's claim (its
+// idempotency key's, gone stale) keeps that claim's id, made by an earlier
+// batch, and is reported alone (OnStored): the batch's group of status
+// records holds the ids it made only, and never writes an earlier batch's.
+func TestBatchTakeoverIsReportedAlone(t *testing.T) {
+	t.Parallel()
+	var hooks storedHooks
+	a, b := setup(t, idemConfig, setupOptions{staleAfter: 50 * time.Millisecond, options: hooks.install})
+	ctx := t.Context()
+	earlier, err := queue.NewJobIDs(3) // an earlier batch's, whose answers were lost
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range earlier {
+		if c, first, err := b.Idempotency.Claim(ctx, "q", fmt.Sprint("k", i), id); err != nil || first != nil || c == nil {
+			t.Fatalf("claiming k%d: %v %v", i, first, err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // past StaleAfter: the claims may be taken over
+	reqs := []*admit.Request{withIdem(request("q", "c"), "k0"), request("q", "c"), withIdem(request("q", "c"), "k1"),
+		request("q", "c"), withIdem(request("q", "c"), "k2")}
+	rs, err := a.SubmitBatch(ctx, "q", reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if r.Err != nil || r.Answer.Reply.Status != api.Admitted || r.Answer.Reply.Duplicate {
+			t.Fatalf("job %d: %+v %v; want admitted", i, r.Answer.Reply, r.Err)
+		}
+	}
+	hooks.mu.Lock()
+	defer hooks.mu.Unlock()
+	var alone, together []string
+	for _, j := range hooks.single {
+		alone = append(alone, j.Job.ID)
+	}
+	if len(hooks.batch) != 1 {
+		t.Fatalf("%d OnBatchStored calls, want 1", len(hooks.batch))
+	}
+	for _, j := range hooks.batch[0] {
+		together = append(together, j.Job.ID)
+	}
+	if want := []string{rs[0].Answer.Reply.ID, rs[2].Answer.Reply.ID, rs[4].Answer.Reply.ID}; !slices.Equal(alone, earlier) || !slices.Equal(want, earlier) {
+		t.Errorf("the takeovers: answered %v, reported alone %v; want the earlier ids %v", want, alone, earlier)
+	}
+	if want := []string{rs[1].Answer.Reply.ID, rs[3].Answer.Reply.ID}; !slices.Equal(together, want) {
+		t.Errorf("reported together %v, want the batch's own jobs %v", together, want)
+	}
+}

@@ -446,7 +446,7 @@ func (s *Service) writeStatus(ctx context.Context, js jetstream.JetStream) error
 // statusRefused handles a first status record the server did not store.
 func (s *Service) statusRefused(_ jetstream.JetStream, m *nats.Msg, err error) {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && !jobstatus.IsGroup(m) {
 		return // the worker's record came first
 	}
 	s.statusDropped.Add(float64(jobstatus.RecordsIn(m)))

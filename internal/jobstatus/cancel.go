@@ -145,7 +145,7 @@ func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64, lega
 		if err != nil {
 			return err
 		}
-		_, err = kv.Update(ctx, out.ID, data, rev)
+		err = writeAt(ctx, kv, out.ID, data, rev)
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			if err != nil {
 				return fmt.Errorf("jobstatus: writing job %s: %w", out.ID, err)

@@ -7,8 +7,10 @@
 // succeeded, retrying, dead, expired or cancelled), how many tries it
 // took, its last error and when things happened. Records live in 16
 // buckets, spillway-jobs-00 to -15 (Open; BucketOf says which by the job
-// id), one key per job id, and expire TTL after their last write (the
-// buckets' TTL: JetStream's MaxAge), so they hold recent jobs only.
+// id), one key per job id — but for the first records of a batch's jobs,
+// which share a group record (group.go) until the job's next write — and
+// expire TTL after their last write (the buckets' TTL: JetStream's
+// MaxAge), so they hold recent jobs only.
 //
 // # Status is advisory
 //
@@ -32,7 +34,9 @@
 //
 // The admitter writes a job's first record (admitted or queued) with
 // Store.Create, which writes only if there is no record yet — a fast worker
-// may have started the job first. The workers' Recorder follows each job
+// may have started the job first. A batch's jobs share their first
+// records, up to 64 to a group record (FirstMsgs; group.go), which a job's
+// own record, written by anyone after, takes precedence over. The workers' Recorder follows each job
 // through its tries from the queue.Worker's events with Store.Advance,
 // which merges an update into the stored record under a revision check, so
 // that a late or reordered update — from another goroutine, another

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -147,9 +148,15 @@ func groupMsg(g string, recs []Record) *nats.Msg {
 		return nil
 	}
 	m := nats.NewMsg("$KV." + BucketOf(g) + "." + groupKey(g))
+	// A group is its batch's alone, written once: a second write would
+	// replace the entries of the first, so the server refuses it.
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	m.Data = data
 	return m
 }
+
+// IsGroup reports whether m, made by FirstMsgs, is a group record.
+func IsGroup(m *nats.Msg) bool { return strings.HasSuffix(m.Subject, ".first") }
 
 // RecordsIn is how many job records m, made by FirstMsgs, holds.
 func RecordsIn(m *nats.Msg) int {
@@ -178,7 +185,9 @@ func GetFirst(ctx context.Context, kv jetstream.KeyValue, id string) (Record, er
 	}
 	var gr groupRecord
 	if err := json.Unmarshal(e.Value(), &gr); err != nil {
-		return Record{}, fmt.Errorf("jobstatus: job %s: group record %s revision %d: %w", id, groupKey(g), e.Revision(), err)
+		// Advisory, as any record: one that cannot be read is none,
+		// and the job's next write makes a record of its own.
+		return Record{}, fmt.Errorf("%w: %s (its group record %s, revision %d, does not decode: %v)", ErrNotFound, id, groupKey(g), e.Revision(), err)
 	}
 	for _, j := range gr.Jobs {
 		if j.Slot == slot {

@@ -1,6 +1,7 @@
 package jobstatus_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -75,6 +76,13 @@ func TestBatchFirstRecordsShareWrites(t *testing.T) {
 	}
 	if got := publishAll(t, js, msgs); got != 16 {
 		t.Errorf("%d jobs in %d messages, want 16 (one per 64 ids)", len(recs), got)
+	}
+	// A group is written once: a second write, which would replace its
+	// entries, is refused.
+	again := nats.NewMsg(msgs[0].Subject)
+	again.Header, again.Data = msgs[0].Header, []byte(`{"queue":"email","jobs":[]}`)
+	if _, err := js.PublishMsg(ctx, again); err == nil {
+		t.Errorf("a second write of group record %s was stored", msgs[0].Subject)
 	}
 	stored := 0
 	for _, m := range msgs {
@@ -192,5 +200,51 @@ func TestFirstMsgsWritesAloneWhatAGroupCannotHold(t *testing.T) {
 	bad[1].State = "lost"
 	if _, err := jobstatus.FirstMsgs(bad); err == nil {
 		t.Error("FirstMsgs of an invalid record: no error")
+	}
+}
+
+// A job with no record of its own but a deleted one (a delete marker on
+// its key, as `nats kv del` leaves) and its group's entry: a merge and a
+// cancel write its own record over the marker.
+func TestGroupEntryOverADeletedRecord(t *testing.T) {
+	t.Parallel()
+	srv := queuetest.Start(t)
+	js := srv.JetStream(t)
+	s, err := jobstatus.Open(t.Context(), js, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	recs := firstRecords(t, 4, func(int) bool { return false })
+	msgs, err := jobstatus.FirstMsgs(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishAll(t, js, msgs)
+	for _, rec := range recs {
+		kv, err := js.KeyValue(ctx, jobstatus.BucketOf(rec.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, rec.ID, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if err := kv.Delete(ctx, rec.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admitted, queued := recs[1], recs[0]
+	got, ok, err := s.Advance(ctx, jobstatus.Record{ID: admitted.ID, State: jobstatus.Succeeded, Attempts: 1})
+	if err != nil || !ok || got.State != jobstatus.Succeeded || !got.EnqueuedAt.Equal(admitted.EnqueuedAt) {
+		t.Errorf("Advance: %+v %v %v; want succeeded, the enqueue time kept", got, ok, err)
+	}
+	if c, err := s.Cancel(ctx, queued.ID); err != nil || c.State != jobstatus.Cancelled {
+		t.Errorf("Cancel: %+v %v; want cancelled", c, err)
+	}
+	for _, want := range []jobstatus.Record{{ID: admitted.ID, State: jobstatus.Succeeded}, {ID: queued.ID, State: jobstatus.Cancelled}} {
+		if got, err := s.Get(ctx, want.ID); err != nil || got.State != want.State {
+			t.Errorf("Get %s: %+v %v, want %s", want.ID, got, err, want.State)
+		}
 	}
 }

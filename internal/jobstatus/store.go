@@ -293,7 +293,7 @@ func (s *Store) Advance(ctx context.Context, update Record) (Record, bool, error
 		if err != nil {
 			return Record{}, false, err
 		}
-		_, err = kv.Update(ctx, update.ID, merged, rev)
+		err = writeAt(ctx, kv, update.ID, merged, rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}
@@ -302,6 +302,22 @@ func (s *Store) Advance(ctx context.Context, update Record) (Record, bool, error
 		}
 		return out, true, nil
 	}
+}
+
+// writeAt writes data as job id's record in kv if its revision is still
+// rev, the one read: jetstream.ErrKeyRevisionMismatch if it is not. Rev 0
+// (the record read was its group's: the job has none of its own) creates
+// the job's record, over a deleted one too.
+func writeAt(ctx context.Context, kv jetstream.KeyValue, id string, data []byte, rev uint64) error {
+	if rev != 0 {
+		_, err := kv.Update(ctx, id, data, rev)
+		return err
+	}
+	_, err := kv.Create(ctx, id, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+	}
+	return err
 }
 
 // encode validates and normalizes rec and returns it with its JSON.

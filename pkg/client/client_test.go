@@ -344,3 +344,50 @@ func TestBatchJobsStatus(t *testing.T) {
 		}
 	}
 }
+
+// Wait over NATS for a batch's job whose group record came after the
+// watch began (the admitter writes it just after its answer) waits on past
+// the 5 s it gives a job with no record, and returns the job's outcome.
+func TestWaitFindsALateGroupRecord(t *testing.T) {
+	t.Parallel()
+	a := setup(t)
+	nc := a.connect(t)
+	js := must(jetstream.New(nc))(t)
+	store := must(jobstatus.OpenExisting(t.Context(), js))(t)
+	c := must(client.NewNATS(nc))(t)
+	ids := must(queue.NewJobIDs(2))(t)
+	now := time.Now()
+	recs := []jobstatus.Record{{ID: ids[0], Queue: "limited", State: jobstatus.Admitted, EnqueuedAt: now, UpdatedAt: now},
+		{ID: ids[1], Queue: "limited", State: jobstatus.Admitted, EnqueuedAt: now, UpdatedAt: now}}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	type result struct {
+		job *client.Job
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		job, err := c.Wait(ctx, ids[0])
+		done <- result{job, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for _, m := range must(jobstatus.FirstMsgs(recs))(t) {
+		must(js.PublishMsg(ctx, m))(t)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("Wait returned before the job ended: %+v, %v", r.job, r.err)
+	case <-time.After(5500 * time.Millisecond): // past the grace for a job with no record
+	}
+	if err := store.Put(ctx, jobstatus.Record{ID: ids[0], Queue: "limited", State: jobstatus.Succeeded, Attempts: 1, EnqueuedAt: now, FinishedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.job.State != client.StateSucceeded {
+			t.Errorf("Wait: %+v, %v; want succeeded", r.job, r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Wait did not return after the job's outcome")
+	}
+}

@@ -51,7 +51,10 @@
 // (succeeded, dead, expired or cancelled) — over NATS by watching the
 // record in JetStream's job status buckets (spillway-jobs-NN), over HTTP by polling
 // GET /v1/jobs/{id}. Cancel takes a queued job out of the backlog. The
-// record is advisory: it may lag the job by a step.
+// record is advisory: it may lag the job by a step. Over NATS a batch's
+// job that no worker has written yet is read from the record its batch's
+// jobs share (an admitter of this version writes those): a client of an
+// earlier version does not find it.
 //
 // # Batches
 //

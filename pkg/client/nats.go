@@ -224,7 +224,12 @@ func (d *natsDoor) wait(ctx context.Context, id string) (*Job, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-grace:
-			return nil, notFound(id)
+			// The admitter writes a batch's group record after its
+			// answer: it may have come since the watch began.
+			if _, err := d.first(ctx, id); err != nil {
+				return nil, notFound(id)
+			}
+			seen, grace = true, nil
 		case e, ok := <-w.Updates():
 			if !ok {
 				return nil, &TransportError{Op: "watching job " + id, Err: errors.New("the watch ended")}
