@@ -187,7 +187,7 @@ func GetFirst(ctx context.Context, kv jetstream.KeyValue, id string) (Record, er
 	if err := json.Unmarshal(e.Value(), &gr); err != nil {
 		// Advisory, as any record: one that cannot be read is none,
 		// and the job's next write makes a record of its own.
-		return Record{}, fmt.Errorf("%w: %s (its group record %s, revision %d, does not decode: %v)", ErrNotFound, id, groupKey(g), e.Revision(), err)
+		return Record{}, fmt.Errorf("%w: %s (its group record %s, revision %d, does not decode: %w)", ErrNotFound, id, groupKey(g), e.Revision(), err)
 	}
 	for _, j := range gr.Jobs {
 		if j.Slot == slot {
