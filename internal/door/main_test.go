@@ -60,6 +60,8 @@ type setupOptions struct {
 	adminKeys *door.APIKeys
 	// store decides instead of a memory store (nil: memory).
 	store *admit.Failover
+	// now, if set, is the admitter's clock.
+	now func() time.Time
 }
 
 func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
@@ -92,6 +94,9 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 				t.Errorf("writing the status of job %s: %v", r.ID, err)
 			}
 		})
+	}
+	if o.now != nil {
+		opts.Now = o.now
 	}
 	b.admitter, err = admit.New(b.Config, opts)
 	if err != nil {

@@ -1,0 +1,204 @@
+package door_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/testkit/apitest"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+)
+
+// twinDoorConfig: two queues alike, one for a batch and one for the same
+// jobs sent one by one, each from the same (empty) state. Per client a
+// leaky bucket, and a global token bucket that runs dry; small streams,
+// per key too, so that jobs go to the backlog when READY is full, are
+// refused by a full backlog or a key's full share, and give units back.
+const twinDoorConfig = `
+queues:
+  - name: batch
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 10, delay: 3}
+      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 240}
+    backlog: {capacity: 90, per_key_capacity: 3, leak_rate: 1/s}
+    ready: {capacity: 15}
+  - name: singles
+    limits:
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 10, delay: 3}
+      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 240}
+    backlog: {capacity: 90, per_key_capacity: 3, leak_rate: 1/s}
+    ready: {capacity: 15}
+`
+
+// twinHeaders are n jobs' headers (name, value, …), seeded: 20 clients,
+// costs 1 to 3, classes, idempotency keys that repeat, and some jobs
+// without their key, over their quota, scheduled (a delay, or a time
+// from at), with a max-wait, or with a bad header.
+func twinHeaders(n int, at time.Time) [][]string {
+	rng := rand.New(rand.NewPCG(3, 5))
+	out := make([][]string, n)
+	for i := range out {
+		h := []string{api.HeaderCost, fmt.Sprint(1 + rng.IntN(3)), api.HeaderPriority, []string{"high", "normal", "low"}[rng.IntN(3)]}
+		if i%101 != 17 {
+			h = append(h, "X-Client", fmt.Sprintf("client-%d", rng.IntN(20)))
+		}
+		if rng.IntN(6) == 0 {
+			h = append(h, api.HeaderIdempotencyKey, fmt.Sprintf("idem-%d", rng.IntN(50)))
+		}
+		switch {
+		case i%199 == 7:
+			h[1] = "40" // over the leaky tier's quota
+		case i%11 == 3:
+			h = append(h, api.HeaderDelay, fmt.Sprintf("%dm", 1+i%5))
+		case i%83 == 2:
+			h = append(h, api.HeaderNotBefore, at.Add(90*time.Second).Format(time.RFC3339))
+		case i%127 == 5:
+			h = append(h, api.HeaderDelay, "soon") // malformed
+		}
+		if i%19 == 8 {
+			h = append(h, api.HeaderMaxWait, []string{"4s", "40s", "3m"}[i%3])
+		}
+		out[i] = h
+	}
+	return out
+}
+
+// twinOutcome is what a job's answer says, its id replaced by the index
+// of the job that first got it (a duplicate's), which the two runs share.
+func twinOutcome(r api.SubmitReply, firstOf map[string]int, i int) string {
+	first := -1
+	if r.ID != "" {
+		if f, ok := firstOf[r.ID]; ok {
+			first = f
+		} else {
+			firstOf[r.ID] = i
+		}
+	}
+	nb := ""
+	if r.NotBefore != nil {
+		nb = r.NotBefore.UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("%s not_before=%s position=%d retry_after_ms=%d duplicate=%v of=%d",
+		twinKind(r), nb, r.Position, r.RetryAfterMS, r.Duplicate, first)
+}
+
+// twinKind is an answer's status and problem type, without the types'
+// common prefix.
+func twinKind(r api.SubmitReply) string {
+	prefix := api.ProblemRateLimited[:strings.LastIndex(api.ProblemRateLimited, "/")+1]
+	return strings.TrimSpace(string(r.Status) + " " + strings.TrimPrefix(r.Type, prefix))
+}
+
+// TestBatchEqualsSinglesOverEachDoor: a batch of 1,000 jobs over each
+// door (HTTP, NATS) gets, job by job, the answers the same 1,000 jobs get
+// as single submissions over that door, one after the other, from the
+// same state — with the store's and the admitter's clocks held still, so
+// that both decide at the same instant, on a real JetStream.
+func TestBatchEqualsSinglesOverEachDoor(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return at }
+	jobs := twinHeaders(admit.MaxBatch, at)
+	for _, door := range []string{"http", "nats"} {
+		t.Run(door, func(t *testing.T) {
+			t.Parallel()
+			mem, err := bucket.NewMemory(bucket.WithClock(now))
+			if err != nil {
+				t.Fatal(err)
+			}
+			store, err := admit.NewFailover(mem, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := setup(t, twinDoorConfig, setupOptions{store: store, now: now})
+			batch := b.submitBatch(t, door, jobs)
+			firstOf := [2]map[string]int{{}, {}}
+			kinds := map[string]int{}
+			for i, h := range jobs {
+				single := b.submitOne(t, door, h, i)
+				got, want := twinOutcome(batch[i].SubmitReply, firstOf[0], i), twinOutcome(single, firstOf[1], i)
+				kinds[twinKind(single)]++
+				if single.Duplicate {
+					kinds["duplicate"]++
+				}
+				if got != want {
+					t.Errorf("job %d %v:\n  batch   %s\n  singles %s", i, h, got, want)
+				}
+			}
+			t.Logf("%s: %d kinds of answer: %v", door, len(kinds), kinds)
+			for _, k := range []string{"admitted", "queued", "duplicate", "rejected rate-limited", "rejected queue-full", "rejected key-full", "rejected wait-too-long", "error bad-request", "error bad-key", "error bad-cost"} {
+				if kinds[k] == 0 {
+					t.Errorf("%s: no job was %q: the scenario does not test it", door, k)
+				}
+			}
+		})
+	}
+}
+
+// submitBatch sends jobs to queue batch as one batch over door.
+func (b *testBundle) submitBatch(t *testing.T, door string, jobs [][]string) []api.BatchResult {
+	t.Helper()
+	objs := make([]string, len(jobs))
+	for i, h := range jobs {
+		hm := map[string]string{}
+		for k := 0; k+1 < len(h); k += 2 {
+			hm[h[k]] = h[k+1]
+		}
+		j, err := json.Marshal(map[string]any{"headers": hm, "payload": fmt.Sprint("job ", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs[i] = string(j)
+	}
+	var rep api.BatchReply
+	switch door {
+	case "http":
+		r := b.do(t, http.MethodPost, "/v1/queues/batch/jobs:batch", bytes.NewReader(batchBody(false, objs...)), "Content-Type", api.BatchJSON)
+		if r.code != http.StatusOK {
+			t.Fatalf("batch over HTTP: %d %s", r.code, r.body)
+		}
+		if err := json.Unmarshal(r.body, &rep); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: api.SubmitBatchPrefix + "batch", Data: batchBody(false, objs...)}, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(rep.Results) != len(jobs) {
+		t.Fatalf("%d results for %d jobs: %+v", len(rep.Results), len(jobs), rep)
+	}
+	return rep.Results
+}
+
+// submitOne sends job i (its headers h) to queue singles over door, and
+// returns its answer as a batch result says it.
+func (b *testBundle) submitOne(t *testing.T, door string, h []string, i int) api.SubmitReply {
+	t.Helper()
+	payload := []byte(fmt.Sprint("job ", i))
+	if door == "nats" {
+		return ask(t, b.nc, natsMsg("singles", payload, h...))
+	}
+	r := b.do(t, http.MethodPost, "/v1/queues/singles/jobs", bytes.NewReader(payload), h...)
+	switch {
+	case r.code == http.StatusOK || r.code == http.StatusAccepted:
+		return r.reply
+	case r.code == http.StatusTooManyRequests:
+		return api.SubmitReply{Queue: r.problem.Queue, Status: api.Rejected, Type: r.problem.Type, RetryAfterMS: r.problem.RetryAfterMS}
+	default:
+		return api.SubmitReply{Queue: "singles", Status: api.Failed, Type: r.problem.Type}
+	}
+}
