@@ -193,10 +193,10 @@ func (b *testBundle) submitOne(t *testing.T, door string, h []string, i int) api
 		return ask(t, b.nc, natsMsg("singles", payload, h...))
 	}
 	r := b.do(t, http.MethodPost, "/v1/queues/singles/jobs", bytes.NewReader(payload), h...)
-	switch {
-	case r.code == http.StatusOK || r.code == http.StatusAccepted:
+	switch r.code {
+	case http.StatusOK, http.StatusAccepted:
 		return r.reply
-	case r.code == http.StatusTooManyRequests:
+	case http.StatusTooManyRequests:
 		return api.SubmitReply{Queue: r.problem.Queue, Status: api.Rejected, Type: r.problem.Type, RetryAfterMS: r.problem.RetryAfterMS}
 	default:
 		return api.SubmitReply{Queue: "singles", Status: api.Failed, Type: r.problem.Type}
