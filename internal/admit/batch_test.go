@@ -15,33 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
-
-// batchTwinConfig: two queues alike, so that one takes a batch and the
-// other the same jobs as single submissions from the same (empty) state.
-// Per client a leaky bucket, and a global token bucket that runs dry, so
-// that keys share a tier; READY and the backlog are small, per key too, so
-// that jobs are moved from a full READY to the backlog, refused by a full
-// backlog or by their key's full share, and given their units back.
-const batchTwinConfig = `
-queues:
-  - name: batch
-    limits:
-      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 12, delay: 2}
-      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 250}
-    backlog: {capacity: 100, per_key_capacity: 2, leak_rate: 1/s}
-    ready: {capacity: 20}
-  - name: singles
-    limits:
-      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 12, delay: 2}
-      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 250}
-    backlog: {capacity: 100, per_key_capacity: 2, leak_rate: 1/s}
-    ready: {capacity: 20}
-`
 
 // twinJobs are n submissions with seeded random clients, costs, classes
 // and idempotency keys (some repeated, some bad), for queue q; some are
@@ -97,7 +76,7 @@ func TestBatchEqualsSingles(t *testing.T) {
 		t.Fatal(err)
 	}
 	var hooks storedHooks
-	a, b := setup(t, batchTwinConfig, setupOptions{primary: store, now: func() time.Time { return at }, options: hooks.install})
+	a, b := setup(t, admittest.TwinConfig, setupOptions{primary: store, now: func() time.Time { return at }, options: hooks.install})
 	ctx := context.Background()
 
 	const n = admit.MaxBatch

@@ -13,31 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
-
-// twinDoorConfig: two queues alike, one for a batch and one for the same
-// jobs sent one by one, each from the same (empty) state. Per client a
-// leaky bucket, and a global token bucket that runs dry; small streams,
-// per key too, so that jobs go to the backlog when READY is full, are
-// refused by a full backlog or a key's full share, and give units back.
-const twinDoorConfig = `
-queues:
-  - name: batch
-    limits:
-      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 10, delay: 3}
-      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 240}
-    backlog: {capacity: 90, per_key_capacity: 3, leak_rate: 1/s}
-    ready: {capacity: 15}
-  - name: singles
-    limits:
-      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 10, delay: 3}
-      - {key: global, algorithm: token_bucket, rate: 1/s, burst: 240}
-    backlog: {capacity: 90, per_key_capacity: 3, leak_rate: 1/s}
-    ready: {capacity: 15}
-`
 
 // twinHeaders are n jobs' headers (name, value, …), seeded: 20 clients,
 // costs 1 to 3, classes, idempotency keys that repeat, and some jobs
@@ -119,7 +99,7 @@ func TestBatchEqualsSinglesOverEachDoor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := setup(t, twinDoorConfig, setupOptions{store: store, now: now})
+			b := setup(t, admittest.TwinConfig, setupOptions{store: store, now: now})
 			batch := b.submitBatch(t, door, jobs)
 			firstOf := [2]map[string]int{{}, {}}
 			kinds := map[string]int{}

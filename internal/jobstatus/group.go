@@ -69,20 +69,6 @@ type groupEntry struct {
 	BacklogSeq uint64 `json:"seq,omitempty"`
 }
 
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromUnixNano(ns int64) time.Time {
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns).UTC()
-}
-
 // FirstMsgs are the messages that store recs, the first records of jobs
 // that a writer stores many of at once (the admitter's after a batch): the
 // records of jobs of one group and one queue, admitted or queued and
@@ -141,7 +127,10 @@ func groupMsg(g string, recs []Record) *nats.Msg {
 			return nil
 		}
 		_, slot := groupOf(rec.ID)
-		gr.Jobs[i] = groupEntry{Slot: slot, State: rec.State, EnqueuedAt: unixNano(rec.EnqueuedAt), NotBefore: unixNano(rec.NotBefore), BacklogSeq: rec.BacklogSeq}
+		gr.Jobs[i] = groupEntry{Slot: slot, State: rec.State, EnqueuedAt: rec.EnqueuedAt.UnixNano(), BacklogSeq: rec.BacklogSeq}
+		if !rec.NotBefore.IsZero() {
+			gr.Jobs[i].NotBefore = rec.NotBefore.UnixNano()
+		}
 	}
 	data, err := json.Marshal(gr)
 	if err != nil || len(data) > maxValueSize {
@@ -191,9 +180,12 @@ func GetFirst(ctx context.Context, kv jetstream.KeyValue, id string) (Record, er
 	}
 	for _, j := range gr.Jobs {
 		if j.Slot == slot {
-			at := fromUnixNano(j.EnqueuedAt)
-			return Record{ID: id, Queue: gr.Queue, State: j.State, EnqueuedAt: at, UpdatedAt: at,
-				NotBefore: fromUnixNano(j.NotBefore), BacklogSeq: j.BacklogSeq}, nil
+			at := time.Unix(0, j.EnqueuedAt).UTC()
+			rec := Record{ID: id, Queue: gr.Queue, State: j.State, EnqueuedAt: at, UpdatedAt: at, BacklogSeq: j.BacklogSeq}
+			if j.NotBefore != 0 {
+				rec.NotBefore = time.Unix(0, j.NotBefore).UTC()
+			}
+			return rec, nil
 		}
 	}
 	return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)

@@ -56,14 +56,20 @@ func publishAll(t *testing.T, js jetstream.JetStream, msgs []*nats.Msg) int {
 	return len(msgs)
 }
 
-func TestBatchFirstRecordsShareWrites(t *testing.T) {
-	t.Parallel()
-	srv := queuetest.Start(t)
-	js := srv.JetStream(t)
+// openJS is open with its JetStream, for writes of the admitter's.
+func openJS(t *testing.T) (*jobstatus.Store, jetstream.JetStream) {
+	t.Helper()
+	js := queuetest.Start(t).JetStream(t)
 	s, err := jobstatus.Open(t.Context(), js, 0, 1)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Open: %v", err)
 	}
+	return s, js
+}
+
+func TestBatchFirstRecordsShareWrites(t *testing.T) {
+	t.Parallel()
+	s, js := openJS(t)
 	ctx := t.Context()
 	// 1000 jobs, the 8th of each 64 refused (rejected: no record): 16
 	// groups of 64 ids, the last of 40.
@@ -208,12 +214,7 @@ func TestFirstMsgsWritesAloneWhatAGroupCannotHold(t *testing.T) {
 // cancel write its own record over the marker.
 func TestGroupEntryOverADeletedRecord(t *testing.T) {
 	t.Parallel()
-	srv := queuetest.Start(t)
-	js := srv.JetStream(t)
-	s, err := jobstatus.Open(t.Context(), js, 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, js := openJS(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	recs := firstRecords(t, 4, func(int) bool { return false })
