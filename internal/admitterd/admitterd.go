@@ -417,28 +417,46 @@ func (s *Service) writeStatus(ctx context.Context, js jetstream.JetStream) error
 			s.log.Debug("writing job status records", "subject", m.Subject, "err", err)
 		}
 	}
+	one := func(r jobstatus.Record) {
+		m, err := jobstatus.CreateMsg(r)
+		if err != nil {
+			s.statusDropped.Inc()
+			s.log.Debug("writing a job status record", "job", r.ID, "err", err)
+			return
+		}
+		publish(m)
+	}
+	batch := func(recs []jobstatus.Record) {
+		msgs, err := jobstatus.FirstMsgs(recs)
+		if err != nil {
+			s.statusDropped.Add(float64(len(recs)))
+			s.log.Debug("writing a batch's job status records", "jobs", len(recs), "err", err)
+			return
+		}
+		for _, m := range msgs {
+			publish(m)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			// Shutting down, after the doors stopped: the records of the
+			// last answers are still written (the connection's drain
+			// sends them), a whole batch's as much as a single's.
+			for {
+				select {
+				case r := <-s.writes:
+					one(r)
+				case recs := <-s.batches:
+					batch(recs)
+				default:
+					return nil
+				}
+			}
 		case r := <-s.writes:
-			m, err := jobstatus.CreateMsg(r)
-			if err != nil {
-				s.statusDropped.Inc()
-				s.log.Debug("writing a job status record", "job", r.ID, "err", err)
-				continue
-			}
-			publish(m)
+			one(r)
 		case recs := <-s.batches:
-			msgs, err := jobstatus.FirstMsgs(recs)
-			if err != nil {
-				s.statusDropped.Add(float64(len(recs)))
-				s.log.Debug("writing a batch's job status records", "jobs", len(recs), "err", err)
-				continue
-			}
-			for _, m := range msgs {
-				publish(m)
-			}
+			batch(recs)
 		}
 	}
 }

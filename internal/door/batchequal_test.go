@@ -63,12 +63,14 @@ func twinOutcome(r api.SubmitReply, firstOf map[string]int, i int) string {
 			firstOf[r.ID] = i
 		}
 	}
-	nb := ""
-	if r.NotBefore != nil {
-		nb = r.NotBefore.UTC().Format(time.RFC3339Nano)
+	at := func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
 	}
-	return fmt.Sprintf("%s not_before=%s position=%d retry_after_ms=%d duplicate=%v of=%d",
-		twinKind(r), nb, r.Position, r.RetryAfterMS, r.Duplicate, first)
+	return fmt.Sprintf("%s not_before=%s position=%d estimated_start=%s retry_after_ms=%d duplicate=%v of=%d",
+		twinKind(r), at(r.NotBefore), r.Position, at(r.EstimatedStart), r.RetryAfterMS, r.Duplicate, first)
 }
 
 // twinKind is an answer's status and problem type, without the types'
@@ -115,6 +117,9 @@ func TestBatchEqualsSinglesOverEachDoor(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d kinds of answer: %v", door, len(kinds), kinds)
+			if kinds["error unavailable"]+kinds["error internal"] != 0 {
+				t.Errorf("%s: answers of a failure, not of the state: %v", door, kinds)
+			}
 			for _, k := range []string{"admitted", "queued", "duplicate", "rejected rate-limited", "rejected queue-full", "rejected key-full", "rejected wait-too-long", "error bad-request", "error bad-key", "error bad-cost"} {
 				if kinds[k] == 0 {
 					t.Errorf("%s: no job was %q: the scenario does not test it", door, k)

@@ -76,8 +76,11 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	}
 	// Job status records are written off the submission's path, as
 	// admitterd does; the test waits for the writes before NATS closes.
+	// At most 32 at once: a batch of 1,000 on a loaded machine must not
+	// time its writes out.
 	var writes sync.WaitGroup
 	t.Cleanup(writes.Wait)
+	writing := make(chan struct{}, 32)
 	opts := b.Options()
 	opts.Metrics = admit.NewMetrics(b.reg)
 	opts.OnStored = func(j *queue.Job, st api.Status, at queue.Stored) {
@@ -86,6 +89,8 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 			r.BacklogSeq = at.Sequence
 		}
 		writes.Go(func() {
+			writing <- struct{}{}
+			defer func() { <-writing }()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			// A worker that started the job first wrote its record:

@@ -8,7 +8,8 @@
 // took, its last error and when things happened. Records live in 16
 // buckets, spillway-jobs-00 to -15 (Open; BucketOf says which by the job
 // id), one key per job id — but for the first records of a batch's jobs,
-// which share a group record (group.go) until the job's next write — and
+// which share a group record (group.go; GroupBucketOf says which bucket,
+// usually not the job's) until the job's next write — and
 // expire TTL after their last write (the buckets' TTL: JetStream's
 // MaxAge), so they hold recent jobs only.
 //

@@ -191,8 +191,16 @@ func GetFirst(ctx context.Context, kv jetstream.KeyValue, id string) (Record, er
 	return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 }
 
+// errGroupRead marks a failure to read a job's group record (not its
+// absence): a writer need not know it (Advance).
+var errGroupRead = errors.New("jobstatus: reading a group record")
+
 // getFirst is GetFirst in s's buckets.
 func (s *Store) getFirst(ctx context.Context, id string) (Record, error) {
 	g, _ := groupOf(id)
-	return GetFirst(ctx, s.kv(g), id)
+	rec, err := GetFirst(ctx, s.kv(g), id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Record{}, fmt.Errorf("%w: %w", errGroupRead, err)
+	}
+	return rec, err
 }

@@ -271,7 +271,10 @@ func (s *Store) Advance(ctx context.Context, update Record) (Record, bool, error
 			// is, so that a cancel and a start meet at the same revision.
 			kv = s.legacy
 		}
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, ErrNotFound) || errors.Is(err, errGroupRead) {
+			// No record (or its group's cannot be read, which the job's
+			// own record would take precedence over anyway): this one is
+			// the first, unless another writer's came meanwhile.
 			_, err := kv.Create(ctx, update.ID, data)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // another writer created it first: merge with theirs

@@ -224,10 +224,11 @@ func (d *natsDoor) wait(ctx context.Context, id string) (*Job, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-grace:
-			// The admitter writes a batch's group record after its
-			// answer: it may have come since the watch began.
+			// The admitter stores a batch's group record asynchronously,
+			// usually just after its answer: it may have come since the
+			// watch began.
 			if _, err := d.first(ctx, id); err != nil {
-				return nil, notFound(id)
+				return nil, err // not found, or a read that failed
 			}
 			seen, grace = true, nil
 		case e, ok := <-w.Updates():
