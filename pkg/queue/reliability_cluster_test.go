@@ -125,8 +125,19 @@ func TestReliabilityClusterLeaderLoss(t *testing.T) {
 	c := queuetest.StartCluster(t, 3)
 	js := c.JetStream(t)
 	cfg := queue.Config{Name: "r3", Replicas: 3, Capacity: 100_000, LeakRate: bucket.Rate{Count: 500, Per: time.Second}}
-	if err := queue.EnsureStreams(ctx, js, cfg); err != nil {
-		t.Fatal(err)
+	// Each try has 15 s: a request lost in the young cluster is never
+	// answered, and the test's context is minutes long.
+	for {
+		ectx, ecancel := context.WithTimeout(ctx, 15*time.Second)
+		err := queue.EnsureStreams(ectx, js, cfg)
+		ecancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		t.Logf("creating the streams, again: %v", err)
 	}
 	streams := []string{queue.StreamName("r3", queue.Ready), queue.StreamName("r3", queue.Backlog), queue.StreamName("r3", queue.Dead)}
 

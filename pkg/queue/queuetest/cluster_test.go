@@ -28,9 +28,9 @@ func TestClusterLeaderShutdownAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitCurrent(t, js, "R3", time.Minute)
-	if _, err := js.Publish(ctx, "r3.a", []byte("before")); err != nil {
-		t.Fatal(err)
-	}
+	// A stream just made current may not have its subject's interest at
+	// every node yet (no responders), on a loaded machine.
+	publishUntil(t, ctx, js, "before", "no publish went through on the new stream")
 	s, err := js.Stream(ctx, "R3")
 	if err != nil {
 		t.Fatal(err)
@@ -45,18 +45,7 @@ func TestClusterLeaderShutdownAndRestart(t *testing.T) {
 		t.Fatalf("%s still running after Shutdown", node)
 	}
 	// Publishes go through once another node leads.
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := js.Publish(pctx, "r3.a", []byte("during"))
-		pcancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("no publish went through with %s down: %v", leader, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	publishUntil(t, ctx, js, "during", "no publish went through with "+leader+" down")
 	info, err := s.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -79,5 +68,25 @@ func TestClusterLeaderShutdownAndRestart(t *testing.T) {
 	}
 	if !back && info.Cluster.Leader != leader {
 		t.Fatalf("%s is not a current replica after its restart: %+v", leader, info.Cluster)
+	}
+}
+
+// publishUntil publishes data to r3.a until JetStream acknowledges it, or
+// fails t with what when ctx ends. Each try has 2 s (a request lost in a
+// young cluster is never answered) and the same message id, so a try
+// whose acknowledgement was lost stores the message once.
+func publishUntil(t *testing.T, ctx context.Context, js jetstream.JetStream, data, what string) {
+	t.Helper()
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.Publish(pctx, "r3.a", []byte(data), jetstream.WithMsgID(data))
+		pcancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
