@@ -42,8 +42,11 @@ func groupOf(id string) (string, int) {
 	return u.String(), slot
 }
 
+// groupSuffix ends the key of every group record; a job's own key is its id.
+const groupSuffix = ".first"
+
 // groupKey is the key of the group record named by group id g.
-func groupKey(g string) string { return g + ".first" }
+func groupKey(g string) string { return g + groupSuffix }
 
 // GroupBucketOf is the bucket of the group record that may hold job id's
 // first record (a valid job id).
@@ -145,7 +148,7 @@ func groupMsg(g string, recs []Record) *nats.Msg {
 }
 
 // IsGroup reports whether m, made by FirstMsgs, is a group record.
-func IsGroup(m *nats.Msg) bool { return strings.HasSuffix(m.Subject, ".first") }
+func IsGroup(m *nats.Msg) bool { return strings.HasSuffix(m.Subject, groupSuffix) }
 
 // RecordsIn is how many job records m, made by FirstMsgs, holds.
 func RecordsIn(m *nats.Msg) int {

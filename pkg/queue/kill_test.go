@@ -64,7 +64,7 @@ func TestKillWorkerLosesNothing(t *testing.T) {
 	}
 
 	path := filepath.Join(t.TempDir(), "ledger")
-	ccfg := childConfig{NATS: srv.URL(), Queue: cfg, Concurrency: 4, AckWait: time.Second, MaxAttempts: 1000, Work: 100 * time.Millisecond, Ledger: path}
+	ccfg := childConfig{NATS: srv.URL(), Queue: cfg, Concurrency: 4, AckWait: 3 * time.Second, MaxAttempts: 1000, Work: 100 * time.Millisecond, Ledger: path}
 	workers := []*child{startChild(t, ccfg), startChild(t, ccfg)}
 	inFlightAtKills, emptyKills := 0, 0
 	for range kills {

@@ -102,20 +102,7 @@ func TestLeakRateAcrossProcesses(t *testing.T) {
 	releaseRate, releaseSpan := measure(releases)
 	t.Logf("%d jobs, %d processes, leak rate %s: handler starts %.4f/s over %v (%.3f%% off); releases %.4f/s over %v (%.3f%% off); releases per process %v",
 		jobs, workers, rate, startRate, startSpan.Round(time.Millisecond), 100*(startRate/20-1), releaseRate, releaseSpan.Round(time.Millisecond), 100*(releaseRate/20-1), pids)
-	// 1 % either way when the machine is ours (make reliability). In the
-	// default run the whole suite shares two cores with this test
-	// (three-master Redis clusters and Sentinels among it under -race), and
-	// a starved leader leaks slower, never faster: its late grants are
-	// booked again, not run late. Fresh-clone CI runs measured 3.7 %, 5.0 %
-	// and 9.7 % slow there, so the default run allows 25 % slow and 3 % fast.
-	// Four workers each pacing alone would leak at 80/s.
-	slow, fast, floor := 0.25, 0.03, 100
-	if os.Getenv("SPILLWAY_RELIABILITY") == "full" {
-		slow, fast, floor = 0.01, 0.01, 150
-	}
-	if off := startRate/20 - 1; off < -slow || off > fast {
-		t.Errorf("measured start rate %.4f/s: %.1f%% off 20/s, outside −%.0f%%…+%.0f%%", startRate, 100*off, 100*slow, 100*fast)
-	}
+	checkDrainRate(t, "handler starts", startRate, 20)
 	if len(pids) < 2 {
 		t.Errorf("only %d process released jobs: the test did not exercise a shared pacer", len(pids))
 	}
@@ -149,9 +136,36 @@ func TestLeakRateAcrossProcesses(t *testing.T) {
 	// A not-due key at the head of every round that held the others back
 	// would let next to none start before it is due; the leak allows 200.
 	// The floor is 150 when the machine is ours; 100 in the default run,
-	// where one measured 135 (the start rate 9.7 % slow over the whole run).
+	// where one CI run measured 135 (and a start rate 9.7 % slow).
+	floor := 100
+	if ownMachine() {
+		floor = 150
+	}
 	if earlier < floor {
 		t.Errorf("only %d jobs started in the 10 s before the first key's jobs were due, want ≈ 200 (at least %d): held back by a not-due key", earlier, floor)
 	}
 	t.Logf("first job of the late key started %v after its not-before; %d jobs of other keys started before it", firstLate.Sub(lateAt).Round(time.Millisecond), earlier)
+}
+
+// ownMachine reports whether the test has the machine to itself
+// (SPILLWAY_RELIABILITY=full), so that rates may be held to 1 %.
+func ownMachine() bool { return os.Getenv("SPILLWAY_RELIABILITY") == "full" }
+
+// checkDrainRate fails t if a drain's measured rate is off the leak rate
+// want. With the machine to itself (ownMachine) that is 1 % either way. In
+// the default run the whole suite shares two cores with the test (Redis
+// clusters and Sentinels among it, under -race), and a starved leader
+// leaks slower, never faster: its late grants are booked again, not run
+// late. Fresh-clone CI runs measured 3.7 %, 5.0 % and 9.7 % slow there, so
+// the default run allows 25 % slow and 3 % fast; workers that each paced
+// alone would leak a multiple of the rate.
+func checkDrainRate(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	slow, fast := 0.25, 0.03
+	if ownMachine() {
+		slow, fast = 0.01, 0.01
+	}
+	if off := got/want - 1; off < -slow || off > fast {
+		t.Errorf("%s at %.4f/s: %+.2f%% off %g/s, outside −%g%%…+%g%%", what, got, 100*off, want, 100*slow, 100*fast)
+	}
 }

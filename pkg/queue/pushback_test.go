@@ -44,7 +44,9 @@ func TestPushbackPausesEveryWorker(t *testing.T) {
 	srv := queuetest.Start(t)
 	ps := yieldingPacers(t, srv, 2, per100, false)
 	ctx := t.Context()
-	if err := ps[0].Yield(ctx, 300*time.Millisecond); err != nil {
+	// Pauses long enough that the reads and the second pushback below come
+	// within the first even on a loaded machine.
+	if err := ps[0].Yield(ctx, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := queue.OpenPacerBucket(ctx, srv.JetStream(t), 1)
@@ -55,10 +57,10 @@ func TestPushbackPausesEveryWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if until := time.Until(st.PausedUntil); until <= 0 || until > 300*time.Millisecond {
-		t.Fatalf("shared pause ends in %v, want within 300ms from now: %+v", until, st)
+	if until := time.Until(st.PausedUntil); until <= 0 || until > 3*time.Second {
+		t.Fatalf("shared pause ends in %v, want within 3s from now: %+v", until, st)
 	}
-	if err := ps[1].Yield(ctx, 200*time.Millisecond); err != nil { // within the pause: no new one
+	if err := ps[1].Yield(ctx, 2*time.Second); err != nil { // within the pause: no new one
 		t.Fatal(err)
 	}
 	wait, err := ps[1].Reserve(ctx)

@@ -103,12 +103,12 @@ func TestKillAdmitterMidBurst(t *testing.T) {
 
 const outageConfig = `
 nats: {url: "%[1]s"}
-redis: {url: "redis://%[2]s/0", timeout: 50ms}
+redis: {url: "redis://%[2]s/0", timeout: 1s}
 http: {listen: "127.0.0.1:0"}
 queues:
   - name: limited
     limits:
-      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/s, burst: 5, delay: 5}
+      - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/m, burst: 5, delay: 5}
     backlog: {capacity: 1000, leak_rate: 10/s}
 `
 
