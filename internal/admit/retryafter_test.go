@@ -58,26 +58,43 @@ func (r *releases) of(id string) (time.Time, bool) {
 	return at, ok
 }
 
-// retryAt submits r again at the time ans said, and returns the new answer.
-func retryAt(t *testing.T, a *admit.Admitter, r *admit.Request, answered time.Time, ans admit.Answer) admit.Answer {
+// retryAt submits a job again at the time ans said, and checks it is not
+// rejected again. freed reports when the job that makes room left the
+// backlog. A loaded machine's drain may run behind its schedule: if the
+// retry is rejected before that job left, the room is late, not the
+// answer (checkHonest and the callers check the answer's time against the
+// schedule), and the job is submitted once more after the release.
+func retryAt(t *testing.T, a *admit.Admitter, r func() *admit.Request, answered time.Time, ans admit.Answer, freed func() (time.Time, bool)) {
 	t.Helper()
 	if ans.Reply.RetryAfterMS <= 0 {
 		t.Fatalf("rejected with retry_after_ms %d", ans.Reply.RetryAfterMS)
 	}
-	time.Sleep(time.Until(answered.Add(time.Duration(ans.Reply.RetryAfterMS) * time.Millisecond)))
-	return submit(t, a, r)
-}
-
-func checkAccepted(t *testing.T, ans, retried admit.Answer) {
-	t.Helper()
-	if retried.Reply.Status == api.Rejected {
-		t.Fatalf("retried after retry_after_ms %d: %s again (%+v)", ans.Reply.RetryAfterMS, retried.Reply.Type, retried.Reply)
+	sent := answered.Add(time.Duration(ans.Reply.RetryAfterMS) * time.Millisecond)
+	time.Sleep(time.Until(sent))
+	retried := submit(t, a, r())
+	if retried.Reply.Status != api.Rejected {
+		if _, ok := freed(); !ok {
+			t.Fatalf("retried after retry_after_ms %d: %s before the job that makes room left the backlog", ans.Reply.RetryAfterMS, retried.Reply.Status)
+		}
+		return
+	}
+	if at, ok := freed(); ok && at.Before(sent) {
+		t.Fatalf("retried after retry_after_ms %d, %v after the slot freed: %s again (%+v)", ans.Reply.RetryAfterMS, sent.Sub(at), retried.Reply.Type, retried.Reply)
+	}
+	admittest.WaitFor(t, 10*time.Second, "the job that makes room to leave the backlog", func() bool {
+		_, ok := freed()
+		return ok
+	})
+	at, _ := freed()
+	t.Logf("the retry at retry_after_ms %d came %v before the drain, running late, freed the slot; retrying after it", ans.Reply.RetryAfterMS, at.Sub(sent).Round(time.Millisecond))
+	if again := submit(t, a, r()); again.Reply.Status == api.Rejected {
+		t.Fatalf("retried after the slot freed: %s again (%+v)", again.Reply.Type, again.Reply)
 	}
 }
 
 // checkHonest checks that the answer was at most one leak slot plus 1s after the slot freed
 // (freed: when the job that made room left the backlog).
-func checkHonest(t *testing.T, answered time.Time, ans, retried admit.Answer, freed time.Time, slot time.Duration) {
+func checkHonest(t *testing.T, answered time.Time, ans admit.Answer, freed time.Time, slot time.Duration) {
 	t.Helper()
 	at := answered.Add(time.Duration(ans.Reply.RetryAfterMS) * time.Millisecond)
 	if late := at.Sub(freed); late > slot+time.Second {
@@ -111,13 +128,9 @@ queues:
 	if nb := *first.Reply.NotBefore; answered.Add(time.Duration(ans.Reply.RetryAfterMS) * time.Millisecond).Before(nb) {
 		t.Errorf("retry_after_ms %d: before the key's first queued job is due (%v after the answer)", ans.Reply.RetryAfterMS, nb.Sub(answered))
 	}
-	retried := retryAt(t, a, request("q", "c"), answered, ans)
-	checkAccepted(t, ans, retried)
-	freed, ok := rel.of(first.Reply.ID)
-	if !ok {
-		t.Fatalf("the key's first queued job was not released by the time of the retry")
-	}
-	checkHonest(t, answered, ans, retried, freed, 10*time.Millisecond)
+	retryAt(t, a, func() *admit.Request { return request("q", "c") }, answered, ans, func() (time.Time, bool) { return rel.of(first.Reply.ID) })
+	freed, _ := rel.of(first.Reply.ID)
+	checkHonest(t, answered, ans, freed, 10*time.Millisecond)
 }
 
 // A full backlog whose jobs are not due yet frees a slot when the
@@ -141,13 +154,9 @@ queues:
 	if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemQueueFull {
 		t.Fatalf("a job for a full backlog: %+v, want rejected %s", ans.Reply, api.ProblemQueueFull)
 	}
-	retried := retryAt(t, a, request("q", "c"), answered, ans)
-	checkAccepted(t, ans, retried)
-	freed, ok := rel.of(got[1].Reply.ID)
-	if !ok {
-		t.Fatalf("the earliest queued job was not released by the time of the retry")
-	}
-	checkHonest(t, answered, ans, retried, freed, 10*time.Millisecond)
+	retryAt(t, a, func() *admit.Request { return request("q", "c") }, answered, ans, func() (time.Time, bool) { return rel.of(got[1].Reply.ID) })
+	freed, _ := rel.of(got[1].Reply.ID)
+	checkHonest(t, answered, ans, freed, 10*time.Millisecond)
 }
 
 // A full backlog of due jobs frees a slot at the next release of the leak.
@@ -177,17 +186,17 @@ queues:
 	if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemQueueFull {
 		t.Fatalf("10 jobs into a backlog of 3 drained at 2/s: the last %+v, want rejected %s", ans.Reply, api.ProblemQueueFull)
 	}
-	retried := retryAt(t, a, request("q", "c"), answered, ans)
-	checkAccepted(t, ans, retried)
 	// The slot freed at the first release after the answer.
-	var freed time.Time
-	for _, id := range queued {
-		if at, ok := rel.of(id); ok && at.After(answered) && (freed.IsZero() || at.Before(freed)) {
-			freed = at
+	freed := func() (time.Time, bool) {
+		var first time.Time
+		for _, id := range queued {
+			if at, ok := rel.of(id); ok && at.After(answered) && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
 		}
+		return first, !first.IsZero()
 	}
-	if freed.IsZero() {
-		t.Fatalf("no queued job was released between the answer and the retry")
-	}
-	checkHonest(t, answered, ans, retried, freed, 500*time.Millisecond)
+	retryAt(t, a, func() *admit.Request { return request("q", "c") }, answered, ans, freed)
+	at, _ := freed()
+	checkHonest(t, answered, ans, at, 500*time.Millisecond)
 }

@@ -106,17 +106,20 @@ queues:
 	slow := count(t0.Add(time.Second), t0.Add(3*time.Second))
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
-	raised := time.Now()
 	if err := s.Reload(ctx, load("20/s")); err != nil {
 		t.Fatal(err)
 	}
+	raised := time.Now()
 	time.Sleep(3 * time.Second)
 	fast := count(raised.Add(time.Second), raised.Add(3*time.Second))
 	t.Logf("leak 4/s: %d starts in 2 s; after the reload to 20/s: %d starts in 2 s", slow, fast)
-	if slow < 6 || slow > 10 {
+	// Never above the leak; below it only by what a loaded machine loses
+	// (a starved drain leaks slower, never faster). Workers that did not
+	// follow the reload would start about 8 in the second window.
+	if slow < 4 || slow > 10 {
 		t.Errorf("at 4/s: %d starts in 2 s, want about 8", slow)
 	}
-	if fast < 36 || fast > 42 {
+	if fast < 24 || fast > 42 {
 		t.Errorf("after the reload to 20/s: %d starts in 2 s, want about 40: the in-process workers did not follow", fast)
 	}
 }

@@ -253,7 +253,9 @@ queues:
 // one more retry per key is a new submission: a new job id, a second
 // unit, a second execution. Those duplicates are counted.
 func TestReliabilityIdempotentSubmit(t *testing.T) {
-	ttl := time.Duration(scale(4, 30)) * time.Second
+	// The 240 tries and the wait for 20 jobs to run must fit in the window
+	// on a loaded machine too.
+	ttl := time.Duration(scale(10, 30)) * time.Second
 	nKeys, tries := scale(20, 200), scale(6, 10)
 	// Units: one per key within the window and one per key after it; the
 	// probe at the end finds the rest of the bucket (spare units).
