@@ -115,8 +115,19 @@ func sentinelFailover(t *testing.T, mode config.FailureMode) {
 		if _, err := st.WaitFailover(ctx, old); err != nil {
 			t.Fatal(err)
 		}
-		events = append(events, event{killed, time.Now()})
-		time.Sleep(1500 * time.Millisecond) // decisions after the failover
+		failedOver := time.Now()
+		events = append(events, event{killed, failedOver})
+		// Decisions after the failover: 1.5 s of them, and on until one is
+		// decided in Redis again (the bound is checked below) or 20 s pass.
+		time.Sleep(1500 * time.Millisecond)
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			mu.Lock()
+			last := outcomes[len(outcomes)-1]
+			mu.Unlock()
+			if last.src == admit.FromPrimary && last.at.After(failedOver) {
+				break
+			}
+		}
 		if k+1 < kills {
 			dead.Restart(t) // comes back; the sentinels make it a replica
 			if err := waitReplicaUp(ctx, dead); err != nil {
