@@ -15,6 +15,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/pkg/bucket/buckettest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -113,13 +114,19 @@ queues:
 	time.Sleep(3 * time.Second)
 	fast := count(raised.Add(time.Second), raised.Add(3*time.Second))
 	t.Logf("leak 4/s: %d starts in 2 s; after the reload to 20/s: %d starts in 2 s", slow, fast)
-	// Never above the leak; below it only by what a loaded machine loses
-	// (a starved drain leaks slower, never faster). Workers that did not
-	// follow the reload would start about 8 in the second window.
-	if slow < 4 || slow > 10 {
+	// Above the leak only by a window's slack. Below it: with the machine
+	// to itself by that slack too; in the default run by what a loaded
+	// machine loses as well (a starved drain leaks slower, never faster).
+	// Workers that did not follow the reload would start about 8 in the
+	// second window.
+	slowFloor, fastFloor := 4, 24
+	if buckettest.ReliabilityFull() {
+		slowFloor, fastFloor = 6, 36
+	}
+	if slow < slowFloor || slow > 10 {
 		t.Errorf("at 4/s: %d starts in 2 s, want about 8", slow)
 	}
-	if fast < 24 || fast > 42 {
+	if fast < fastFloor || fast > 42 {
 		t.Errorf("after the reload to 20/s: %d starts in 2 s, want about 40: the in-process workers did not follow", fast)
 	}
 }

@@ -312,13 +312,18 @@ func TestWorkerReloadsConfig(t *testing.T) {
 	}
 	t.Logf("leak 5/s → 20/s: %.2f/s in the 3 s before the change, %.2f/s from 2 s to 5 s after it; the new spacing from %v after the file changed",
 		slow, fast, followed.Round(time.Millisecond))
-	// Never above the leak; below it only by what a loaded machine loses
-	// (a starved drain leaks slower, never faster). A worker that did not
-	// follow the file would go on at 5/s.
-	if slow < 3.5 || slow > 5.5 {
+	// Above the leak only by a window's slack. Below it: with the machine
+	// to itself by that slack too; in the default run by what a loaded
+	// machine loses as well (a starved drain leaks slower, never faster).
+	// A worker that did not follow the file would go on at 5/s.
+	slowFloor, fastFloor := 3.5, 14.0
+	if full() {
+		slowFloor, fastFloor = 4, 18
+	}
+	if slow < slowFloor || slow > 5.5 {
 		t.Errorf("before the change: %.2f/s, want 5/s", slow)
 	}
-	if fast < 14 || fast > 21 {
+	if fast < fastFloor || fast > 21 {
 		t.Fatalf("2 to 5 s after raising the leak rate to 20/s the drain ran at %.2f/s: the worker did not follow", fast)
 	}
 	if n := reloads("success"); n != 1 {
@@ -330,7 +335,7 @@ func TestWorkerReloadsConfig(t *testing.T) {
 	waitFor(t, 10*time.Second, "the invalid file to be counted", func() bool { return reloads("failure") >= 1 })
 	kept := time.Now()
 	time.Sleep(2 * time.Second)
-	if r := rateIn(hook.hitTimes("/a"), kept, kept.Add(2*time.Second)); r < 14 {
+	if r := rateIn(hook.hitTimes("/a"), kept, kept.Add(2*time.Second)); r < fastFloor {
 		t.Errorf("after an invalid file the drain ran at %.2f/s, want the running 20/s", r)
 	}
 	if b, _ := os.ReadFile(w.log); !strings.Contains(string(b), "config reload failed") {
