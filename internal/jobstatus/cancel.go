@@ -81,17 +81,15 @@ func withClaim(rec, claim Record) Record {
 // Cancel marks queued job id cancelled and returns its record. It wins
 // the job's claim (a worker starting the job races for the same claim in
 // StartGate), then writes cancelled over the queued record under a
-// revision check; a record in the older versions' bucket only the latter,
-// which is what a start of such a job races (StartGate): so
-// after Cancel returns nil the job never starts, and the caller removes it
-// from the backlog (queue.CancelBacklogJob at Record.BacklogSeq). A job in
-// any other state is a *NotCancellableError holding its record; none is
-// ErrNotFound.
+// revision check: so after Cancel returns nil the job never starts, and
+// the caller removes it from the backlog (queue.CancelBacklogJob at
+// Record.BacklogSeq). A job in any other state is a *NotCancellableError
+// holding its record; none is ErrNotFound.
 func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 	if err := ValidateID(id); err != nil {
 		return Record{}, err
 	}
-	cur, rev, legacy, err := s.getAny(ctx, id)
+	cur, rev, err := s.getAny(ctx, id)
 	if err != nil {
 		return Record{}, err
 	}
@@ -100,14 +98,6 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 	}
 	out := cur
 	out.State, out.UpdatedAt, out.FinishedAt = Cancelled, time.Now(), time.Now()
-	if legacy {
-		// A record of the version before: its start is written over the
-		// record (StartGate), so the cancel races that write alone.
-		if err := s.writeCancelled(ctx, out, rev, true); err != nil {
-			return Record{}, err
-		}
-		return out, nil
-	}
 	claimed, won, err := s.claim(ctx, out)
 	if err != nil {
 		return Record{}, err
@@ -117,17 +107,11 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 		// may have failed: it is made now).
 		cur = withClaim(cur, claimed)
 		if cur.State == Cancelled {
-			_ = s.writeCancelled(ctx, cur, rev, legacy)
+			_ = s.writeCancelled(ctx, cur, rev)
 		}
 		return Record{}, &NotCancellableError{Record: cur}
 	}
-	if err := s.writeCancelled(ctx, out, rev, legacy); err != nil {
-		var nc *NotCancellableError
-		if errors.As(err, &nc) {
-			// A worker of the version before started it, racing the
-			// record: the claim goes, and the cancel with it.
-			_ = s.kv(id).Delete(context.WithoutCancel(ctx), claimKey(id))
-		}
+	if err := s.writeCancelled(ctx, out, rev); err != nil {
 		return Record{}, err
 	}
 	return out, nil
@@ -135,11 +119,8 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 
 // writeCancelled writes cancelled over job's queued record, read at
 // revision rev: a *NotCancellableError if the record moved on meanwhile.
-func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64, legacy bool) error {
+func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64) error {
 	kv := s.kv(out.ID)
-	if legacy {
-		kv = s.legacy // where a start gate of the version before wrote too
-	}
 	for {
 		_, data, err := encode(out)
 		if err != nil {
@@ -174,31 +155,15 @@ func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64, lega
 // — one write, no read — and answers queue.ErrJobCancelled when a cancel
 // won it. A claim held by an earlier start (a worker that stopped or died
 // mid-try) lets the job start again. A job with no record (the
-// admitter's write was lost, or the record expired) starts. A job whose
-// record is in the older versions' bucket starts as those versions start
-// it (Advance), racing their cancel.
+// admitter's write was lost, or the record expired) starts.
 func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
 	rec, ok := update(e, time.Now())
 	if !ok {
 		return nil
 	}
-	older, err := s.inLegacy(ctx, rec.ID)
-	if err != nil {
-		return err
-	}
 	// The start wins the job (took), or finds what won it: a cancel, or an
 	// earlier start of the same job.
-	var (
-		cur  Record
-		took bool
-	)
-	if older {
-		// A record of the version before: running written over it at the
-		// revision read, which is what a cancel of that record races.
-		cur, took, err = s.Advance(ctx, rec)
-	} else {
-		cur, took, err = s.claim(ctx, rec)
-	}
+	cur, took, err := s.claim(ctx, rec)
 	if err != nil {
 		return err
 	}
@@ -206,20 +171,4 @@ func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
 		return fmt.Errorf("%w: %s", queue.ErrJobCancelled, rec.ID)
 	}
 	return nil
-}
-
-// inLegacy reports whether job id's record is in the older versions'
-// bucket: one read a start while that bucket exists, none after.
-func (s *Store) inLegacy(ctx context.Context, id string) (bool, error) {
-	if s.legacy == nil {
-		return false, nil
-	}
-	_, rev, err := getIn(ctx, s.legacy, id)
-	if rev != 0 { // there, even if it does not decode (Advance replaces it)
-		return true, nil
-	}
-	if errors.Is(err, ErrNotFound) {
-		return false, nil
-	}
-	return false, err
 }

@@ -2,13 +2,10 @@ package jobstatus_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -76,19 +73,13 @@ func TestCancelRacesAStart(t *testing.T) {
 		if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued}); err != nil {
 			t.Fatal(err)
 		}
-		raceCancelAndStart(t, s, j, func() jobstatus.State {
-			rec, err := s.Get(ctx, j.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return rec.State
-		})
+		raceCancelAndStart(t, s, j)
 	}
 }
 
 // raceCancelAndStart cancels and starts job j at once and fails t unless
-// exactly one of the two won, as the record (read by state) says.
-func raceCancelAndStart(t *testing.T, s *jobstatus.Store, j *queue.Job, state func() jobstatus.State) {
+// exactly one of the two won, as its record says.
+func raceCancelAndStart(t *testing.T, s *jobstatus.Store, j *queue.Job) {
 	t.Helper()
 	ctx := context.WithoutCancel(t.Context())
 	var (
@@ -98,7 +89,11 @@ func raceCancelAndStart(t *testing.T, s *jobstatus.Store, j *queue.Job, state fu
 	wg.Go(func() { _, cancelErr = s.Cancel(ctx, j.ID) })
 	wg.Go(func() { gateErr = s.StartGate(ctx, started(j)) })
 	wg.Wait()
-	st := state()
+	rec, err := s.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rec.State
 	var nc *jobstatus.NotCancellableError
 	switch {
 	case cancelErr == nil && errors.Is(gateErr, queue.ErrJobCancelled) && st == jobstatus.Cancelled:
@@ -223,57 +218,5 @@ func TestStartClaim(t *testing.T) {
 	}
 	if rec, err := s.Get(ctx, lost.ID); err != nil || rec.State != jobstatus.Running {
 		t.Errorf("Get of a started job with no record: %+v, %v; want running", rec, err)
-	}
-}
-
-// Records in the older versions' one bucket (jobs admitted before the
-// upgrade) keep that version's protocol, so a cancel and a start stay exact
-// while workers and admitters of both versions run: the start writes
-// running over the record at the revision it read, the cancel writes
-// cancelled the same way, and exactly one lands. A job cancelled before the
-// upgrade never starts after it.
-func TestCancelAndStartOfAnOlderRecord(t *testing.T) {
-	t.Parallel()
-	srv := queuetest.Start(t)
-	js := srv.JetStream(t)
-	ctx := context.WithoutCancel(t.Context())
-	old, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: jobstatus.Bucket, History: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := jobstatus.Open(ctx, js, 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	putOld := func(j *queue.Job, state jobstatus.State) {
-		b, err := json.Marshal(jobstatus.Record{ID: j.ID, Queue: j.Queue, State: state, UpdatedAt: t0})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := old.Put(ctx, j.ID, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	cancelled := job(t)
-	putOld(cancelled, jobstatus.Cancelled)
-	if err := s.StartGate(ctx, started(cancelled)); !errors.Is(err, queue.ErrJobCancelled) {
-		t.Errorf("StartGate of a job cancelled before the upgrade: %v, want ErrJobCancelled", err)
-	}
-
-	for range 20 {
-		j := job(t)
-		putOld(j, jobstatus.Queued)
-		raceCancelAndStart(t, s, j, func() jobstatus.State { // the record in the older bucket
-			e, err := old.Get(ctx, j.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var rec jobstatus.Record
-			if err := json.Unmarshal(e.Value(), &rec); err != nil {
-				t.Fatal(err)
-			}
-			return rec.State
-		})
 	}
 }

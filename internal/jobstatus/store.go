@@ -14,10 +14,7 @@ import (
 )
 
 // Bucket names the job records' buckets: a job's record is in
-// spillway-jobs-NN, NN its id's shard (BucketOf). A record in the bucket
-// spillway-jobs itself was written by an older version: it is still read
-// (Get, Cancel, the start gate) while that bucket exists, and never
-// written; delete the bucket once status.ttl has passed since the upgrade.
+// spillway-jobs-NN, NN its id's shard (BucketOf).
 const Bucket = "spillway-jobs"
 
 // BucketOf is the bucket that holds job id's record.
@@ -47,23 +44,10 @@ var (
 // Store reads and writes job records. It is safe for concurrent use.
 type Store struct {
 	shards [queue.KVShards]jetstream.KeyValue
-	legacy jetstream.KeyValue // the older versions' one bucket; nil when there is none
 }
 
 // kv is the bucket of job id's record.
 func (s *Store) kv(id string) jetstream.KeyValue { return s.shards[queue.ShardOf(id)] }
-
-// openLegacy opens the older versions' one bucket, or nil when there is none.
-func openLegacy(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("jobstatus: bucket %s: %w", Bucket, err)
-	}
-	return kv, nil
-}
 
 // Open creates the bucket, or updates it to ttl and replicas: records
 // expire ttl after their last write (0: DefaultTTL; JetStream's expiry runs
@@ -99,28 +83,21 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 		}
 		s.shards[i] = kv
 	}
-	if s.legacy, err = openLegacy(ctx, js); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
 // OpenExisting opens the buckets as they are, changing nothing, or returns
 // nil without error when there are none (the admitter keeps no job status).
 func OpenExisting(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	legacy, err := openLegacy(ctx, js)
-	if err != nil {
-		return nil, err
-	}
-	s := &Store{legacy: legacy}
+	s := &Store{}
 	for i := range s.shards {
 		name := queue.ShardBucket(Bucket, i)
 		kv, err := js.KeyValue(ctx, name)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			if i == 0 && legacy == nil {
+			if i == 0 {
 				return nil, nil
 			}
-			return nil, fmt.Errorf("jobstatus: bucket %s is missing: run an admitter of this version once to create the job status buckets", name)
+			return nil, fmt.Errorf("jobstatus: bucket %s is missing: an admitter creates every job status bucket at start", name)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("jobstatus: bucket %s: %w", name, err)
@@ -136,7 +113,7 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 	if err := ValidateID(id); err != nil {
 		return Record{}, err
 	}
-	rec, _, _, err := s.getAny(ctx, id)
+	rec, _, err := s.getAny(ctx, id)
 	if err == nil && rec.State != Queued || err != nil && !errors.Is(err, ErrNotFound) {
 		return rec, err
 	}
@@ -160,23 +137,16 @@ func (s *Store) get(ctx context.Context, id string) (Record, uint64, error) {
 }
 
 // getAny is get, falling back for a job that has no record of its own to
-// the older versions' bucket (a job admitted before the upgrade: legacy
-// reports that the record is from there), and then to its group record
-// (the first record of a batch's job, group.go), whose revision is 0: a
-// conditional write at revision 0 creates the job's own record.
-func (s *Store) getAny(ctx context.Context, id string) (rec Record, rev uint64, legacy bool, err error) {
-	rec, rev, err = s.get(ctx, id)
+// its group record (the first record of a batch's job, group.go), whose
+// revision is 0: a conditional write at revision 0 creates the job's own
+// record.
+func (s *Store) getAny(ctx context.Context, id string) (Record, uint64, error) {
+	rec, rev, err := s.get(ctx, id)
 	if !errors.Is(err, ErrNotFound) {
-		return rec, rev, false, err
-	}
-	if s.legacy != nil {
-		rec, rev, err = getIn(ctx, s.legacy, id)
-		if !errors.Is(err, ErrNotFound) {
-			return rec, rev, rev != 0, err
-		}
+		return rec, rev, err
 	}
 	rec, err = s.getFirst(ctx, id)
-	return rec, 0, false, err
+	return rec, 0, err
 }
 
 func getIn(ctx context.Context, kv jetstream.KeyValue, id string) (Record, uint64, error) {
@@ -264,13 +234,8 @@ func (s *Store) Advance(ctx context.Context, update Record) (Record, bool, error
 		return Record{}, false, err
 	}
 	for {
-		cur, rev, legacy, err := s.getAny(ctx, update.ID)
+		cur, rev, err := s.getAny(ctx, update.ID)
 		kv := s.kv(update.ID)
-		if legacy {
-			// Admitted before the upgrade: the record lives on where it
-			// is, so that a cancel and a start meet at the same revision.
-			kv = s.legacy
-		}
 		if errors.Is(err, ErrNotFound) || errors.Is(err, errGroupRead) {
 			// No record (or its group's cannot be read, which the job's
 			// own record would take precedence over anyway): this one is
