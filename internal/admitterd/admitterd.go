@@ -67,15 +67,16 @@ type Service struct {
 	httpLn   net.Listener
 	status   *jobstatus.Store
 	limits   jetstream.KeyValue // the runtime overrides' bucket
-	writes   chan jobstatus.Record
-	batches  chan []jobstatus.Record // a batch's first records, written together
 	metrics  *admit.Metrics
 	// store is the kind of bucket store decisions use: "redis" or
 	// "memory" (the store label of spillway_store_errors_total).
 	store   string
 	reloads *prometheus.CounterVec
-	// statusDropped counts first status records skipped because the
-	// buffer was full (status is advisory; the job itself is stored).
+	// firsts writes the jobs' first status records.
+	firsts *jobstatus.FirstWriter
+	// statusDropped counts first status records not written: the
+	// writer's buffer was full, or JetStream refused them (status is
+	// advisory; the job itself is stored).
 	statusDropped prometheus.Counter
 
 	cancel context.CancelFunc
@@ -98,8 +99,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	cfg := o.Config
-	s := &Service{o: o, log: o.Logger, errc: make(chan error, 4), ensure: map[string]bool{}, writes: make(chan jobstatus.Record, 4096),
-		batches: make(chan []jobstatus.Record, 64)}
+	s := &Service{o: o, log: o.Logger, errc: make(chan error, 4), ensure: map[string]bool{}}
 	defer func() {
 		if err != nil {
 			if s.cancel != nil {
@@ -185,6 +185,9 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if s.status, err = jobstatus.Open(ctx, s.js, cfg.Status.TTL, replicas); err != nil {
 		return nil, err
 	}
+	if s.firsts, err = jobstatus.NewFirstWriter(s.nc, s.log, func(n int) { s.statusDropped.Add(float64(n)) }); err != nil {
+		return nil, err
+	}
 	if s.admitter, err = admit.New(cfg, admit.Options{
 		JS: s.js, Publisher: pub, Store: s.failover, Idempotency: idem, Metrics: s.metrics, Logger: s.log,
 		OnStored: s.recordStored, OnBatchStored: s.recordBatch,
@@ -240,13 +243,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}
 
 	s.goRun(func() error { return s.admitter.Run(runCtx) })
-	statusJS, err := jetstream.New(s.nc,
-		jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncErrHandler(s.statusRefused))
-	if err != nil {
-		return nil, err
-	}
-	s.goRun(func() error { return s.writeStatus(runCtx, statusJS) })
+	s.goRun(func() error { return s.firsts.Run(runCtx) })
 	s.goRun(func() error {
 		if err := s.http.Serve(s.httpLn); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -369,106 +366,20 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// firstRecord is the first status record of a job stored as st at at.
-func firstRecord(j *queue.Job, st api.Status, at queue.Stored) jobstatus.Record {
-	r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
-	if st == api.Queued {
-		r.BacklogSeq = at.Sequence // where a cancel finds it
-	}
-	return r
-}
-
-// recordStored queues the job's first status record; it must not block a
-// submission, so a full buffer drops the record (status is advisory).
+// recordStored hands the job's first status record to the writer; it
+// never blocks a submission.
 func (s *Service) recordStored(j *queue.Job, st api.Status, at queue.Stored) {
-	select {
-	case s.writes <- firstRecord(j, st, at):
-	default:
-		s.statusDropped.Inc()
-	}
+	s.firsts.Add(jobstatus.FirstRecord(j, jobstatus.State(st), at))
 }
 
-// recordBatch queues the first status records of a batch's stored jobs,
-// to be written together (jobstatus.FirstMsgs), or drops them all when
-// the buffer is full.
+// recordBatch hands the first status records of a batch's stored jobs to
+// the writer, to be written together; it never blocks a submission.
 func (s *Service) recordBatch(jobs []admit.StoredJob) {
 	recs := make([]jobstatus.Record, len(jobs))
 	for i, j := range jobs {
-		recs[i] = firstRecord(j.Job, j.Status, j.At)
+		recs[i] = jobstatus.FirstRecord(j.Job, jobstatus.State(j.Status), j.At)
 	}
-	select {
-	case s.batches <- recs:
-	default:
-		s.statusDropped.Add(float64(len(recs)))
-	}
-}
-
-// writeStatus writes first status records as asynchronous JetStream
-// publishes: a record is advisory and must not cost a round trip each, so
-// the connection batches them with everything else it sends. A job with a
-// record already (a worker started it first) is refused by the server, as
-// Create would be. A batch's records go out as few group records
-// (jobstatus.FirstMsgs), which a worker's record of a job takes
-// precedence over.
-func (s *Service) writeStatus(ctx context.Context, js jetstream.JetStream) error {
-	publish := func(m *nats.Msg) {
-		if _, err := js.PublishMsgAsync(m); err != nil {
-			s.statusDropped.Add(float64(jobstatus.RecordsIn(m)))
-			s.log.Debug("writing job status records", "subject", m.Subject, "err", err)
-		}
-	}
-	one := func(r jobstatus.Record) {
-		m, err := jobstatus.CreateMsg(r)
-		if err != nil {
-			s.statusDropped.Inc()
-			s.log.Debug("writing a job status record", "job", r.ID, "err", err)
-			return
-		}
-		publish(m)
-	}
-	batch := func(recs []jobstatus.Record) {
-		msgs, err := jobstatus.FirstMsgs(recs)
-		if err != nil {
-			s.statusDropped.Add(float64(len(recs)))
-			s.log.Debug("writing a batch's job status records", "jobs", len(recs), "err", err)
-			return
-		}
-		for _, m := range msgs {
-			publish(m)
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			// Shutting down, after the doors stopped: the records of the
-			// last answers are still written (the connection's drain
-			// sends them), a whole batch's as much as a single's.
-			for {
-				select {
-				case r := <-s.writes:
-					one(r)
-				case recs := <-s.batches:
-					batch(recs)
-				default:
-					return nil
-				}
-			}
-		case r := <-s.writes:
-			one(r)
-		case recs := <-s.batches:
-			batch(recs)
-		}
-	}
-}
-
-// statusRefused handles a first status record the server did not store.
-func (s *Service) statusRefused(_ jetstream.JetStream, m *nats.Msg, err error) {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && !jobstatus.IsGroup(m) {
-		return // the worker's record came first
-	}
-	s.statusDropped.Add(float64(jobstatus.RecordsIn(m)))
-	s.log.Debug("a job status record was not stored", "subject", m.Subject, "err", err)
+	s.firsts.AddBatch(recs)
 }
 
 // Shutdown stops taking submissions, answers those received, and closes

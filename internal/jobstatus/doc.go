@@ -17,7 +17,8 @@
 //
 // The job itself lives in its JetStream streams, and nothing in Spillway
 // decides anything from its record but a cancel (docs/design.md#cancel).
-// A record may therefore lag, or miss a step: the Recorder drops updates
+// A record may therefore lag, or miss a step: the FirstWriter drops first
+// records rather than slow an answer down, the Recorder drops updates
 // rather than slow a worker down, and a write that fails is not retried.
 // What it never does is go backwards (see Advance).
 //
@@ -33,11 +34,12 @@
 //
 // # Writers
 //
-// The admitter writes a job's first record (admitted or queued) with
-// Store.Create, which writes only if there is no record yet — a fast worker
-// may have started the job first. A batch's jobs share their first
-// records, up to 64 to a group record (FirstMsgs; group.go), which a job's
-// own record, written by anyone after, takes precedence over. The workers' Recorder follows each job
+// The admitter's FirstWriter writes a job's first record (admitted or
+// queued) as Store.Create would, asynchronously (CreateMsg): only if there
+// is no record yet — a fast worker may have started the job first. A
+// batch's jobs share their first records, up to 64 to a group record
+// (FirstMsgs; group.go), which a job's own record, written by anyone
+// after, takes precedence over. The workers' Recorder follows each job
 // through its tries from the queue.Worker's events with Store.Advance,
 // which merges an update into the stored record under a revision check, so
 // that a late or reordered update — from another goroutine, another

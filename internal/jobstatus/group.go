@@ -73,7 +73,7 @@ type groupEntry struct {
 }
 
 // FirstMsgs are the messages that store recs, the first records of jobs
-// that a writer stores many of at once (the admitter's after a batch): the
+// that a writer stores many of at once (FirstWriter, after a batch): the
 // records of jobs of one group and one queue, admitted or queued and
 // updated when they were enqueued, as one group record; any other record
 // alone, as CreateMsg makes it. A record that is not valid is an error,

@@ -184,7 +184,7 @@ func (s *Store) Create(ctx context.Context, rec Record) error {
 }
 
 // CreateMsg is the message Create would publish, for a writer that
-// publishes many first records asynchronously (the admitter): a JetStream
+// publishes many first records asynchronously (FirstWriter): a JetStream
 // publish to the bucket's subject for the job that the server refuses if the
 // job has a record already (expected last subject sequence 0), so a worker
 // that started the job first is not overwritten. A zero UpdatedAt is set to
