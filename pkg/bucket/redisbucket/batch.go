@@ -93,11 +93,7 @@ func (s *Store) run(ctx context.Context, r *request, calls []*call) {
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	cmd := s.client.EvalSha(ctx, scriptSHA, r.keys, r.blob)
-	if isNoScript(cmd.Err()) {
-		cmd = s.client.Eval(ctx, script, r.keys, r.blob)
-	}
-	s.deliver(cmd, calls)
+	s.deliver(s.runScript(ctx, decideScript, r.keys, r.blob), calls)
 }
 
 // batchSlots bounds the batches under way in one store.

@@ -11,8 +11,9 @@
 //	...
 //	d, err := store.Decide(ctx, "email", []bucket.Tier{{Key: "0:" + apiKey, Limit: limit}}, 1)
 //
-// New takes the narrow [Client] interface, so a *redis.Client, a
-// *redis.ClusterClient and a *redis.Ring all work. A [Store] is safe for
+// New takes the narrow [Client] interface (redis.Scripter and Pipeline), so
+// a *redis.Client, a *redis.ClusterClient, a *redis.Ring and the Sentinel
+// failover clients all work. A [Store] is safe for
 // concurrent use and holds nothing that needs closing.
 //
 // # Keys and hash tags
@@ -96,11 +97,13 @@
 // and refund.lua for refunds, each sent as one chunk after lib.lua, the
 // helpers both share (exact division, times as pairs, window starts, state
 // loading, TIME). Limits travel as arguments (algorithm and parameters per
-// tier), so a new limit needs no new script. The store calls EVALSHA; when
-// Redis answers NOSCRIPT (after SCRIPT FLUSH, a restart or a failover) it
-// sends the same run as EVAL, which also caches the script again. A NOSCRIPT
-// run did not execute, so the retry applies nothing twice, and SCRIPT FLUSH
-// never surfaces as an error, also for runs inside a pipeline.
+// tier), so a new limit needs no new script. Each is a redis.Script: a run
+// on its own is Script.Run, EVALSHA and, when Redis answers NOSCRIPT (after
+// SCRIPT FLUSH, a restart or a failover), the same run as EVAL, which also
+// caches the script again. Runs sent together in a pipeline are EVALSHAs,
+// and those answered NOSCRIPT go again as EVAL in a second pipeline. A
+// NOSCRIPT run did not execute, so the retry applies nothing twice, and
+// SCRIPT FLUSH never surfaces as an error.
 //
 // The script uses only commands of Redis 3.2 and later, and the struct
 // library every Redis embeds; it is tested against Redis 7.

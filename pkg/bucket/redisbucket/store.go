@@ -338,11 +338,7 @@ func (s *Store) Refund(ctx context.Context, group string, tiers []bucket.Tier, c
 		return s.refundSplit(ctx, group, tiers, cost, d)
 	}
 	keys, arg := s.encodeRefund(group, tiers, cost, d)
-	cmd := s.client.EvalSha(ctx, refundSHA, keys, arg)
-	if isNoScript(cmd.Err()) {
-		cmd = s.client.Eval(ctx, refundScript, keys, arg)
-	}
-	status, err := cmd.Int64()
+	status, err := s.runScript(ctx, refundScript, keys, arg).Int64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisbucket: refund: %w", err)
@@ -458,7 +454,6 @@ type request struct {
 	calls []*call
 	keys  []string
 	blob  []byte
-	cmd   *redis.Cmd
 }
 
 // roundTrip runs the batch's decisions, one script run per group, in one
@@ -471,47 +466,14 @@ func (s *Store) roundTrip(ctx context.Context, batch []*call) {
 	if len(batch) == 1 {
 		c := batch[0]
 		putHeader(c.buf, 1, s.clock != nil, s.ttlExtra)
-		cmd := s.client.EvalSha(ctx, scriptSHA, c.keys, c.buf)
-		if isNoScript(cmd.Err()) {
-			cmd = s.client.Eval(ctx, script, c.keys, c.buf)
-		}
-		s.deliver(cmd, batch)
+		s.deliver(s.runScript(ctx, decideScript, c.keys, c.buf), batch)
 		return
 	}
-
 	reqs := s.split(batch)
-	if len(reqs) == 1 {
-		r := &reqs[0]
-		r.cmd = s.client.EvalSha(ctx, scriptSHA, r.keys, r.blob)
-		if isNoScript(r.cmd.Err()) {
-			r.cmd = s.client.Eval(ctx, script, r.keys, r.blob)
-		}
-		s.deliver(r.cmd, r.calls)
-		return
-	}
-
-	pipe := s.client.Pipeline()
+	cmds := s.runPipelined(ctx, decideScript, len(reqs),
+		func(i int) []string { return reqs[i].keys }, func(i int) []byte { return reqs[i].blob })
 	for i := range reqs {
-		reqs[i].cmd = pipe.EvalSha(ctx, scriptSHA, reqs[i].keys, reqs[i].blob)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	retry := false
-	for i := range reqs {
-		retry = retry || isNoScript(reqs[i].cmd.Err())
-	}
-	if retry {
-		// SCRIPT FLUSH (or a new server): send the script itself where
-		// its digest was unknown; EVAL caches it again.
-		pipe = s.client.Pipeline()
-		for i := range reqs {
-			if isNoScript(reqs[i].cmd.Err()) {
-				reqs[i].cmd = pipe.Eval(ctx, script, reqs[i].keys, reqs[i].blob)
-			}
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	for i := range reqs {
-		s.deliver(reqs[i].cmd, reqs[i].calls)
+		s.deliver(cmds[i], reqs[i].calls)
 	}
 }
 
@@ -563,8 +525,4 @@ func (s *Store) deliver(cmd *redis.Cmd, calls []*call) {
 			return
 		}
 	}
-}
-
-func isNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
