@@ -341,7 +341,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			// it counted them. Give theirs back, last first, and decide
 			// them again in the next segment.
 			for m := len(idx) - 1; m > k; m-- {
-				b.a.refund(ctx, src, b.q.Name, b.jobs[idx[m]].tiers, b.jobs[idx[m]].cost, ds[m])
+				b.a.refund(ctx, b.q.Name, ds[m])
 			}
 			next = i + 1
 			break
@@ -404,7 +404,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			// give theirs back, last first, and decide them again.
 			for m := len(run) - 1; m > k; m-- {
 				if r := run[m]; r.err == nil {
-					b.a.refund(ctx, r.p.src, b.q.Name, r.p.tiers, r.p.cost, r.p.ans.Decision)
+					b.a.refund(ctx, b.q.Name, r.p.ans.Decision)
 				}
 			}
 			return run[k].i + 1

@@ -79,6 +79,7 @@ func (s *Store) DecideBatch(ctx context.Context, group string, jobs []bucket.Job
 			if c.err != nil {
 				return nil, fmt.Errorf("job %d: %w", lo+i, c.err)
 			}
+			c.dec.Bind(s, group, jobs[lo+i].Tiers, jobs[lo+i].Cost)
 			out = append(out, c.dec)
 		}
 	}
@@ -140,6 +141,9 @@ func (s *Store) decideBatchSplit(ctx context.Context, group string, jobs []bucke
 		next := hi
 		for i, c := range calls {
 			undo := assemble(c)
+			if c.err == nil {
+				c.dec.Bind(s, group, jobs[lo+i].Tiers, jobs[lo+i].Cost)
+			}
 			if c.err == nil && !undo {
 				out = append(out, c.dec)
 				continue

@@ -288,7 +288,7 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 		if !c.leads {
 			d, err := c.dec, c.err
 			s.recycle(c)
-			return d, err
+			return s.bind(d, err, group, tiers, cost)
 		}
 		s.mu.Lock()
 	}
@@ -299,11 +299,21 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 	s.send(ctx, batch, deadline)
 	d, err := c.dec, c.err
 	s.recycle(c)
+	return s.bind(d, err, group, tiers, cost)
+}
+
+// bind binds a decision made without error to s and its request, for
+// its refund.
+func (s *Store) bind(d bucket.Decision, err error, group string, tiers []bucket.Tier, cost int64) (bucket.Decision, error) {
+	if err == nil {
+		d.Bind(s, group, tiers, cost)
+	}
 	return d, err
 }
 
-// Refund gives back the units decision d took from its consumed tiers (see
-// bucket.Store.Refund) in one script run at Redis TIME (or the injected
+// Refund gives back the units decision d, which this store made, took from
+// its consumed tiers (see bucket.Store.Refund; d.Refund(ctx) calls it) in
+// one script run at Redis TIME (or the injected
 // clock), under the same keys and hash tag as Decide. A key that expired or
 // was deleted has nothing to give back. A decision with Consumed 0 needs no
 // round trip: Refund returns nil at once.
@@ -313,10 +323,11 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 // WithTimeout and ctx. Like a decision, a refund is not idempotent: a refund
 // that go-redis retries after a network error may give back twice — never
 // beyond an empty state, but more than the job took.
-func (s *Store) Refund(ctx context.Context, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) error {
-	if err := bucket.CheckRefund(tiers, cost, d); err != nil {
+func (s *Store) Refund(ctx context.Context, d bucket.Decision) error {
+	if err := bucket.CheckRefund(s, d); err != nil {
 		return fmt.Errorf("redisbucket: %w", err)
 	}
+	group, tiers, cost := d.Request()
 	if s.client == nil {
 		return errors.New("redisbucket: the Store was not built with New")
 	}
