@@ -142,8 +142,9 @@ type Options struct {
 	// took over an earlier submission's id (its idempotency key's) is
 	// reported by OnStored. It must not block.
 	OnBatchStored func([]StoredJob)
-	// Metrics, if set, counts decisions.
-	Metrics *Metrics
+	// Observe, if set, is called for every decision and the other Events
+	// (events.go). It runs on the submitting goroutine and must not block.
+	Observe func(Event)
 	Logger  *slog.Logger
 	// Now is the clock for answers (default time.Now).
 	Now func() time.Time
@@ -210,7 +211,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if c.late > 0 {
 		// Too late whatever the tiers say: nothing is asked, nothing taken.
 		ans := waitTooLong(Answer{}, q.Name, c.late)
-		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
+		a.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
 		return ans, nil
 	}
 	tiers, jobKey, cost, notBefore := c.tiers, c.jobKey, c.cost, c.notBefore
@@ -224,7 +225,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 		}
 		if first != nil {
 			first.Reply.Duplicate = true
-			a.o.Metrics.decided(q.Name, "duplicate", "idempotency", time.Since(start))
+			a.decided(q.Name, "duplicate", "idempotency", time.Since(start))
 			return *first, nil
 		}
 		claim, id = c, c.id
@@ -238,9 +239,9 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 		a.o.Idempotency.Settle(claim, ans, err)
 	}
 	if err == nil {
-		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
+		a.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
 	} else {
-		a.o.Metrics.decided(q.Name, "error", errorReason(err), time.Since(start))
+		a.decided(q.Name, "error", errorReason(err), time.Since(start))
 	}
 	return ans, err
 }
@@ -488,7 +489,7 @@ func (a *Admitter) retryAfter(ctx context.Context, q *config.Queue, key string, 
 		if ctx.Err() != nil {
 			return d // the caller has gone: nobody reads the answer
 		}
-		a.o.Metrics.retryAfterFallback(q.Name)
+		a.observe(Event{Kind: RetryAfterFallback, Queue: q.Name})
 		a.o.Logger.Warn("admit: could not read the backlog for a refused job's Retry-After; answering the time to drain a whole backlog",
 			"queue", q.Name, "retry_after", d, "err", err)
 	}
