@@ -22,27 +22,21 @@
 //
 //	<prefix>{<group>:<hash>}:<algorithm>:<tier key>
 //
-// for example spillway:bucket:{email:2b8f0c1e9d7a4f10}:leaky_bucket:0:alice
+// for example spillway:bucket:{email:fabcff6725782279}:leaky_bucket:0:alice
 // ([Store.Key] computes it). The prefix defaults to [DefaultPrefix]
 // ([WithPrefix] changes it; it may not hold braces). The hash tag is the
 // group — the admitter passes the queue name — and 16 hex digits of the
 // tier key's 64-bit FNV-1a hash, so that on a Redis Cluster the keys of one
-// queue spread over all the slots, and so over all the shards, instead of
-// living in one slot on one shard. The layout is the same on one server and
-// on a cluster. A group may not hold '{' or '}' ([ErrInvalidGroup]); tier
+// queue spread over all the slots, and so over all the shards. The layout is
+// the same on one server and on a cluster. A group may not hold '{' or '}' ([ErrInvalidGroup]); tier
 // keys are arbitrary bytes (after the tag, they do not affect the slot). The
 // algorithm is part of the key, so a tier that changes algorithm starts
 // afresh.
 //
-// Before this layout every key of a group had the tag {<group>}. Keys under
-// the old names are not read or migrated: after an upgrade every key starts
-// with a fresh bucket (at most one burst per key more than the limit
-// allows, once), and the old keys expire by their TTLs.
-//
 // # Cluster
 //
 // On one server (a *redis.Client) a decision is one script run over all its
-// tiers, as always: keys of different slots may share a script there. On a
+// tiers: keys of different slots may share a script there. On a
 // *redis.ClusterClient or a *redis.Ring ([WithSplitTiers] overrides the
 // choice), the tiers of a decision are grouped by hash tag into parts, one
 // script run each, all sent in one pipeline (the cluster client sends each
