@@ -114,9 +114,11 @@
 //
 // # Refunds
 //
-// [Store.Refund] gives back the units a decision took from its consumed
-// tiers (bucket.Decision.Consumed) when the backlog refuses the job, with
-// the semantics of bucket.Store.Refund. It is one run of refund.lua over the
+// A decision's refund, d.Refund(ctx) (bucket.Decision.Refund, which calls
+// [Store.Refund] of the store that made d: every decision the store returns
+// carries its group, tiers and cost), gives back the units the decision
+// took from its consumed tiers (bucket.Decision.Consumed) when the backlog
+// refuses the job, with the semantics of bucket.Store.Refund. It is one run of refund.lua over the
 // consumed tiers' keys (on a cluster, one run per hash tag) at
 // Redis TIME (or the injected clock, which it then carries with the
 // decision's time). The script reads every key before it writes any: a key
