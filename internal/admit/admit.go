@@ -142,8 +142,9 @@ type Options struct {
 	// took over an earlier submission's id (its idempotency key's) is
 	// reported by OnStored. It must not block.
 	OnBatchStored func([]StoredJob)
-	// Metrics, if set, counts decisions.
-	Metrics *Metrics
+	// Observe, if set, is called for every decision and the other Events
+	// (events.go). It runs on the submitting goroutine and must not block.
+	Observe func(Event)
 	Logger  *slog.Logger
 	// Now is the clock for answers (default time.Now).
 	Now func() time.Time
@@ -210,7 +211,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if c.late > 0 {
 		// Too late whatever the tiers say: nothing is asked, nothing taken.
 		ans := waitTooLong(Answer{}, q.Name, c.late)
-		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
+		a.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
 		return ans, nil
 	}
 	tiers, jobKey, cost, notBefore := c.tiers, c.jobKey, c.cost, c.notBefore
@@ -224,7 +225,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 		}
 		if first != nil {
 			first.Reply.Duplicate = true
-			a.o.Metrics.decided(q.Name, "duplicate", "idempotency", time.Since(start))
+			a.decided(q.Name, "duplicate", "idempotency", time.Since(start))
 			return *first, nil
 		}
 		claim, id = c, c.id
@@ -238,9 +239,9 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 		a.o.Idempotency.Settle(claim, ans, err)
 	}
 	if err == nil {
-		a.o.Metrics.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
+		a.decided(q.Name, string(ans.Reply.Status), reason(ans), time.Since(start))
 	} else {
-		a.o.Metrics.decided(q.Name, "error", errorReason(err), time.Since(start))
+		a.decided(q.Name, "error", errorReason(err), time.Since(start))
 	}
 	return ans, err
 }
@@ -379,7 +380,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 	if id == "" {
 		var err error
 		if id, err = queue.NewJobID(); err != nil {
-			a.refund(ctx, src, q.Name, tiers, cost, d)
+			a.refund(ctx, q.Name, d)
 			p.refunded = true
 			return p, &Error{Type: api.ProblemInternal, Detail: "making a job id", Err: err}
 		}
@@ -404,7 +405,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 			p.j.NotBefore, p.ans.Scheduled = notBefore, true
 		}
 		if late := r.Schedule.tooLate(p.now, a.backlogStartIf(ctx, q, r.Schedule, p.j.NotBefore, p.now)); late > 0 {
-			p.ans, p.j, p.refunded = a.refuseLate(ctx, p.ans, src, q, tiers, cost, late), nil, true
+			p.ans, p.j, p.refunded = a.refuseLate(ctx, p.ans, q, cost, late), nil, true
 			return p, nil
 		}
 		p.j.ExpiresAt = expiresAt(r.Schedule, p.now)
@@ -429,7 +430,7 @@ func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, 
 	}
 	switch {
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrKeyQueueFull):
-		a.refund(ctx, p.src, q.Name, p.tiers, p.cost, d)
+		a.refund(ctx, q.Name, d)
 		if d.Consumed&(1<<d.Tier) != 0 {
 			ans.Refunded = p.cost
 		}
@@ -444,7 +445,7 @@ func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, 
 		// Refused by the client before it was sent: the job, with its
 		// headers, is larger than the NATS server takes. No retry can
 		// store it, and it took nothing.
-		a.refund(ctx, p.src, q.Name, p.tiers, p.cost, d)
+		a.refund(ctx, q.Name, d)
 		return Answer{}, &Error{Type: api.ProblemTooLarge,
 			Detail: fmt.Sprintf("a payload of %d bytes, with the job's headers, is over the NATS server's max_payload", len(r.Payload)), Err: err}
 	case err != nil:
@@ -488,16 +489,19 @@ func (a *Admitter) retryAfter(ctx context.Context, q *config.Queue, key string, 
 		if ctx.Err() != nil {
 			return d // the caller has gone: nobody reads the answer
 		}
-		a.o.Metrics.retryAfterFallback(q.Name)
+		a.observe(Event{Kind: RetryAfterFallback, Queue: q.Name})
 		a.o.Logger.Warn("admit: could not read the backlog for a refused job's Retry-After; answering the time to drain a whole backlog",
 			"queue", q.Name, "retry_after", d, "err", err)
 	}
 	return d
 }
 
-func (a *Admitter) refund(ctx context.Context, src Source, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) {
-	if err := a.o.Store.Refund(ctx, src, group, tiers, cost, d); err != nil {
-		a.o.Logger.Warn("admit: could not give a refused job's units back", "queue", group, "err", err)
+// refund gives back the units decision d took, in the store that took it
+// (a failure-mode-open decision took none), for a job of queue q that is
+// refused after all.
+func (a *Admitter) refund(ctx context.Context, q string, d bucket.Decision) {
+	if err := d.Refund(ctx); err != nil {
+		a.o.Logger.Warn("admit: could not give a refused job's units back", "queue", q, "err", err)
 	}
 }
 

@@ -81,8 +81,7 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 	}
 	// b.q is the queue as its enforcing tiers see it; b.full has the
 	// shadow tiers too (shadow.go).
-	b := &batch{a: a, q: enforcing(q), full: q, start: time.Now(), res: make([]BatchResult, len(reqs)), jobs: make([]batchJob, len(reqs)),
-		metrics: a.o.Metrics.forQueue(q.Name)}
+	b := &batch{a: a, q: enforcing(q), full: q, start: time.Now(), res: make([]BatchResult, len(reqs)), jobs: make([]batchJob, len(reqs))}
 	// The batch's job ids, made together so that their status records
 	// can be written together (jobstatus); a job whose idempotency key
 	// was claimed before keeps the id of that claim. Without them (no
@@ -103,7 +102,7 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 			ans := waitTooLong(Answer{}, b.q.Name, c.late)
 			b.res[i] = BatchResult{Answer: ans}
 			j.done = true
-			b.metrics.decided(string(ans.Reply.Status), reason(ans), time.Since(b.start))
+			b.decided(string(ans.Reply.Status), reason(ans), time.Since(b.start))
 			continue
 		}
 		j.tiers, j.jobKey, j.cost, j.notBefore = c.tiers, c.jobKey, c.cost, c.notBefore
@@ -120,16 +119,14 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 
 // batch is one SubmitBatch under way.
 type batch struct {
-	a     *Admitter
-	q     *config.Queue // its enforcing tiers
-	full  *config.Queue // with its shadow tiers
-	start time.Time
-	res   []BatchResult
-	jobs  []batchJob
-	// metrics are the queue's series, looked up once for the batch.
-	metrics *queueMetrics
-	ids     []string    // the jobs' ids, by index (nil: made one by one)
-	stored  []StoredJob // the jobs stored, in order
+	a      *Admitter
+	q      *config.Queue // its enforcing tiers
+	full   *config.Queue // with its shadow tiers
+	start  time.Time
+	res    []BatchResult
+	jobs   []batchJob
+	ids    []string    // the jobs' ids, by index (nil: made one by one)
+	stored []StoredJob // the jobs stored, in order
 }
 
 // batchJob is one job of a batch.
@@ -149,7 +146,7 @@ type batchJob struct {
 func (b *batch) fail(i int, err error) {
 	b.res[i] = BatchResult{Err: err}
 	b.jobs[i].done = true
-	b.metrics.decided("error", errorReason(err), time.Since(b.start))
+	b.decided("error", errorReason(err), time.Since(b.start))
 }
 
 // answer ends job i with (ans, err), as Submit ends a submission: its
@@ -164,9 +161,9 @@ func (b *batch) answer(ctx context.Context, i int, ans Answer, err error) {
 	b.res[i] = BatchResult{Answer: ans, Err: err}
 	j.done = true
 	if err == nil {
-		b.metrics.decided(string(ans.Reply.Status), reason(ans), time.Since(b.start))
+		b.decided(string(ans.Reply.Status), reason(ans), time.Since(b.start))
 	} else {
-		b.metrics.decided("error", errorReason(err), time.Since(b.start))
+		b.decided("error", errorReason(err), time.Since(b.start))
 	}
 }
 
@@ -247,9 +244,9 @@ func (b *batch) claim(ctx context.Context, lo, hi int) {
 		}
 		j.done = true
 		if err := b.res[i].Err; err != nil {
-			b.metrics.decided("error", errorReason(err), time.Since(b.start))
+			b.decided("error", errorReason(err), time.Since(b.start))
 		} else {
-			b.metrics.decided("duplicate", "idempotency", time.Since(b.start))
+			b.decided("duplicate", "idempotency", time.Since(b.start))
 		}
 	}
 }
@@ -341,7 +338,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			// it counted them. Give theirs back, last first, and decide
 			// them again in the next segment.
 			for m := len(idx) - 1; m > k; m-- {
-				b.a.refund(ctx, src, b.q.Name, b.jobs[idx[m]].tiers, b.jobs[idx[m]].cost, ds[m])
+				b.a.refund(ctx, b.q.Name, ds[m])
 			}
 			next = i + 1
 			break
@@ -404,7 +401,7 @@ func (b *batch) segment(ctx context.Context, lo, hi int) int {
 			// give theirs back, last first, and decide them again.
 			for m := len(run) - 1; m > k; m-- {
 				if r := run[m]; r.err == nil {
-					b.a.refund(ctx, r.p.src, b.q.Name, r.p.tiers, r.p.cost, r.p.ans.Decision)
+					b.a.refund(ctx, b.q.Name, r.p.ans.Decision)
 				}
 			}
 			return run[k].i + 1
@@ -541,4 +538,9 @@ func (f *Failover) fallbackBatch(ctx context.Context, group string, jobs []bucke
 		ds[i], src = d, s
 	}
 	return ds, src, nil
+}
+
+// decided reports a Decided event for a job of the batch.
+func (b *batch) decided(verdict, reason string, took time.Duration) {
+	b.a.decided(b.full.Name, verdict, reason, took)
 }

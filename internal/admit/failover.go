@@ -129,8 +129,9 @@ const (
 	FromClosed                // failure mode closed: refused
 )
 
-// Decide decides as bucket.Store does (Failover is not a Store itself:
-// its Refund needs to know which store decided).
+// Decide decides as bucket.Store does. A decision's refund
+// (bucket.Decision.Refund) goes to the store that made it, the primary or
+// the local one; a failure-mode-open decision took nothing.
 func (f *Failover) Decide(ctx context.Context, group string, tiers []bucket.Tier, cost int64) (bucket.Decision, error) {
 	d, _, err := f.DecideFrom(ctx, group, tiers, cost)
 	return d, err
@@ -236,23 +237,4 @@ func (f *Failover) fallback(ctx context.Context, group string, tiers []bucket.Ti
 		now := f.now()
 		return bucket.Decision{Verdict: bucket.Admitted, At: now, NotBefore: now}, FromOpen, nil
 	}
-}
-
-// Refund gives back the units a decision took, in the store that took it
-// (nothing for a failure-mode-open decision, which took none).
-func (f *Failover) Refund(ctx context.Context, src Source, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) error {
-	_, local := f.state()
-	var s bucket.Store
-	switch src {
-	case FromPrimary:
-		s = f.primary
-		if s == nil {
-			s = local
-		}
-	case FromLocal:
-		s = local
-	default:
-		return nil
-	}
-	return s.Refund(ctx, group, tiers, cost, d)
 }

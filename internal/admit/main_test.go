@@ -13,6 +13,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
+	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -78,11 +79,11 @@ func setup(t *testing.T, yaml string, o setupOptions) (*admit.Admitter, *testBun
 	if o.staleAfter > 0 {
 		b.Idempotency.StaleAfter = o.staleAfter
 	}
-	m := admit.NewMetrics(b.reg)
+	m := admitterd.NewAdmitMetrics(b.reg) // the events as admitterd counts them
 	b.Store.OnError = func(error) { m.StoreError("redis") }
 	b.Store.OnFallback = m.FailureMode
 	opts := b.Options()
-	opts.Metrics = m
+	opts.Observe = m.Observe
 	if o.now != nil {
 		opts.Now = o.now
 	}

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -48,21 +45,23 @@ func TestRetryAfterCachedScanSkipsReleasedJobs(t *testing.T) {
 func TestRetryAfterFallsBackWhenTheBacklogCannotBeRead(t *testing.T) {
 	t.Parallel()
 	js := queuetest.Start(t).JetStream(t) // no streams: every read fails
-	reg := prometheus.NewRegistry()
-	a := &Admitter{o: Options{Logger: slog.New(slog.DiscardHandler), Metrics: NewMetrics(reg)}, retry: newRetryAfters(js, time.Now)}
+	var (
+		mu     sync.Mutex
+		events []Event
+	)
+	observe := func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	a := &Admitter{o: Options{Logger: slog.New(slog.DiscardHandler), Observe: observe}, retry: newRetryAfters(js, time.Now)}
 	q := &config.Queue{Name: "gone", Backlog: queue.Config{Name: "gone", Capacity: 30, LeakRate: bucket.Rate{Count: 10, Per: time.Second}}}
 	for _, keyFull := range []bool{false, true} {
 		if got, want := a.retryAfter(context.Background(), q, "k", keyFull), 3*time.Second+retryMargin; got != want {
 			t.Errorf("key full %t: retry after %v, want %v (30 jobs at 10/s, plus the margin)", keyFull, got, want)
 		}
 	}
-	var m dto.Metric
-	if err := a.o.Metrics.fallbacks.WithLabelValues("gone").Write(&m); err != nil {
-		t.Fatal(err)
+	mu.Lock()
+	if want := (Event{Kind: RetryAfterFallback, Queue: "gone"}); len(events) != 2 || events[0] != want || events[1] != want {
+		t.Errorf("events %+v, want two %+v (spillway_retry_after_fallbacks_total)", events, want)
 	}
-	if n := m.GetCounter().GetValue(); n != 2 {
-		t.Errorf("spillway_retry_after_fallbacks_total %v, want 2", n)
-	}
+	mu.Unlock()
 	huge := *q
 	huge.Backlog.Capacity = 1 << 62
 	if got := fallback(&huge); got != maxWait {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
-	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -126,9 +125,9 @@ func (a *Admitter) backlogStart(ctx context.Context, q *config.Queue, notBefore,
 
 // refuseLate gives back the units the tiers took for a job that would
 // start after its max-wait, and answers wait-too-long.
-func (a *Admitter) refuseLate(ctx context.Context, ans Answer, src Source, q *config.Queue, tiers []bucket.Tier, cost int64, late time.Duration) Answer {
+func (a *Admitter) refuseLate(ctx context.Context, ans Answer, q *config.Queue, cost int64, late time.Duration) Answer {
 	d := ans.Decision
-	a.refund(ctx, src, q.Name, tiers, cost, d)
+	a.refund(ctx, q.Name, d)
 	if d.Consumed&(1<<d.Tier) != 0 {
 		ans.Refunded = cost
 	}

@@ -3,8 +3,6 @@ package admit
 import (
 	"context"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -98,7 +96,7 @@ func (a *Admitter) decideShadow(ctx context.Context, q *config.Queue, r *Request
 			continue
 		}
 		out = append(out, ShadowDecision{Tier: l.Name, Verdict: v})
-		a.o.Metrics.shadowDecided(q.Name, l.Name, v)
+		a.observe(Event{Kind: ShadowDecided, Queue: q.Name, Tier: l.Name, Verdict: v})
 	}
 	return out
 }
@@ -128,30 +126,5 @@ func (a *Admitter) shadowVerdict(ctx context.Context, q *config.Queue, i int, l 
 		return api.ShadowWouldReject, true
 	default: // queued, excess
 		return api.ShadowWouldQueue, true
-	}
-}
-
-// newShadowDecisions is spillway_shadow_decisions_total.
-func newShadowDecisions() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "spillway_shadow_decisions_total",
-		Help: "Decisions of shadow limit tiers, which never enforce, by queue, tier (its name) and verdict (admitted, would-queue, would-reject).",
-	}, []string{"queue", "tier", "verdict"})
-}
-
-// initShadow starts each shadow tier of q at 0 for every verdict.
-func (m *Metrics) initShadow(q *config.Queue) {
-	for _, l := range q.Limits {
-		if l.Shadow() {
-			for _, v := range []string{api.ShadowAdmitted, api.ShadowWouldQueue, api.ShadowWouldReject} {
-				m.shadow.WithLabelValues(q.Name, l.Name, v)
-			}
-		}
-	}
-}
-
-func (m *Metrics) shadowDecided(q, tier, verdict string) {
-	if m != nil {
-		m.shadow.WithLabelValues(q, tier, verdict).Inc()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -198,7 +199,7 @@ queues:
     backlog: {capacity: 10, leak_rate: 1/s}
 `, setupOptions{})
 	reg := prometheus.NewRegistry()
-	admit.NewMetrics(reg).Init(b.Config, "memory")
+	admitterd.NewAdmitMetrics(reg).Init(b.Config, "memory")
 	wantSamples(t, reg, "spillway_shadow_decisions_total", map[string]float64{
 		"queue=q,tier=tb,verdict=admitted":     0,
 		"queue=q,tier=tb,verdict=would-queue":  0,

@@ -67,7 +67,7 @@ type Service struct {
 	httpLn   net.Listener
 	status   *jobstatus.Store
 	limits   jetstream.KeyValue // the runtime overrides' bucket
-	metrics  *admit.Metrics
+	metrics  *AdmitMetrics
 	// store is the kind of bucket store decisions use: "redis" or
 	// "memory" (the store label of spillway_store_errors_total).
 	store   string
@@ -133,7 +133,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if err = s.ensureStreams(ctx, cfg); err != nil {
 		return nil, err
 	}
-	s.metrics = admit.NewMetrics(o.Registry)
+	s.metrics = NewAdmitMetrics(o.Registry)
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "spillway_config_reloads_total",
 		Help: "Configuration reloads, by result (success, failure).",
@@ -189,7 +189,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		return nil, err
 	}
 	if s.admitter, err = admit.New(cfg, admit.Options{
-		JS: s.js, Publisher: pub, Store: s.failover, Idempotency: idem, Metrics: s.metrics, Logger: s.log,
+		JS: s.js, Publisher: pub, Store: s.failover, Idempotency: idem, Observe: s.metrics.Observe, Logger: s.log,
 		OnStored: s.recordStored, OnBatchStored: s.recordBatch,
 	}); err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
+	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
@@ -82,7 +83,7 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	t.Cleanup(writes.Wait)
 	writing := make(chan struct{}, 32)
 	opts := b.Options()
-	opts.Metrics = admit.NewMetrics(b.reg)
+	opts.Observe = admitterd.NewAdmitMetrics(b.reg).Observe
 	opts.OnStored = func(j *queue.Job, st api.Status, at queue.Stored) {
 		r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
 		if st == api.Queued {

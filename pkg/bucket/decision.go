@@ -1,6 +1,7 @@
 package bucket
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,7 +22,7 @@ const (
 	// the backlog if the backlog has room for the key, else rejects it.
 	// Excess never consumes from the limit that said it; the other tiers of
 	// the decision may have consumed (Decision.Consumed), and a caller that
-	// rejects the job gives their units back with Store.Refund.
+	// rejects the job gives their units back with Decision.Refund.
 	Excess
 	// Rejected: a leaky bucket's burst is full. Nothing was consumed.
 	Rejected
@@ -66,7 +67,7 @@ type Decision struct {
 	// Rejected decision changes no tier, so Consumed is 0 for Rejected. An
 	// Excess decision may have consumed from its other tiers: if the caller
 	// then cannot queue the job (the backlog is full), it gives those units
-	// back with Store.Refund, passing this Decision.
+	// back with Decision.Refund.
 	Consumed uint8
 	// TierAt is when each tier was decided, by index, in Unix nanoseconds,
 	// for a store that decides a job's tiers at different clocks (the Redis
@@ -74,6 +75,46 @@ type Decision struct {
 	// TIME): its Refund gives each tier's units back at that tier's time.
 	// All zero when every tier was decided at At.
 	TierAt [MaxTiers]int64
+
+	// What Refund needs, recorded by the store that decided (Bind): the
+	// store and the request. Zero for a Decision no store made.
+	store Store
+	group string
+	tiers []Tier
+	cost  int64
+}
+
+// Refund gives back, at the deciding store's clock, the units this decision
+// took from its tiers (the bits of Consumed), as Store.Refund describes: the
+// store that decided and the request it answered travel with the Decision,
+// as a golang.org/x/time/rate Reservation carries what its Cancel needs. A
+// decision that consumed nothing (Rejected, Excess on every tier, or a
+// Decision no store made with Consumed 0) needs no refund: Refund returns
+// nil at once. It is safe to call from any goroutine; refunding one
+// decision twice gives back twice (never beyond an empty state).
+func (d Decision) Refund(ctx context.Context) error {
+	if d.store == nil {
+		if d.Consumed == 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: the decision was not made by a store", ErrInvalidRefund)
+	}
+	return d.store.Refund(ctx, d)
+}
+
+// Bind records on d what its refund needs: s, the store that decided it,
+// and the request it answers (the group, tiers and cost its Decide took). A
+// Store calls it on every Decision it returns; stores in this package do so
+// themselves. d keeps tiers, not a copy: the caller must not change the
+// slice's elements while d may still be refunded.
+func (d *Decision) Bind(s Store, group string, tiers []Tier, cost int64) {
+	d.store, d.group, d.tiers, d.cost = s, group, tiers, cost
+}
+
+// Request returns the request d answers, as Bind recorded it: what a
+// Store's Refund gives back to.
+func (d Decision) Request() (group string, tiers []Tier, cost int64) {
+	return d.group, d.tiers, d.cost
 }
 
 // Never is the RetryAfter of a job whose cost exceeds what the limit can ever
@@ -249,7 +290,7 @@ func (l Limit) Decide(b *Bucket, now time.Time, cost int64) (Decision, error) {
 }
 
 // Refund gives back, at now, the cost units that a job decided at at (its
-// Decision.At) took from b: the pure form of Store.Refund, for state you
+// Decision.At) took from b: the pure form of Decision.Refund, for state you
 // keep yourself. Call it only for a decision that consumed (Decision.Consumed
 // bit 0 for a single limit). A Bucket whose state is empty after the refund
 // is reset to the zero value, a key never seen, as a store forgets such a

@@ -41,8 +41,12 @@
 //
 // An Excess decision has consumed from its other tiers (those that admitted
 // or queued the job: the bits of Decision.Consumed). If the backlog then
-// refuses the job, the caller gives those units back with Store.Refund, so
-// that a refused job consumes from no tier (docs/design.md#algorithms in the repository). A refund with no
+// refuses the job, the caller gives those units back with d.Refund(ctx), so
+// that a refused job consumes from no tier (docs/design.md#algorithms in the
+// repository). A Decision carries what its refund needs — the store that
+// decided, the group, tiers and cost, the decision's time — as a
+// golang.org/x/time/rate Reservation carries what its Cancel needs. A
+// refund with no
 // other decision of the key in between — at once or later — leaves every
 // tier as if the job had never come: the next decisions are, to the
 // nanosecond, those without it. Per algorithm, for a job of cost n, at the
@@ -94,11 +98,14 @@
 //     redisbucket decides inside a Lua script, which Redis runs as one
 //     step, with every key of a group in one hash slot (the group is the
 //     Redis Cluster hash tag).
+//   - Bind every Decision that Decide (and DecideBatch) returns to the
+//     store and its request (Decision.Bind), so that Decision.Refund
+//     reaches the store that decided.
 //   - Refund: check it with CheckRefund, then give the units back per
-//     algorithm as described under Refunds and in Store.Refund, in one
-//     atomic step over the tiers of d.Consumed, at the store's clock; a
-//     decision that consumed nothing needs no work, and a key the store no
-//     longer holds has nothing to give back.
+//     algorithm as described under Refunds and in Store.Refund, to the
+//     tiers of d.Request() that d.Consumed names, in one atomic step, at
+//     the store's clock; a decision that consumed nothing needs no work,
+//     and a key the store no longer holds has nothing to give back.
 //   - The clock: a store decides and refunds at its own clock, read once
 //     per call, never at a time the caller passes. Stores shared between
 //     processes need one clock for all of them (redisbucket reads Redis
@@ -125,6 +132,6 @@
 // # Which function to use
 //
 // Most callers build limits once with Spec.Build (from configuration
-// strings) and call Store.Decide per job, and Store.Refund for a job the
+// strings) and call Store.Decide per job, and Decision.Refund for a job the
 // backlog refuses after an Excess decision.
 package bucket

@@ -82,7 +82,7 @@ func ExampleParseRate() {
 // The admitter's path when the backlog is full: a job over two tiers is
 // Excess on the global token bucket but took a unit from the per-client
 // bucket. The backlog refuses it, so the admitter gives that unit back.
-func ExampleMemory_Refund() {
+func ExampleDecision_Refund() {
 	perClient, _ := bucket.Spec{Rate: "1/m", Burst: 5, NoDelay: true}.Build()
 	global, _ := bucket.Spec{Algorithm: "token_bucket", Rate: "1/h", Burst: 1}.Build()
 	store, _ := bucket.NewMemory()
@@ -97,7 +97,7 @@ func ExampleMemory_Refund() {
 		if d.Verdict == bucket.Excess {
 			// Suppose the backlog is full (queue.ErrQueueFull): reject the
 			// job and give back what it took.
-			if err := store.Refund(ctx, "email", tiers, 1, d); err != nil {
+			if err := d.Refund(ctx); err != nil {
 				panic(err)
 			}
 		}

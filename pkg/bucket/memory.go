@@ -108,12 +108,14 @@ func (m *Memory) Decide(_ context.Context, group string, tiers []Tier, cost int6
 	return d, err
 }
 
+// decide sets d, bound to m for its refund.
 func (m *Memory) decide(d *Decision, t int64, group string, tiers []Tier, cost int64) error {
 	if err := CheckRequest(tiers, cost); err != nil {
 		return err
 	}
 	if len(tiers) == 1 {
 		m.decideOne(d, t, group, &tiers[0], cost)
+		d.Bind(m, group, tiers, cost)
 		return nil
 	}
 	var (
@@ -139,6 +141,7 @@ func (m *Memory) decide(d *Decision, t int64, group string, tiers []Tier, cost i
 	}
 	locks.unlock(m)
 	c.finish(d)
+	d.Bind(m, group, tiers, cost)
 	return nil
 }
 
@@ -178,13 +181,13 @@ func (l *shardLocks) unlock(m *Memory) {
 // the tiers in d.Consumed (see Store.Refund), all under the locks of their
 // shards at once, as Decide holds them. A key the store has forgotten (its
 // state was empty again) or evicted has nothing to give back. It never
-// returns an error for a valid request; ctx is not used.
-func (m *Memory) Refund(_ context.Context, group string, tiers []Tier, cost int64, d Decision) error {
-	return m.refund(m.now(), group, tiers, cost, d)
+// returns an error for a decision this store made; ctx is not used.
+func (m *Memory) Refund(_ context.Context, d Decision) error {
+	return m.refund(m.now(), d)
 }
 
-func (m *Memory) refund(t int64, group string, tiers []Tier, cost int64, d Decision) error {
-	if err := CheckRefund(tiers, cost, d); err != nil {
+func (m *Memory) refund(t int64, d Decision) error {
+	if err := CheckRefund(m, d); err != nil {
 		return err
 	}
 	if d.Consumed == 0 {
@@ -194,9 +197,10 @@ func (m *Memory) refund(t int64, group string, tiers []Tier, cost int64, d Decis
 		hashes [MaxTiers]uint64
 		locks  shardLocks
 	)
+	tiers := d.tiers
 	for i := range tiers {
 		if d.Consumed&(1<<uint(i)) != 0 {
-			hashes[i] = m.hash(group, &tiers[i])
+			hashes[i] = m.hash(d.group, &tiers[i])
 			locks.add(uint8(hashes[i] >> m.shift))
 		}
 	}
@@ -204,7 +208,7 @@ func (m *Memory) refund(t int64, group string, tiers []Tier, cost int64, d Decis
 	locks.lock(m)
 	for i := range tiers {
 		if d.Consumed&(1<<uint(i)) != 0 {
-			m.shardOf(hashes[i]).refund(hashes[i], &tiers[i].Limit, t, at, cost)
+			m.shardOf(hashes[i]).refund(hashes[i], &tiers[i].Limit, t, at, d.cost)
 		}
 	}
 	locks.unlock(m)

@@ -25,38 +25,41 @@ type Store interface {
 	// name); the Redis store uses it as the Redis Cluster hash tag.
 	Decide(ctx context.Context, group string, tiers []Tier, cost int64) (Decision, error)
 
-	// Refund gives back, at the store's clock, the cost units that decision
-	// d took from each tier in d.Consumed (bit i: tiers[i]), in one atomic
-	// step. group, tiers and cost are those of the Decide that returned d.
-	// The admitter calls it when the backlog refuses a job that the tiers
-	// accepted or would have queued, so that a refused job consumes from no
-	// tier. Per algorithm:
+	// Refund gives back, at the store's clock, the units that decision d
+	// took from each tier in d.Consumed (bit i: the request's tiers[i]), in
+	// one atomic step. d is a Decision this store returned: it carries the
+	// request (Decision.Request) — its group, tiers and cost. Most callers
+	// call d.Refund(ctx), which calls this. The admitter refunds when the
+	// backlog refuses a job that the tiers accepted or would have queued,
+	// so that a refused job consumes from no tier. Per algorithm, for a
+	// job of cost n:
 	//
 	//   - leaky_bucket: the level (excess plus the unit in service), leaked
-	//     to now, less cost, never below empty;
-	//   - token_bucket: the tokens, refilled to now, plus cost, at most the
+	//     to now, less n, never below empty;
+	//   - token_bucket: the tokens, refilled to now, plus n, at most the
 	//     burst;
-	//   - fixed_window: the count less cost (never below 0) if d.At's window
+	//   - fixed_window: the count less n (never below 0) if d.At's window
 	//     is still the current one, else nothing;
 	//   - sliding_window: the current or the previous count, whichever holds
-	//     d.At's window, less cost (never below 0); nothing if it is older;
-	//   - sliding_log: the job's own entry (stamped d.At, of this cost)
+	//     d.At's window, less n (never below 0); nothing if it is older;
+	//   - sliding_log: the job's own entry (stamped d.At, of cost n)
 	//     leaves the log if it is still in the window.
 	//
 	// A refund right after the decision, with no other decision of the key
 	// in between, leaves every tier as if the job had never been decided. A
 	// key the store has forgotten or evicted has nothing to give back. A
 	// decision with Consumed 0 (Rejected, or Excess on every tier) needs no
-	// refund: Refund then returns nil at once.
-	Refund(ctx context.Context, group string, tiers []Tier, cost int64, d Decision) error
+	// refund: Refund then returns nil at once. A Decision another store
+	// made is refused with ErrInvalidRefund.
+	Refund(ctx context.Context, d Decision) error
 }
 
 // ErrDuplicateKey is returned when two tiers of one decision share a key.
 var ErrDuplicateKey = errors.New("bucket: two tiers share a key")
 
-// ErrInvalidRefund is returned for a refund whose decision consumed from a
-// tier the refund does not name (Decision.Consumed has a bit at or beyond
-// len(tiers)): the tiers are not those of the decision.
+// ErrInvalidRefund is returned for a refund of a Decision that the store
+// did not make (another store's, or one no store made), or whose decision
+// consumed from a tier its request does not name.
 var ErrInvalidRefund = errors.New("bucket: invalid refund")
 
 // CheckRequest validates a decision's tiers and cost the way every store
@@ -76,16 +79,20 @@ func CheckRequest(tiers []Tier, cost int64) error {
 	return nil
 }
 
-// CheckRefund validates a refund the way every store does: the tiers and
-// cost as CheckRequest checks them, and a Decision that consumed only from
-// those tiers. Stores outside this package call it before refunding.
-func CheckRefund(tiers []Tier, cost int64, d Decision) error {
-	if err := CheckRequest(tiers, cost); err != nil {
+// CheckRefund validates a refund by store s the way every store does: d was
+// made by s (Decision.Bind), its request's tiers and cost pass
+// CheckRequest, and it consumed only from those tiers. Stores outside this
+// package call it before refunding.
+func CheckRefund(s Store, d Decision) error {
+	if d.store == nil || d.store != s {
+		return fmt.Errorf("%w: the decision was not made by this store", ErrInvalidRefund)
+	}
+	if err := CheckRequest(d.tiers, d.cost); err != nil {
 		return err
 	}
-	if d.Consumed>>len(tiers) != 0 {
-		return fmt.Errorf("%w: the decision consumed from tiers %08b, the refund names %d tiers",
-			ErrInvalidRefund, d.Consumed, len(tiers))
+	if d.Consumed>>len(d.tiers) != 0 {
+		return fmt.Errorf("%w: the decision consumed from tiers %08b, its request names %d tiers",
+			ErrInvalidRefund, d.Consumed, len(d.tiers))
 	}
 	return nil
 }

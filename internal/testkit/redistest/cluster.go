@@ -231,22 +231,15 @@ func (c *Cluster) Do(ctx context.Context, i int, args ...string) (any, error) {
 	return c.Masters[i].do(ctx, args...)
 }
 
-// Do runs one command on the server over a new connection (after AUTH, if
-// the server has a password). The reply is a string, int64, nil or []any.
+// Do runs one command on the server over a new connection of a go-redis
+// client (authenticated, if the server has a password). The reply is a
+// string, int64, nil or []any, as go-redis reads RESP2.
 func (s *Server) Do(ctx context.Context, args ...string) (any, error) {
 	return s.do(ctx, args...)
 }
 
 func (s *Server) do(ctx context.Context, args ...string) (any, error) {
-	conn, err := s.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.c.SetDeadline(dl)
-	}
-	return conn.do(args...)
+	return command(ctx, s.Addr(), s.tlsConfig, s.user, s.password, args...)
 }
 
 // spawn starts a child server under dir on a free port, with the arguments

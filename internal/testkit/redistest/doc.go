@@ -14,8 +14,9 @@
 //		...
 //	}
 //
-// The package depends on the standard library only, so linking it into a test
-// binary costs nothing; the test brings its own Redis client.
+// The package talks to its servers with go-redis (PING, INFO, the cluster's
+// and the sentinels' setup), one new connection per command; the test brings
+// its own client.
 //
 // # Finding the server binary
 //

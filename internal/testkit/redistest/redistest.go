@@ -90,7 +90,7 @@ type Server struct {
 	tb       testing.TB // the test that called Start, for Kill's failures
 	external bool
 
-	auth []string // AUTH arguments, nil without a password
+	user, password string // the credentials; password "" without one
 
 	// External servers only.
 	url       string
@@ -146,7 +146,7 @@ func Start(tb testing.TB, opts ...Option) *Server {
 		startTimeout: o.startTimeout,
 	}
 	if pw, ok := requirePass(o.args); ok {
-		s.auth = []string{"AUTH", pw}
+		s.password = pw
 	}
 	tb.Cleanup(func() {
 		s.stop()
@@ -192,8 +192,8 @@ func (s *Server) URL() string {
 		return s.url
 	}
 	u := url.URL{Scheme: "redis", Host: s.Addr(), Path: "/0"}
-	if s.auth != nil {
-		u.User = url.UserPassword("", s.auth[1])
+	if s.password != "" {
+		u.User = url.UserPassword("", s.password)
 	}
 	return u.String()
 }
@@ -251,15 +251,10 @@ func (s *Server) Restart(tb testing.TB) {
 	tb.Fatalf("redistest: restarting %s on port %d failed %d times:\n%v", s.bin, port, startAttempts, errors.Join(errs...))
 }
 
-// Ping sends PING over a new connection (after AUTH, if the server has a
+// Ping sends PING over a new connection (authenticated, if the server has a
 // password) and reports whether the server answered PONG.
 func (s *Server) Ping(ctx context.Context) error {
-	c, err := s.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	reply, err := c.do("PING")
+	reply, err := s.do(ctx, "PING")
 	if err != nil {
 		return err
 	}
@@ -364,24 +359,11 @@ func (s *Server) waitReady(p *process, port int) error {
 	}
 }
 
-// serverPID asks the server at addr for PING and its process id.
+// serverPID asks the server at addr for its process id.
 func (s *Server) serverPID(addr string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	c, err := dialRESP(ctx, addr, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	if s.auth != nil {
-		if _, err := c.do(s.auth...); err != nil {
-			return 0, err
-		}
-	}
-	if _, err := c.do("PING"); err != nil {
-		return 0, err
-	}
-	reply, err := c.do("INFO", "server")
+	reply, err := command(ctx, addr, nil, s.user, s.password, "INFO", "server")
 	if err != nil {
 		return 0, err
 	}
@@ -433,21 +415,6 @@ func (s *Server) logTail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// dial connects to the server and authenticates if REDIS_URL has a password.
-func (s *Server) dial(ctx context.Context) (*respConn, error) {
-	c, err := dialRESP(ctx, s.Addr(), s.tlsConfig)
-	if err != nil {
-		return nil, err
-	}
-	if s.auth != nil {
-		if _, err := c.do(s.auth...); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-	}
-	return c, nil
-}
-
 // startExternal describes the server REDIS_URL names and checks it answers.
 func startExternal(tb testing.TB, raw string, o options) *Server {
 	tb.Helper()
@@ -473,11 +440,7 @@ func startExternal(tb testing.TB, raw string, o options) *Server {
 	}
 	if u.User != nil {
 		if pw, ok := u.User.Password(); ok {
-			if name := u.User.Username(); name != "" {
-				s.auth = []string{"AUTH", name, pw}
-			} else {
-				s.auth = []string{"AUTH", pw}
-			}
+			s.user, s.password = u.User.Username(), pw
 		}
 	}
 	if u.Scheme == "rediss" {

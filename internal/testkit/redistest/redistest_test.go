@@ -18,12 +18,7 @@ import (
 // do runs one command on a fresh connection to addr.
 func do(t *testing.T, addr string, args ...string) any {
 	t.Helper()
-	c, err := dialRESP(t.Context(), addr, nil)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	defer c.Close()
-	reply, err := c.do(args...)
+	reply, err := command(t.Context(), addr, nil, "", "", args...)
 	if err != nil {
 		t.Fatalf("%s on %s: %v", strings.Join(args, " "), addr, err)
 	}
@@ -260,12 +255,7 @@ func TestRedisURL(t *testing.T) {
 		t.Errorf("URL() = %q; want %q", owned.URL(), url)
 	}
 	ping(t, owned)
-	c, err := dialRESP(t.Context(), owned.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.do("PING"); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+	if _, err := command(t.Context(), owned.Addr(), nil, "", "", "PING"); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Fatalf("PING without the password = %v; want NOAUTH", err)
 	}
 

@@ -18,7 +18,7 @@
 // The scenarios read as timelines: nginx limit_req's documented behaviour
 // (rate only; burst; burst with nodelay; two-stage burst with delay), each
 // algorithm's edges, costs, all-or-nothing tiers, concurrency, refunds
-// (Store.Refund gives a refused job's units back), and a randomised
+// (Decision.Refund gives a refused job's units back), and a randomised
 // comparison with the pure algorithm (bucket.Limit.Decide and Refund).
 package buckettest
 
@@ -548,7 +548,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 					t.Fatal(err)
 				}
 				clock.Set(now)
-				if err := store.Refund(context.Background(), "g", []bucket.Tier{{Key: key, Limit: l}}, cost, got); err != nil {
+				if err := got.Refund(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
-// exerciseRefund checks Store.Refund: the contract's "a rejected job consumes
+// exerciseRefund checks Decision.Refund and Store.Refund: the contract's "a rejected job consumes
 // from no tier — also when the backlog refuses a job that the tiers would
 // have queued (its units are given back)".
 func exerciseRefund(t *testing.T, setup setupFunc) {
@@ -64,7 +64,7 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 							back = at.Add(time.Duration(rng.Int64N(int64(next.Sub(at)) + 1)))
 						}
 						clock.Set(back)
-						if err := store.Refund(ctx, "g", one("with", l), cost, d); err != nil {
+						if err := d.Refund(ctx); err != nil {
 							t.Fatal(err)
 						}
 						if d.Consumed != 0 {
@@ -121,7 +121,7 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 			t.Fatalf("second job: %s by tier %d consumed %04b, want excess by tier 1, consumed 1101", d2.Verdict, d2.Tier, d2.Consumed)
 		}
 		// The backlog is full: give the second job's units back.
-		if err := store.Refund(ctx, "g", tiers, 1, d2); err != nil {
+		if err := d2.Refund(ctx); err != nil {
 			t.Fatal(err)
 		}
 		// Every tier holds the first job only: each decides a lone job as
@@ -162,7 +162,7 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 			t.Fatalf("cost 2 at +400ms: %s consumed %b not before +%v, want queued until +3s", d.Verdict, d.Consumed, d.NotBefore.Sub(Base))
 		}
 		clock.Set(Base.Add(500 * time.Millisecond))
-		if err := store.Refund(ctx, "g", one("k", l), 2, d); err != nil {
+		if err := store.Refund(ctx, d); err != nil { // as d.Refund does
 			t.Fatal(err)
 		}
 		d, err = store.Decide(ctx, "g", one("k", l), 2)
@@ -198,19 +198,22 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 			l := must(t, c.spec)
 			t.Run(fmt.Sprintf("%s/at_%v", l, c.stale), func(t *testing.T) {
 				store, clock := setup(t)
-				decideBoth := func(cost int64) (d bucket.Decision) {
+				// decideBoth returns key "refunded"'s decision.
+				decideBoth := func(cost int64) (refunded bucket.Decision) {
 					t.Helper()
 					for _, key := range []string{"refunded", "kept"} {
 						got, err := store.Decide(ctx, "g", one(key, l), cost)
 						if err != nil {
 							t.Fatal(err)
 						}
-						if key == "kept" && !equal(got, d) {
-							t.Fatalf("+%v cost %d: after a stale refund %+v\nwithout it %+v", clock.Now().Sub(Base), cost, d, got)
+						if key == "kept" && !equal(got, refunded) {
+							t.Fatalf("+%v cost %d: after a stale refund %+v\nwithout it %+v", clock.Now().Sub(Base), cost, refunded, got)
 						}
-						d = got
+						if key == "refunded" {
+							refunded = got
+						}
 					}
-					return d
+					return refunded
 				}
 				clock.Set(Base.Add(9 * time.Second))
 				job := decideBoth(2)
@@ -219,7 +222,7 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 				}
 				clock.Set(Base.Add(c.stale))
 				decideBoth(2) // a later job, in a later window
-				if err := store.Refund(ctx, "g", one("refunded", l), 2, job); err != nil {
+				if err := job.Refund(ctx); err != nil {
 					t.Fatal(err)
 				}
 				for range 3 {
@@ -248,8 +251,12 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 			// Most of the leaky bucket's 3 units have drained, most of the
 			// token bucket's refilled.
 			clock.Set(Base.Add(2500 * time.Millisecond))
-			for _, key := range []string{"k", "k", "ghost"} {
-				if err := store.Refund(ctx, "g", one(key, l), 3, d); err != nil {
+			// The ghost's refund is k's decision bound to a key the store
+			// never saw.
+			ghost := d
+			ghost.Bind(store, "g", one("ghost", l), 3)
+			for _, d := range []bucket.Decision{d, d, ghost} {
+				if err := d.Refund(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -291,7 +298,7 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 				t.Fatalf("job %d: %s consumed %03b, want %s consumed %03b", k+1, d.Verdict, d.Consumed, want.v, want.consumed)
 			}
 			if d.Verdict == R {
-				if err := store.Refund(ctx, "g", tiers, 1, d); err != nil {
+				if err := d.Refund(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -323,7 +330,7 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 					cost := int64(1 + (g+i)%3)
 					d, err := store.Decide(ctx, "g", one("hot", l), cost)
 					if err == nil {
-						err = store.Refund(ctx, "g", one("hot", l), cost, d)
+						err = d.Refund(ctx)
 					}
 					if err != nil {
 						return err
@@ -350,24 +357,42 @@ func exerciseRefund(t *testing.T, setup setupFunc) {
 	setup.parallel(t, "refund/bad_requests", func(t *testing.T, store bucket.Store, _ *Clock) {
 		ok := must(t, bucket.Spec{Rate: "1/s"})
 		tiers := []bucket.Tier{{Key: "a", Limit: ok}, {Key: "b", Limit: ok}}
-		d := bucket.Decision{Verdict: A, At: Base, NotBefore: Base, Consumed: 0b11}
+		bound := func(tiers []bucket.Tier, cost int64) bucket.Decision {
+			d := bucket.Decision{Verdict: A, At: Base, NotBefore: Base, Consumed: 0b11}
+			d.Bind(store, "g", tiers, cost)
+			return d
+		}
+		other, _ := setup(t)
+		foreign, err := other.Decide(ctx, "g", tiers, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cases := []struct {
-			name  string
-			tiers []bucket.Tier
-			cost  int64
-			d     bucket.Decision
-			want  error
+			name string
+			d    bucket.Decision
+			want error
 		}{
-			{"zero cost", tiers, 0, d, bucket.ErrInvalidCost},
-			{"no tiers", nil, 1, d, bucket.ErrTooManyTiers},
-			{"zero limit", []bucket.Tier{{Key: "a"}}, 1, d, bucket.ErrInvalidLimit},
-			{"duplicate keys", []bucket.Tier{{Key: "a", Limit: ok}, {Key: "a", Limit: ok}}, 1, d, bucket.ErrDuplicateKey},
-			{"consumed beyond the tiers", tiers[:1], 1, d, bucket.ErrInvalidRefund},
+			{"zero cost", bound(tiers, 0), bucket.ErrInvalidCost},
+			{"no tiers", bound(nil, 1), bucket.ErrTooManyTiers},
+			{"zero limit", bound([]bucket.Tier{{Key: "a"}}, 1), bucket.ErrInvalidLimit},
+			{"duplicate keys", bound([]bucket.Tier{{Key: "a", Limit: ok}, {Key: "a", Limit: ok}}, 1), bucket.ErrDuplicateKey},
+			{"consumed beyond the tiers", bound(tiers[:1], 1), bucket.ErrInvalidRefund},
+			{"another store's decision", foreign, bucket.ErrInvalidRefund},
+			{"no store's decision", bucket.Decision{Verdict: A, At: Base, NotBefore: Base, Consumed: 1}, bucket.ErrInvalidRefund},
 		}
 		for _, c := range cases {
-			if err := store.Refund(ctx, "g", c.tiers, c.cost, c.d); !errors.Is(err, c.want) {
-				t.Errorf("%s: error %v, want %v", c.name, err, c.want)
+			if err := store.Refund(ctx, c.d); !errors.Is(err, c.want) {
+				t.Errorf("%s: store.Refund: error %v, want %v", c.name, err, c.want)
 			}
+		}
+		// Decision.Refund goes to the store that decided: the other
+		// store's decision is that store's to refund.
+		if err := foreign.Refund(ctx); err != nil {
+			t.Errorf("the other store's decision, refunded through itself: %v", err)
+		}
+		// A Decision no store made that consumed nothing needs no refund.
+		if err := (bucket.Decision{Verdict: R}).Refund(ctx); err != nil {
+			t.Errorf("a zero Decision's Refund: %v", err)
 		}
 	})
 }

@@ -79,6 +79,7 @@ func (s *Store) DecideBatch(ctx context.Context, group string, jobs []bucket.Job
 			if c.err != nil {
 				return nil, fmt.Errorf("job %d: %w", lo+i, c.err)
 			}
+			c.dec.Bind(s, group, jobs[lo+i].Tiers, jobs[lo+i].Cost)
 			out = append(out, c.dec)
 		}
 	}
@@ -93,11 +94,7 @@ func (s *Store) run(ctx context.Context, r *request, calls []*call) {
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	cmd := s.client.EvalSha(ctx, scriptSHA, r.keys, r.blob)
-	if isNoScript(cmd.Err()) {
-		cmd = s.client.Eval(ctx, script, r.keys, r.blob)
-	}
-	s.deliver(cmd, calls)
+	s.deliver(s.runScript(ctx, decideScript, r.keys, r.blob), calls)
 }
 
 // batchSlots bounds the batches under way in one store.
@@ -144,6 +141,9 @@ func (s *Store) decideBatchSplit(ctx context.Context, group string, jobs []bucke
 		next := hi
 		for i, c := range calls {
 			undo := assemble(c)
+			if c.err == nil {
+				c.dec.Bind(s, group, jobs[lo+i].Tiers, jobs[lo+i].Cost)
+			}
 			if c.err == nil && !undo {
 				out = append(out, c.dec)
 				continue

@@ -60,11 +60,17 @@ func TestDecideBatchEqualsDecide(t *testing.T) {
 			t.Fatal(err)
 		}
 		verdicts[want.Verdict]++
-		if got[i] != want {
+		if !equalDecision(got[i], want) || got[i].TierAt != want.TierAt {
 			t.Fatalf("job %d: DecideBatch %+v\n          Decide %+v", i, got[i], want)
 		}
-		if gotMem[i] != want {
+		if !equalDecision(gotMem[i], want) || gotMem[i].TierAt != want.TierAt {
 			t.Fatalf("job %d: memory DecideBatch %+v\n          Redis Decide %+v", i, gotMem[i], want)
+		}
+		// Each batch decision carries its own job for its refund.
+		for _, d := range []bucket.Decision{got[i], gotMem[i]} {
+			if g, tiers, cost := d.Request(); g != "q" || cost != j.Cost || len(tiers) != len(j.Tiers) || &tiers[0] != &j.Tiers[0] {
+				t.Fatalf("job %d: the decision's request is (%q, %d tiers, cost %d), want the job's", i, g, len(tiers), cost)
+			}
 		}
 	}
 	for _, v := range []bucket.Verdict{bucket.Admitted, bucket.Queued, bucket.Excess, bucket.Rejected} {

@@ -364,7 +364,7 @@ func TestClusterSplitRefundAtEachPartsTime(t *testing.T) {
 			if err != nil || d.Verdict != bucket.Admitted {
 				t.Fatalf("first job: %+v %v, want Admitted", d, err)
 			}
-			if err := store.Refund(ctx, "q", []bucket.Tier{{Key: "global", Limit: global}, {Key: key, Limit: one}}, 1, d); err != nil {
+			if err := d.Refund(ctx); err != nil {
 				t.Fatalf("Refund: %v", err)
 			}
 			if d, err := store.Decide(ctx, "q", []bucket.Tier{{Key: key, Limit: one}}, 1); err != nil || d.Verdict != bucket.Admitted {

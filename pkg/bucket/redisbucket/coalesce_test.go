@@ -83,7 +83,7 @@ func setupServer(t *testing.T, srv *redistest.Server, hook *trips, opts ...Optio
 	t.Cleanup(func() { _ = client.Close() })
 	// Neither the connection handshake nor a first NOSCRIPT may count as
 	// a trip.
-	if err := client.ScriptLoad(context.Background(), script).Err(); err != nil {
+	if err := decideScript.Load(context.Background(), client).Err(); err != nil {
 		t.Fatal(err)
 	}
 	client.AddHook(hook)

@@ -11,8 +11,9 @@
 //	...
 //	d, err := store.Decide(ctx, "email", []bucket.Tier{{Key: "0:" + apiKey, Limit: limit}}, 1)
 //
-// New takes the narrow [Client] interface, so a *redis.Client, a
-// *redis.ClusterClient and a *redis.Ring all work. A [Store] is safe for
+// New takes the narrow [Client] interface (redis.Scripter and Pipeline), so
+// a *redis.Client, a *redis.ClusterClient, a *redis.Ring and the Sentinel
+// failover clients all work. A [Store] is safe for
 // concurrent use and holds nothing that needs closing.
 //
 // # Keys and hash tags
@@ -21,27 +22,21 @@
 //
 //	<prefix>{<group>:<hash>}:<algorithm>:<tier key>
 //
-// for example spillway:bucket:{email:2b8f0c1e9d7a4f10}:leaky_bucket:0:alice
+// for example spillway:bucket:{email:fabcff6725782279}:leaky_bucket:0:alice
 // ([Store.Key] computes it). The prefix defaults to [DefaultPrefix]
 // ([WithPrefix] changes it; it may not hold braces). The hash tag is the
 // group — the admitter passes the queue name — and 16 hex digits of the
 // tier key's 64-bit FNV-1a hash, so that on a Redis Cluster the keys of one
-// queue spread over all the slots, and so over all the shards, instead of
-// living in one slot on one shard. The layout is the same on one server and
-// on a cluster. A group may not hold '{' or '}' ([ErrInvalidGroup]); tier
+// queue spread over all the slots, and so over all the shards. The layout is
+// the same on one server and on a cluster. A group may not hold '{' or '}' ([ErrInvalidGroup]); tier
 // keys are arbitrary bytes (after the tag, they do not affect the slot). The
 // algorithm is part of the key, so a tier that changes algorithm starts
 // afresh.
 //
-// Before this layout every key of a group had the tag {<group>}. Keys under
-// the old names are not read or migrated: after an upgrade every key starts
-// with a fresh bucket (at most one burst per key more than the limit
-// allows, once), and the old keys expire by their TTLs.
-//
 // # Cluster
 //
 // On one server (a *redis.Client) a decision is one script run over all its
-// tiers, as always: keys of different slots may share a script there. On a
+// tiers: keys of different slots may share a script there. On a
 // *redis.ClusterClient or a *redis.Ring ([WithSplitTiers] overrides the
 // choice), the tiers of a decision are grouped by hash tag into parts, one
 // script run each, all sent in one pipeline (the cluster client sends each
@@ -96,11 +91,13 @@
 // and refund.lua for refunds, each sent as one chunk after lib.lua, the
 // helpers both share (exact division, times as pairs, window starts, state
 // loading, TIME). Limits travel as arguments (algorithm and parameters per
-// tier), so a new limit needs no new script. The store calls EVALSHA; when
-// Redis answers NOSCRIPT (after SCRIPT FLUSH, a restart or a failover) it
-// sends the same run as EVAL, which also caches the script again. A NOSCRIPT
-// run did not execute, so the retry applies nothing twice, and SCRIPT FLUSH
-// never surfaces as an error, also for runs inside a pipeline.
+// tier), so a new limit needs no new script. Each is a redis.Script: a run
+// on its own is Script.Run, EVALSHA and, when Redis answers NOSCRIPT (after
+// SCRIPT FLUSH, a restart or a failover), the same run as EVAL, which also
+// caches the script again. Runs sent together in a pipeline are EVALSHAs,
+// and those answered NOSCRIPT go again as EVAL in a second pipeline. A
+// NOSCRIPT run did not execute, so the retry applies nothing twice, and
+// SCRIPT FLUSH never surfaces as an error.
 //
 // The script uses only commands of Redis 3.2 and later, and the struct
 // library every Redis embeds; it is tested against Redis 7.
@@ -117,9 +114,11 @@
 //
 // # Refunds
 //
-// [Store.Refund] gives back the units a decision took from its consumed
-// tiers (bucket.Decision.Consumed) when the backlog refuses the job, with
-// the semantics of bucket.Store.Refund. It is one run of refund.lua over the
+// A decision's refund, d.Refund(ctx) (bucket.Decision.Refund, which calls
+// [Store.Refund] of the store that made d: every decision the store returns
+// carries its group, tiers and cost), gives back the units the decision
+// took from its consumed tiers (bucket.Decision.Consumed) when the backlog
+// refuses the job, with the semantics of bucket.Store.Refund. It is one run of refund.lua over the
 // consumed tiers' keys (on a cluster, one run per hash tag) at
 // Redis TIME (or the injected clock, which it then carries with the
 // decision's time). The script reads every key before it writes any: a key

@@ -39,8 +39,9 @@ func Example() {
 		{Key: "0:alice", Limit: perKey},
 		{Key: "1:global", Limit: global},
 	}
-	// Keys: spillway:bucket:{email}:leaky_bucket:0:alice and
-	// spillway:bucket:{email}:token_bucket:1:global, one cluster slot.
+	// Keys: spillway:bucket:{email:fabcff6725782279}:leaky_bucket:0:alice
+	// and spillway:bucket:{email:ceb7811813ac846d}:token_bucket:1:global
+	// (Store.Key): the hash tag holds a hash of the tier key.
 	d, err := store.Decide(ctx, "email", tiers, 1)
 	if err != nil {
 		fmt.Println("store unavailable:", err)
@@ -56,8 +57,8 @@ func Example() {
 	}
 }
 
-// A Redis Cluster works alike: all keys of a decision share the group's hash
-// tag. With WithClock the store decides at the given time instead of Redis
+// A Redis Cluster works alike: a decision whose tiers have different hash
+// tags runs one script per tag, in one pipeline. With WithClock the store decides at the given time instead of Redis
 // TIME, as `spillctl simulate --store redis` does.
 func ExampleWithClock() {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7000"}})

@@ -224,7 +224,7 @@ func TestAgreesWithPureAlgorithms(t *testing.T) {
 				}
 				ref.refund(t, now, tiers, cost, got)
 				b.clock.Set(now)
-				if err := store.Refund(ctx, group, tiers, cost, got); err != nil {
+				if err := got.Refund(ctx); err != nil {
 					t.Fatal(err)
 				}
 				refunds++
@@ -687,7 +687,7 @@ func TestRefundAtRedisTime(t *testing.T) {
 	refund := func(key string, d bucket.Decision) {
 		t.Helper()
 		calls.names = nil
-		if err := store.Refund(ctx, "q", tiersOf(key), 1, d); err != nil {
+		if err := d.Refund(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -748,7 +748,7 @@ func TestRefundForeignData(t *testing.T) {
 		if err := b.client.HSet(ctx, bad, "f", "v").Err(); err != nil {
 			t.Fatal(err)
 		}
-		err = store.Refund(ctx, "g", tiers, 1, d)
+		err = d.Refund(ctx)
 		if !errors.Is(err, redisbucket.ErrForeignData) || !strings.Contains(err.Error(), ":bad") {
 			t.Errorf("%s: error %v, want ErrForeignData naming the bad key", l, err)
 		}

@@ -1,13 +1,13 @@
 package redisbucket
 
 import (
-	"crypto/sha1"
 	_ "embed" // the scripts
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
@@ -23,22 +23,12 @@ var (
 	luaRefund string
 )
 
-// script decides: every decision, every algorithm.
-var script = luaLib + luaDecide
-
-// refundScript gives back the units of one decision's consumed tiers.
-var refundScript = luaLib + luaRefund
-
-// scriptSHA and refundSHA are the digests EVALSHA names the scripts by.
 var (
-	scriptSHA = sha1Hex(script)
-	refundSHA = sha1Hex(refundScript)
+	// decideScript decides: every decision, every algorithm.
+	decideScript = redis.NewScript(luaLib + luaDecide)
+	// refundScript gives back the units of one decision's consumed tiers.
+	refundScript = redis.NewScript(luaLib + luaRefund)
 )
-
-func sha1Hex(s string) string {
-	sum := sha1.Sum([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
 
 // headerSize is the script header: decisions, clock flag, TTL extra.
 const headerSize = 3 * 8

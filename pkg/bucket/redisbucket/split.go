@@ -102,7 +102,6 @@ type tagRequest struct {
 	parts []*part
 	keys  []string
 	blob  []byte
-	cmd   *redis.Cmd
 }
 
 // runParts runs the parts of calls, one script per tag (parts of one tag in
@@ -128,46 +127,11 @@ func (s *Store) runParts(ctx context.Context, calls []*call) {
 	for i := range reqs {
 		putHeader(reqs[i].blob, len(reqs[i].parts), s.clock != nil, s.ttlExtra)
 	}
-	s.pipelineScripts(ctx, len(reqs), func(i int) (*redis.Cmd, []string, []byte) { return reqs[i].cmd, reqs[i].keys, reqs[i].blob },
-		func(i int, cmd *redis.Cmd) { reqs[i].cmd = cmd })
+	cmds := s.runPipelined(ctx, decideScript, len(reqs),
+		func(i int) []string { return reqs[i].keys }, func(i int) []byte { return reqs[i].blob })
 	for i := range reqs {
-		deliverParts(reqs[i].cmd, reqs[i].parts)
+		deliverParts(cmds[i], reqs[i].parts)
 	}
-}
-
-// pipelineScripts sends n runs of the decision script in one pipeline, and
-// again with the script itself those whose digest Redis did not know.
-func (s *Store) pipelineScripts(ctx context.Context, n int, get func(int) (*redis.Cmd, []string, []byte), set func(int, *redis.Cmd)) {
-	if n == 1 {
-		_, keys, blob := get(0)
-		cmd := s.client.EvalSha(ctx, scriptSHA, keys, blob)
-		if isNoScript(cmd.Err()) {
-			cmd = s.client.Eval(ctx, script, keys, blob)
-		}
-		set(0, cmd)
-		return
-	}
-	pipe := s.client.Pipeline()
-	for i := range n {
-		_, keys, blob := get(i)
-		set(i, pipe.EvalSha(ctx, scriptSHA, keys, blob))
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	var again []int
-	for i := range n {
-		if cmd, _, _ := get(i); isNoScript(cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) == 0 {
-		return
-	}
-	pipe = s.client.Pipeline()
-	for _, i := range again {
-		_, keys, blob := get(i)
-		set(i, pipe.Eval(ctx, script, keys, blob))
-	}
-	_, _ = pipe.Exec(ctx)
 }
 
 // deliverParts reads one script run's reply into its parts.
@@ -281,7 +245,6 @@ func assemble(c *call) (undo bool) {
 type refundRequest struct {
 	keys []string
 	blob []byte
-	cmd  *redis.Cmd
 }
 
 // undoRequests lays out the refunds of the committed parts of calls: each
@@ -343,27 +306,11 @@ func (s *Store) runRefunds(ctx context.Context, reqs []refundRequest) error {
 	if len(reqs) == 0 {
 		return nil
 	}
-	pipe := s.client.Pipeline()
-	for i := range reqs {
-		reqs[i].cmd = pipe.EvalSha(ctx, refundSHA, reqs[i].keys, reqs[i].blob)
-	}
-	_, _ = pipe.Exec(ctx)
-	var again []int
-	for i := range reqs {
-		if isNoScript(reqs[i].cmd.Err()) {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		pipe = s.client.Pipeline()
-		for _, i := range again {
-			reqs[i].cmd = pipe.Eval(ctx, refundScript, reqs[i].keys, reqs[i].blob)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
+	cmds := s.runPipelined(ctx, refundScript, len(reqs),
+		func(i int) []string { return reqs[i].keys }, func(i int) []byte { return reqs[i].blob })
 	var errs []error
 	for i := range reqs {
-		status, err := reqs[i].cmd.Int64()
+		status, err := cmds[i].Int64()
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("redisbucket: refund: %w", err))

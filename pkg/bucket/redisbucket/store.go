@@ -288,7 +288,7 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 		if !c.leads {
 			d, err := c.dec, c.err
 			s.recycle(c)
-			return d, err
+			return s.bind(d, err, group, tiers, cost)
 		}
 		s.mu.Lock()
 	}
@@ -299,11 +299,21 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 	s.send(ctx, batch, deadline)
 	d, err := c.dec, c.err
 	s.recycle(c)
+	return s.bind(d, err, group, tiers, cost)
+}
+
+// bind binds a decision made without error to s and its request, for
+// its refund.
+func (s *Store) bind(d bucket.Decision, err error, group string, tiers []bucket.Tier, cost int64) (bucket.Decision, error) {
+	if err == nil {
+		d.Bind(s, group, tiers, cost)
+	}
 	return d, err
 }
 
-// Refund gives back the units decision d took from its consumed tiers (see
-// bucket.Store.Refund) in one script run at Redis TIME (or the injected
+// Refund gives back the units decision d, which this store made, took from
+// its consumed tiers (see bucket.Store.Refund; d.Refund(ctx) calls it) in
+// one script run at Redis TIME (or the injected
 // clock), under the same keys and hash tag as Decide. A key that expired or
 // was deleted has nothing to give back. A decision with Consumed 0 needs no
 // round trip: Refund returns nil at once.
@@ -313,10 +323,11 @@ func (s *Store) Decide(ctx context.Context, group string, tiers []bucket.Tier, c
 // WithTimeout and ctx. Like a decision, a refund is not idempotent: a refund
 // that go-redis retries after a network error may give back twice — never
 // beyond an empty state, but more than the job took.
-func (s *Store) Refund(ctx context.Context, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) error {
-	if err := bucket.CheckRefund(tiers, cost, d); err != nil {
+func (s *Store) Refund(ctx context.Context, d bucket.Decision) error {
+	if err := bucket.CheckRefund(s, d); err != nil {
 		return fmt.Errorf("redisbucket: %w", err)
 	}
+	group, tiers, cost := d.Request()
 	if s.client == nil {
 		return errors.New("redisbucket: the Store was not built with New")
 	}
@@ -338,11 +349,7 @@ func (s *Store) Refund(ctx context.Context, group string, tiers []bucket.Tier, c
 		return s.refundSplit(ctx, group, tiers, cost, d)
 	}
 	keys, arg := s.encodeRefund(group, tiers, cost, d)
-	cmd := s.client.EvalSha(ctx, refundSHA, keys, arg)
-	if isNoScript(cmd.Err()) {
-		cmd = s.client.Eval(ctx, refundScript, keys, arg)
-	}
-	status, err := cmd.Int64()
+	status, err := s.runScript(ctx, refundScript, keys, arg).Int64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisbucket: refund: %w", err)
@@ -458,7 +465,6 @@ type request struct {
 	calls []*call
 	keys  []string
 	blob  []byte
-	cmd   *redis.Cmd
 }
 
 // roundTrip runs the batch's decisions, one script run per group, in one
@@ -471,47 +477,14 @@ func (s *Store) roundTrip(ctx context.Context, batch []*call) {
 	if len(batch) == 1 {
 		c := batch[0]
 		putHeader(c.buf, 1, s.clock != nil, s.ttlExtra)
-		cmd := s.client.EvalSha(ctx, scriptSHA, c.keys, c.buf)
-		if isNoScript(cmd.Err()) {
-			cmd = s.client.Eval(ctx, script, c.keys, c.buf)
-		}
-		s.deliver(cmd, batch)
+		s.deliver(s.runScript(ctx, decideScript, c.keys, c.buf), batch)
 		return
 	}
-
 	reqs := s.split(batch)
-	if len(reqs) == 1 {
-		r := &reqs[0]
-		r.cmd = s.client.EvalSha(ctx, scriptSHA, r.keys, r.blob)
-		if isNoScript(r.cmd.Err()) {
-			r.cmd = s.client.Eval(ctx, script, r.keys, r.blob)
-		}
-		s.deliver(r.cmd, r.calls)
-		return
-	}
-
-	pipe := s.client.Pipeline()
+	cmds := s.runPipelined(ctx, decideScript, len(reqs),
+		func(i int) []string { return reqs[i].keys }, func(i int) []byte { return reqs[i].blob })
 	for i := range reqs {
-		reqs[i].cmd = pipe.EvalSha(ctx, scriptSHA, reqs[i].keys, reqs[i].blob)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	retry := false
-	for i := range reqs {
-		retry = retry || isNoScript(reqs[i].cmd.Err())
-	}
-	if retry {
-		// SCRIPT FLUSH (or a new server): send the script itself where
-		// its digest was unknown; EVAL caches it again.
-		pipe = s.client.Pipeline()
-		for i := range reqs {
-			if isNoScript(reqs[i].cmd.Err()) {
-				reqs[i].cmd = pipe.Eval(ctx, script, reqs[i].keys, reqs[i].blob)
-			}
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	for i := range reqs {
-		s.deliver(reqs[i].cmd, reqs[i].calls)
+		s.deliver(cmds[i], reqs[i].calls)
 	}
 }
 
@@ -563,8 +536,4 @@ func (s *Store) deliver(cmd *redis.Cmd, calls []*call) {
 			return
 		}
 	}
-}
-
-func isNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
