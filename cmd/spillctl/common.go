@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Where things are, when neither a flag nor the environment says.
@@ -252,8 +252,8 @@ func (a *admitter) getJSON(ctx context.Context, path string, v any) ([]byte, err
 // answerError describes an unexpected answer, with its problem document
 // when there is one.
 func (a *admitter) answerError(resp answer) error {
-	p, _ := api.ParseProblem(resp.Header.Get("Content-Type"), resp.Body) // zero when there is none
-	return a.answered(resp.StatusCode, resp.Status, p.Title, p.Detail, api.RetryAfter(resp.Header, p, time.Now()))
+	p, _ := spillway.ParseProblem(resp.Header.Get("Content-Type"), resp.Body) // zero when there is none
+	return a.answered(resp.StatusCode, resp.Status, p.Title, p.Detail, spillway.RetryAfter(resp.Header, p, time.Now()))
 }
 
 // answered is the error of an answer of HTTP status code (status is its

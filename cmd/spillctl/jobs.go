@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The commands that submit, read and cancel jobs do it with pkg/client,
@@ -56,9 +56,9 @@ func submitOptions(headers headerFlags, cost int64) []client.SubmitOption {
 // prints): the answer, or an answer's error as a reply with status
 // "error". An error with no answer behind it is returned, explained for
 // the door: where is the admitter missing.
-func replyOf(q string, ans *client.Answer, err error, via, where string) (api.SubmitReply, error) {
+func replyOf(q string, ans *client.Answer, err error, via, where string) (spillway.SubmitReply, error) {
 	if ans != nil {
-		rep := api.SubmitReply{ID: ans.ID, Queue: ans.Queue, Status: api.Status(ans.Verdict), Position: ans.Position,
+		rep := spillway.SubmitReply{ID: ans.ID, Queue: ans.Queue, Status: spillway.Status(ans.Verdict), Position: ans.Position,
 			Duplicate: ans.Duplicate, Type: ans.Problem, RetryAfterMS: ans.RetryAfter.Milliseconds()}
 		if !ans.NotBefore.IsZero() {
 			rep.NotBefore = &ans.NotBefore
@@ -83,23 +83,23 @@ func replyOf(q string, ans *client.Answer, err error, via, where string) (api.Su
 			}
 			msg = fmt.Sprintf("%d %s: %s", pe.Status, http.StatusText(pe.Status), msg)
 		}
-		return api.SubmitReply{Queue: q, Status: api.Failed, Type: pe.Type, Error: msg}, nil
+		return spillway.SubmitReply{Queue: q, Status: spillway.Failed, Type: pe.Type, Error: msg}, nil
 	}
 	var te *client.TransportError
 	if !errors.As(err, &te) {
-		return api.SubmitReply{}, err
+		return spillway.SubmitReply{}, err
 	}
 	if via == "http" {
-		return api.SubmitReply{}, unreachable(where, te.Err)
+		return spillway.SubmitReply{}, unreachable(where, te.Err)
 	}
-	subject := api.SubmitPrefix + q
+	subject := spillway.SubmitPrefix + q
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return api.SubmitReply{}, fmt.Errorf("no admitter answers on %s at %s (is the admitter running and connected to this NATS server?)", subject, where)
+		return spillway.SubmitReply{}, fmt.Errorf("no admitter answers on %s at %s (is the admitter running and connected to this NATS server?)", subject, where)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return api.SubmitReply{}, fmt.Errorf("no answer on %s within the timeout (raise --timeout; the job may have been taken: resubmit with the same --idempotency-key)", subject)
+		return spillway.SubmitReply{}, fmt.Errorf("no answer on %s within the timeout (raise --timeout; the job may have been taken: resubmit with the same --idempotency-key)", subject)
 	}
-	return api.SubmitReply{}, fmt.Errorf("request on %s: %w", subject, te.Err)
+	return spillway.SubmitReply{}, fmt.Errorf("request on %s: %w", subject, te.Err)
 }
 
 // runJob is a command about one job, named by its one argument: it asks

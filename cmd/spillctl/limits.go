@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const limitsUsage = `Usage: spillctl limits list QUEUE
@@ -60,7 +60,7 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 	adminKey := adminKeyFlag(fs, getenv)
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
 	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
-	var p api.LimitParams
+	var p spillway.LimitParams
 	fs.StringVar(&p.Rate, "rate", "", "set: the `RATE` of a leaky_bucket or token_bucket tier, such as 100/s")
 	fs.Int64Var(&p.Burst, "burst", 0, "set: the burst `N` of a leaky_bucket or token_bucket tier")
 	fs.Int64Var(&p.Delay, "delay", 0, "set: the delay `N` of a leaky_bucket tier")
@@ -85,7 +85,7 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		return usageErrorf("%s %s: want %s, got %d arguments (see %s --help)", name, sub, what, len(pos)-1, name)
 	}
-	if sub == "set" && p == (api.LimitParams{}) {
+	if sub == "set" && p == (spillway.LimitParams{}) {
 		return usageErrorf("%s set: give the parameters: --rate and --burst, or --limit and --window (see %s --help)", name, name)
 	}
 	a, err := newAdmitter(name, *server, adminKey(), *timeout)
@@ -128,14 +128,14 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 		return writeRaw(stdout, ans.Body)
 	}
 	if sub == "list" {
-		var l api.LimitList
+		var l spillway.LimitList
 		if err := json.Unmarshal(ans.Body, &l); err != nil {
 			return fmt.Errorf("%s: the admitter at %s answered with something that is not a list of limits: %w (is --server an admitter?)", name, a.base, err)
 		}
 		_, err := io.WriteString(stdout, limitTable(l))
 		return err
 	}
-	var k api.KeyLimit
+	var k spillway.KeyLimit
 	if err := json.Unmarshal(ans.Body, &k); err != nil {
 		return fmt.Errorf("%s: the admitter at %s answered with something that is not a key's limit: %w (is --server an admitter?)", name, a.base, err)
 	}
@@ -161,7 +161,7 @@ func adminKeyFlag(fs *flag.FlagSet, getenv func(string) string) func() string {
 }
 
 // paramsText is p as the configuration file writes it.
-func paramsText(p api.LimitParams) string {
+func paramsText(p spillway.LimitParams) string {
 	var parts []string
 	if p.Rate != "" {
 		parts = append(parts, "rate="+p.Rate)
@@ -198,7 +198,7 @@ func origin(by string, at *time.Time, line int) string {
 
 // limitTable is a LimitList for people: one row per tier, one per
 // override under it.
-func limitTable(l api.LimitList) string {
+func limitTable(l spillway.LimitList) string {
 	rows := [][]string{{"TIER", "KEY", "LIMIT", "SOURCE"}}
 	for _, t := range l.Tiers {
 		rows = append(rows, []string{fmt.Sprintf("%s (%d)", t.Tier, t.Index), t.KeyedBy, t.Algorithm + " " + paramsText(t.LimitParams), "default"})

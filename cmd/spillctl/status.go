@@ -14,8 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const statusUsage = `Usage: spillctl status ID [--server URL] [--json]
@@ -177,15 +177,15 @@ func runQueues(ctx context.Context, args []string, getenv func(string) string, s
 	if done || err != nil {
 		return err
 	}
-	var list api.QueueList
+	var list spillway.QueueList
 	var raw []byte
 	if g.arg != "" {
-		var qi api.QueueInfo
+		var qi spillway.QueueInfo
 		raw, err = g.a.getJSON(ctx, "/v1/queues/"+url.PathEscape(g.arg), &qi)
 		if isNotFound(err) {
 			return fmt.Errorf("spillctl queues: the admitter at %s has no queue %q (spillctl queues lists them)", g.a.base, g.arg)
 		}
-		list.Queues = []api.QueueInfo{qi}
+		list.Queues = []spillway.QueueInfo{qi}
 	} else {
 		raw, err = g.a.getJSON(ctx, "/v1/queues", &list)
 	}
@@ -197,7 +197,7 @@ func runQueues(ctx context.Context, args []string, getenv func(string) string, s
 
 // formatQueues prints the queue table, and a warning under it for each
 // backlog that has jobs and no worker draining it.
-func formatQueues(qs []api.QueueInfo) string {
+func formatQueues(qs []spillway.QueueInfo) string {
 	if len(qs) == 0 {
 		return "no queues (the admitter's config names none)\n"
 	}
@@ -222,7 +222,7 @@ func formatQueues(qs []api.QueueInfo) string {
 }
 
 // queueWarnings are what a person should act on.
-func queueWarnings(qs []api.QueueInfo) []string {
+func queueWarnings(qs []spillway.QueueInfo) []string {
 	var ws []string
 	for _, q := range qs {
 		if q.Paused {
@@ -374,7 +374,7 @@ func pauseOrResume(ctx context.Context, verb, usage string, args []string, geten
 	}
 	var body io.Reader
 	if reason != nil && *reason != "" {
-		b, _ := json.Marshal(api.PauseRequest{Reason: *reason})
+		b, _ := json.Marshal(spillway.PauseRequest{Reason: *reason})
 		body = bytes.NewReader(b)
 	}
 	ans, err := a.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(pos[0])+"/"+verb,
@@ -392,7 +392,7 @@ func pauseOrResume(ctx context.Context, verb, usage string, args []string, geten
 		}
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	var rep api.PauseReply
+	var rep spillway.PauseReply
 	if err := json.Unmarshal(ans.Body, &rep); err != nil {
 		return fmt.Errorf("%s: the admitter at %s answered with something that is not a pause state: %w (is --server an admitter?)", name, a.base, err)
 	}

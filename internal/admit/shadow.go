@@ -5,9 +5,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Shadow tiers (docs/design.md#shadow-tiers) are decided for every job
@@ -31,9 +31,9 @@ import (
 type ShadowDecision struct {
 	// Tier is the tier's name (its file name, or tier<i>).
 	Tier string
-	// Verdict is api.ShadowAdmitted, api.ShadowWouldQueue (a leaky
+	// Verdict is spillway.ShadowAdmitted, spillway.ShadowWouldQueue (a leaky
 	// tier's queued, or another algorithm's excess: the backlog's room
-	// is not asked) or api.ShadowWouldReject (also for a request the
+	// is not asked) or spillway.ShadowWouldReject (also for a request the
 	// tier could not key or whose cost it never grants, which enforcing
 	// would answer 400).
 	Verdict string
@@ -45,7 +45,7 @@ type ShadowDecision struct {
 func (a Answer) ShadowHeader() []string {
 	var vs []string
 	for _, s := range a.Shadow {
-		if s.Verdict != api.ShadowAdmitted {
+		if s.Verdict != spillway.ShadowAdmitted {
 			vs = append(vs, s.Tier+" "+s.Verdict)
 		}
 	}
@@ -80,7 +80,7 @@ func enforcing(q *config.Queue) *config.Queue {
 // all its tiers), counts each decision and returns them; nil when q has
 // none or the job was refused.
 func (a *Admitter) decideShadow(ctx context.Context, q *config.Queue, r *Request, cost int64, ans Answer) []ShadowDecision {
-	if ans.Reply.Status != api.Admitted && ans.Reply.Status != api.Queued {
+	if ans.Reply.Status != spillway.Admitted && ans.Reply.Status != spillway.Queued {
 		return nil
 	}
 	if ans.Source == FromOpen {
@@ -110,11 +110,11 @@ func (a *Admitter) decideShadow(ctx context.Context, q *config.Queue, r *Request
 func (a *Admitter) shadowVerdict(ctx context.Context, q *config.Queue, i int, l config.Limit, r *Request, cost int64) (string, bool) {
 	k, err := clientKey(q, l, r)
 	if err != nil {
-		return api.ShadowWouldReject, true
+		return spillway.ShadowWouldReject, true
 	}
 	t := tierOf(i, l, k)
 	if cost > t.Limit.Quota() {
-		return api.ShadowWouldReject, true
+		return spillway.ShadowWouldReject, true
 	}
 	d, src, err := a.o.Store.DecideFrom(ctx, q.Name, []bucket.Tier{t}, cost)
 	if err != nil || src == FromOpen || src == FromClosed {
@@ -123,11 +123,11 @@ func (a *Admitter) shadowVerdict(ctx context.Context, q *config.Queue, i int, l 
 	}
 	switch d.Verdict {
 	case bucket.Admitted:
-		return api.ShadowAdmitted, true
+		return spillway.ShadowAdmitted, true
 	case bucket.Rejected:
-		return api.ShadowWouldReject, true
+		return spillway.ShadowWouldReject, true
 	default: // queued, excess
-		return api.ShadowWouldQueue, true
+		return spillway.ShadowWouldQueue, true
 	}
 }
 
@@ -143,7 +143,7 @@ func newShadowDecisions() *prometheus.CounterVec {
 func (m *Metrics) initShadow(q *config.Queue) {
 	for _, l := range q.Limits {
 		if l.Shadow() {
-			for _, v := range []string{api.ShadowAdmitted, api.ShadowWouldQueue, api.ShadowWouldReject} {
+			for _, v := range []string{spillway.ShadowAdmitted, spillway.ShadowWouldQueue, spillway.ShadowWouldReject} {
 				m.shadow.WithLabelValues(q.Name, l.Name, v)
 			}
 		}

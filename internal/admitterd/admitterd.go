@@ -23,7 +23,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/devnats"
@@ -34,6 +33,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Options configure a Service. Config is required.
@@ -370,9 +370,9 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 }
 
 // firstRecord is the first status record of a job stored as st at at.
-func firstRecord(j *queue.Job, st api.Status, at queue.Stored) jobstatus.Record {
+func firstRecord(j *queue.Job, st spillway.Status, at queue.Stored) jobstatus.Record {
 	r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
-	if st == api.Queued {
+	if st == spillway.Queued {
 		r.BacklogSeq = at.Sequence // where a cancel finds it
 	}
 	return r
@@ -380,7 +380,7 @@ func firstRecord(j *queue.Job, st api.Status, at queue.Stored) jobstatus.Record 
 
 // recordStored queues the job's first status record; it must not block a
 // submission, so a full buffer drops the record (status is advisory).
-func (s *Service) recordStored(j *queue.Job, st api.Status, at queue.Stored) {
+func (s *Service) recordStored(j *queue.Job, st spillway.Status, at queue.Stored) {
 	select {
 	case s.writes <- firstRecord(j, st, at):
 	default:

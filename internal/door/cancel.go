@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // A cancel (docs/design.md#cancel) takes a queued job out of the backlog:
@@ -30,7 +30,7 @@ import (
 // problem document, or on NATS a CancelReply with Type and Error.
 type cancelFailure struct {
 	status int
-	p      api.Problem
+	p      spillway.Problem
 	// logged: a server-side failure, worth a warning.
 	logged error
 }
@@ -38,10 +38,10 @@ type cancelFailure struct {
 // cancelJob cancels job id, of queue name if name is not empty (the NATS
 // subject's queue: a job of another queue is unknown there).
 func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store, name, id string, log *slog.Logger) (jobstatus.Record, *cancelFailure) {
-	notFound := &cancelFailure{status: http.StatusNotFound, p: api.Problem{Type: api.ProblemNotFound, Title: "Unknown job", ID: id,
+	notFound := &cancelFailure{status: http.StatusNotFound, p: spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown job", ID: id,
 		Detail: "no status for this job id (unknown, or older than status.ttl)"}}
 	if st == nil {
-		return jobstatus.Record{}, &cancelFailure{status: http.StatusNotFound, p: api.Problem{Type: api.ProblemNotFound, Title: "Job status is not kept", ID: id,
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusNotFound, p: spillway.Problem{Type: spillway.ProblemNotFound, Title: "Job status is not kept", ID: id,
 			Detail: "a cancel needs the job status records; this admitter keeps none"}}
 	}
 	if name != "" {
@@ -54,7 +54,7 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 	var nc *jobstatus.NotCancellableError
 	switch {
 	case errors.Is(err, jobstatus.ErrInvalidID):
-		return jobstatus.Record{}, &cancelFailure{status: http.StatusBadRequest, p: api.Problem{Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}}
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusBadRequest, p: spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}}
 	case errors.Is(err, jobstatus.ErrNotFound):
 		return jobstatus.Record{}, notFound
 	case errors.As(err, &nc):
@@ -69,11 +69,11 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 		if cur.State == jobstatus.Admitted {
 			detail += " (an admitted job starts at once)"
 		}
-		return jobstatus.Record{}, &cancelFailure{status: http.StatusConflict, p: api.Problem{Type: api.ProblemConflict, Title: "Job not queued",
-			Detail: detail, ID: id, Queue: cur.Queue, State: string(cur.State)}}
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusConflict, p: spillway.Problem{Type: spillway.ProblemConflict, Title: "Job not queued",
+			Detail: detail, ID: id, Queue: cur.Queue, State: spillway.State(cur.State)}}
 	case err != nil:
 		return jobstatus.Record{}, &cancelFailure{status: http.StatusServiceUnavailable, logged: err,
-			p: api.Problem{Type: api.ProblemUnavailable, Title: "Unavailable", ID: id, RetryAfterMS: 1000, Detail: "cancelling the job: " + err.Error()}}
+			p: spillway.Problem{Type: spillway.ProblemUnavailable, Title: "Unavailable", ID: id, RetryAfterMS: 1000, Detail: "cancelling the job: " + err.Error()}}
 	}
 	if rec.BacklogSeq == 0 {
 		// The admitter's record did not say where the job is. It never
@@ -88,7 +88,7 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 			return rec, nil
 		}
 		return jobstatus.Record{}, &cancelFailure{status: http.StatusServiceUnavailable, logged: err,
-			p: api.Problem{Type: api.ProblemUnavailable, Title: "Unavailable", ID: id, Queue: rec.Queue, RetryAfterMS: 1000,
+			p: spillway.Problem{Type: spillway.ProblemUnavailable, Title: "Unavailable", ID: id, Queue: rec.Queue, RetryAfterMS: 1000,
 				Detail: "the job is cancelled and will not run, but freeing its backlog place failed; cancel again to free it: " + err.Error()}}
 	}
 	return rec, nil
@@ -112,7 +112,7 @@ func (h *httpDoor) cancel(w http.ResponseWriter, r *http.Request) {
 }
 
 // NATSCancel answers cancels sent as requests to spillway.cancel.<queue>,
-// in the admitters' queue group, with an api.CancelReply and its status in
+// in the admitters' queue group, with an spillway.CancelReply and its status in
 // the Spillway-Status header, as the NATS door answers submissions.
 type NATSCancel struct {
 	nc       *nats.Conn
@@ -137,7 +137,7 @@ func NewNATSCancel(nc *nats.Conn, js jetstream.JetStream, a *admit.Admitter, sta
 
 // Start subscribes to spillway.cancel.* in the admitters' queue group.
 func (d *NATSCancel) Start() error {
-	sub, err := d.nc.QueueSubscribe(api.CancelPrefix+"*", api.AdmitterGroup, func(m *nats.Msg) {
+	sub, err := d.nc.QueueSubscribe(spillway.CancelPrefix+"*", AdmitterGroup, func(m *nats.Msg) {
 		d.wg.Add(1)
 		defer d.wg.Done()
 		d.answer(m)
@@ -159,20 +159,20 @@ func (d *NATSCancel) answer(m *nats.Msg) {
 	if m.Reply == "" {
 		return // a publish, not a request: nobody would learn the answer
 	}
-	name := strings.TrimPrefix(m.Subject, api.CancelPrefix)
-	rep := api.CancelReply{Queue: name}
+	name := strings.TrimPrefix(m.Subject, spillway.CancelPrefix)
+	rep := spillway.CancelReply{Queue: name}
 	if d.admitter.Config().Queue(name) == nil {
-		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
+		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
 		d.reply(m, rep)
 		return
 	}
-	id := headerGet(m.Header, api.HeaderJobID)
+	id := headerGet(m.Header, spillway.HeaderJobID)
 	if id == "" {
 		id = strings.TrimSpace(string(m.Data))
 	}
 	rep.ID = id
 	if id == "" {
-		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadRequest, "no job id: send it as the body or in the "+api.HeaderJobID+" header"
+		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemBadRequest, "no job id: send it as the body or in the "+spillway.HeaderJobID+" header"
 		d.reply(m, rep)
 		return
 	}
@@ -186,14 +186,14 @@ func (d *NATSCancel) answer(m *nats.Msg) {
 		if f.status == http.StatusBadRequest {
 			rep.ID = "" // not a job id: not echoed
 		}
-		rep.Status, rep.Type, rep.Error, rep.State = api.Failed, f.p.Type, f.p.Detail, f.p.State
+		rep.Status, rep.Type, rep.Error, rep.State = spillway.Failed, f.p.Type, f.p.Detail, f.p.State
 		d.reply(m, rep)
 		return
 	}
-	rep.Status, rep.State = api.Cancelled, string(jobstatus.Cancelled)
+	rep.Status, rep.State = spillway.Cancelled, spillway.StateCancelled
 	d.reply(m, rep)
 }
 
-func (d *NATSCancel) reply(m *nats.Msg, rep api.CancelReply) {
+func (d *NATSCancel) reply(m *nats.Msg, rep spillway.CancelReply) {
 	replyJSON(d.nc, d.logger, m, rep, rep.Status, nil, "queue", rep.Queue, "id", rep.ID, "status", rep.Status)
 }

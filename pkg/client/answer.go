@@ -3,8 +3,8 @@ package client
 import (
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Verdict is what the admitter did with a submission.
@@ -59,7 +59,7 @@ type Answer struct {
 
 // answerOf converts a door's reply. A reply of status error is not an
 // answer: the caller turns it into an error first.
-func answerOf(rep *api.SubmitReply, key string, shadow []string) *Answer {
+func answerOf(rep *spillway.SubmitReply, key string, shadow []string) *Answer {
 	a := &Answer{
 		ID: rep.ID, Queue: rep.Queue, Verdict: Verdict(rep.Status), Duplicate: rep.Duplicate, IdempotencyKey: key,
 		Position: rep.Position, Problem: rep.Type, Shadow: shadow,
@@ -71,7 +71,7 @@ func answerOf(rep *api.SubmitReply, key string, shadow []string) *Answer {
 	if rep.EstimatedStart != nil {
 		a.EstimatedStart = *rep.EstimatedStart
 	}
-	if rep.Status != api.Rejected {
+	if rep.Status != spillway.Rejected {
 		a.Problem = ""
 	}
 	return a

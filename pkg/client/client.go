@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Client submits jobs to a Spillway admitter and follows them, over one of
@@ -25,7 +25,7 @@ type Client struct {
 // transport is one door: each method is one attempt.
 type transport interface {
 	submit(ctx context.Context, queue string, payload []byte, s *submission) (*Answer, error)
-	submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error)
+	submitBatch(ctx context.Context, queue string, body []byte) (*spillway.BatchReply, error)
 	status(ctx context.Context, id string) (*Job, error)
 	cancel(ctx context.Context, id string) (*Job, error)
 	// wait returns the job's record once it is final.

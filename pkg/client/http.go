@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // NewHTTP returns a client of the admitter's HTTP door at baseURL, such
@@ -85,7 +85,7 @@ func (d *httpDoor) do(ctx context.Context, method, path, contentType string, bod
 			h.Set(kv[0], kv[1])
 		}
 		if s.key != "" {
-			h[api.HeaderIdempotencyKey] = []string{s.key}
+			h[spillway.HeaderIdempotencyKey] = []string{s.key}
 		}
 	}
 	resp, err := d.hc.Do(req)
@@ -114,9 +114,9 @@ func unwrapURLError(err error) error {
 
 // problem is the error of an answer other than the one expected.
 func (d *httpDoor) problem(a answer) *ProblemError {
-	p, ok := api.ParseProblem(a.header.Get("Content-Type"), a.body)
+	p, ok := spillway.ParseProblem(a.header.Get("Content-Type"), a.body)
 	if !ok {
-		p = api.Problem{Title: http.StatusText(a.status), Detail: fmt.Sprintf("the answer of %s is not a problem document (is it an admitter?)", d.base)}
+		p = spillway.Problem{Title: http.StatusText(a.status), Detail: fmt.Sprintf("the answer of %s is not a problem document (is it an admitter?)", d.base)}
 	}
 	return problemError(a.status, p, a.header)
 }
@@ -131,11 +131,11 @@ func (d *httpDoor) submit(ctx context.Context, queue string, payload []byte, s *
 	if err != nil {
 		return nil, err
 	}
-	shadow := a.header.Values(api.HeaderShadow)
+	shadow := a.header.Values(spillway.HeaderShadow)
 	switch a.status {
 	case http.StatusAccepted:
-		var rep api.SubmitReply
-		if err := json.Unmarshal(a.body, &rep); err != nil || (rep.Status != api.Admitted && rep.Status != api.Queued) {
+		var rep spillway.SubmitReply
+		if err := json.Unmarshal(a.body, &rep); err != nil || (rep.Status != spillway.Admitted && rep.Status != spillway.Queued) {
 			return nil, fmt.Errorf("client: %s accepted the job, but its answer is not a submit reply: %.200q", d.base, a.body)
 		}
 		if rep.ID == "" {
@@ -149,7 +149,7 @@ func (d *httpDoor) submit(ctx context.Context, queue string, payload []byte, s *
 		return answerOf(&rep, s.key, shadow), nil
 	case http.StatusTooManyRequests:
 		pe := d.problem(a)
-		rep := api.SubmitReply{Queue: queue, Status: api.Rejected, Type: pe.Type, RetryAfterMS: pe.RetryAfter.Milliseconds()}
+		rep := spillway.SubmitReply{Queue: queue, Status: spillway.Rejected, Type: pe.Type, RetryAfterMS: pe.RetryAfter.Milliseconds()}
 		ans := answerOf(&rep, s.key, shadow)
 		ans.RetryAfter = pe.RetryAfter
 		return ans, nil
@@ -157,15 +157,15 @@ func (d *httpDoor) submit(ctx context.Context, queue string, payload []byte, s *
 	return nil, d.problem(a)
 }
 
-func (d *httpDoor) submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error) {
-	a, err := d.do(ctx, http.MethodPost, jobsPath(queue)+":batch", api.BatchJSON, body, nil)
+func (d *httpDoor) submitBatch(ctx context.Context, queue string, body []byte) (*spillway.BatchReply, error) {
+	a, err := d.do(ctx, http.MethodPost, jobsPath(queue)+":batch", spillway.BatchJSON, body, nil)
 	if err != nil {
 		return nil, err
 	}
 	if a.status != http.StatusOK {
 		return nil, d.problem(a)
 	}
-	var rep api.BatchReply
+	var rep spillway.BatchReply
 	if err := json.Unmarshal(a.body, &rep); err != nil {
 		return nil, fmt.Errorf("client: %s answered a batch with something that is not a batch reply: %w", d.base, err)
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // NewNATS returns a client of the admitter's NATS door over nc:
@@ -67,14 +67,14 @@ func (d *natsDoor) request(ctx context.Context, m *nats.Msg, kind string, rep an
 }
 
 func (d *natsDoor) submit(ctx context.Context, queue string, payload []byte, s *submission) (*Answer, error) {
-	m := &nats.Msg{Subject: api.SubmitPrefix + queue, Data: payload, Header: make(nats.Header, len(s.headers)+1)}
+	m := &nats.Msg{Subject: spillway.SubmitPrefix + queue, Data: payload, Header: make(nats.Header, len(s.headers)+1)}
 	for _, kv := range s.headers {
 		m.Header[kv[0]] = []string{kv[1]}
 	}
 	if s.key != "" {
-		m.Header[api.HeaderIdempotencyKey] = []string{s.key}
+		m.Header[spillway.HeaderIdempotencyKey] = []string{s.key}
 	}
-	var rep api.SubmitReply
+	var rep spillway.SubmitReply
 	reply, err := d.request(ctx, m, "submit", &rep)
 	if err != nil {
 		return nil, err
@@ -83,18 +83,18 @@ func (d *natsDoor) submit(ctx context.Context, queue string, payload []byte, s *
 		rep.Queue = queue
 	}
 	switch rep.Status {
-	case api.Admitted, api.Queued, api.Rejected:
-		return answerOf(&rep, s.key, reply.Header.Values(api.HeaderShadow)), nil
+	case spillway.Admitted, spillway.Queued, spillway.Rejected:
+		return answerOf(&rep, s.key, reply.Header.Values(spillway.HeaderShadow)), nil
 	}
 	return nil, replyError(rep.Queue, rep.ID, rep.Type, rep.Error, "", rep.RetryAfterMS)
 }
 
-func (d *natsDoor) submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error) {
-	var rep api.BatchReply
-	if _, err := d.request(ctx, &nats.Msg{Subject: api.SubmitBatchPrefix + queue, Data: body}, "batch", &rep); err != nil {
+func (d *natsDoor) submitBatch(ctx context.Context, queue string, body []byte) (*spillway.BatchReply, error) {
+	var rep spillway.BatchReply
+	if _, err := d.request(ctx, &nats.Msg{Subject: spillway.SubmitBatchPrefix + queue, Data: body}, "batch", &rep); err != nil {
 		return nil, err
 	}
-	if rep.Status == api.Failed {
+	if rep.Status == spillway.Failed {
 		e := replyError(queue, "", rep.Type, rep.Error, "", 0)
 		e.Field = rep.Field
 		return nil, e
@@ -107,7 +107,7 @@ func (d *natsDoor) submitBatch(ctx context.Context, queue string, body []byte) (
 // ErrNotFound when the admitter keeps no job status.
 func (d *natsDoor) bucket(ctx context.Context, id string) (jetstream.KeyValue, error) {
 	if err := jobstatus.ValidateID(id); err != nil {
-		return nil, &ProblemError{Status: http.StatusBadRequest, Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
+		return nil, &ProblemError{Status: http.StatusBadRequest, Type: spillway.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}
 	}
 	return d.bucketNamed(ctx, jobstatus.BucketOf(id))
 }
@@ -122,7 +122,7 @@ func (d *natsDoor) bucketNamed(ctx context.Context, name string) (jetstream.KeyV
 	kv, err := d.js.KeyValue(ctx, name)
 	switch {
 	case errors.Is(err, jetstream.ErrBucketNotFound):
-		return nil, &ProblemError{Status: http.StatusNotFound, Type: api.ProblemNotFound, Title: "Job status is not kept",
+		return nil, &ProblemError{Status: http.StatusNotFound, Type: spillway.ProblemNotFound, Title: "Job status is not kept",
 			Detail: "no bucket " + name + " on this NATS server: the admitter keeps no job status"}
 	case err != nil:
 		return nil, &TransportError{Op: "the job status bucket " + name, Err: err}
@@ -135,7 +135,7 @@ func (d *natsDoor) bucketNamed(ctx context.Context, name string) (jetstream.KeyV
 }
 
 func notFound(id string) *ProblemError {
-	return &ProblemError{Status: http.StatusNotFound, Type: api.ProblemNotFound, Title: "Unknown job", ID: id,
+	return &ProblemError{Status: http.StatusNotFound, Type: spillway.ProblemNotFound, Title: "Unknown job", ID: id,
 		Detail: "no status for this job id (unknown, or older than status.ttl)"}
 }
 
@@ -187,14 +187,14 @@ func (d *natsDoor) cancel(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &nats.Msg{Subject: api.CancelPrefix + job.Queue, Header: nats.Header{api.HeaderJobID: {id}}}
-	var rep api.CancelReply
+	m := &nats.Msg{Subject: spillway.CancelPrefix + job.Queue, Header: nats.Header{spillway.HeaderJobID: {id}}}
+	var rep spillway.CancelReply
 	if _, err := d.request(ctx, m, "cancel", &rep); err != nil {
 		return nil, err
 	}
-	if rep.Status != api.Cancelled {
+	if rep.Status != spillway.Cancelled {
 		e := replyError(job.Queue, id, rep.Type, rep.Error, rep.State, 0)
-		if e.Type == api.ProblemConflict {
+		if e.Type == spillway.ProblemConflict {
 			e.Title = "Job not queued"
 		}
 		return nil, e

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Defaults of a Client.
@@ -175,7 +175,7 @@ func (s *submission) fail(format string, args ...any) {
 // no option for.
 func WithHeader(name, value string) SubmitOption {
 	return func(s *submission) {
-		if !api.IsToken(name) {
+		if !spillway.IsToken(name) {
 			s.fail("WithHeader %.64q: not a valid header name", name)
 			return
 		}
@@ -183,7 +183,7 @@ func WithHeader(name, value string) SubmitOption {
 			s.fail("WithHeader %s: a value with a line break", name)
 			return
 		}
-		if strings.EqualFold(name, api.HeaderIdempotencyKey) {
+		if strings.EqualFold(name, spillway.HeaderIdempotencyKey) {
 			s.key, s.keySet = value, true
 			return
 		}
@@ -199,7 +199,7 @@ func WithCost(n int64) SubmitOption {
 			s.fail("WithCost %d: want 1 or more", n)
 			return
 		}
-		s.set(api.HeaderCost, strconv.FormatInt(n, 10))
+		s.set(spillway.HeaderCost, strconv.FormatInt(n, 10))
 	}
 }
 
@@ -226,14 +226,14 @@ func WithPriority(p queue.Priority) SubmitOption {
 			s.fail("WithPriority %d: want queue.High, queue.Normal or queue.Low", p)
 			return
 		}
-		s.set(api.HeaderPriority, p.String())
+		s.set(spillway.HeaderPriority, p.String())
 	}
 }
 
 // WithNotBefore sends Spillway-Not-Before: the job starts no earlier
 // than t (within the queue's backlog.max_delay).
 func WithNotBefore(t time.Time) SubmitOption {
-	return func(s *submission) { s.set(api.HeaderNotBefore, t.UTC().Format(time.RFC3339Nano)) }
+	return func(s *submission) { s.set(spillway.HeaderNotBefore, t.UTC().Format(time.RFC3339Nano)) }
 }
 
 // WithDelay sends Spillway-Delay: the job starts no earlier than d from
@@ -244,7 +244,7 @@ func WithDelay(d time.Duration) SubmitOption {
 			s.fail("WithDelay %v: want 0 or more", d)
 			return
 		}
-		s.set(api.HeaderDelay, d.String())
+		s.set(spillway.HeaderDelay, d.String())
 	}
 }
 
@@ -257,7 +257,7 @@ func WithMaxWait(d time.Duration) SubmitOption {
 			s.fail("WithMaxWait %v: want a positive duration", d)
 			return
 		}
-		s.set(api.HeaderMaxWait, d.String())
+		s.set(spillway.HeaderMaxWait, d.String())
 	}
 }
 

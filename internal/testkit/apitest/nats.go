@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // natsSchemas are the compiled parts of the NATS door's JSON Schema.
@@ -60,11 +61,11 @@ func CheckNATS(request, reply *nats.Msg) error {
 	}
 	var body, headers, reqHeaders string
 	switch {
-	case strings.HasPrefix(request.Subject, api.SubmitBatchPrefix):
+	case strings.HasPrefix(request.Subject, spillway.SubmitBatchPrefix):
 		body, headers = "BatchReply", "BatchReplyHeaders"
-	case strings.HasPrefix(request.Subject, api.SubmitPrefix):
+	case strings.HasPrefix(request.Subject, spillway.SubmitPrefix):
 		body, headers, reqHeaders = "SubmitReply", "SubmitReplyHeaders", "SubmitHeaders"
-	case strings.HasPrefix(request.Subject, api.CancelPrefix):
+	case strings.HasPrefix(request.Subject, spillway.CancelPrefix):
 		body, headers = "CancelReply", "CancelReplyHeaders"
 	default:
 		return fmt.Errorf("apitest: %s is no subject of the NATS door", request.Subject)
@@ -79,9 +80,9 @@ func CheckNATS(request, reply *nats.Msg) error {
 	if err := s.defs[headers].Validate(headerInstance(reply.Header)); err != nil {
 		problems = append(problems, fmt.Errorf("the headers are no %s: %w", headers, err))
 	}
-	switch st := reply.Header.Get(api.HeaderStatus); {
+	switch st := reply.Header.Get(spillway.HeaderStatus); {
 	case reqHeaders == "":
-	case st == string(api.Admitted), st == string(api.Queued), st == string(api.Rejected):
+	case st == string(spillway.Admitted), st == string(spillway.Queued), st == string(spillway.Rejected):
 		if err := s.defs[reqHeaders].Validate(headerInstance(request.Header)); err != nil {
 			problems = append(problems, fmt.Errorf("a %s request's headers are no %s: %w", st, reqHeaders, err))
 		}
