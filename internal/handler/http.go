@@ -125,7 +125,7 @@ func (h *httpHandler) handle(ctx context.Context, j *queue.Job) error {
 		// The downstream is overloaded: the queue's leak pauses
 		// (docs/design.md#pushback) and the job waits its Retry-After.
 		var err error = se
-		d, ok := parseRetryAfter(resp.Header.Get(HeaderRetryAfter), resp.Header.Get("Date"), time.Now())
+		d, ok := parseRetryAfter(resp.Header.Get(spillway.HeaderRetryAfter), resp.Header.Get("Date"), time.Now())
 		if ok {
 			err = retry.After(se, d)
 		}

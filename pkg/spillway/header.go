@@ -80,9 +80,9 @@ const (
 	HeaderXRateLimitReset     = "X-RateLimit-Reset"
 )
 
-// Headers a worker sends a job's handler with, besides HeaderJobID,
-// HeaderAttempt's and HeaderIdempotencyKey (which holds the job id), and
-// the handler's answer (docs/design.md#handlers).
+// Headers a worker sends a job's handler with, besides HeaderJobID and
+// HeaderIdempotencyKey (which holds the job id), and the NATS handler's
+// answer (docs/design.md#handlers).
 const (
 	// HeaderQueue is the job's queue.
 	HeaderQueue = "Spillway-Queue"
@@ -91,7 +91,7 @@ const (
 	// HeaderKeyEncoding is "percent" when HeaderKey had to be
 	// percent-encoded to be a valid header value.
 	HeaderKeyEncoding = "Spillway-Key-Encoding"
-	// HeaderAttempt is the try's number: 0 for the first.
+	// HeaderAttempt is the try's number, from 1.
 	HeaderAttempt = "Spillway-Attempt"
 	// HeaderError is why a NATS handler's answer is not HandlerOK.
 	HeaderError = "Spillway-Error"
