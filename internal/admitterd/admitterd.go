@@ -62,7 +62,7 @@ type Service struct {
 	admitter *admit.Admitter
 	workers  *workerd.Pool // dev mode only
 	natsDoor *door.NATSDoor
-	cancels  *door.NATSCancel // spillway.cancel.<queue>
+	jobs     *door.NATSJobs // spillway.job.<id>, spillway.cancel.<queue>
 	http     *http.Server
 	httpLn   net.Listener
 	status   *jobstatus.Store
@@ -234,8 +234,8 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if err = s.natsDoor.Start(); err != nil {
 		return nil, err
 	}
-	s.cancels = door.NewNATSCancel(s.nc, s.js, s.admitter, s.status, s.log)
-	if err = s.cancels.Start(); err != nil {
+	s.jobs = door.NewNATSJobs(s.nc, s.js, s.admitter, s.status, s.log)
+	if err = s.jobs.Start(); err != nil {
 		return nil, err
 	}
 
@@ -478,8 +478,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.natsDoor != nil {
 		errs = append(errs, s.natsDoor.Stop(ctx))
 	}
-	if s.cancels != nil {
-		errs = append(errs, s.cancels.Stop(ctx))
+	if s.jobs != nil {
+		errs = append(errs, s.jobs.Stop(ctx))
 	}
 	if s.http != nil {
 		errs = append(errs, s.http.Shutdown(ctx))

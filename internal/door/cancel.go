@@ -108,54 +108,77 @@ func (h *httpDoor) cancel(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, f.status, f.p)
 		return
 	}
-	writeJSON(w, http.StatusOK, "application/json", rec)
+	writeJSON(w, http.StatusOK, "application/json", jobOf(rec))
 }
 
-// NATSCancel answers cancels sent as requests to spillway.cancel.<queue>,
-// in the admitters' queue group, with an spillway.CancelReply and its status in
-// the Spillway-Status header, as the NATS door answers submissions.
-type NATSCancel struct {
+// NATSJobs answers the NATS door's requests about jobs, in the admitters'
+// queue group: reads on spillway.job.<id> (job.go) and cancels on
+// spillway.cancel.<queue>. A cancel is answered with a
+// spillway.CancelReply and its status in the Spillway-Status header, as
+// the NATS door answers submissions.
+type NATSJobs struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	admitter *admit.Admitter
 	status   *jobstatus.Store
 	logger   *slog.Logger
-	sub      *nats.Subscription
+	subs     []*nats.Subscription
+	sem      chan struct{}
 	wg       sync.WaitGroup
-	// Timeout bounds one cancel (default 10s).
+	// Timeout bounds one read or cancel (default 10s).
 	Timeout time.Duration
 }
 
-// NewNATSCancel returns the cancel door over status (nil: every cancel
-// answers not-found); Start subscribes.
-func NewNATSCancel(nc *nats.Conn, js jetstream.JetStream, a *admit.Admitter, status *jobstatus.Store, logger *slog.Logger) *NATSCancel {
+// maxConcurrentJobs bounds the reads and cancels NATSJobs works on at
+// once: clients waiting for their jobs poll spillway.job.<id>, many at a
+// time.
+const maxConcurrentJobs = 256
+
+// NewNATSJobs returns the job subjects' door over status (nil: every read
+// and cancel answers not-found); Start subscribes.
+func NewNATSJobs(nc *nats.Conn, js jetstream.JetStream, a *admit.Admitter, status *jobstatus.Store, logger *slog.Logger) *NATSJobs {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &NATSCancel{nc: nc, js: js, admitter: a, status: status, logger: logger, Timeout: 10 * time.Second}
+	return &NATSJobs{nc: nc, js: js, admitter: a, status: status, logger: logger, sem: make(chan struct{}, maxConcurrentJobs), Timeout: 10 * time.Second}
 }
 
-// Start subscribes to spillway.cancel.* in the admitters' queue group.
-func (d *NATSCancel) Start() error {
-	sub, err := d.nc.QueueSubscribe(spillway.CancelPrefix+"*", AdmitterGroup, func(m *nats.Msg) {
-		d.wg.Add(1)
-		defer d.wg.Done()
-		d.answer(m)
-	})
-	if err != nil {
-		return err
+// Start subscribes to spillway.job.* and spillway.cancel.* in the
+// admitters' queue group.
+func (d *NATSJobs) Start() error {
+	for _, s := range []struct {
+		prefix string
+		answer func(*nats.Msg)
+	}{{spillway.JobPrefix, d.answerJob}, {spillway.CancelPrefix, d.answer}} {
+		sub, err := d.nc.QueueSubscribe(s.prefix+"*", AdmitterGroup, func(m *nats.Msg) {
+			d.sem <- struct{}{}
+			d.wg.Add(1)
+			go func() {
+				defer func() { <-d.sem; d.wg.Done() }()
+				s.answer(m)
+			}()
+		})
+		if err != nil {
+			return err
+		}
+		d.subs = append(d.subs, sub)
 	}
-	d.sub = sub
 	return d.nc.Flush()
 }
 
-// Stop stops taking cancels, answers those received, and waits for them or
-// for ctx.
-func (d *NATSCancel) Stop(ctx context.Context) error {
-	return drainAndWait(ctx, d.sub, &d.wg)
+// Stop stops taking requests, answers those received, and waits for them
+// or for ctx.
+func (d *NATSJobs) Stop(ctx context.Context) error {
+	var none sync.WaitGroup
+	for _, sub := range d.subs {
+		if err := drainAndWait(ctx, sub, &none); err != nil {
+			return err
+		}
+	}
+	return drainAndWait(ctx, nil, &d.wg)
 }
 
-func (d *NATSCancel) answer(m *nats.Msg) {
+func (d *NATSJobs) answer(m *nats.Msg) {
 	if m.Reply == "" {
 		return // a publish, not a request: nobody would learn the answer
 	}
@@ -194,6 +217,6 @@ func (d *NATSCancel) answer(m *nats.Msg) {
 	d.reply(m, rep)
 }
 
-func (d *NATSCancel) reply(m *nats.Msg, rep spillway.CancelReply) {
+func (d *NATSJobs) reply(m *nats.Msg, rep spillway.CancelReply) {
 	replyJSON(d.nc, d.logger, m, rep, rep.Status, nil, "queue", rep.Queue, "id", rep.ID, "status", rep.Status)
 }

@@ -146,7 +146,7 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 func TestNATSCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t, cancelConfig, setupOptions{})
-	cd := door.NewNATSCancel(b.nc, b.JS, b.admitter, b.status, nil)
+	cd := door.NewNATSJobs(b.nc, b.JS, b.admitter, b.status, nil)
 	if err := cd.Start(); err != nil {
 		t.Fatal(err)
 	}

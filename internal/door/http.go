@@ -412,26 +412,6 @@ func setRetryAfter(h http.Header, ms int64) {
 	h.Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
 }
 
-func (h *httpDoor) job(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if h.o.Status == nil {
-		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Job status is not kept", ID: id})
-		return
-	}
-	rec, err := h.o.Status.Get(r.Context(), id)
-	switch {
-	case errors.Is(err, jobstatus.ErrNotFound):
-		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown job",
-			Detail: "no status for this job id (unknown, or older than status.ttl)", ID: id})
-	case errors.Is(err, jobstatus.ErrInvalidID):
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()})
-	case err != nil:
-		h.unavailable(w, r, "reading job status", err)
-	default:
-		writeJSON(w, http.StatusOK, "application/json", rec)
-	}
-}
-
 func (h *httpDoor) queues(w http.ResponseWriter, r *http.Request) {
 	cfg := h.cfg()
 	list := spillway.QueueList{Queues: make([]spillway.QueueInfo, 0, len(cfg.Queues))}

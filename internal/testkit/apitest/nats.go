@@ -33,7 +33,7 @@ var loadNATS = sync.OnceValues(func() (*natsSchemas, error) {
 	}
 	s := &natsSchemas{defs: map[string]*jsonschema.Schema{}}
 	for _, name := range []string{"SubmitHeaders", "CancelHeaders", "BatchJob",
-		"SubmitReply", "SubmitReplyHeaders", "BatchReply", "BatchReplyHeaders", "CancelReply", "CancelReplyHeaders"} {
+		"SubmitReply", "SubmitReplyHeaders", "BatchReply", "BatchReplyHeaders", "CancelReply", "CancelReplyHeaders", "JobReply", "JobReplyHeaders"} {
 		if s.defs[name], err = c.Compile(api.NATSSchemaID + "#/$defs/" + name); err != nil {
 			return nil, fmt.Errorf("apitest: nats.schema.json: %s: %w", name, err)
 		}
@@ -51,7 +51,7 @@ func LintNATS() error {
 
 // CheckNATS reports how reply, the door's answer to request, departs from
 // internal/api/nats.schema.json; nil when it does not. The subject says
-// which door answered: a submission, a batch or a cancel. A request that
+// which door answered: a submission, a batch, a cancel or a job read. A request that
 // was taken (its reply admitted, queued or rejected) must also have
 // headers the schema allows.
 func CheckNATS(request, reply *nats.Msg) error {
@@ -67,6 +67,8 @@ func CheckNATS(request, reply *nats.Msg) error {
 		body, headers, reqHeaders = "SubmitReply", "SubmitReplyHeaders", "SubmitHeaders"
 	case strings.HasPrefix(request.Subject, spillway.CancelPrefix):
 		body, headers = "CancelReply", "CancelReplyHeaders"
+	case strings.HasPrefix(request.Subject, spillway.JobPrefix):
+		body, headers = "JobReply", "JobReplyHeaders"
 	default:
 		return fmt.Errorf("apitest: %s is no subject of the NATS door", request.Subject)
 	}
