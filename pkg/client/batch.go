@@ -127,7 +127,7 @@ func (c *Client) SubmitPrepared(ctx context.Context, queue string, b *PreparedBa
 			a := answerOf(r, b.keys[i], rep.Results[i].Shadow)
 			a.Attempts = attempts
 			out[i].Answer = a
-			if a.Verdict == Rejected {
+			if a.Verdict == spillway.Rejected {
 				out[i].Err = a.rejection()
 			}
 		default:

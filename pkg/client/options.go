@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -23,8 +22,7 @@ const (
 	// DefaultBackoff is the wait before the first retry; each next one
 	// doubles, up to a second, less up to a fifth at random.
 	DefaultBackoff = 100 * time.Millisecond
-	// DefaultPollInterval is how often Wait reads a job's status over
-	// HTTP.
+	// DefaultPollInterval is how often Wait reads a job's status.
 	DefaultPollInterval = 250 * time.Millisecond
 )
 
@@ -32,16 +30,15 @@ const (
 type Option func(*config) error
 
 type config struct {
-	apiKey       string
-	httpClient   *http.Client
-	timeout      time.Duration
-	retries      int
-	backoff      time.Duration
-	poll         time.Duration
-	noAutoKeys   bool
-	apiKeyGiven  bool
-	httpGiven    bool
-	pollingGiven bool
+	apiKey      string
+	httpClient  *http.Client
+	timeout     time.Duration
+	retries     int
+	backoff     time.Duration
+	poll        time.Duration
+	noAutoKeys  bool
+	apiKeyGiven bool
+	httpGiven   bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -115,15 +112,14 @@ func WithRetries(n int, backoff time.Duration) Option {
 	}
 }
 
-// WithPollInterval sets how often Wait reads a job's status over HTTP
-// (default DefaultPollInterval). Over NATS, Wait watches the record and
-// does not poll.
+// WithPollInterval sets how often Wait reads a job's status (default
+// DefaultPollInterval), on either door.
 func WithPollInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: WithPollInterval %v: want a positive duration", ErrInvalidOption, d)
 		}
-		c.poll, c.pollingGiven = d, true
+		c.poll = d
 		return nil
 	}
 }
@@ -218,12 +214,12 @@ func WithIdempotencyKey(key string) SubmitOption {
 }
 
 // WithPriority sends Spillway-Priority: the job's class in the backlog's
-// drain (queue.High, queue.Normal, queue.Low). It orders the drain only;
-// the limits decide the same whatever the class.
-func WithPriority(p queue.Priority) SubmitOption {
+// drain (spillway.High, spillway.Normal, spillway.Low). It orders the
+// drain only; the limits decide the same whatever the class.
+func WithPriority(p spillway.Priority) SubmitOption {
 	return func(s *submission) {
-		if p < queue.High || p > queue.Low {
-			s.fail("WithPriority %d: want queue.High, queue.Normal or queue.Low", p)
+		if !p.Valid() {
+			s.fail("WithPriority %d: want spillway.High, spillway.Normal or spillway.Low", p)
 			return
 		}
 		s.set(spillway.HeaderPriority, p.String())
