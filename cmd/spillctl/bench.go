@@ -140,19 +140,17 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	var c *client.Client
 	switch *via {
 	case "http":
-		a, err := newAdmitter("spillctl bench", *server, keyOr(*apiKey, getenv), *timeout)
-		if err != nil {
-			return err
-		}
 		// The admitter's client, with a connection for each caller.
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = max(cfg.Callers, min(*maxOut, 1024))
 		tr.MaxIdleConns = tr.MaxIdleConnsPerHost
-		a.client.Transport = tr
-		defer a.client.CloseIdleConnections()
-		if c, err = a.jobsClient(clientOpts...); err != nil {
-			return fmt.Errorf("spillctl bench: %w", err)
+		hc := &http.Client{Timeout: *timeout, Transport: tr}
+		defer hc.CloseIdleConnections()
+		a, err := newAdmitter("spillctl bench", *server, keyOr(*apiKey, getenv), *timeout, append(clientOpts, client.WithHTTPClient(hc))...)
+		if err != nil {
+			return err
 		}
+		c = a.c
 		where = a.base + "/v1/queues/" + *q + "/jobs"
 		if batch != nil {
 			where += ":batch"

@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -59,7 +58,7 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 	server := serverFlag(fs, getenv)
 	adminKey := adminKeyFlag(fs, getenv)
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
-	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
+	asJSON := fs.Bool("json", false, "print the admitter's answer as JSON")
 	var p spillway.LimitParams
 	fs.StringVar(&p.Rate, "rate", "", "set: the `RATE` of a leaky_bucket or token_bucket tier, such as 100/s")
 	fs.Int64Var(&p.Burst, "burst", 0, "set: the burst `N` of a leaky_bucket or token_bucket tier")
@@ -92,52 +91,40 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	path := "/v1/queues/" + url.PathEscape(pos[1]) + "/limits"
-	method := http.MethodGet
-	var body io.Reader
-	if sub != "list" {
-		path += "/" + url.PathEscape(pos[2]) + "/keys/" + url.PathEscape(pos[3])
-	}
+	var (
+		l *spillway.LimitList
+		k *spillway.KeyLimit
+	)
 	switch sub {
+	case "list":
+		l, err = a.c.Limits(ctx, pos[1])
+	case "get":
+		k, err = a.c.KeyLimit(ctx, pos[1], pos[2], pos[3])
 	case "set":
-		method = http.MethodPut
-		b, _ := json.Marshal(p)
-		body = bytes.NewReader(b)
+		k, err = a.c.SetKeyLimit(ctx, pos[1], pos[2], pos[3], p)
 	case "rm":
-		method = http.MethodDelete
+		err = a.c.DeleteKeyLimit(ctx, pos[1], pos[2], pos[3])
 	}
-	ans, err := a.do(ctx, method, path, http.Header{"Accept": {"application/json"}, "Content-Type": {"application/json"}}, body)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", name, sub, err)
-	}
-	if ans.StatusCode != http.StatusOK && ans.StatusCode != http.StatusNoContent {
-		err := a.answerError(ans)
-		if ans.StatusCode == http.StatusUnauthorized || ans.StatusCode == http.StatusForbidden {
-			return fmt.Errorf("%s %s: %w; the limits endpoints take an admin key: set --admin-key or $SPILLWAY_ADMIN_KEY", name, sub, err)
+		var pe *client.ProblemError
+		if errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden) {
+			return fmt.Errorf("%s %s: %w; the limits endpoints take an admin key: set --admin-key or $SPILLWAY_ADMIN_KEY", name, sub, a.explain(err))
 		}
-		return fmt.Errorf("%s %s: %w", name, sub, err)
+		return fmt.Errorf("%s %s: %w", name, sub, a.explain(err))
 	}
-	if sub == "rm" {
-		if *asJSON {
-			return nil
-		}
+	switch {
+	case sub == "rm" && *asJSON:
+		return nil
+	case sub == "rm":
 		_, err := fmt.Fprintf(stdout, "%s/%s: override of %s removed\n", pos[1], pos[2], pos[3])
 		return err
-	}
-	if *asJSON {
-		return writeRaw(stdout, ans.Body)
-	}
-	if sub == "list" {
-		var l spillway.LimitList
-		if err := json.Unmarshal(ans.Body, &l); err != nil {
-			return fmt.Errorf("%s: the admitter at %s answered with something that is not a list of limits: %w (is --server an admitter?)", name, a.base, err)
-		}
-		_, err := io.WriteString(stdout, limitTable(l))
+	case sub == "list" && *asJSON:
+		return writeJSON(stdout, l)
+	case sub == "list":
+		_, err := io.WriteString(stdout, limitTable(*l))
 		return err
-	}
-	var k spillway.KeyLimit
-	if err := json.Unmarshal(ans.Body, &k); err != nil {
-		return fmt.Errorf("%s: the admitter at %s answered with something that is not a key's limit: %w (is --server an admitter?)", name, a.base, err)
+	case *asJSON:
+		return writeJSON(stdout, k)
 	}
 	line := fmt.Sprintf("%s/%s %s: %s %s (%s", k.Queue, k.Tier, k.Key, k.Algorithm, paramsText(k.LimitParams), k.Source)
 	if k.Pattern != "" && k.Pattern != k.Key {

@@ -99,10 +99,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		if err != nil {
 			return err
 		}
-		if c, err = a.jobsClient(client.WithTimeout(*conn.timeout)); err != nil {
-			return fmt.Errorf("spillctl submit: %w", err)
-		}
-		where = a.base
+		c, where = a.c, a.base
 	}
 	ans, err := c.Submit(ctx, *q, payload, opts...)
 	rep, err := replyOf(*q, ans, err, *via, where)

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -128,17 +127,15 @@ const (
 )
 
 func sampleTop(ctx context.Context, a *admitter) topSample {
-	var list spillway.QueueList
-	_, err := a.getJSON(ctx, "/v1/queues", &list)
-	s := topSample{at: time.Now(), queues: list.Queues, err: err}
-	ans, err := a.do(ctx, http.MethodGet, "/metrics", http.Header{"Accept": {"text/plain"}}, nil)
-	switch {
-	case err != nil:
-		s.mErr = err
-	case ans.StatusCode != http.StatusOK:
-		s.mErr = fmt.Errorf("GET /metrics: %s", ans.Status)
-	default:
-		s.counters = parseCounters(bytes.NewReader(ans.Body))
+	qs, err := a.c.Queues(ctx)
+	if err != nil {
+		err = a.explain(err)
+	}
+	s := topSample{at: time.Now(), queues: qs, err: err}
+	if m, err := a.c.Metrics(ctx); err != nil {
+		s.mErr = fmt.Errorf("GET /metrics: %w", a.explain(err))
+	} else {
+		s.counters = parseCounters(bytes.NewReader(m))
 	}
 	return s
 }

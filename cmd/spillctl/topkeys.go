@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,9 +108,10 @@ func (f topKeysFlags) sample(ctx context.Context, a *admitter, s topSample) topS
 // readKeys reads the n keys with the deepest backlog of queue q.
 func readKeys(ctx context.Context, a *admitter, q string, n int) topKeys {
 	k := topKeys{KeyList: spillway.KeyList{Queue: q}}
-	if _, err := a.getJSON(ctx, "/v1/queues/"+url.PathEscape(q)+"/keys?top="+strconv.Itoa(n), &k.KeyList); err != nil {
-		k.KeyList = spillway.KeyList{Queue: q}
-		k.Error = err.Error()
+	if kl, err := a.c.Keys(ctx, q, n); err != nil {
+		k.Error = a.explain(err).Error()
+	} else {
+		k.KeyList = *kl
 	}
 	k.Queue = q
 	return k

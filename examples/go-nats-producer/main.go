@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func main() {
@@ -64,7 +65,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s id=%s\n", ans.Verdict, ans.ID)
-	if ans.Verdict == client.Queued {
+	if ans.Verdict == spillway.Queued {
 		fmt.Fprintf(stdout, "  position %d, estimated start %s\n", ans.Position, ans.EstimatedStart.Format(time.RFC3339))
 	}
 	if !*wait {

@@ -187,10 +187,10 @@ func TestClassify(t *testing.T) {
 		err  error
 		want Outcome
 	}{
-		{"http", &client.Answer{Verdict: client.Admitted}, nil, Outcome{Verdict: Admitted}},
-		{"nats", &client.Answer{Verdict: client.Queued}, nil, Outcome{Verdict: Queued}},
-		{"http", &client.Answer{Verdict: client.Rejected}, problem(429, spillway.ProblemQueueFull), Outcome{Rejected, "queue-full"}},
-		{"nats", &client.Answer{Verdict: client.Rejected}, problem(429, spillway.ProblemKeyFull), Outcome{Rejected, "key-full"}},
+		{"http", &client.Answer{Verdict: spillway.Admitted}, nil, Outcome{Verdict: Admitted}},
+		{"nats", &client.Answer{Verdict: spillway.Queued}, nil, Outcome{Verdict: Queued}},
+		{"http", &client.Answer{Verdict: spillway.Rejected}, problem(429, spillway.ProblemQueueFull), Outcome{Rejected, "queue-full"}},
+		{"nats", &client.Answer{Verdict: spillway.Rejected}, problem(429, spillway.ProblemKeyFull), Outcome{Rejected, "key-full"}},
 		{"http", nil, problem(429, ""), Outcome{Rejected, "429"}},
 		{"http", nil, problem(401, spillway.ProblemUnauthorized), Outcome{Failed, "http 401 unauthorized"}},
 		{"http", nil, problem(502, ""), Outcome{Failed, "http 502"}},
