@@ -48,7 +48,7 @@ func submitOptions(headers headerFlags, cost int64) []client.SubmitOption {
 // the door: where is the admitter missing.
 func replyOf(q string, ans *client.Answer, err error, via, where string) (spillway.SubmitReply, error) {
 	if ans != nil {
-		rep := spillway.SubmitReply{ID: ans.ID, Queue: ans.Queue, Status: spillway.Status(ans.Verdict), Position: ans.Position,
+		rep := spillway.SubmitReply{ID: ans.ID, Queue: ans.Queue, Status: ans.Verdict, Position: ans.Position,
 			Duplicate: ans.Duplicate, Type: ans.Problem, RetryAfterMS: ans.RetryAfter.Milliseconds()}
 		if !ans.NotBefore.IsZero() {
 			rep.NotBefore = &ans.NotBefore

@@ -1,6 +1,7 @@
 // Command go-nats-producer submits one job to a Spillway queue over the
 // admitter's NATS door with pkg/client, prints the verdict, and with
-// -wait watches the job's status record until it is final.
+// -wait asks the admitters for the job's status record
+// (spillway.job.<id>) until it is final.
 //
 //	go run ./examples/go-nats-producer -nats nats://127.0.0.1:4222 -queue demo -data 'hello'
 package main

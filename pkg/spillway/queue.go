@@ -21,7 +21,7 @@ func ValidateQueueName(name string) error {
 		return fmt.Errorf("%w %.80q: want 1 to %d characters", ErrInvalidQueueName, name, MaxQueueNameLen)
 	}
 	for i, c := range name {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+		if !isNameChar(c) {
 			return fmt.Errorf("%w %.80q: character %q at byte %d; use ASCII letters, digits, '_' and '-'", ErrInvalidQueueName, name, c, i)
 		}
 	}
@@ -120,4 +120,8 @@ type PriorityMix struct {
 	High   int `json:"high"`
 	Normal int `json:"normal"`
 	Low    int `json:"low"`
+}
+
+func isNameChar(c rune) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
 }
