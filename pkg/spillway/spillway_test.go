@@ -12,9 +12,12 @@ import (
 )
 
 func TestParsePriority(t *testing.T) {
-	for in, want := range map[string]spillway.Priority{"": spillway.Normal, "normal": spillway.Normal, " HIGH ": spillway.High, "Low": spillway.Low} {
-		if got, err := spillway.ParsePriority(in); err != nil || got != want {
-			t.Errorf("ParsePriority(%q) = %v, %v; want %v", in, got, err, want)
+	for _, c := range []struct {
+		in   string
+		want spillway.Priority
+	}{{"", spillway.Normal}, {"normal", spillway.Normal}, {" HIGH ", spillway.High}, {"Low", spillway.Low}} {
+		if got, err := spillway.ParsePriority(c.in); err != nil || got != c.want {
+			t.Errorf("ParsePriority(%q) = %v, %v; want %v", c.in, got, err, c.want)
 		}
 	}
 	if _, err := spillway.ParsePriority("urgent"); err == nil {
