@@ -90,15 +90,19 @@ func TestAdminCalls(t *testing.T) {
 	if set.Source != spillway.LimitSourceRuntime || set.Rate != "10/s" || set.Burst != 5 {
 		t.Errorf("SetKeyLimit: %+v", set)
 	}
-	if k := must(admin.KeyLimit(ctx, "limited", tier, "vip"))(t); k.Source != spillway.LimitSourceRuntime || k.Burst != 5 {
-		t.Errorf("KeyLimit after the set: %+v", k)
-	}
+	// An override is in force on every admitter within a second: this
+	// one's view of it too.
+	admittest.WaitFor(t, 10*time.Second, "the override in force", func() bool {
+		k, err := admin.KeyLimit(ctx, "limited", tier, "vip")
+		return err == nil && k.Source == spillway.LimitSourceRuntime && k.Burst == 5
+	})
 	if err := admin.DeleteKeyLimit(ctx, "limited", tier, "vip"); err != nil {
 		t.Errorf("DeleteKeyLimit: %v", err)
 	}
-	if k := must(admin.KeyLimit(ctx, "limited", tier, "vip"))(t); k.Source != spillway.LimitSourceDefault {
-		t.Errorf("KeyLimit after the delete: %+v", k)
-	}
+	admittest.WaitFor(t, 10*time.Second, "the default limit again", func() bool {
+		k, err := admin.KeyLimit(ctx, "limited", tier, "vip")
+		return err == nil && k.Source == spillway.LimitSourceDefault
+	})
 	if err := admin.DeleteKeyLimit(ctx, "limited", tier, "vip"); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("DeleteKeyLimit of no override: %v, want ErrNotFound", err)
 	}
