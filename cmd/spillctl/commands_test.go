@@ -23,7 +23,7 @@ import (
 )
 
 // These tests check spillctl's side of the admitter's contract (docs/design.md#doors,
-// internal/api) against a stand-in written here; end-to-end tests against
+// pkg/spillway) against a stand-in written here; end-to-end tests against
 // the real admitter belong with it.
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 3, 0, time.UTC)
