@@ -30,7 +30,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func main() {
@@ -93,31 +93,31 @@ func run(natsURL, redisURL, queueName, keyHeader string) error {
 
 	answer := func(m *nats.Msg) {
 		reply := nats.NewMsg(m.Reply)
-		rep := api.SubmitReply{Queue: queueName}
+		rep := spillway.SubmitReply{Queue: queueName}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		res, err := limiter.Allow(rctx, "floor:"+m.Header.Get(keyHeader), limit)
 		switch {
 		case err != nil:
-			rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemUnavailable, err.Error()
+			rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemUnavailable, err.Error()
 		case res.Allowed == 0:
-			rep.Status, rep.Type = api.Rejected, api.ProblemRateLimited
+			rep.Status, rep.Type = spillway.Rejected, spillway.ProblemRateLimited
 		default:
 			id := uuid.Must(uuid.NewV7()).String()
 			job := nats.NewMsg("floor.jobs")
 			job.Header.Set(jetstream.MsgIDHeader, id)
 			job.Data = m.Data
 			if _, err := js.PublishMsg(rctx, job); err != nil {
-				rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemUnavailable, err.Error()
+				rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemUnavailable, err.Error()
 				break
 			}
-			rep.Status, rep.ID = api.Admitted, id
-			reply.Header.Set(api.HeaderStatus, string(api.Admitted))
+			rep.Status, rep.ID = spillway.Admitted, id
+			reply.Header.Set(spillway.HeaderStatus, string(spillway.Admitted))
 		}
 		reply.Data, _ = json.Marshal(rep)
 		_ = m.RespondMsg(reply)
 	}
-	sub, err := nc.QueueSubscribe(api.SubmitPrefix+queueName, "admissionfloor", func(m *nats.Msg) {
+	sub, err := nc.QueueSubscribe(spillway.SubmitPrefix+queueName, "admissionfloor", func(m *nats.Msg) {
 		if m.Reply != "" {
 			go answer(m)
 		}

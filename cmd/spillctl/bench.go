@@ -13,11 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/loadgen"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const benchUsage = `Usage: spillctl bench [--callers N | --rate R/s] [--duration D | --count N] [flags]
@@ -111,8 +111,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return usageErrorf("spillctl bench: --payload-bytes %d: want 0 or more", *payloadBytes)
 	case *cost < 0:
 		return usageErrorf("spillctl bench: --cost %d: want 1 or more", *cost)
-	case *batchSize < 0 || *batchSize > api.MaxBatchJobs:
-		return usageErrorf("spillctl bench: --batch %d: want 1 to %d (0: single submissions)", *batchSize, api.MaxBatchJobs)
+	case *batchSize < 0 || *batchSize > spillway.MaxBatchJobs:
+		return usageErrorf("spillctl bench: --batch %d: want 1 to %d (0: single submissions)", *batchSize, spillway.MaxBatchJobs)
 	case *maxOut < 1:
 		return usageErrorf("spillctl bench: --max-outstanding %d: want 1 or more", *maxOut)
 	case *spin < 0:
@@ -140,19 +140,17 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	var c *client.Client
 	switch *via {
 	case "http":
-		a, err := newAdmitter("spillctl bench", *server, keyOr(*apiKey, getenv), *timeout)
-		if err != nil {
-			return err
-		}
 		// The admitter's client, with a connection for each caller.
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = max(cfg.Callers, min(*maxOut, 1024))
 		tr.MaxIdleConns = tr.MaxIdleConnsPerHost
-		a.client.Transport = tr
-		defer a.client.CloseIdleConnections()
-		if c, err = a.jobsClient(clientOpts...); err != nil {
-			return fmt.Errorf("spillctl bench: %w", err)
+		hc := &http.Client{Timeout: *timeout, Transport: tr}
+		defer hc.CloseIdleConnections()
+		a, err := newAdmitter("spillctl bench", *server, keyOr(*apiKey, getenv), *timeout, append(clientOpts, client.WithHTTPClient(hc))...)
+		if err != nil {
+			return err
 		}
+		c = a.c
 		where = a.base + "/v1/queues/" + *q + "/jobs"
 		if batch != nil {
 			where += ":batch"
@@ -164,9 +162,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 			return fmt.Errorf("spillctl bench: %w", err)
 		}
 		defer closeConn()
-		where = *natsURL + " " + api.SubmitPrefix + *q
+		where = *natsURL + " " + spillway.SubmitPrefix + *q
 		if batch != nil {
-			where = *natsURL + " " + api.SubmitBatchPrefix + *q
+			where = *natsURL + " " + spillway.SubmitBatchPrefix + *q
 		}
 	default:
 		return usageErrorf("spillctl bench: --via %q: want http or nats", *via)

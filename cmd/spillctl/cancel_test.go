@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // spillctl cancel sends DELETE /v1/jobs/{id} with the API key and prints
@@ -20,18 +20,18 @@ func TestCancel(t *testing.T) {
 			return
 		}
 		problem := func(status int, typ, detail, state string) {
-			w.Header().Set("Content-Type", api.ProblemContentType)
+			w.Header().Set("Content-Type", spillway.ProblemContentType)
 			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(api.Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, State: state})
+			_ = json.NewEncoder(w).Encode(spillway.Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, State: spillway.State(state)})
 		}
 		switch r.URL.Path {
 		case "/v1/jobs/j1":
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(jobStatus{ID: "j1", Queue: "email", State: "cancelled", FinishedAt: at(0)})
 		case "/v1/jobs/j2":
-			problem(http.StatusConflict, api.ProblemConflict, "job j2 is running: only a queued job can be cancelled", "running")
+			problem(http.StatusConflict, spillway.ProblemConflict, "job j2 is running: only a queued job can be cancelled", "running")
 		default:
-			problem(http.StatusNotFound, api.ProblemNotFound, "no status for this job id", "")
+			problem(http.StatusNotFound, spillway.ProblemNotFound, "no status for this job id", "")
 		}
 	}))
 	t.Cleanup(srv.Close)

@@ -18,12 +18,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // These tests check spillctl's side of the admitter's contract (docs/design.md#doors,
-// internal/api) against a stand-in written here; end-to-end tests against
+// pkg/spillway) against a stand-in written here; end-to-end tests against
 // the real admitter belong with it.
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 3, 0, time.UTC)
@@ -33,17 +33,17 @@ func at(d time.Duration) *time.Time { t := t0.Add(d); return &t }
 func TestFormatReply(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		rep  api.SubmitReply
+		rep  spillway.SubmitReply
 		want string
 	}{
-		{api.SubmitReply{ID: "j1", Status: api.Admitted}, "admitted id=j1"},
-		{api.SubmitReply{ID: "j2", Status: api.Queued, Position: 3, NotBefore: at(2200 * time.Millisecond), EstimatedStart: at(1200 * time.Millisecond)},
+		{spillway.SubmitReply{ID: "j1", Status: spillway.Admitted}, "admitted id=j1"},
+		{spillway.SubmitReply{ID: "j2", Status: spillway.Queued, Position: 3, NotBefore: at(2200 * time.Millisecond), EstimatedStart: at(1200 * time.Millisecond)},
 			"queued  id=j2  position=3  not_before=12:00:05.200  (estimated start in 1.2s)"},
-		{api.SubmitReply{ID: "j3", Status: api.Queued, NotBefore: at(-time.Second)}, "queued  id=j3  not_before=12:00:02.000  (estimated start now)"},
-		{api.SubmitReply{ID: "j4", Status: api.Queued, NotBefore: at(26 * time.Hour)}, "queued  id=j4  not_before=2026-03-02 14:00:03.000  (estimated start in 1d02h)"},
-		{api.SubmitReply{Status: api.Rejected, RetryAfterMS: 2500, Type: api.ProblemQueueFull}, "rejected retry after 2.5s (queue-full)"},
-		{api.SubmitReply{Status: api.Rejected, Type: api.ProblemRateLimited}, "rejected (rate-limited)"},
-		{api.SubmitReply{ID: "j5", Status: api.Admitted, Duplicate: true}, "admitted id=j5  (duplicate: the answer to an earlier submit with this idempotency key)"},
+		{spillway.SubmitReply{ID: "j3", Status: spillway.Queued, NotBefore: at(-time.Second)}, "queued  id=j3  not_before=12:00:02.000  (estimated start now)"},
+		{spillway.SubmitReply{ID: "j4", Status: spillway.Queued, NotBefore: at(26 * time.Hour)}, "queued  id=j4  not_before=2026-03-02 14:00:03.000  (estimated start in 1d02h)"},
+		{spillway.SubmitReply{Status: spillway.Rejected, RetryAfterMS: 2500, Type: spillway.ProblemQueueFull}, "rejected retry after 2.5s (queue-full)"},
+		{spillway.SubmitReply{Status: spillway.Rejected, Type: spillway.ProblemRateLimited}, "rejected (rate-limited)"},
+		{spillway.SubmitReply{ID: "j5", Status: spillway.Admitted, Duplicate: true}, "admitted id=j5  (duplicate: the answer to an earlier submit with this idempotency key)"},
 	} {
 		if got := formatReply(c.rep, t0); got != c.want {
 			t.Errorf("%+v:\n got %s\nwant %s", c.rep, got, c.want)
@@ -87,7 +87,7 @@ func TestFormatJob(t *testing.T) {
 	}
 }
 
-var demoQueues = []api.QueueInfo{
+var demoQueues = []spillway.QueueInfo{
 	{Name: "email", Ready: 3, Depth: 120, Capacity: 10000, Fill: 0.012, Dead: 2, LeakRate: "50/s", InFlight: 3, OldestAgeMS: 2400, EstimatedDrainMS: 2400, BacklogPullers: 1},
 	{Name: "sms-outbound", Depth: 5, Capacity: 100, Fill: 0.05, LeakRate: "1/s", OldestAgeMS: 61_000, EstimatedDrainMS: 5000},
 	{Name: "idle", Capacity: 100, LeakRate: "5/s"},
@@ -142,10 +142,10 @@ spillway_decisions_total{queue="broken
 
 func TestTopFrame(t *testing.T) {
 	t.Parallel()
-	prev := topSample{at: t0, queues: []api.QueueInfo{{Name: "email", Depth: 100, Capacity: 1000}}, counters: map[counterKey]float64{
+	prev := topSample{at: t0, queues: []spillway.QueueInfo{{Name: "email", Depth: 100, Capacity: 1000}}, counters: map[counterKey]float64{
 		{metricDecisions, "email", "admitted"}: 100, {metricDecisions, "email", "rejected"}: 50, {metricCompleted, "email", ""}: 10,
 	}}
-	cur := topSample{at: t0.Add(2 * time.Second), queues: []api.QueueInfo{
+	cur := topSample{at: t0.Add(2 * time.Second), queues: []spillway.QueueInfo{
 		{Name: "email", Depth: 120, Capacity: 1000, Fill: 0.12, LeakRate: "50/s", LeakRateCurrent: 35, BacklogPullers: 1, OldestAgeMS: 500, EstimatedDrainMS: 2400},
 		{Name: "new", Capacity: 10, LeakRate: "1/s"},
 		{Name: "sms", Capacity: 10, LeakRate: "5/s", LeakRateCurrent: 5, LeakPausedMS: 800},
@@ -193,9 +193,9 @@ type standIn struct {
 
 func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	problem := func(status int, typ, detail string) {
-		w.Header().Set("Content-Type", api.ProblemContentType)
+		w.Header().Set("Content-Type", spillway.ProblemContentType)
 		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(api.Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, RetryAfterMS: 2500})
+		_ = json.NewEncoder(w).Encode(spillway.Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail, RetryAfterMS: 2500})
 	}
 	reply := func(v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -212,28 +212,28 @@ func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case "", "a", "bench-0":
 			w.Header().Set("Location", "/v1/jobs/j-admitted")
 			w.WriteHeader(http.StatusAccepted)
-			reply(api.SubmitReply{ID: "j-admitted", Queue: "email", Status: api.Admitted})
+			reply(spillway.SubmitReply{ID: "j-admitted", Queue: "email", Status: spillway.Admitted})
 		case "q", "bench-1":
 			nb := time.Now().Add(time.Hour)
 			w.WriteHeader(http.StatusAccepted)
-			reply(api.SubmitReply{ID: "j-queued", Queue: "email", Status: api.Queued, Position: 7, NotBefore: &nb})
+			reply(spillway.SubmitReply{ID: "j-queued", Queue: "email", Status: spillway.Queued, Position: 7, NotBefore: &nb})
 		case "r", "bench-2":
 			w.Header().Set("Retry-After", "3")
-			problem(http.StatusTooManyRequests, api.ProblemQueueFull, "backlog full")
+			problem(http.StatusTooManyRequests, spillway.ProblemQueueFull, "backlog full")
 		default:
-			problem(http.StatusUnauthorized, api.ProblemUnauthorized, "unknown API key")
+			problem(http.StatusUnauthorized, spillway.ProblemUnauthorized, "unknown API key")
 		}
 	case r.URL.Path == "/v1/jobs/j1":
 		reply(jobStatus{ID: "j1", Queue: "email", State: "succeeded", Attempts: 1, FinishedAt: at(0)})
 	case r.URL.Path == "/v1/queues":
-		reply(api.QueueList{Queues: demoQueues})
+		reply(spillway.QueueList{Queues: demoQueues})
 	case r.URL.Path == "/v1/queues/email":
 		reply(demoQueues[0])
 	case r.URL.Path == "/metrics":
 		n := s.metrics.Add(1)
 		fmt.Fprintf(w, "spillway_decisions_total{queue=\"email\",verdict=\"admitted\",reason=\"\"} %d\n", 1000*n)
 	default:
-		problem(http.StatusNotFound, api.ProblemNotFound, "no such thing")
+		problem(http.StatusNotFound, spillway.ProblemNotFound, "no such thing")
 	}
 }
 
@@ -295,8 +295,8 @@ func TestSubmitHTTP(t *testing.T) {
 	}
 
 	out, _, err := spillctlEnv(t, env, "", "submit", "--queue", "email", "--data", "x", "--header", "X-Api-Key=r", "--json")
-	var rep api.SubmitReply
-	if code, _ := exitStatus(err); code != exitRejected || json.Unmarshal([]byte(out), &rep) != nil || rep.Status != api.Rejected || rep.RetryAfterMS != 2500 || rep.Type != api.ProblemQueueFull {
+	var rep spillway.SubmitReply
+	if code, _ := exitStatus(err); code != exitRejected || json.Unmarshal([]byte(out), &rep) != nil || rep.Status != spillway.Rejected || rep.RetryAfterMS != 2500 || rep.Type != spillway.ProblemQueueFull {
 		t.Fatalf("--json rejected: %v %s", err, out)
 	}
 }
@@ -305,16 +305,16 @@ func TestSubmitNATS(t *testing.T) {
 	t.Parallel()
 	ns := queuetest.Start(t)
 	nc := ns.Connect(t)
-	sub, err := nc.QueueSubscribe(api.SubmitPrefix+"email", api.AdmitterGroup, func(m *nats.Msg) {
-		rep := api.SubmitReply{ID: "n1", Queue: "email", Status: api.Admitted}
+	sub, err := nc.Subscribe(spillway.SubmitPrefix+"email", func(m *nats.Msg) {
+		rep := spillway.SubmitReply{ID: "n1", Queue: "email", Status: spillway.Admitted}
 		if m.Header.Get("X-Api-Key") == "r" {
-			rep = api.SubmitReply{Queue: "email", Status: api.Rejected, RetryAfterMS: 400, Type: api.ProblemRateLimited}
+			rep = spillway.SubmitReply{Queue: "email", Status: spillway.Rejected, RetryAfterMS: 400, Type: spillway.ProblemRateLimited}
 		}
-		if m.Header.Get(api.HeaderIdempotencyKey) != "k1" || string(m.Data) != "payload" {
-			rep = api.SubmitReply{Queue: "email", Status: api.Failed, Error: fmt.Sprintf("got %v %q", m.Header, m.Data), Type: api.ProblemBadRequest}
+		if m.Header.Get(spillway.HeaderIdempotencyKey) != "k1" || string(m.Data) != "payload" {
+			rep = spillway.SubmitReply{Queue: "email", Status: spillway.Failed, Error: fmt.Sprintf("got %v %q", m.Header, m.Data), Type: spillway.ProblemBadRequest}
 		}
 		r := nats.NewMsg(m.Reply)
-		r.Header.Set(api.HeaderStatus, string(rep.Status))
+		r.Header.Set(spillway.HeaderStatus, string(rep.Status))
 		r.Data, _ = json.Marshal(rep)
 		_ = m.RespondMsg(r)
 	})
@@ -365,7 +365,7 @@ func TestStatusAndQueues(t *testing.T) {
 		t.Fatalf("queues: %v\n%s", err, out)
 	}
 	out, _, err = spillctlEnv(t, env, "", "queues", "email", "--json")
-	var qi api.QueueInfo
+	var qi spillway.QueueInfo
 	if err != nil || json.Unmarshal([]byte(out), &qi) != nil || qi.Depth != 120 {
 		t.Fatalf("queues email --json: %v\n%s", err, out)
 	}

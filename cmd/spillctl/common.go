@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/client"
 )
 
 // Where things are, when neither a flag nor the environment says.
@@ -56,10 +56,10 @@ func addAPIFlags(fs *flag.FlagSet, getenv func(string) string) apiFlags {
 	}
 }
 
-// admitter is the client the flags describe; cmd names the command in
-// errors.
-func (f apiFlags) admitter(cmd string, getenv func(string) string) (*admitter, error) {
-	return newAdmitter(cmd, *f.server, keyOr(*f.apiKey, getenv), *f.timeout)
+// admitter is the client the flags describe, with opts; cmd names the
+// command in errors.
+func (f apiFlags) admitter(cmd string, getenv func(string) string, opts ...client.Option) (*admitter, error) {
+	return newAdmitter(cmd, *f.server, keyOr(*f.apiKey, getenv), *f.timeout, opts...)
 }
 
 func envOr(getenv func(string) string, name, def string) string {
@@ -153,18 +153,29 @@ func (h headerFlags) each(f func(k, v string)) {
 	}
 }
 
-// admitter is a client of the admitter's HTTP API.
+// admitter is the admitter's HTTP API, through pkg/client; base names
+// it in messages.
 type admitter struct {
-	base   string // without a trailing slash
-	apiKey string
-	client *http.Client
+	base string
+	c    *client.Client
 }
 
-func newAdmitter(cmd, server, apiKey string, timeout time.Duration) (*admitter, error) {
+// newAdmitter is a client of the admitter's HTTP API at server, sending
+// apiKey (none when empty), each attempt bounded by timeout; opts come
+// after spillctl's own and may replace them (bench's HTTP client).
+func newAdmitter(cmd, server, apiKey string, timeout time.Duration, opts ...client.Option) (*admitter, error) {
 	if _, ok := httpURL(server); !ok {
 		return nil, usageErrorf("%s: --server %q: want an http:// or https:// URL such as %s", cmd, server, defaultServer)
 	}
-	return &admitter{base: strings.TrimRight(server, "/"), apiKey: apiKey, client: &http.Client{Timeout: timeout}}, nil
+	base := []client.Option{client.WithTimeout(timeout), client.WithHTTPClient(&http.Client{Timeout: timeout})}
+	if apiKey != "" {
+		base = append(base, client.WithAPIKey(apiKey))
+	}
+	c, err := client.NewHTTP(server, append(base, opts...)...)
+	if err != nil {
+		return nil, usageErrorf("%s: %w", cmd, err)
+	}
+	return &admitter{base: strings.TrimRight(server, "/"), c: c}, nil
 }
 
 // httpURL parses s as an http:// or https:// URL with a host; ok is false
@@ -184,41 +195,6 @@ func connectNATS(natsURL, name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// answer is an HTTP answer, read in full.
-type answer struct {
-	StatusCode int
-	Status     string // "404 Not Found"
-	Header     http.Header
-	Body       []byte
-}
-
-// do sends a request and reads the answer (at most 8 MiB).
-func (a *admitter) do(ctx context.Context, method, path string, header http.Header, body io.Reader) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, body)
-	if err != nil {
-		return answer{}, err
-	}
-	for k, vs := range header {
-		req.Header[k] = vs
-	}
-	if a.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+a.apiKey)
-	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return answer{}, a.unreachable(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return answer{}, fmt.Errorf("reading the admitter's answer from %s: %w", a.base, err)
-	}
-	return answer{StatusCode: resp.StatusCode, Status: resp.Status, Header: resp.Header, Body: data}, nil
-}
-
-// unreachable says what to do about a request that got no answer.
-func (a *admitter) unreachable(err error) error { return unreachable(a.base, err) }
-
 // unreachable says what to do about a request to the admitter at base
 // that got no answer.
 func unreachable(base string, err error) error {
@@ -233,27 +209,23 @@ func unreachable(base string, err error) error {
 	return fmt.Errorf("cannot reach the admitter at %s: %w (set --server or $SPILLWAY_SERVER)", base, err)
 }
 
-// getJSON gets path and decodes a 200 answer into v, returning the raw
-// body too; any other answer is an error built from its problem document.
-func (a *admitter) getJSON(ctx context.Context, path string, v any) ([]byte, error) {
-	ans, err := a.do(ctx, http.MethodGet, path, http.Header{"Accept": {"application/json"}}, nil)
-	if err != nil {
-		return nil, err
+// explain turns an error of the client into what spillctl prints: where
+// the admitter is and what to do about an answer that got none, the
+// answer's status, problem and a hint for the others.
+func (a *admitter) explain(err error) error {
+	var te *client.TransportError
+	if errors.As(err, &te) {
+		return unreachable(a.base, te.Err)
 	}
-	if ans.StatusCode != http.StatusOK {
-		return nil, a.answerError(ans)
+	var pe *client.ProblemError
+	if !errors.As(err, &pe) {
+		return err
 	}
-	if err := json.Unmarshal(ans.Body, v); err != nil {
-		return nil, fmt.Errorf("the admitter at %s answered %s with something that is not the expected JSON: %w (is --server an admitter?)", a.base, path, err)
+	title := pe.Title
+	if title == http.StatusText(pe.Status) {
+		title = ""
 	}
-	return ans.Body, nil
-}
-
-// answerError describes an unexpected answer, with its problem document
-// when there is one.
-func (a *admitter) answerError(resp answer) error {
-	p, _ := api.ParseProblem(resp.Header.Get("Content-Type"), resp.Body) // zero when there is none
-	return a.answered(resp.StatusCode, resp.Status, p.Title, p.Detail, api.RetryAfter(resp.Header, p, time.Now()))
+	return a.answered(pe.Status, fmt.Sprintf("%d %s", pe.Status, http.StatusText(pe.Status)), title, pe.Detail, pe.RetryAfter)
 }
 
 // answered is the error of an answer of HTTP status code (status is its

@@ -10,23 +10,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The commands that submit, read and cancel jobs do it with pkg/client,
 // the producers' own client; this file turns its answers and errors into
 // what spillctl prints.
-
-// jobsClient is a pkg/client client of the admitter's HTTP door, with
-// the API key and the HTTP client of a.
-func (a *admitter) jobsClient(opts ...client.Option) (*client.Client, error) {
-	base := []client.Option{client.WithHTTPClient(a.client)}
-	if a.apiKey != "" {
-		base = append(base, client.WithAPIKey(a.apiKey))
-	}
-	return client.NewHTTP(a.base, append(base, opts...)...)
-}
 
 // natsClient connects to natsURL and returns a client of the NATS door
 // over the connection, which close closes.
@@ -56,9 +46,9 @@ func submitOptions(headers headerFlags, cost int64) []client.SubmitOption {
 // prints): the answer, or an answer's error as a reply with status
 // "error". An error with no answer behind it is returned, explained for
 // the door: where is the admitter missing.
-func replyOf(q string, ans *client.Answer, err error, via, where string) (api.SubmitReply, error) {
+func replyOf(q string, ans *client.Answer, err error, via, where string) (spillway.SubmitReply, error) {
 	if ans != nil {
-		rep := api.SubmitReply{ID: ans.ID, Queue: ans.Queue, Status: api.Status(ans.Verdict), Position: ans.Position,
+		rep := spillway.SubmitReply{ID: ans.ID, Queue: ans.Queue, Status: ans.Verdict, Position: ans.Position,
 			Duplicate: ans.Duplicate, Type: ans.Problem, RetryAfterMS: ans.RetryAfter.Milliseconds()}
 		if !ans.NotBefore.IsZero() {
 			rep.NotBefore = &ans.NotBefore
@@ -83,41 +73,37 @@ func replyOf(q string, ans *client.Answer, err error, via, where string) (api.Su
 			}
 			msg = fmt.Sprintf("%d %s: %s", pe.Status, http.StatusText(pe.Status), msg)
 		}
-		return api.SubmitReply{Queue: q, Status: api.Failed, Type: pe.Type, Error: msg}, nil
+		return spillway.SubmitReply{Queue: q, Status: spillway.Failed, Type: pe.Type, Error: msg}, nil
 	}
 	var te *client.TransportError
 	if !errors.As(err, &te) {
-		return api.SubmitReply{}, err
+		return spillway.SubmitReply{}, err
 	}
 	if via == "http" {
-		return api.SubmitReply{}, unreachable(where, te.Err)
+		return spillway.SubmitReply{}, unreachable(where, te.Err)
 	}
-	subject := api.SubmitPrefix + q
+	subject := spillway.SubmitPrefix + q
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return api.SubmitReply{}, fmt.Errorf("no admitter answers on %s at %s (is the admitter running and connected to this NATS server?)", subject, where)
+		return spillway.SubmitReply{}, fmt.Errorf("no admitter answers on %s at %s (is the admitter running and connected to this NATS server?)", subject, where)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return api.SubmitReply{}, fmt.Errorf("no answer on %s within the timeout (raise --timeout; the job may have been taken: resubmit with the same --idempotency-key)", subject)
+		return spillway.SubmitReply{}, fmt.Errorf("no answer on %s within the timeout (raise --timeout; the job may have been taken: resubmit with the same --idempotency-key)", subject)
 	}
-	return api.SubmitReply{}, fmt.Errorf("request on %s: %w", subject, te.Err)
+	return spillway.SubmitReply{}, fmt.Errorf("request on %s: %w", subject, te.Err)
 }
 
 // runJob is a command about one job, named by its one argument: it asks
 // the admitter with call (the client's Status or Cancel) and prints the
 // job's record.
-func runJob(ctx context.Context, name, usage string, call func(*client.Client, context.Context, string) (*client.Job, error),
+func runJob(ctx context.Context, name, usage string, call func(*client.Client, context.Context, string) (*spillway.Job, error),
 	args []string, getenv func(string) string, stdout io.Writer) error {
 	g, done, err := parseGetter(name, usage, "job ID", true, args, getenv, stdout)
 	if done || err != nil {
 		return err
 	}
-	c, err := g.a.jobsClient()
+	job, err := call(g.a.c, ctx, g.arg)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	job, err := call(c, ctx, g.arg)
-	if err != nil {
-		err := g.a.jobError(err)
+		err := g.a.explain(err)
 		if isNotFound(err) {
 			return fmt.Errorf("%s: the admitter at %s knows no job %q (ids are what spillctl submit prints)", name, g.a.base, g.arg)
 		}
@@ -126,26 +112,8 @@ func runJob(ctx context.Context, name, usage string, call func(*client.Client, c
 	return g.printJob(stdout, jobStatusOf(job))
 }
 
-// jobError explains an error of reading or cancelling a job over the
-// admitter's HTTP API, as answerError explains other answers.
-func (a *admitter) jobError(err error) error {
-	var te *client.TransportError
-	if errors.As(err, &te) {
-		return unreachable(a.base, te.Err)
-	}
-	var pe *client.ProblemError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	title := pe.Title
-	if title == http.StatusText(pe.Status) {
-		title = ""
-	}
-	return a.answered(pe.Status, fmt.Sprintf("%d %s", pe.Status, http.StatusText(pe.Status)), title, pe.Detail, pe.RetryAfter)
-}
-
 // jobStatusOf is a job's record as spillctl prints it.
-func jobStatusOf(j *client.Job) jobStatus {
+func jobStatusOf(j *spillway.Job) jobStatus {
 	t := func(v time.Time) *time.Time {
 		if v.IsZero() {
 			return nil

@@ -1,19 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const limitsUsage = `Usage: spillctl limits list QUEUE
@@ -59,8 +58,8 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 	server := serverFlag(fs, getenv)
 	adminKey := adminKeyFlag(fs, getenv)
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
-	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
-	var p api.LimitParams
+	asJSON := fs.Bool("json", false, "print the admitter's answer as JSON")
+	var p spillway.LimitParams
 	fs.StringVar(&p.Rate, "rate", "", "set: the `RATE` of a leaky_bucket or token_bucket tier, such as 100/s")
 	fs.Int64Var(&p.Burst, "burst", 0, "set: the burst `N` of a leaky_bucket or token_bucket tier")
 	fs.Int64Var(&p.Delay, "delay", 0, "set: the delay `N` of a leaky_bucket tier")
@@ -85,59 +84,47 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		return usageErrorf("%s %s: want %s, got %d arguments (see %s --help)", name, sub, what, len(pos)-1, name)
 	}
-	if sub == "set" && p == (api.LimitParams{}) {
+	if sub == "set" && p == (spillway.LimitParams{}) {
 		return usageErrorf("%s set: give the parameters: --rate and --burst, or --limit and --window (see %s --help)", name, name)
 	}
 	a, err := newAdmitter(name, *server, adminKey(), *timeout)
 	if err != nil {
 		return err
 	}
-	path := "/v1/queues/" + url.PathEscape(pos[1]) + "/limits"
-	method := http.MethodGet
-	var body io.Reader
-	if sub != "list" {
-		path += "/" + url.PathEscape(pos[2]) + "/keys/" + url.PathEscape(pos[3])
-	}
+	var (
+		l *spillway.LimitList
+		k *spillway.KeyLimit
+	)
 	switch sub {
+	case "list":
+		l, err = a.c.Limits(ctx, pos[1])
+	case "get":
+		k, err = a.c.KeyLimit(ctx, pos[1], pos[2], pos[3])
 	case "set":
-		method = http.MethodPut
-		b, _ := json.Marshal(p)
-		body = bytes.NewReader(b)
+		k, err = a.c.SetKeyLimit(ctx, pos[1], pos[2], pos[3], p)
 	case "rm":
-		method = http.MethodDelete
+		err = a.c.DeleteKeyLimit(ctx, pos[1], pos[2], pos[3])
 	}
-	ans, err := a.do(ctx, method, path, http.Header{"Accept": {"application/json"}, "Content-Type": {"application/json"}}, body)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", name, sub, err)
-	}
-	if ans.StatusCode != http.StatusOK && ans.StatusCode != http.StatusNoContent {
-		err := a.answerError(ans)
-		if ans.StatusCode == http.StatusUnauthorized || ans.StatusCode == http.StatusForbidden {
-			return fmt.Errorf("%s %s: %w; the limits endpoints take an admin key: set --admin-key or $SPILLWAY_ADMIN_KEY", name, sub, err)
+		var pe *client.ProblemError
+		if errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden) {
+			return fmt.Errorf("%s %s: %w; the limits endpoints take an admin key: set --admin-key or $SPILLWAY_ADMIN_KEY", name, sub, a.explain(err))
 		}
-		return fmt.Errorf("%s %s: %w", name, sub, err)
+		return fmt.Errorf("%s %s: %w", name, sub, a.explain(err))
 	}
-	if sub == "rm" {
-		if *asJSON {
-			return nil
-		}
+	switch {
+	case sub == "rm" && *asJSON:
+		return nil
+	case sub == "rm":
 		_, err := fmt.Fprintf(stdout, "%s/%s: override of %s removed\n", pos[1], pos[2], pos[3])
 		return err
-	}
-	if *asJSON {
-		return writeRaw(stdout, ans.Body)
-	}
-	if sub == "list" {
-		var l api.LimitList
-		if err := json.Unmarshal(ans.Body, &l); err != nil {
-			return fmt.Errorf("%s: the admitter at %s answered with something that is not a list of limits: %w (is --server an admitter?)", name, a.base, err)
-		}
-		_, err := io.WriteString(stdout, limitTable(l))
+	case sub == "list" && *asJSON:
+		return writeJSON(stdout, l)
+	case sub == "list":
+		_, err := io.WriteString(stdout, limitTable(*l))
 		return err
-	}
-	var k api.KeyLimit
-	if err := json.Unmarshal(ans.Body, &k); err != nil {
-		return fmt.Errorf("%s: the admitter at %s answered with something that is not a key's limit: %w (is --server an admitter?)", name, a.base, err)
+	case *asJSON:
+		return writeJSON(stdout, k)
 	}
 	line := fmt.Sprintf("%s/%s %s: %s %s (%s", k.Queue, k.Tier, k.Key, k.Algorithm, paramsText(k.LimitParams), k.Source)
 	if k.Pattern != "" && k.Pattern != k.Key {
@@ -161,7 +148,7 @@ func adminKeyFlag(fs *flag.FlagSet, getenv func(string) string) func() string {
 }
 
 // paramsText is p as the configuration file writes it.
-func paramsText(p api.LimitParams) string {
+func paramsText(p spillway.LimitParams) string {
 	var parts []string
 	if p.Rate != "" {
 		parts = append(parts, "rate="+p.Rate)
@@ -198,7 +185,7 @@ func origin(by string, at *time.Time, line int) string {
 
 // limitTable is a LimitList for people: one row per tier, one per
 // override under it.
-func limitTable(l api.LimitList) string {
+func limitTable(l spillway.LimitList) string {
 	rows := [][]string{{"TIER", "KEY", "LIMIT", "SOURCE"}}
 	for _, t := range l.Tiers {
 		rows = append(rows, []string{fmt.Sprintf("%s (%d)", t.Tier, t.Index), t.KeyedBy, t.Algorithm + " " + paramsText(t.LimitParams), "default"})

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // spillctl limits sends each subcommand's method, path and parameters
@@ -23,9 +23,9 @@ func TestLimitsCommands(t *testing.T) {
 	var seen []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer admin-key" {
-			w.Header().Set("Content-Type", api.ProblemContentType)
+			w.Header().Set("Content-Type", spillway.ProblemContentType)
 			w.WriteHeader(http.StatusForbidden)
-			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
+			_ = json.NewEncoder(w).Encode(spillway.Problem{Type: spillway.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
 			return
 		}
 		b, _ := io.ReadAll(r.Body)
@@ -33,15 +33,15 @@ func TestLimitsCommands(t *testing.T) {
 		seen = append(seen, r.Method+" "+r.URL.EscapedPath()+" "+strings.TrimSpace(string(b)))
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
-		k := api.KeyLimit{Queue: "email", Tier: "per-key", Key: "tenant-a", Algorithm: "token_bucket",
-			LimitParams: api.LimitParams{Rate: "100/s", Burst: 200}, Source: "runtime", Pattern: "tenant-a", By: "sha256:0123456789ab", At: &at}
+		k := spillway.KeyLimit{Queue: "email", Tier: "per-key", Key: "tenant-a", Algorithm: "token_bucket",
+			LimitParams: spillway.LimitParams{Rate: "100/s", Burst: 200}, Source: "runtime", Pattern: "tenant-a", By: "sha256:0123456789ab", At: &at}
 		switch {
 		case r.Method == http.MethodDelete:
 			w.WriteHeader(http.StatusNoContent)
 		case strings.HasSuffix(r.URL.Path, "/limits"):
-			_ = json.NewEncoder(w).Encode(api.LimitList{Queue: "email", Tiers: []api.TierLimits{{Tier: "per-key", KeyedBy: "header:X-Api-Key",
-				Mode: "enforce", Algorithm: "token_bucket", LimitParams: api.LimitParams{Rate: "10/s", Burst: 20},
-				Overrides: []api.LimitOverride{{Key: "tenant-*", LimitParams: api.LimitParams{Rate: "50/s", Burst: 50}, Source: "config", Line: 12}}}}})
+			_ = json.NewEncoder(w).Encode(spillway.LimitList{Queue: "email", Tiers: []spillway.TierLimits{{Tier: "per-key", KeyedBy: "header:X-Api-Key",
+				Mode: "enforce", Algorithm: "token_bucket", LimitParams: spillway.LimitParams{Rate: "10/s", Burst: 20},
+				Overrides: []spillway.LimitOverride{{Key: "tenant-*", LimitParams: spillway.LimitParams{Rate: "50/s", Burst: 50}, Source: "config", Line: 12}}}}})
 		default:
 			_ = json.NewEncoder(w).Encode(k)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // spillctl pause and resume send the admin key, the reason, and print the
@@ -20,22 +20,22 @@ func TestPauseResumeCommands(t *testing.T) {
 	at := time.Date(2026, 11, 25, 16, 0, 0, 0, time.UTC)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.Header.Get("Authorization") != "Bearer admin-key" {
-			w.Header().Set("Content-Type", api.ProblemContentType)
+			w.Header().Set("Content-Type", spillway.ProblemContentType)
 			w.WriteHeader(http.StatusForbidden)
-			_ = json.NewEncoder(w).Encode(api.Problem{Type: api.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
+			_ = json.NewEncoder(w).Encode(spillway.Problem{Type: spillway.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/v1/queues/email/pause":
-			var req api.PauseRequest
+			var req spillway.PauseRequest
 			b, _ := io.ReadAll(r.Body)
 			_ = json.Unmarshal(b, &req)
-			_ = json.NewEncoder(w).Encode(api.PauseReply{Queue: "email", Paused: true, At: at, By: "sha256:0123456789ab", Reason: req.Reason})
+			_ = json.NewEncoder(w).Encode(spillway.PauseReply{Queue: "email", Paused: true, At: at, By: "sha256:0123456789ab", Reason: req.Reason})
 		case r.Method == http.MethodPost && r.URL.Path == "/v1/queues/email/resume":
-			_ = json.NewEncoder(w).Encode(api.PauseReply{Queue: "email", At: at, By: "sha256:0123456789ab"})
+			_ = json.NewEncoder(w).Encode(spillway.PauseReply{Queue: "email", At: at, By: "sha256:0123456789ab"})
 		case r.URL.Path == "/v1/queues":
-			_ = json.NewEncoder(w).Encode(api.QueueList{Queues: []api.QueueInfo{{Name: "email", LeakRate: "10/s", Paused: true, PausedAt: &at, PausedBy: "sha256:0123456789ab", PauseReason: "provider down"}}})
+			_ = json.NewEncoder(w).Encode(spillway.QueueList{Queues: []spillway.QueueInfo{{Name: "email", LeakRate: "10/s", Paused: true, PausedAt: &at, PausedBy: "sha256:0123456789ab", PauseReason: "provider down"}}})
 		default:
 			w.WriteHeader(http.StatusNotFound)
 		}

@@ -1,21 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const statusUsage = `Usage: spillctl status ID [--server URL] [--json]
@@ -63,7 +61,7 @@ type getter struct {
 func parseGetter(name, usage, what string, required bool, args []string, getenv func(string) string, stdout io.Writer) (g getter, done bool, err error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	conn := addAPIFlags(fs, getenv)
-	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
+	asJSON := fs.Bool("json", false, "print the admitter's answer as JSON")
 	pos, done, err := parseArgs(fs, args, usage, stdout)
 	if done || err != nil {
 		return getter{}, done, err
@@ -83,10 +81,11 @@ func parseGetter(name, usage, what string, required bool, args []string, getenv 
 	return g, false, err
 }
 
-// print writes the document: raw, indented, with --json; text otherwise.
-func (g getter) print(w io.Writer, raw []byte, text string) error {
+// print writes the document: v as JSON, indented, with --json; text
+// otherwise.
+func (g getter) print(w io.Writer, v any, text string) error {
 	if g.asJSON {
-		return writeRaw(w, raw)
+		return writeJSON(w, v)
 	}
 	_, err := io.WriteString(w, text)
 	return err
@@ -108,18 +107,6 @@ func keyOr(flagValue string, getenv func(string) string) string {
 		return flagValue
 	}
 	return getenv("SPILLWAY_API_KEY")
-}
-
-// writeRaw prints a JSON answer indented, keeping every field the
-// admitter sent.
-func writeRaw(w io.Writer, raw []byte) error {
-	var b bytes.Buffer
-	if err := json.Indent(&b, raw, "", "  "); err != nil {
-		return err
-	}
-	b.WriteByte('\n')
-	_, err := w.Write(b.Bytes())
-	return err
 }
 
 // formatJob prints a job's status, one field a line; times in now's zone,
@@ -177,27 +164,29 @@ func runQueues(ctx context.Context, args []string, getenv func(string) string, s
 	if done || err != nil {
 		return err
 	}
-	var list api.QueueList
-	var raw []byte
+	var list spillway.QueueList
+	var doc any = &list
 	if g.arg != "" {
-		var qi api.QueueInfo
-		raw, err = g.a.getJSON(ctx, "/v1/queues/"+url.PathEscape(g.arg), &qi)
-		if isNotFound(err) {
+		var qi *spillway.QueueInfo
+		qi, err = g.a.c.Queue(ctx, g.arg)
+		if errors.Is(err, client.ErrNotFound) {
 			return fmt.Errorf("spillctl queues: the admitter at %s has no queue %q (spillctl queues lists them)", g.a.base, g.arg)
 		}
-		list.Queues = []api.QueueInfo{qi}
+		if err == nil {
+			list.Queues, doc = []spillway.QueueInfo{*qi}, qi
+		}
 	} else {
-		raw, err = g.a.getJSON(ctx, "/v1/queues", &list)
+		list.Queues, err = g.a.c.Queues(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("spillctl queues: %w", err)
+		return fmt.Errorf("spillctl queues: %w", g.a.explain(err))
 	}
-	return g.print(stdout, raw, formatQueues(list.Queues))
+	return g.print(stdout, doc, formatQueues(list.Queues))
 }
 
 // formatQueues prints the queue table, and a warning under it for each
 // backlog that has jobs and no worker draining it.
-func formatQueues(qs []api.QueueInfo) string {
+func formatQueues(qs []spillway.QueueInfo) string {
 	if len(qs) == 0 {
 		return "no queues (the admitter's config names none)\n"
 	}
@@ -222,7 +211,7 @@ func formatQueues(qs []api.QueueInfo) string {
 }
 
 // queueWarnings are what a person should act on.
-func queueWarnings(qs []api.QueueInfo) []string {
+func queueWarnings(qs []spillway.QueueInfo) []string {
 	var ws []string
 	for _, q := range qs {
 		if q.Paused {
@@ -356,7 +345,7 @@ func pauseOrResume(ctx context.Context, verb, usage string, args []string, geten
 	server := serverFlag(fs, getenv)
 	adminKey := adminKeyFlag(fs, getenv) // limits.go
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on an answer after `D`")
-	asJSON := fs.Bool("json", false, "print the admitter's JSON as it is")
+	asJSON := fs.Bool("json", false, "print the admitter's answer as JSON")
 	var reason *string
 	if verb == "pause" {
 		reason = fs.String("reason", "", "why, kept with the pause and shown by spillctl queues (at most 200 characters)")
@@ -372,32 +361,24 @@ func pauseOrResume(ctx context.Context, verb, usage string, args []string, geten
 	if err != nil {
 		return err
 	}
-	var body io.Reader
-	if reason != nil && *reason != "" {
-		b, _ := json.Marshal(api.PauseRequest{Reason: *reason})
-		body = bytes.NewReader(b)
+	var rep *spillway.PauseReply
+	if verb == "pause" {
+		rep, err = a.c.Pause(ctx, pos[0], *reason)
+	} else {
+		rep, err = a.c.Resume(ctx, pos[0])
 	}
-	ans, err := a.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(pos[0])+"/"+verb,
-		http.Header{"Accept": {"application/json"}, "Content-Type": {"application/json"}}, body)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	if ans.StatusCode != http.StatusOK {
-		err := a.answerError(ans)
+		var pe *client.ProblemError
 		switch {
-		case isNotFound(err):
+		case errors.Is(err, client.ErrNotFound):
 			return fmt.Errorf("%s: the admitter at %s has no queue %q (spillctl queues lists them)", name, a.base, pos[0])
-		case ans.StatusCode == http.StatusUnauthorized || ans.StatusCode == http.StatusForbidden:
-			return fmt.Errorf("%s: %w; pause and resume take an admin key: set --admin-key or $SPILLWAY_ADMIN_KEY", name, err)
+		case errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden):
+			return fmt.Errorf("%s: %w; pause and resume take an admin key: set --admin-key or $SPILLWAY_ADMIN_KEY", name, a.explain(err))
 		}
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	var rep api.PauseReply
-	if err := json.Unmarshal(ans.Body, &rep); err != nil {
-		return fmt.Errorf("%s: the admitter at %s answered with something that is not a pause state: %w (is --server an admitter?)", name, a.base, err)
+		return fmt.Errorf("%s: %w", name, a.explain(err))
 	}
 	if *asJSON {
-		return writeRaw(stdout, ans.Body)
+		return writeJSON(stdout, rep)
 	}
 	state := "resumed"
 	if rep.Paused {

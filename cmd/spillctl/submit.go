@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const submitUsage = `Usage: spillctl submit --queue Q [--data STRING | --file F] [flags]
@@ -46,7 +46,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	via := fs.String("via", "http", "front `DOOR`: http | nats")
 	conn := addAPIFlags(fs, getenv)
 	natsURL := natsFlag(fs, getenv)
-	asJSON := fs.Bool("json", false, "print the reply as JSON (api.SubmitReply)")
+	asJSON := fs.Bool("json", false, "print the reply as JSON (spillway.SubmitReply)")
 	pos, done, err := parseArgs(fs, args, submitUsage, stdout)
 	if done || err != nil {
 		return err
@@ -99,10 +99,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		if err != nil {
 			return err
 		}
-		if c, err = a.jobsClient(client.WithTimeout(*conn.timeout)); err != nil {
-			return fmt.Errorf("spillctl submit: %w", err)
-		}
-		where = a.base
+		c, where = a.c, a.base
 	}
 	ans, err := c.Submit(ctx, *q, payload, opts...)
 	rep, err := replyOf(*q, ans, err, *via, where)
@@ -113,13 +110,13 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 		if err := writeJSON(stdout, rep); err != nil {
 			return err
 		}
-	} else if rep.Status != api.Failed {
+	} else if rep.Status != spillway.Failed {
 		fmt.Fprintln(stdout, formatReply(rep, time.Now()))
 	}
 	switch rep.Status {
-	case api.Admitted, api.Queued:
+	case spillway.Admitted, spillway.Queued:
 		return nil
-	case api.Rejected:
+	case spillway.Rejected:
 		return errRejected
 	}
 	return fmt.Errorf("spillctl submit: %s", replyError(rep, *via))
@@ -127,12 +124,12 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 
 // formatReply is the line printed for an admitted, queued or rejected
 // job. Times are shown in now's time zone.
-func formatReply(rep api.SubmitReply, now time.Time) string {
+func formatReply(rep spillway.SubmitReply, now time.Time) string {
 	var b strings.Builder
 	switch rep.Status {
-	case api.Admitted:
+	case spillway.Admitted:
 		fmt.Fprintf(&b, "admitted id=%s", rep.ID)
-	case api.Queued:
+	case spillway.Queued:
 		fmt.Fprintf(&b, "queued  id=%s", rep.ID)
 		if rep.Position > 0 {
 			fmt.Fprintf(&b, "  position=%d", rep.Position)
@@ -151,13 +148,13 @@ func formatReply(rep api.SubmitReply, now time.Time) string {
 				b.WriteString("  (estimated start now)")
 			}
 		}
-	case api.Rejected:
+	case spillway.Rejected:
 		b.WriteString("rejected")
 		if rep.RetryAfterMS > 0 {
 			fmt.Fprintf(&b, " retry after %s", fmtDur(time.Duration(rep.RetryAfterMS)*time.Millisecond))
 		}
 		if rep.Type != "" {
-			fmt.Fprintf(&b, " (%s)", api.ProblemReason(rep.Type))
+			fmt.Fprintf(&b, " (%s)", spillway.ProblemReason(rep.Type))
 		}
 	default:
 		fmt.Fprintf(&b, "%s id=%s", rep.Status, rep.ID)
@@ -170,26 +167,26 @@ func formatReply(rep api.SubmitReply, now time.Time) string {
 
 // replyError explains a reply with status "error", with a hint by problem
 // type.
-func replyError(rep api.SubmitReply, via string) string {
+func replyError(rep spillway.SubmitReply, via string) string {
 	msg := rep.Error
 	if msg == "" {
 		msg = "the admitter did not take the job"
 	}
-	if rep.Status != api.Failed {
+	if rep.Status != spillway.Failed {
 		msg = fmt.Sprintf("unexpected status %q in the reply", rep.Status)
 	}
 	switch rep.Type {
-	case api.ProblemUnauthorized:
+	case spillway.ProblemUnauthorized:
 		msg += " (set --api-key or $SPILLWAY_API_KEY)"
-	case api.ProblemNotFound:
+	case spillway.ProblemNotFound:
 		msg += " (see spillctl queues)"
-	case api.ProblemBadKey:
+	case spillway.ProblemBadKey:
 		msg += " (send the header your limits key on, e.g. --header X-Api-Key=k1)"
-	case api.ProblemBadCost:
+	case spillway.ProblemBadCost:
 		msg += " (--cost must be an integer ≥ 1 and within the limit's burst)"
-	case api.ProblemTooLarge:
+	case spillway.ProblemTooLarge:
 		msg += " (the payload exceeds the admitter's http.max_body_bytes)"
-	case api.ProblemUnavailable:
+	case spillway.ProblemUnavailable:
 		if via == "http" {
 			msg += " (the admitter cannot reach NATS or its store; see its /readyz)"
 		}

@@ -7,13 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const topUsage = `Usage: spillctl top [--server URL] [--interval 1s] [--queue Q] [--keys 5] [--once] [--json]
@@ -110,7 +109,7 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 // topSample is what the admitter said at one moment.
 type topSample struct {
 	at       time.Time
-	queues   []api.QueueInfo
+	queues   []spillway.QueueInfo
 	err      error                  // the queues could not be read
 	counters map[counterKey]float64 // nil when /metrics could not be read
 	mErr     error
@@ -128,17 +127,15 @@ const (
 )
 
 func sampleTop(ctx context.Context, a *admitter) topSample {
-	var list api.QueueList
-	_, err := a.getJSON(ctx, "/v1/queues", &list)
-	s := topSample{at: time.Now(), queues: list.Queues, err: err}
-	ans, err := a.do(ctx, http.MethodGet, "/metrics", http.Header{"Accept": {"text/plain"}}, nil)
-	switch {
-	case err != nil:
-		s.mErr = err
-	case ans.StatusCode != http.StatusOK:
-		s.mErr = fmt.Errorf("GET /metrics: %s", ans.Status)
-	default:
-		s.counters = parseCounters(bytes.NewReader(ans.Body))
+	qs, err := a.c.Queues(ctx)
+	if err != nil {
+		err = a.explain(err)
+	}
+	s := topSample{at: time.Now(), queues: qs, err: err}
+	if m, err := a.c.Metrics(ctx); err != nil {
+		s.mErr = fmt.Errorf("GET /metrics: %w", a.explain(err))
+	} else {
+		s.counters = parseCounters(bytes.NewReader(m))
 	}
 	return s
 }
@@ -229,7 +226,7 @@ func parseLabels(s string) (map[string]string, string, bool) {
 // topRow is one queue of a frame: its info and rates per second (nil when
 // unknown).
 type topRow struct {
-	api.QueueInfo
+	spillway.QueueInfo
 	DepthPerSecond     *float64 `json:"depth_per_second"`
 	CompletedPerSecond *float64 `json:"completed_per_second"`
 	AdmittedPerSecond  *float64 `json:"admitted_per_second"`
@@ -257,7 +254,7 @@ func buildFrame(server string, prev *topSample, cur topSample) topFrame {
 		f.MetricsError = cur.mErr.Error()
 	}
 	var dt float64
-	old := map[string]api.QueueInfo{}
+	old := map[string]spillway.QueueInfo{}
 	if prev != nil && prev.err == nil {
 		dt = cur.at.Sub(prev.at).Seconds()
 		for _, q := range prev.queues {
@@ -287,9 +284,9 @@ func buildFrame(server string, prev *topSample, cur topSample) topFrame {
 			row.DepthPerSecond = &r
 		}
 		row.CompletedPerSecond = rate(metricCompleted, q.Name, "")
-		row.AdmittedPerSecond = rate(metricDecisions, q.Name, string(api.Admitted))
-		row.QueuedPerSecond = rate(metricDecisions, q.Name, string(api.Queued))
-		row.RejectedPerSecond = rate(metricDecisions, q.Name, string(api.Rejected))
+		row.AdmittedPerSecond = rate(metricDecisions, q.Name, string(spillway.Admitted))
+		row.QueuedPerSecond = rate(metricDecisions, q.Name, string(spillway.Queued))
+		row.RejectedPerSecond = rate(metricDecisions, q.Name, string(spillway.Rejected))
 		f.Queues = append(f.Queues, row)
 	}
 	sort.Slice(f.Queues, func(i, j int) bool { return f.Queues[i].Name < f.Queues[j].Name })
@@ -328,7 +325,7 @@ func formatTop(f topFrame, interval time.Duration, loc *time.Location) string {
 		return b.String()
 	}
 	rows := [][]string{{"QUEUE", "DEPTH/CAP", "FILL", "DEPTH/s", "LEAK", "LEAK NOW", "READY", "IN FLIGHT", "DONE/s", "ADMIT/s", "QUEUE/s", "REJECT/s", "OLDEST", "DRAIN", "DEAD"}}
-	infos := make([]api.QueueInfo, 0, len(f.Queues))
+	infos := make([]spillway.QueueInfo, 0, len(f.Queues))
 	for _, q := range f.Queues {
 		infos = append(infos, q.QueueInfo)
 		rows = append(rows, []string{
@@ -352,7 +349,7 @@ func formatTop(f topFrame, interval time.Duration, loc *time.Location) string {
 
 // fmtLeakNow prints the leak's rate now: "paused" while a pushback pauses
 // it, "-" from an admitter that does not say.
-func fmtLeakNow(q api.QueueInfo) string {
+func fmtLeakNow(q spillway.QueueInfo) string {
 	switch {
 	case q.LeakPausedMS > 0:
 		return "paused"

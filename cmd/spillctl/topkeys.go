@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,8 +11,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The keys section of spillctl top: the keys with the deepest backlogs of
@@ -58,7 +57,7 @@ func (f topKeysFlags) check(fs *flag.FlagSet) error {
 // topKeys is one queue's keys in a frame: the admitter's listing, or the
 // error that kept it.
 type topKeys struct {
-	api.KeyList
+	spillway.KeyList
 	Error string `json:"error,omitempty"`
 }
 
@@ -70,7 +69,7 @@ func (f topKeysFlags) sample(ctx context.Context, a *admitter, s topSample) topS
 		return s
 	}
 	if *f.queue != "" {
-		var sel []api.QueueInfo
+		var sel []spillway.QueueInfo
 		for _, q := range s.queues {
 			if q.Name == *f.queue {
 				sel = append(sel, q)
@@ -108,10 +107,11 @@ func (f topKeysFlags) sample(ctx context.Context, a *admitter, s topSample) topS
 
 // readKeys reads the n keys with the deepest backlog of queue q.
 func readKeys(ctx context.Context, a *admitter, q string, n int) topKeys {
-	k := topKeys{KeyList: api.KeyList{Queue: q}}
-	if _, err := a.getJSON(ctx, "/v1/queues/"+url.PathEscape(q)+"/keys?top="+strconv.Itoa(n), &k.KeyList); err != nil {
-		k.KeyList = api.KeyList{Queue: q}
-		k.Error = err.Error()
+	k := topKeys{KeyList: spillway.KeyList{Queue: q}}
+	if kl, err := a.c.Keys(ctx, q, n); err != nil {
+		k.Error = a.explain(err).Error()
+	} else {
+		k.KeyList = *kl
 	}
 	k.Queue = q
 	return k

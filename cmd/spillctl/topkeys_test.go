@@ -14,9 +14,9 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // topKeysConfig: per X-Client a first job admitted (to READY), the next
@@ -194,10 +194,10 @@ func TestTopKeysFormat(t *testing.T) {
 	odd := "a b\x1b[2J"
 	share := 1.0
 	got := formatKeys([]topKeys{
-		{KeyList: api.KeyList{Queue: "a"}, Error: "the admitter at http://x answered 503 Service Unavailable"},
-		{KeyList: api.KeyList{Queue: "b"}},
-		{KeyList: api.KeyList{Queue: "c", TotalKeys: 1, Keys: []api.KeyInfo{
-			{KeyHash: "0123456789abcdef", Key: &odd, Depth: 12, OldestAgeMS: 61_000, Weight: 2, Priority: api.PriorityMix{Normal: 12}, ReleaseShare: &share},
+		{KeyList: spillway.KeyList{Queue: "a"}, Error: "the admitter at http://x answered 503 Service Unavailable"},
+		{KeyList: spillway.KeyList{Queue: "b"}},
+		{KeyList: spillway.KeyList{Queue: "c", TotalKeys: 1, Keys: []spillway.KeyInfo{
+			{KeyHash: "0123456789abcdef", Key: &odd, Depth: 12, OldestAgeMS: 61_000, Weight: 2, Priority: spillway.PriorityMix{Normal: 12}, ReleaseShare: &share},
 		}}},
 	}, time.UTC)
 	want := "\na — keys unavailable: the admitter at http://x answered 503 Service Unavailable\n" +

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func main() {
@@ -62,7 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	fmt.Fprintf(stdout, "%s id=%s\n", ans.Verdict, ans.ID)
-	if ans.Verdict == client.Queued {
+	if ans.Verdict == spillway.Queued {
 		fmt.Fprintf(stdout, "  position %d, estimated start %s\n", ans.Position, ans.EstimatedStart.Format(time.RFC3339))
 	}
 	if !*wait {

@@ -1,6 +1,7 @@
 // Command go-nats-producer submits one job to a Spillway queue over the
 // admitter's NATS door with pkg/client, prints the verdict, and with
-// -wait watches the job's status record until it is final.
+// -wait asks the admitters for the job's status record
+// (spillway.job.<id>) until it is final.
 //
 //	go run ./examples/go-nats-producer -nats nats://127.0.0.1:4222 -queue demo -data 'hello'
 package main
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func main() {
@@ -64,7 +66,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s id=%s\n", ans.Verdict, ans.ID)
-	if ans.Verdict == client.Queued {
+	if ans.Verdict == spillway.Queued {
 		fmt.Fprintf(stdout, "  position %d, estimated start %s\n", ans.Position, ans.EstimatedStart.Format(time.RFC3339))
 	}
 	if !*wait {

@@ -38,6 +38,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func main() {
@@ -188,7 +190,7 @@ func (s *service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case ok:
 		w.WriteHeader(http.StatusNoContent)
 	case busy:
-		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfter))
+		w.Header().Set(spillway.HeaderRetryAfter, strconv.Itoa(s.retryAfter))
 		http.Error(w, why, http.StatusTooManyRequests) // or 503
 	case permanent:
 		http.Error(w, why, http.StatusUnprocessableEntity) // any 4xx but 429
@@ -201,31 +203,33 @@ func (s *service) serveNATS(m *nats.Msg) {
 	reply := nats.NewMsg(m.Reply)
 	switch v {
 	case ok:
-		reply.Header.Set("Spillway-Status", "ok")
+		reply.Header.Set(spillway.HeaderStatus, spillway.HandlerOK)
 	case busy:
-		reply.Header.Set("Spillway-Status", "busy")
-		reply.Header.Set("Retry-After", strconv.Itoa(s.retryAfter))
-		reply.Header.Set("Spillway-Error", why)
+		reply.Header.Set(spillway.HeaderStatus, spillway.HandlerBusy)
+		reply.Header.Set(spillway.HeaderRetryAfter, strconv.Itoa(s.retryAfter))
+		reply.Header.Set(spillway.HeaderError, why)
 	case permanent:
-		reply.Header.Set("Spillway-Status", "permanent")
-		reply.Header.Set("Spillway-Error", why)
+		reply.Header.Set(spillway.HeaderStatus, spillway.HandlerPermanent)
+		reply.Header.Set(spillway.HeaderError, why)
 	}
 	if err := m.RespondMsg(reply); err != nil {
-		s.printf("replying to job %s: %v\n", get("Spillway-Job-Id"), err)
+		s.printf("replying to job %s: %v\n", get(spillway.HeaderJobID), err)
 	}
 }
 
-// jobOf reads the headers Spillway's worker sends (docs/design.md#handlers).
+// jobOf reads the headers Spillway's worker sends (docs/design.md#handlers),
+// named in package spillway, which imports nothing but the standard
+// library.
 func jobOf(get func(string) string, payload []byte) job {
-	attempt, _ := strconv.Atoi(get("Spillway-Attempt"))
-	key := get("Spillway-Key")
-	if get("Spillway-Key-Encoding") == "percent" { // a key that is no valid header value
+	attempt, _ := strconv.Atoi(get(spillway.HeaderAttempt))
+	key := get(spillway.HeaderKey)
+	if get(spillway.HeaderKeyEncoding) == "percent" { // a key that is no valid header value
 		if k, err := url.PathUnescape(key); err == nil {
 			key = k
 		}
 	}
 	return job{
-		id: get("Spillway-Job-Id"), queue: get("Spillway-Queue"), key: key,
-		idem: get("Idempotency-Key"), attempt: attempt, payload: payload,
+		id: get(spillway.HeaderJobID), queue: get(spillway.HeaderQueue), key: key,
+		idem: get(spillway.HeaderIdempotencyKey), attempt: attempt, payload: payload,
 	}
 }

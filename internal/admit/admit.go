@@ -30,10 +30,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // MaxKeyLen bounds a client key read from a header: longer keys are
@@ -73,7 +73,7 @@ type Request struct {
 
 // Answer is the outcome of a submission that was decided.
 type Answer struct {
-	Reply api.SubmitReply
+	Reply spillway.SubmitReply
 	// Decision is the enforcing tiers' decision (zero for a duplicate);
 	// its Tier indexes the queue's enforcing tiers, shadow tiers left out.
 	Decision bucket.Decision
@@ -102,7 +102,7 @@ type Answer struct {
 }
 
 // Error is a submission that could not be decided or stored. Type is an
-// api.Problem* type; the HTTP door maps it to a status code.
+// spillway.Problem* type; the HTTP door maps it to a status code.
 type Error struct {
 	Type       string
 	Detail     string
@@ -134,7 +134,7 @@ type Options struct {
 	Idempotency *Idempotency
 	// OnStored, if set, is called after a job is stored and answered
 	// (the job-status record), with where it was stored; it must not block.
-	OnStored func(j *queue.Job, status api.Status, at queue.Stored)
+	OnStored func(j *queue.Job, status spillway.Status, at queue.Stored)
 	// OnBatchStored, if set, is called once a batch's jobs are answered,
 	// with those it stored under the ids it made for them
 	// (queue.NewJobIDs), in order, in place of OnStored for each: a writer
@@ -198,7 +198,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	cfg := a.cfg.Load()
 	q := cfg.Queue(r.Queue)
 	if q == nil {
-		return Answer{}, &Error{Type: api.ProblemNotFound, Detail: fmt.Sprintf("no queue %.80q", r.Queue)}
+		return Answer{}, &Error{Type: spillway.ProblemNotFound, Detail: fmt.Sprintf("no queue %.80q", r.Queue)}
 	}
 	// From here q is the queue as its enforcing tiers see it; full has
 	// the shadow tiers too (shadow.go).
@@ -221,7 +221,7 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	if r.IdempotencyKey != "" && a.o.Idempotency != nil {
 		c, first, err := a.o.Idempotency.Claim(ctx, q.Name, r.IdempotencyKey, "")
 		if err != nil {
-			return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}
+			return Answer{}, &Error{Type: spillway.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}
 		}
 		if first != nil {
 			first.Reply.Duplicate = true
@@ -269,11 +269,11 @@ func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, er
 		cost = 1
 	}
 	if cost < 1 {
-		return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
+		return checked{}, &Error{Type: spillway.ProblemBadCost, Field: spillway.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
 	}
 	if r.Priority < queue.High || r.Priority > queue.Low {
-		return checked{}, &Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority,
-			Detail: fmt.Sprintf("%s %s: want high, normal or low", api.HeaderPriority, r.Priority)}
+		return checked{}, &Error{Type: spillway.ProblemBadPriority, Field: spillway.HeaderPriority,
+			Detail: fmt.Sprintf("%s %s: want high, normal or low", spillway.HeaderPriority, r.Priority)}
 	}
 	tiers, jobKey, err := tiersFor(full, r)
 	if err != nil {
@@ -282,7 +282,7 @@ func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, er
 	for j, t := range tiers { // tiers[j] is q.Limits[j], with the key's override
 		// No wait would ever admit it: the request's fault, not a limit.
 		if quota := t.Limit.Quota(); cost > quota {
-			return checked{}, &Error{Type: api.ProblemBadCost, Field: api.HeaderCost,
+			return checked{}, &Error{Type: spillway.ProblemBadCost, Field: spillway.HeaderCost,
 				Detail: fmt.Sprintf("cost %d: limit tier %s (%s) never grants more than %d", cost, q.Limits[j].Name, t.Limit, quota)}
 		}
 	}
@@ -296,7 +296,7 @@ func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, er
 		return c, nil
 	}
 	if len(r.IdempotencyKey) > MaxIdempotencyKeyLen {
-		return checked{}, &Error{Type: api.ProblemBadRequest, Field: api.HeaderIdempotencyKey,
+		return checked{}, &Error{Type: spillway.ProblemBadRequest, Field: spillway.HeaderIdempotencyKey,
 			Detail: fmt.Sprintf("idempotency key of %d bytes: want at most %d", len(r.IdempotencyKey), MaxIdempotencyKeyLen)}
 	}
 	return c, nil
@@ -321,13 +321,13 @@ func (a *Admitter) submit(ctx context.Context, q *config.Queue, r *Request, tier
 // decideError is the answer to a decision the store could not take.
 func decideError(err error, d bucket.Decision, cost int64) error {
 	if errors.Is(err, ErrStoreUnavailable) {
-		return &Error{Type: api.ProblemUnavailable, Detail: "the bucket store is unreachable and the failure mode is closed",
+		return &Error{Type: spillway.ProblemUnavailable, Detail: "the bucket store is unreachable and the failure mode is closed",
 			RetryAfter: d.RetryAfter, Err: err}
 	}
 	if errors.Is(err, bucket.ErrInvalidCost) {
-		return &Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: fmt.Sprintf("cost %d", cost), Err: err}
+		return &Error{Type: spillway.ProblemBadCost, Field: spillway.HeaderCost, Detail: fmt.Sprintf("cost %d", cost), Err: err}
 	}
-	return &Error{Type: api.ProblemUnavailable, Detail: "deciding", RetryAfter: time.Second, Err: err}
+	return &Error{Type: spillway.ProblemUnavailable, Detail: "deciding", RetryAfter: time.Second, Err: err}
 }
 
 // placing is a decided job on its way to its stream: what stage made of
@@ -359,7 +359,7 @@ type placing struct {
 // or queued), and where it was stored.
 type StoredJob struct {
 	Job    *queue.Job
-	Status api.Status
+	Status spillway.Status
 	At     queue.Stored
 }
 
@@ -372,8 +372,8 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 	p.ans = Answer{Decision: d, Limit: tiers[d.Tier].Limit, Source: src}
 	p.ans.Reply.Queue = q.Name
 	if d.Verdict == bucket.Rejected {
-		p.ans.Reply.Status = api.Rejected
-		p.ans.Reply.Type = api.ProblemRateLimited
+		p.ans.Reply.Status = spillway.Rejected
+		p.ans.Reply.Type = spillway.ProblemRateLimited
 		p.ans.Reply.RetryAfterMS = retryAfterMS(d.RetryAfter)
 		return p, nil
 	}
@@ -382,7 +382,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 		if id, err = queue.NewJobID(); err != nil {
 			a.refund(ctx, q.Name, d)
 			p.refunded = true
-			return p, &Error{Type: api.ProblemInternal, Detail: "making a job id", Err: err}
+			return p, &Error{Type: spillway.ProblemInternal, Detail: "making a job id", Err: err}
 		}
 	}
 	p.now = a.o.Now()
@@ -434,10 +434,10 @@ func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, 
 		if d.Consumed&(1<<d.Tier) != 0 {
 			ans.Refunded = p.cost
 		}
-		ans.Reply.Status = api.Rejected
-		ans.Reply.Type = api.ProblemQueueFull
+		ans.Reply.Status = spillway.Rejected
+		ans.Reply.Type = spillway.ProblemQueueFull
 		if errors.Is(err, queue.ErrKeyQueueFull) {
-			ans.Reply.Type = api.ProblemKeyFull
+			ans.Reply.Type = spillway.ProblemKeyFull
 		}
 		ans.Reply.RetryAfterMS = retryAfterMS(a.retryAfter(ctx, q, p.jobKey, errors.Is(err, queue.ErrKeyQueueFull)))
 		return ans, nil
@@ -446,18 +446,18 @@ func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, 
 		// headers, is larger than the NATS server takes. No retry can
 		// store it, and it took nothing.
 		a.refund(ctx, q.Name, d)
-		return Answer{}, &Error{Type: api.ProblemTooLarge,
+		return Answer{}, &Error{Type: spillway.ProblemTooLarge,
 			Detail: fmt.Sprintf("a payload of %d bytes, with the job's headers, is over the NATS server's max_payload", len(r.Payload)), Err: err}
 	case err != nil:
 		// Not stored, or not known to be: the units stay taken (a retry
 		// with the same idempotency key stores the job at most once).
-		return Answer{}, &Error{Type: api.ProblemUnavailable, Detail: "storing the job in JetStream", RetryAfter: time.Second, Err: err, mayBeStored: true}
+		return Answer{}, &Error{Type: spillway.ProblemUnavailable, Detail: "storing the job in JetStream", RetryAfter: time.Second, Err: err, mayBeStored: true}
 	}
 	ans.Reply.ID = j.ID
 	if dest == queue.Ready {
-		ans.Reply.Status = api.Admitted
+		ans.Reply.Status = spillway.Admitted
 	} else {
-		ans.Reply.Status = api.Queued
+		ans.Reply.Status = spillway.Queued
 		if !j.NotBefore.IsZero() {
 			nb := j.NotBefore.UTC()
 			ans.Reply.NotBefore = &nb
@@ -549,7 +549,7 @@ func clientKey(q *config.Queue, l config.Limit, r *Request) (string, error) {
 	case config.KeyGlobal:
 	case config.KeyIP:
 		if r.NoPeer {
-			return "", &Error{Type: api.ProblemBadKey,
+			return "", &Error{Type: spillway.ProblemBadKey,
 				Detail: fmt.Sprintf("limit tier %s of queue %s keys on the client's IP address, which only the HTTP door knows: submit over HTTP", l.Name, q.Name)}
 		}
 		k = r.Peer
@@ -558,11 +558,11 @@ func clientKey(q *config.Queue, l config.Limit, r *Request) (string, error) {
 			k = r.Header(l.Key.Header)
 		}
 		if len(k) > MaxKeyLen {
-			return "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+			return "", &Error{Type: spillway.ProblemBadKey, Field: l.Key.Header,
 				Detail: fmt.Sprintf("header %s of %d bytes: want at most %d", l.Key.Header, len(k), MaxKeyLen)}
 		}
 		if k == "" && l.OnMissing != config.MissingShared {
-			return "", &Error{Type: api.ProblemBadKey, Field: l.Key.Header,
+			return "", &Error{Type: spillway.ProblemBadKey, Field: l.Key.Header,
 				Detail: fmt.Sprintf("missing header %s: limit tier %s of queue %s keys on it", l.Key.Header, l.Name, q.Name)}
 		}
 	}
@@ -600,11 +600,11 @@ func retryAfterMS(d time.Duration) int64 {
 
 func reason(a Answer) string {
 	switch {
-	case a.Reply.Type == api.ProblemQueueFull:
+	case a.Reply.Type == spillway.ProblemQueueFull:
 		return "backlog_full"
-	case a.Reply.Type == api.ProblemKeyFull:
+	case a.Reply.Type == spillway.ProblemKeyFull:
 		return "key_backlog_full"
-	case a.Reply.Type == api.ProblemWaitTooLong:
+	case a.Reply.Type == spillway.ProblemWaitTooLong:
 		return "wait_too_long"
 	case a.Scheduled:
 		return "scheduled"

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func TestSubmitVerdicts(t *testing.T) {
@@ -29,7 +29,7 @@ queues:
 	for range 4 {
 		got = append(got, submit(t, a, request("q", "c")))
 	}
-	for i, want := range []api.Status{api.Admitted, api.Admitted, api.Queued, api.Rejected} {
+	for i, want := range []spillway.Status{spillway.Admitted, spillway.Admitted, spillway.Queued, spillway.Rejected} {
 		if got[i].Reply.Status != want || got[i].Reply.Queue != "q" || got[i].Source != admit.FromPrimary {
 			t.Fatalf("job %d: %+v (source %d), want %s from the primary store", i+1, got[i].Reply, got[i].Source, want)
 		}
@@ -47,8 +47,8 @@ queues:
 		t.Errorf("queued job: position %d, estimated start %v; want ≥ 1 and not before %v", q.Reply.Position, q.Reply.EstimatedStart, q.Reply.NotBefore)
 	}
 	r := got[3]
-	if r.Reply.ID != "" || r.Reply.Type != api.ProblemRateLimited || r.Reply.RetryAfterMS <= 0 || r.Reply.RetryAfterMS > 60_000 {
-		t.Errorf("rejected job: %+v, want no id, %s and 0 < retry_after_ms ≤ 60000", r.Reply, api.ProblemRateLimited)
+	if r.Reply.ID != "" || r.Reply.Type != spillway.ProblemRateLimited || r.Reply.RetryAfterMS <= 0 || r.Reply.RetryAfterMS > 60_000 {
+		t.Errorf("rejected job: %+v, want no id, %s and 0 < retry_after_ms ≤ 60000", r.Reply, spillway.ProblemRateLimited)
 	}
 	if want := (r.Decision.RetryAfter + time.Millisecond - 1) / time.Millisecond; r.Reply.RetryAfterMS != int64(want) {
 		t.Errorf("retry_after_ms %d, want the decision's %v rounded up to %d", r.Reply.RetryAfterMS, r.Decision.RetryAfter, want)
@@ -78,16 +78,16 @@ queues:
 		r    *admit.Request
 		want string
 	}{
-		{"unknown queue", request("nope", "c"), api.ProblemNotFound},
-		{"cost -1", withCost(request("leaky", "c"), -1), api.ProblemBadCost},
-		{"key over MaxKeyLen", request("leaky", long), api.ProblemBadKey},
-		{"idempotency key too long", withIdem(request("leaky", "c"), strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)), api.ProblemBadRequest},
+		{"unknown queue", request("nope", "c"), spillway.ProblemNotFound},
+		{"cost -1", withCost(request("leaky", "c"), -1), spillway.ProblemBadCost},
+		{"key over MaxKeyLen", request("leaky", long), spillway.ProblemBadKey},
+		{"idempotency key too long", withIdem(request("leaky", "c"), strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)), spillway.ProblemBadRequest},
 		// More than the limit can ever grant: burst+1 for a leaky bucket,
 		// the burst for a token bucket. No wait would help, so this is
-		// the cost's fault (api.ProblemBadCost), not a 429 without an
+		// the cost's fault (spillway.ProblemBadCost), not a 429 without an
 		// honest Retry-After — nor a job queued that no tier could take.
-		{"cost over a leaky bucket's burst+1", withCost(request("leaky", "c"), 4), api.ProblemBadCost},
-		{"cost over a token bucket's burst", withCost(request("tokens", "c"), 6), api.ProblemBadCost},
+		{"cost over a leaky bucket's burst+1", withCost(request("leaky", "c"), 4), spillway.ProblemBadCost},
+		{"cost over a token bucket's burst", withCost(request("tokens", "c"), 6), spillway.ProblemBadCost},
 	} {
 		ans, err := a.Submit(context.Background(), c.r)
 		var e *admit.Error
@@ -102,7 +102,7 @@ queues:
 		withCost(request("leaky", "e"), 3),
 		withCost(request("tokens", "e"), 5),
 	} {
-		if ans := submit(t, a, r); ans.Reply.Status != api.Admitted {
+		if ans := submit(t, a, r); ans.Reply.Status != spillway.Admitted {
 			t.Errorf("%s at the bounds: %+v, want admitted", r.Queue, ans.Reply)
 		}
 	}
@@ -175,7 +175,7 @@ queues:
 			// firstDue is when the first job queued (a's second) is due:
 			// the first place, of the queue and of key a, to free.
 			var firstDue time.Time
-			check := func(key string, want []api.Status, refusal string) {
+			check := func(key string, want []spillway.Status, refusal string) {
 				t.Helper()
 				var kept []time.Time
 				for i, w := range want {
@@ -184,10 +184,10 @@ queues:
 					if ans.Reply.Status != w {
 						t.Fatalf("%s job %d: %+v, want %s", key, i+1, ans.Reply, w)
 					}
-					if w == api.Queued && firstDue.IsZero() {
+					if w == spillway.Queued && firstDue.IsZero() {
 						firstDue = *ans.Reply.NotBefore
 					}
-					if w != api.Rejected {
+					if w != spillway.Rejected {
 						kept = append(kept, ans.Decision.At)
 						continue
 					}
@@ -213,8 +213,8 @@ queues:
 					}
 				}
 			}
-			check("a", []api.Status{api.Admitted, api.Queued, api.Queued, api.Rejected, api.Rejected}, api.ProblemKeyFull)
-			check("b", []api.Status{api.Admitted, api.Queued, api.Rejected, api.Rejected}, api.ProblemQueueFull)
+			check("a", []spillway.Status{spillway.Admitted, spillway.Queued, spillway.Queued, spillway.Rejected, spillway.Rejected}, spillway.ProblemKeyFull)
+			check("b", []spillway.Status{spillway.Admitted, spillway.Queued, spillway.Rejected, spillway.Rejected}, spillway.ProblemQueueFull)
 			if n := b.msgs(t, "q", queue.Backlog); n != 3 {
 				t.Errorf("the backlog holds %d jobs, want its capacity, 3", n)
 			}
@@ -237,16 +237,16 @@ queues:
 `, setupOptions{})
 	limits := []bucket.Limit{b.Config.Queues[0].Limits[0].Limit, b.Config.Queues[0].Limits[1].Limit}
 	var kept []time.Time
-	for i, want := range []api.Status{api.Admitted, api.Queued, api.Rejected, api.Rejected} {
+	for i, want := range []spillway.Status{spillway.Admitted, spillway.Queued, spillway.Rejected, spillway.Rejected} {
 		ans := submit(t, a, request("q", "c"))
 		if ans.Reply.Status != want {
 			t.Fatalf("job %d: %+v, want %s", i+1, ans.Reply, want)
 		}
-		if want != api.Rejected {
+		if want != spillway.Rejected {
 			kept = append(kept, ans.Decision.At)
 			continue
 		}
-		if ans.Reply.Type != api.ProblemQueueFull || ans.Decision.Verdict != bucket.Excess || ans.Decision.Consumed != 1 {
+		if ans.Reply.Type != spillway.ProblemQueueFull || ans.Decision.Verdict != bucket.Excess || ans.Decision.Consumed != 1 {
 			t.Fatalf("job %d: %+v, decision %+v; want queue-full, the token tier's excess, the leaky tier consumed", i+1, ans.Reply, ans.Decision)
 		}
 		if diff := sameDecision(ans.Decision, replay(t, limits, kept, ans.Decision.At)); diff != "" {

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // idemConcurrency bounds a batch's idempotency records read or written at
@@ -18,7 +18,7 @@ import (
 const idemConcurrency = 64
 
 // MaxBatch bounds the jobs of one batch submission.
-const MaxBatch = api.MaxBatchJobs
+const MaxBatch = spillway.MaxBatchJobs
 
 // BatchResult is one job's outcome in a batch: an Answer, or Err (an
 // *Error) as Submit would have returned for it.
@@ -74,10 +74,10 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 	cfg := a.cfg.Load()
 	q := cfg.Queue(name)
 	if q == nil {
-		return nil, &Error{Type: api.ProblemNotFound, Detail: fmt.Sprintf("no queue %.80q", name)}
+		return nil, &Error{Type: spillway.ProblemNotFound, Detail: fmt.Sprintf("no queue %.80q", name)}
 	}
 	if len(reqs) > MaxBatch {
-		return nil, &Error{Type: api.ProblemTooLarge, Detail: fmt.Sprintf("a batch of %d jobs: want at most %d", len(reqs), MaxBatch)}
+		return nil, &Error{Type: spillway.ProblemTooLarge, Detail: fmt.Sprintf("a batch of %d jobs: want at most %d", len(reqs), MaxBatch)}
 	}
 	// b.q is the queue as its enforcing tiers see it; b.full has the
 	// shadow tiers too (shadow.go).
@@ -227,7 +227,7 @@ func (b *batch) claim(ctx context.Context, lo, hi int) {
 			c, first, err := b.a.o.Idempotency.Claim(ctx, b.q.Name, j.idem, id)
 			switch {
 			case err != nil:
-				b.res[i] = BatchResult{Err: &Error{Type: api.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}}
+				b.res[i] = BatchResult{Err: &Error{Type: spillway.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}}
 			case first != nil:
 				first.Reply.Duplicate = true
 				b.res[i] = BatchResult{Answer: *first}
@@ -418,9 +418,9 @@ func refundedBy(p *placing, ans Answer, err error) bool {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Type == api.ProblemTooLarge
+		return e.Type == spillway.ProblemTooLarge
 	}
-	return err == nil && ans.Reply.Status == api.Rejected
+	return err == nil && ans.Reply.Status == spillway.Rejected
 }
 
 // barriers reserves room for a segment's publishes and returns which

@@ -16,10 +16,10 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // twinJobs are n submissions with seeded random clients, costs, classes
@@ -145,7 +145,7 @@ func outcome(r admit.BatchResult, firstOf map[string]int, i int) string {
 		nb = rep.NotBefore.Format(time.RFC3339Nano)
 	}
 	ra := int64(0)
-	if rep.Type == api.ProblemRateLimited || rep.Type == api.ProblemWaitTooLong {
+	if rep.Type == spillway.ProblemRateLimited || rep.Type == spillway.ProblemWaitTooLong {
 		ra = rep.RetryAfterMS // the tiers' own, or the max-wait's: the backlog's depends on when it is read
 	}
 	return fmt.Sprintf("%s type=%s id=%s not_before=%s position=%d duplicate=%t ready_full=%t retry_after_ms=%d scheduled=%t refunded=%d",
@@ -179,7 +179,7 @@ func summary(rs []admit.BatchResult) map[string]int {
 		if r.Answer.Scheduled {
 			m["scheduled"]++
 		}
-		if r.Answer.Reply.Type == api.ProblemWaitTooLong && r.Answer.Refunded > 0 {
+		if r.Answer.Reply.Type == spillway.ProblemWaitTooLong && r.Answer.Refunded > 0 {
 			m["wait-too-long-refunded"]++
 		}
 	}
@@ -245,7 +245,7 @@ type storedHooks struct {
 }
 
 func (h *storedHooks) install(o *admit.Options) {
-	o.OnStored = func(j *queue.Job, st api.Status, at queue.Stored) {
+	o.OnStored = func(j *queue.Job, st spillway.Status, at queue.Stored) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.single = append(h.single, admit.StoredJob{Job: j, Status: st, At: at})
@@ -261,7 +261,7 @@ func (h *storedHooks) install(o *admit.Options) {
 func storedOf(rs []admit.BatchResult) []string {
 	var out []string
 	for _, r := range rs {
-		if st := r.Answer.Reply.Status; r.Err == nil && !r.Answer.Reply.Duplicate && (st == api.Admitted || st == api.Queued) {
+		if st := r.Answer.Reply.Status; r.Err == nil && !r.Answer.Reply.Duplicate && (st == spillway.Admitted || st == spillway.Queued) {
 			out = append(out, r.Answer.Reply.ID+" "+string(st))
 		}
 	}
@@ -338,7 +338,7 @@ func TestBatchTakeoverIsReportedAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range rs {
-		if r.Err != nil || r.Answer.Reply.Status != api.Admitted || r.Answer.Reply.Duplicate {
+		if r.Err != nil || r.Answer.Reply.Status != spillway.Admitted || r.Answer.Reply.Duplicate {
 			t.Fatalf("job %d: %+v %v; want admitted", i, r.Answer.Reply, r.Err)
 		}
 	}

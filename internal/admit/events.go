@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The admitter reports what it does as Events to Options.Observe, as
@@ -29,7 +29,7 @@ const (
 	// are not reported.
 	Decided EventKind = iota
 	// ShadowDecided: a shadow tier decided a job the enforcing tiers took
-	// (Queue, Tier, Verdict: api.ShadowAdmitted, ShadowWouldQueue or
+	// (Queue, Tier, Verdict: spillway.ShadowAdmitted, ShadowWouldQueue or
 	// ShadowWouldReject).
 	ShadowDecided
 	// RetryAfterFallback: a full backlog's Retry-After could not be read
@@ -116,7 +116,7 @@ func QueueSeries(cfg *config.Config, q *config.Queue) Series {
 	}
 	for _, l := range q.Limits {
 		if l.Shadow() {
-			for _, v := range []string{api.ShadowAdmitted, api.ShadowWouldQueue, api.ShadowWouldReject} {
+			for _, v := range []string{spillway.ShadowAdmitted, spillway.ShadowWouldQueue, spillway.ShadowWouldReject} {
 				s.Shadow = append(s.Shadow, [2]string{l.Name, v})
 			}
 		}

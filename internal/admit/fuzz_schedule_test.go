@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // ParseSchedule never panics, and refuses what it cannot use with a
@@ -20,11 +20,11 @@ func FuzzParseSchedule(f *testing.F) {
 	f.Add("x", "1", "9999999999h")
 	f.Add("2026-01-02T15:04:05.123456789+01:00", "0s", "0s")
 	f.Fuzz(func(t *testing.T, notBefore, delay, maxWait string) {
-		h := map[string]string{api.HeaderNotBefore: notBefore, api.HeaderDelay: delay, api.HeaderMaxWait: maxWait}
+		h := map[string]string{spillway.HeaderNotBefore: notBefore, spillway.HeaderDelay: delay, spillway.HeaderMaxWait: maxWait}
 		s, err := admit.ParseSchedule(func(k string) string { return h[k] })
 		if err != nil {
 			var e *admit.Error
-			if !errors.As(err, &e) || e.Type != api.ProblemBadRequest || !strings.HasPrefix(e.Field, "Spillway-") || !strings.Contains(e.Detail, e.Field) {
+			if !errors.As(err, &e) || e.Type != spillway.ProblemBadRequest || !strings.HasPrefix(e.Field, "Spillway-") || !strings.Contains(e.Detail, e.Field) {
 				t.Fatalf("%q %q %q: %v, want bad-request naming the header", notBefore, delay, maxWait, err)
 			}
 			return
@@ -33,7 +33,7 @@ func FuzzParseSchedule(f *testing.F) {
 			t.Fatalf("%q %q %q: accepted %+v", notBefore, delay, maxWait, s)
 		}
 		if notBefore == "" && !s.NotBefore.Equal(time.Time{}) {
-			t.Fatalf("no %s, yet not-before %v", api.HeaderNotBefore, s.NotBefore)
+			t.Fatalf("no %s, yet not-before %v", spillway.HeaderNotBefore, s.NotBefore)
 		}
 	})
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // IdempotencyBucket names the JetStream KV buckets of idempotency
@@ -111,9 +111,9 @@ func (i *Idempotency) legacyAnswer(ctx context.Context, k string) (*Answer, erro
 }
 
 type idemRecord struct {
-	ID    string           `json:"id"`
-	At    time.Time        `json:"at"`
-	Reply *api.SubmitReply `json:"reply,omitempty"` // nil while pending
+	ID    string                `json:"id"`
+	At    time.Time             `json:"at"`
+	Reply *spillway.SubmitReply `json:"reply,omitempty"` // nil while pending
 	// RateLimit is what the first answer said about the limits (records
 	// of older versions have none).
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
@@ -194,7 +194,7 @@ func (i *Idempotency) Settle(c *claim, ans Answer, err error) {
 	// The caller may have gone; the record must still be settled.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err == nil && (reply.Status == api.Admitted || reply.Status == api.Queued) {
+	if err == nil && (reply.Status == spillway.Admitted || reply.Status == spillway.Queued) {
 		b, _ := json.Marshal(idemRecord{ID: c.id, At: i.now(), Reply: &reply, RateLimit: ans.RateLimit})
 		if _, uerr := i.kv(c.key).Update(ctx, c.key, b, c.rev); uerr != nil {
 			i.logger.Warn("admit: recording an idempotent answer", "job", c.id, "err", uerr)

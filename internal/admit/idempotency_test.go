@@ -12,9 +12,9 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const idemConfig = `
@@ -49,7 +49,7 @@ func TestIdempotencyConcurrent(t *testing.T) {
 			t.Fatalf("submission %d: %v", i, errs[i])
 		}
 		r := answers[i].Reply
-		if r.Status != api.Admitted || r.ID == "" || r.ID != answers[0].Reply.ID {
+		if r.Status != spillway.Admitted || r.ID == "" || r.ID != answers[0].Reply.ID {
 			t.Fatalf("submission %d: %+v; want admitted with the id all others got, %s", i, r, answers[0].Reply.ID)
 		}
 		if r.Duplicate {
@@ -86,14 +86,14 @@ queues:
     backlog: {capacity: 1, leak_rate: 1/s}
 `, setupOptions{})
 	// The key's first job is admitted, its second fills the backlog.
-	for _, want := range []api.Status{api.Admitted, api.Queued} {
+	for _, want := range []spillway.Status{spillway.Admitted, spillway.Queued} {
 		if ans := submit(t, a, request("q", "c")); ans.Reply.Status != want {
 			t.Fatalf("%+v, want %s", ans.Reply, want)
 		}
 	}
 	for range 2 {
 		ans := submit(t, a, withIdem(request("q", "c"), "retry-me"))
-		if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemQueueFull || ans.Reply.Duplicate {
+		if ans.Reply.Status != spillway.Rejected || ans.Reply.Type != spillway.ProblemQueueFull || ans.Reply.Duplicate {
 			t.Fatalf("with the backlog full: %+v, want rejected, queue-full, not a duplicate", ans.Reply)
 		}
 	}
@@ -106,11 +106,11 @@ queues:
 		t.Fatal(err)
 	}
 	first := submit(t, a, withIdem(request("q", "c"), "retry-me"))
-	if first.Reply.Status != api.Queued || first.Reply.Duplicate || first.Reply.ID == "" {
+	if first.Reply.Status != spillway.Queued || first.Reply.Duplicate || first.Reply.ID == "" {
 		t.Fatalf("retry with room in the backlog: %+v, want queued, not a duplicate", first.Reply)
 	}
 	again := submit(t, a, withIdem(request("q", "c"), "retry-me"))
-	if again.Reply.Status != api.Queued || !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID {
+	if again.Reply.Status != spillway.Queued || !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID {
 		t.Fatalf("retry of a stored job: %+v, want the first answer (%s) as a duplicate", again.Reply, first.Reply.ID)
 	}
 	if n := b.msgs(t, "q", queue.Backlog); n != 1 {
@@ -161,7 +161,7 @@ func TestIdempotencyStaleClaim(t *testing.T) {
 	gate.WaitArrived(t, 1, 10*time.Second) // the key is claimed, the decision held
 
 	taken := submit(t, other, withIdem(request("q", "c"), "k"))
-	if taken.Reply.Status != api.Admitted || taken.Reply.Duplicate || taken.Reply.ID == "" {
+	if taken.Reply.Status != spillway.Admitted || taken.Reply.Duplicate || taken.Reply.ID == "" {
 		t.Fatalf("the other admitter, after StaleAfter: %+v; want admitted, not a duplicate", taken.Reply)
 	}
 	gate.Release()
@@ -203,7 +203,7 @@ func TestIdempotencyWaitsForTheFirst(t *testing.T) {
 	defer cancel()
 	_, err := a.Submit(ctx, withIdem(request("q", "c"), "k"))
 	var e *admit.Error
-	if !errors.As(err, &e) || e.Type != api.ProblemUnavailable || e.RetryAfter <= 0 {
+	if !errors.As(err, &e) || e.Type != spillway.ProblemUnavailable || e.RetryAfter <= 0 {
 		t.Fatalf("a retry whose context ends while the first is decided: %v, want unavailable with a Retry-After", err)
 	}
 
@@ -308,7 +308,7 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 	px.release()
 	r := <-first
 	var e *admit.Error
-	if !errors.As(r.err, &e) || e.Type != api.ProblemUnavailable {
+	if !errors.As(r.err, &e) || e.Type != spillway.ProblemUnavailable {
 		t.Fatalf("the submission whose PubAck never came: %+v, %v; want unavailable", r.ans.Reply, r.err)
 	}
 	if n := b.msgs(t, "q", queue.Ready); n != 1 {
@@ -325,7 +325,7 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 	stored := m.Header.Get(queue.HeaderJobID)
 
 	retry := submit(t, a, withIdem(request("q", "c"), "k"))
-	if retry.Reply.Status != api.Admitted || retry.Reply.ID != stored {
+	if retry.Reply.Status != spillway.Admitted || retry.Reply.ID != stored {
 		t.Errorf("the retry: %+v; want admitted as the job already stored, %s", retry.Reply, stored)
 	}
 	if n := b.msgs(t, "q", queue.Ready); n != 1 {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // TestDecisionMetrics: spillway_decisions_total counts each decided
@@ -30,21 +30,21 @@ queues:
 `, setupOptions{})
 	steps := []struct {
 		q, client, idem string
-		want            api.Status
+		want            spillway.Status
 	}{
-		{"l", "a", "", api.Admitted},
-		{"l", "a", "", api.Queued},
-		{"l", "a", "", api.Rejected}, // the key's share of the backlog is full
-		{"l", "c", "", api.Admitted},
-		{"l", "c", "", api.Queued}, // the backlog is full now
-		{"l", "e", "", api.Admitted},
-		{"l", "e", "", api.Rejected}, // the backlog is full
-		{"r", "a", "", api.Admitted},
-		{"r", "a", "", api.Rejected}, // burst 0
-		{"r", "x", "k", api.Admitted},
-		{"r", "x", "k", api.Admitted}, // a duplicate
-		{"t", "a", "", api.Admitted},
-		{"t", "a", "", api.Queued}, // excess
+		{"l", "a", "", spillway.Admitted},
+		{"l", "a", "", spillway.Queued},
+		{"l", "a", "", spillway.Rejected}, // the key's share of the backlog is full
+		{"l", "c", "", spillway.Admitted},
+		{"l", "c", "", spillway.Queued}, // the backlog is full now
+		{"l", "e", "", spillway.Admitted},
+		{"l", "e", "", spillway.Rejected}, // the backlog is full
+		{"r", "a", "", spillway.Admitted},
+		{"r", "a", "", spillway.Rejected}, // burst 0
+		{"r", "x", "k", spillway.Admitted},
+		{"r", "x", "k", spillway.Admitted}, // a duplicate
+		{"t", "a", "", spillway.Admitted},
+		{"t", "a", "", spillway.Queued}, // excess
 	}
 	for i, s := range steps {
 		if ans := submit(t, a, withIdem(request(s.q, s.client), s.idem)); ans.Reply.Status != s.want {

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // TestExcessKeepsLeakyNotBefore: with a leaky tier that queues a key's
@@ -37,7 +37,7 @@ queues:
 	stored := backlogJobs(t, b, "q")
 	for i, ans := range got[1:] {
 		n := i + 2
-		if ans.Reply.Status != api.Queued {
+		if ans.Reply.Status != spillway.Queued {
 			t.Fatalf("job %d: %+v, want queued", n, ans.Reply)
 		}
 		want := got[0].Decision.At.Add(time.Duration(n-1) * time.Second)
@@ -148,7 +148,7 @@ func TestNotBeforeIsLatestOfTiers(t *testing.T) {
 				}
 				stored := backlogJobs(t, b, p.name)
 				for i, ans := range answers {
-					if ans.Reply.Status != api.Queued {
+					if ans.Reply.Status != spillway.Queued {
 						continue
 					}
 					j, ok := stored[ans.Reply.ID]
@@ -192,7 +192,7 @@ func checkNotBefore(t *testing.T, q *config.Queue, model []bucket.Bucket, ans ad
 	if worst != bucket.Rejected {
 		copy(model, next)
 	}
-	if worst == bucket.Rejected || ans.Reply.Status == api.Rejected {
+	if worst == bucket.Rejected || ans.Reply.Status == spillway.Rejected {
 		return
 	}
 	var want *time.Time
@@ -200,7 +200,7 @@ func checkNotBefore(t *testing.T, q *config.Queue, model []bucket.Bucket, ans ad
 		w := latest.UTC()
 		want = &w
 	}
-	if ans.Reply.Status == api.Queued && (want == nil) != (ans.Reply.NotBefore == nil) ||
+	if ans.Reply.Status == spillway.Queued && (want == nil) != (ans.Reply.NotBefore == nil) ||
 		want != nil && ans.Reply.NotBefore != nil && !want.Equal(*ans.Reply.NotBefore) {
 		t.Errorf("queue %s (%s by tier %d): answered not_before %v, want the tiers' latest %v", q.Name, d.Verdict, d.Tier, ans.Reply.NotBefore, want)
 	}

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/overrides"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // overrideQueue has one per-client token bucket (1/m: nothing refills
@@ -34,7 +34,7 @@ func admittedOf(t *testing.T, a *admit.Admitter, client string, n int) int {
 	t.Helper()
 	admitted := 0
 	for range n {
-		if ans := submit(t, a, request("q", client)); ans.Reply.Status == api.Admitted {
+		if ans := submit(t, a, request("q", client)); ans.Reply.Status == spillway.Admitted {
 			admitted++
 		}
 	}
@@ -86,13 +86,13 @@ func TestOverridesDecide(t *testing.T) {
 	// A cost only the override grants is not bad-cost for its keys.
 	r := request("q", "big-xz")
 	r.Cost = 6
-	if ans := submit(t, a, r); ans.Reply.Status != api.Admitted {
+	if ans := submit(t, a, r); ans.Reply.Status != spillway.Admitted {
 		t.Errorf("cost 6 for big-xz (burst 7): %s", ans.Reply.Status)
 	}
 	r = request("q", "plain2")
 	r.Cost = 6
 	var e *admit.Error
-	if _, err := a.Submit(t.Context(), r); !errors.As(err, &e) || e.Type != api.ProblemBadCost {
+	if _, err := a.Submit(t.Context(), r); !errors.As(err, &e) || e.Type != spillway.ProblemBadCost {
 		t.Errorf("cost 6 for a key of burst 2: %v, want bad-cost", err)
 	}
 

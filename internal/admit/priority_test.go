@@ -9,8 +9,8 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // priorityConfig: per X-Client, a key's first job is admitted, its second
@@ -46,17 +46,17 @@ func TestSubmitCarriesPriorityAndWeight(t *testing.T) {
 	for _, c := range []struct {
 		key          string
 		prio         queue.Priority
-		status       api.Status
+		status       spillway.Status
 		dest         queue.Destination
 		wantPriority string // the header; "" absent (normal)
 		wantWeight   string // the header; "" absent (1)
 	}{
-		{"tenant-a", queue.High, api.Admitted, queue.Ready, "high", "2"},
-		{"tenant-a", queue.Low, api.Queued, queue.Backlog, "low", "2"},
-		{"tenant-b", queue.Normal, api.Admitted, queue.Ready, "", "3"},
-		{"tenant-b", queue.High, api.Queued, queue.Backlog, "high", "3"},
-		{"other", queue.Low, api.Admitted, queue.Ready, "low", ""},
-		{"other", queue.Normal, api.Queued, queue.Backlog, "", ""},
+		{"tenant-a", queue.High, spillway.Admitted, queue.Ready, "high", "2"},
+		{"tenant-a", queue.Low, spillway.Queued, queue.Backlog, "low", "2"},
+		{"tenant-b", queue.Normal, spillway.Admitted, queue.Ready, "", "3"},
+		{"tenant-b", queue.High, spillway.Queued, queue.Backlog, "high", "3"},
+		{"other", queue.Low, spillway.Admitted, queue.Ready, "low", ""},
+		{"other", queue.Normal, spillway.Queued, queue.Backlog, "", ""},
 	} {
 		r := request("q", c.key)
 		r.Priority = c.prio
@@ -94,7 +94,7 @@ queues:
       - {key: "header:X-Client", algorithm: leaky_bucket, rate: 1/m, burst: 1, delay: 0}
     backlog: {capacity: 10, leak_rate: 1/m, fairness: {weights: {"tenant-a": 7}}}
 `))
-	if ans := submit(t, a, request("q", "tenant-a")); ans.Reply.Status != api.Queued {
+	if ans := submit(t, a, request("q", "tenant-a")); ans.Reply.Status != spillway.Queued {
 		t.Fatalf("after the reload: %+v, want queued", ans.Reply)
 	}
 	if got := storedHeader(t, b, "q", queue.Backlog, "tenant-a").Get(queue.HeaderWeight); got != "7" {
@@ -133,10 +133,10 @@ func TestSubmitBadPriority(t *testing.T) {
 	r.Priority = queue.Priority(5)
 	_, err := a.Submit(context.Background(), r)
 	var e *admit.Error
-	if !errors.As(err, &e) || e.Type != api.ProblemBadPriority || e.Field != api.HeaderPriority {
-		t.Fatalf("priority 5: %v, want %s naming %s", err, api.ProblemBadPriority, api.HeaderPriority)
+	if !errors.As(err, &e) || e.Type != spillway.ProblemBadPriority || e.Field != spillway.HeaderPriority {
+		t.Fatalf("priority 5: %v, want %s naming %s", err, spillway.ProblemBadPriority, spillway.HeaderPriority)
 	}
-	if ans := submit(t, a, request("q", "tenant-a")); ans.Reply.Status != api.Admitted {
+	if ans := submit(t, a, request("q", "tenant-a")); ans.Reply.Status != spillway.Admitted {
 		t.Errorf("after the refused one: %+v, want admitted (no unit taken)", ans.Reply)
 	}
 	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 1 {

@@ -3,8 +3,8 @@ package admit_test
 import (
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // With READY at its capacity (no worker takes jobs), a job the tiers admit
@@ -22,25 +22,25 @@ queues:
     backlog: {capacity: 2, leak_rate: 1/s}
     ready: {capacity: 2}
 `, setupOptions{})
-	var st []api.Status
+	var st []spillway.Status
 	for i := range 5 {
 		ans := submit(t, a, request("q", "c"))
 		st = append(st, ans.Reply.Status)
 		switch i {
 		case 2, 3:
-			if ans.Reply.Status != api.Queued || !ans.ReadyFull || ans.Reply.Position < 1 || ans.Reply.EstimatedStart == nil || ans.Reply.ID == "" {
+			if ans.Reply.Status != spillway.Queued || !ans.ReadyFull || ans.Reply.Position < 1 || ans.Reply.EstimatedStart == nil || ans.Reply.ID == "" {
 				t.Errorf("job %d, READY full: %+v (ready full %t), want queued with an id, a position and an estimated start", i+1, ans.Reply, ans.ReadyFull)
 			}
 			if ans.Decision.Remaining != int64(9-i) {
 				t.Errorf("job %d: %d tokens left, want %d (a queued job keeps its units)", i+1, ans.Decision.Remaining, 9-i)
 			}
 		case 4:
-			if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemQueueFull || ans.Refunded != 1 || ans.Reply.RetryAfterMS <= 0 {
-				t.Errorf("job 5, READY and backlog full: %+v (refunded %d), want rejected %s, 1 unit refunded, a retry_after_ms", ans.Reply, ans.Refunded, api.ProblemQueueFull)
+			if ans.Reply.Status != spillway.Rejected || ans.Reply.Type != spillway.ProblemQueueFull || ans.Refunded != 1 || ans.Reply.RetryAfterMS <= 0 {
+				t.Errorf("job 5, READY and backlog full: %+v (refunded %d), want rejected %s, 1 unit refunded, a retry_after_ms", ans.Reply, ans.Refunded, spillway.ProblemQueueFull)
 			}
 		}
 	}
-	if want := []api.Status{api.Admitted, api.Admitted, api.Queued, api.Queued, api.Rejected}; !slicesEqual(st, want) {
+	if want := []spillway.Status{spillway.Admitted, spillway.Admitted, spillway.Queued, spillway.Queued, spillway.Rejected}; !slicesEqual(st, want) {
 		t.Errorf("statuses %v, want %v", st, want)
 	}
 	if n, m := b.msgs(t, "q", queue.Ready), b.msgs(t, "q", queue.Backlog); n != 2 || m != 2 {

@@ -16,13 +16,13 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // This file holds the admitter-level Redis items of the reliability suite
@@ -451,7 +451,7 @@ func TestReliabilitySkewedClocks(t *testing.T) {
 			}
 			out = append(out, decided{ans.Decision.At, ans.Decision.Verdict})
 			limit = ans.Limit
-			if ans.Reply.Status == api.Rejected {
+			if ans.Reply.Status == spillway.Rejected {
 				break
 			}
 		}

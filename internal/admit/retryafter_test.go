@@ -8,8 +8,8 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // releases runs a worker of queue q (no-op handler) until the test ends and
@@ -74,7 +74,7 @@ func retryAt(t *testing.T, a *admit.Admitter, r func() *admit.Request, answered 
 	sent := answered.Add(time.Duration(ans.Reply.RetryAfterMS) * time.Millisecond)
 	time.Sleep(time.Until(sent))
 	retried := submit(t, a, r())
-	if retried.Reply.Status != api.Rejected {
+	if retried.Reply.Status != spillway.Rejected {
 		if _, ok := freed(); !ok {
 			t.Fatalf("retried after retry_after_ms %d: %s before the job that makes room was released", ans.Reply.RetryAfterMS, retried.Reply.Status)
 		}
@@ -90,7 +90,7 @@ func retryAt(t *testing.T, a *admit.Admitter, r func() *admit.Request, answered 
 			ans.Reply.RetryAfterMS, retried.Reply.Type, retried.Reply, at.Sub(sent).Round(time.Millisecond))
 	}
 	admittest.WaitFor(t, 2*time.Second, "a retry to be stored after the late release", func() bool {
-		return submit(t, a, r()).Reply.Status != api.Rejected
+		return submit(t, a, r()).Reply.Status != spillway.Rejected
 	})
 	t.Logf("the retry at retry_after_ms %d came before the room: the drain, running late, released the job that makes room %v from the retry, and the room was there %v after that",
 		ans.Reply.RetryAfterMS, at.Sub(sent).Round(time.Millisecond), time.Since(at).Round(time.Millisecond))
@@ -132,8 +132,8 @@ queues:
 	}
 	ans := submit(t, a, request("q", "c"))
 	answered := time.Now()
-	if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemKeyFull {
-		t.Fatalf("5th job of a key with per_key_capacity 3: %+v, want rejected %s", ans.Reply, api.ProblemKeyFull)
+	if ans.Reply.Status != spillway.Rejected || ans.Reply.Type != spillway.ProblemKeyFull {
+		t.Fatalf("5th job of a key with per_key_capacity 3: %+v, want rejected %s", ans.Reply, spillway.ProblemKeyFull)
 	}
 	first := got[1]
 	if first.Reply.NotBefore == nil {
@@ -165,8 +165,8 @@ queues:
 	}
 	ans := submit(t, a, request("q", "c"))
 	answered := time.Now()
-	if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemQueueFull {
-		t.Fatalf("a job for a full backlog: %+v, want rejected %s", ans.Reply, api.ProblemQueueFull)
+	if ans.Reply.Status != spillway.Rejected || ans.Reply.Type != spillway.ProblemQueueFull {
+		t.Fatalf("a job for a full backlog: %+v, want rejected %s", ans.Reply, spillway.ProblemQueueFull)
 	}
 	if got[1].Reply.NotBefore == nil {
 		t.Fatalf("the second job for a backlog of 3: %+v, want queued with a not_before", got[1].Reply)
@@ -196,15 +196,15 @@ queues:
 	for range 10 {
 		ans = submit(t, a, request("q", "c"))
 		answered = time.Now()
-		if ans.Reply.Status == api.Rejected {
+		if ans.Reply.Status == spillway.Rejected {
 			break
 		}
-		if ans.Reply.Status == api.Queued {
+		if ans.Reply.Status == spillway.Queued {
 			queued = append(queued, ans.Reply.ID)
 		}
 	}
-	if ans.Reply.Status != api.Rejected || ans.Reply.Type != api.ProblemQueueFull {
-		t.Fatalf("10 jobs into a backlog of 3 drained at 2/s: the last %+v, want rejected %s", ans.Reply, api.ProblemQueueFull)
+	if ans.Reply.Status != spillway.Rejected || ans.Reply.Type != spillway.ProblemQueueFull {
+		t.Fatalf("10 jobs into a backlog of 3 drained at 2/s: the last %+v, want rejected %s", ans.Reply, spillway.ProblemQueueFull)
 	}
 	// The slot freed at the first release after the answer.
 	freed := func() (time.Time, bool) {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Schedule is a submission's timing (docs/design.md#scheduled-jobs), read
@@ -33,30 +33,30 @@ type Schedule struct {
 func ParseSchedule(get func(string) string) (Schedule, error) {
 	var s Schedule
 	bad := func(header, format string, args ...any) (Schedule, error) {
-		return Schedule{}, &Error{Type: api.ProblemBadRequest, Field: header, Detail: header + " " + fmt.Sprintf(format, args...)}
+		return Schedule{}, &Error{Type: spillway.ProblemBadRequest, Field: header, Detail: header + " " + fmt.Sprintf(format, args...)}
 	}
-	nb, delay, wait := get(api.HeaderNotBefore), get(api.HeaderDelay), get(api.HeaderMaxWait)
+	nb, delay, wait := get(spillway.HeaderNotBefore), get(spillway.HeaderDelay), get(spillway.HeaderMaxWait)
 	if nb != "" && delay != "" {
-		return bad(api.HeaderDelay, "%.40q: give %s or %s, not both", delay, api.HeaderNotBefore, api.HeaderDelay)
+		return bad(spillway.HeaderDelay, "%.40q: give %s or %s, not both", delay, spillway.HeaderNotBefore, spillway.HeaderDelay)
 	}
 	var err error
 	if nb != "" {
 		if s.NotBefore, err = time.Parse(time.RFC3339Nano, nb); err != nil {
-			return bad(api.HeaderNotBefore, "%.40q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", nb)
+			return bad(spillway.HeaderNotBefore, "%.40q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", nb)
 		}
 	}
 	if delay != "" {
 		if s.Delay, err = time.ParseDuration(delay); err != nil || s.Delay < 0 {
-			return bad(api.HeaderDelay, "%.40q: want a duration ≥ 0 such as 10m or 1h30m", delay)
+			return bad(spillway.HeaderDelay, "%.40q: want a duration ≥ 0 such as 10m or 1h30m", delay)
 		}
 	}
 	if wait != "" {
 		w, err := time.ParseDuration(wait)
 		if err != nil || w < 0 {
-			return bad(api.HeaderMaxWait, "%.40q: want a duration ≥ 0 such as 30s or 5m", wait)
+			return bad(spillway.HeaderMaxWait, "%.40q: want a duration ≥ 0 such as 30s or 5m", wait)
 		}
 		if s.Delay > w {
-			return bad(api.HeaderMaxWait, "%s is shorter than %s %s: the job could never start in time", w, api.HeaderDelay, s.Delay)
+			return bad(spillway.HeaderMaxWait, "%s is shorter than %s %s: the job could never start in time", w, spillway.HeaderDelay, s.Delay)
 		}
 		s.MaxWait = &w
 	}
@@ -68,20 +68,20 @@ func ParseSchedule(get func(string) string) (Schedule, error) {
 // would be dead-lettered before it is due), is a bad request naming the
 // header.
 func (s Schedule) start(q *config.Queue, now time.Time) (time.Time, error) {
-	at, header := s.NotBefore, api.HeaderNotBefore
+	at, header := s.NotBefore, spillway.HeaderNotBefore
 	if s.Delay > 0 {
-		at, header = now.Add(s.Delay), api.HeaderDelay
+		at, header = now.Add(s.Delay), spillway.HeaderDelay
 	}
 	ahead := at.Sub(now)
 	if ahead <= 0 {
 		return time.Time{}, nil
 	}
 	if ahead > q.Backlog.MaxDelay {
-		return time.Time{}, &Error{Type: api.ProblemBadRequest, Field: header,
+		return time.Time{}, &Error{Type: spillway.ProblemBadRequest, Field: header,
 			Detail: fmt.Sprintf("%s schedules the job %s ahead: queue %s takes at most its backlog.max_delay, %s", header, ahead.Round(time.Millisecond), q.Name, q.Backlog.MaxDelay)}
 	}
 	if q.Backlog.MaxAge > 0 && ahead > q.Backlog.MaxAge {
-		return time.Time{}, &Error{Type: api.ProblemBadRequest, Field: header,
+		return time.Time{}, &Error{Type: spillway.ProblemBadRequest, Field: header,
 			Detail: fmt.Sprintf("%s schedules the job %s ahead: queue %s dead-letters backlog jobs older than its backlog.max_age, %s", header, ahead.Round(time.Millisecond), q.Name, q.Backlog.MaxAge)}
 	}
 	return at, nil
@@ -100,8 +100,8 @@ func (s Schedule) tooLate(now, start time.Time) time.Duration {
 // with a Retry-After of when, if nothing else arrived, it would fit.
 func waitTooLong(ans Answer, q string, late time.Duration) Answer {
 	ans.Reply.Queue = q
-	ans.Reply.Status = api.Rejected
-	ans.Reply.Type = api.ProblemWaitTooLong
+	ans.Reply.Status = spillway.Rejected
+	ans.Reply.Type = spillway.ProblemWaitTooLong
 	ans.Reply.RetryAfterMS = retryAfterMS(late)
 	return ans
 }

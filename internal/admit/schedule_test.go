@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // scheduled is request with a schedule.
@@ -32,12 +32,12 @@ func TestParseSchedule(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	got, err := admit.ParseSchedule(headers(map[string]string{
-		api.HeaderNotBefore: at.Format(time.RFC3339), api.HeaderMaxWait: "30s",
+		spillway.HeaderNotBefore: at.Format(time.RFC3339), spillway.HeaderMaxWait: "30s",
 	}))
 	if err != nil || !got.NotBefore.Equal(at) || got.MaxWait == nil || *got.MaxWait != 30*time.Second {
 		t.Errorf("not-before and max-wait: %+v, %v", got, err)
 	}
-	got, err = admit.ParseSchedule(headers(map[string]string{api.HeaderDelay: "10m"}))
+	got, err = admit.ParseSchedule(headers(map[string]string{spillway.HeaderDelay: "10m"}))
 	if err != nil || got.Delay != 10*time.Minute || got.MaxWait != nil {
 		t.Errorf("delay: %+v, %v", got, err)
 	}
@@ -45,17 +45,17 @@ func TestParseSchedule(t *testing.T) {
 		h     map[string]string
 		field string
 	}{
-		{map[string]string{api.HeaderNotBefore: at.Format(time.RFC3339), api.HeaderDelay: "1s"}, api.HeaderDelay},
-		{map[string]string{api.HeaderNotBefore: "tomorrow"}, api.HeaderNotBefore},
-		{map[string]string{api.HeaderDelay: "10"}, api.HeaderDelay},
-		{map[string]string{api.HeaderDelay: "-1s"}, api.HeaderDelay},
-		{map[string]string{api.HeaderMaxWait: "soon"}, api.HeaderMaxWait},
-		{map[string]string{api.HeaderMaxWait: "-5s"}, api.HeaderMaxWait},
-		{map[string]string{api.HeaderDelay: "10m", api.HeaderMaxWait: "30s"}, api.HeaderMaxWait},
+		{map[string]string{spillway.HeaderNotBefore: at.Format(time.RFC3339), spillway.HeaderDelay: "1s"}, spillway.HeaderDelay},
+		{map[string]string{spillway.HeaderNotBefore: "tomorrow"}, spillway.HeaderNotBefore},
+		{map[string]string{spillway.HeaderDelay: "10"}, spillway.HeaderDelay},
+		{map[string]string{spillway.HeaderDelay: "-1s"}, spillway.HeaderDelay},
+		{map[string]string{spillway.HeaderMaxWait: "soon"}, spillway.HeaderMaxWait},
+		{map[string]string{spillway.HeaderMaxWait: "-5s"}, spillway.HeaderMaxWait},
+		{map[string]string{spillway.HeaderDelay: "10m", spillway.HeaderMaxWait: "30s"}, spillway.HeaderMaxWait},
 	} {
 		_, err := admit.ParseSchedule(headers(c.h))
 		var e *admit.Error
-		if !errors.As(err, &e) || e.Type != api.ProblemBadRequest || e.Field != c.field || !strings.Contains(e.Detail, c.field) {
+		if !errors.As(err, &e) || e.Type != spillway.ProblemBadRequest || e.Field != c.field || !strings.Contains(e.Detail, c.field) {
 			t.Errorf("%v: %v, want bad-request naming %s", c.h, err, c.field)
 		}
 	}
@@ -76,7 +76,7 @@ queues:
 	before := time.Now()
 	first := submit(t, a, scheduled("q", "c", admit.Schedule{Delay: 5 * time.Second}))
 	after := time.Now()
-	if first.Reply.Status != api.Queued || first.Decision.Verdict != bucket.Admitted {
+	if first.Reply.Status != spillway.Queued || first.Decision.Verdict != bucket.Admitted {
 		t.Fatalf("scheduled job: %+v (tiers %s), want queued, the tiers admitting it", first.Reply, first.Decision.Verdict)
 	}
 	nb := first.Reply.NotBefore
@@ -98,7 +98,7 @@ queues:
 	}
 	// A time in the past is no delay: the job is admitted as usual.
 	past := submit(t, a, scheduled("q", "d", admit.Schedule{NotBefore: time.Now().Add(-time.Hour)}))
-	if past.Reply.Status != api.Admitted {
+	if past.Reply.Status != spillway.Admitted {
 		t.Errorf("a not-before in the past: %+v, want admitted", past.Reply)
 	}
 }
@@ -124,17 +124,17 @@ queues:
 		field string
 		says  string
 	}{
-		{"q", admit.Schedule{Delay: 2 * time.Hour}, api.HeaderDelay, "max_delay"},
-		{"q", admit.Schedule{NotBefore: time.Now().Add(61 * time.Minute)}, api.HeaderNotBefore, "max_delay"},
-		{"aged", admit.Schedule{Delay: 11 * time.Minute}, api.HeaderDelay, "max_age"},
+		{"q", admit.Schedule{Delay: 2 * time.Hour}, spillway.HeaderDelay, "max_delay"},
+		{"q", admit.Schedule{NotBefore: time.Now().Add(61 * time.Minute)}, spillway.HeaderNotBefore, "max_delay"},
+		{"aged", admit.Schedule{Delay: 11 * time.Minute}, spillway.HeaderDelay, "max_age"},
 	} {
 		_, err := a.Submit(context.Background(), scheduled(c.queue, "c", c.s))
 		var e *admit.Error
-		if !errors.As(err, &e) || e.Type != api.ProblemBadRequest || e.Field != c.field || !strings.Contains(e.Detail, c.says) {
+		if !errors.As(err, &e) || e.Type != spillway.ProblemBadRequest || e.Field != c.field || !strings.Contains(e.Detail, c.says) {
 			t.Errorf("%s %+v: %v, want bad-request naming %s and %s", c.queue, c.s, err, c.field, c.says)
 		}
 	}
-	if got := submit(t, a, request("q", "c")); got.Reply.Status != api.Admitted {
+	if got := submit(t, a, request("q", "c")); got.Reply.Status != spillway.Admitted {
 		t.Errorf("after the refused ones: %+v, want admitted (nothing was taken)", got.Reply)
 	}
 	if n := b.msgs(t, "q", queue.Backlog); n != 0 {
@@ -157,12 +157,12 @@ queues:
     backlog: {capacity: 100, leak_rate: 1/m}
 `, setupOptions{primary: store, mode: config.FailClosed})
 	first := submit(t, a, request("q", "c"))
-	if first.Reply.Status != api.Admitted {
+	if first.Reply.Status != spillway.Admitted {
 		t.Fatalf("first job: %+v", first.Reply)
 	}
 	wait := 10 * time.Second
 	refused := submit(t, a, scheduled("q", "c", admit.Schedule{MaxWait: &wait}))
-	if refused.Reply.Status != api.Rejected || refused.Reply.Type != api.ProblemWaitTooLong {
+	if refused.Reply.Status != spillway.Rejected || refused.Reply.Type != spillway.ProblemWaitTooLong {
 		t.Fatalf("a job queued for 60 s with max-wait 10 s: %+v, want rejected wait-too-long", refused.Reply)
 	}
 	// It would start 60 s after the first job: a retry fits 50 s from now.
@@ -176,7 +176,7 @@ queues:
 		t.Errorf("the backlog holds %d jobs, want none", n)
 	}
 	next := submit(t, a, request("q", "c"))
-	if next.Reply.Status != api.Queued {
+	if next.Reply.Status != spillway.Queued {
 		t.Fatalf("next job: %+v, want queued", next.Reply)
 	}
 	// Without the refused job, the next one is the key's second: due 60 s
@@ -187,7 +187,7 @@ queues:
 	// A job that fits carries its expiry into the backlog.
 	long := time.Hour
 	fits := submit(t, a, scheduled("q", "c", admit.Schedule{MaxWait: &long}))
-	if fits.Reply.Status != api.Queued {
+	if fits.Reply.Status != spillway.Queued {
 		t.Fatalf("max-wait 1h: %+v, want queued", fits.Reply)
 	}
 	j := backlogJobs(t, b, "q")[fits.Reply.ID]
@@ -209,13 +209,13 @@ queues:
 `, setupOptions{})
 	wait := 10 * time.Second
 	got := submit(t, a, scheduled("q", "c", admit.Schedule{NotBefore: time.Now().Add(time.Minute), MaxWait: &wait}))
-	if got.Reply.Type != api.ProblemWaitTooLong {
+	if got.Reply.Type != spillway.ProblemWaitTooLong {
 		t.Fatalf("not-before in 60 s, max-wait 10 s: %+v, want wait-too-long", got.Reply)
 	}
 	if ms := got.Reply.RetryAfterMS; ms < 45_000 || ms > 50_000 {
 		t.Errorf("retry_after_ms %d, want about 50 s", ms)
 	}
-	if next := submit(t, a, request("q", "c")); next.Reply.Status != api.Admitted {
+	if next := submit(t, a, request("q", "c")); next.Reply.Status != spillway.Admitted {
 		t.Errorf("the next job: %+v, want admitted (nothing taken)", next.Reply)
 	}
 	if n := b.msgs(t, "q", queue.Backlog); n != 0 {
@@ -235,16 +235,16 @@ queues:
       - {key: global, algorithm: token_bucket, rate: 1/h, burst: 1}
     backlog: {capacity: 100, leak_rate: 1/m}
 `, setupOptions{})
-	if got := submit(t, a, request("q", "c")); got.Reply.Status != api.Admitted {
+	if got := submit(t, a, request("q", "c")); got.Reply.Status != spillway.Admitted {
 		t.Fatalf("first job: %+v", got.Reply)
 	}
 	ahead := submit(t, a, request("q", "c"))
-	if ahead.Reply.Status != api.Queued || ahead.Reply.Position != 1 {
+	if ahead.Reply.Status != spillway.Queued || ahead.Reply.Position != 1 {
 		t.Fatalf("second job: %+v, want queued first in the backlog", ahead.Reply)
 	}
 	wait := 10 * time.Second
 	got := submit(t, a, scheduled("q", "d", admit.Schedule{MaxWait: &wait}))
-	if got.Reply.Type != api.ProblemWaitTooLong {
+	if got.Reply.Type != spillway.ProblemWaitTooLong {
 		t.Fatalf("second in a backlog leaking 1/m, max-wait 10 s: %+v, want wait-too-long", got.Reply)
 	}
 	if ms := got.Reply.RetryAfterMS; ms < 45_000 || ms > 50_000 {
@@ -254,7 +254,7 @@ queues:
 		t.Errorf("the backlog holds %d jobs, want 1 (the refused job took no slot)", n)
 	}
 	long := time.Minute
-	if fits := submit(t, a, scheduled("q", "d", admit.Schedule{MaxWait: &long})); fits.Reply.Status != api.Queued {
+	if fits := submit(t, a, scheduled("q", "d", admit.Schedule{MaxWait: &long})); fits.Reply.Status != spillway.Queued {
 		t.Errorf("max-wait 1m: %+v, want queued", fits.Reply)
 	}
 }

@@ -3,9 +3,9 @@ package admit
 import (
 	"context"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Shadow tiers (docs/design.md#shadow-tiers) are decided for every job
@@ -29,9 +29,9 @@ import (
 type ShadowDecision struct {
 	// Tier is the tier's name (its file name, or tier<i>).
 	Tier string
-	// Verdict is api.ShadowAdmitted, api.ShadowWouldQueue (a leaky
+	// Verdict is spillway.ShadowAdmitted, spillway.ShadowWouldQueue (a leaky
 	// tier's queued, or another algorithm's excess: the backlog's room
-	// is not asked) or api.ShadowWouldReject (also for a request the
+	// is not asked) or spillway.ShadowWouldReject (also for a request the
 	// tier could not key or whose cost it never grants, which enforcing
 	// would answer 400).
 	Verdict string
@@ -43,7 +43,7 @@ type ShadowDecision struct {
 func (a Answer) ShadowHeader() []string {
 	var vs []string
 	for _, s := range a.Shadow {
-		if s.Verdict != api.ShadowAdmitted {
+		if s.Verdict != spillway.ShadowAdmitted {
 			vs = append(vs, s.Tier+" "+s.Verdict)
 		}
 	}
@@ -78,7 +78,7 @@ func enforcing(q *config.Queue) *config.Queue {
 // all its tiers), counts each decision and returns them; nil when q has
 // none or the job was refused.
 func (a *Admitter) decideShadow(ctx context.Context, q *config.Queue, r *Request, cost int64, ans Answer) []ShadowDecision {
-	if ans.Reply.Status != api.Admitted && ans.Reply.Status != api.Queued {
+	if ans.Reply.Status != spillway.Admitted && ans.Reply.Status != spillway.Queued {
 		return nil
 	}
 	if ans.Source == FromOpen {
@@ -108,11 +108,11 @@ func (a *Admitter) decideShadow(ctx context.Context, q *config.Queue, r *Request
 func (a *Admitter) shadowVerdict(ctx context.Context, q *config.Queue, i int, l config.Limit, r *Request, cost int64) (string, bool) {
 	k, err := clientKey(q, l, r)
 	if err != nil {
-		return api.ShadowWouldReject, true
+		return spillway.ShadowWouldReject, true
 	}
 	t := tierOf(i, l, k)
 	if cost > t.Limit.Quota() {
-		return api.ShadowWouldReject, true
+		return spillway.ShadowWouldReject, true
 	}
 	d, src, err := a.o.Store.DecideFrom(ctx, q.Name, []bucket.Tier{t}, cost)
 	if err != nil || src == FromOpen || src == FromClosed {
@@ -121,10 +121,10 @@ func (a *Admitter) shadowVerdict(ctx context.Context, q *config.Queue, i int, l 
 	}
 	switch d.Verdict {
 	case bucket.Admitted:
-		return api.ShadowAdmitted, true
+		return spillway.ShadowAdmitted, true
 	case bucket.Rejected:
-		return api.ShadowWouldReject, true
+		return spillway.ShadowWouldReject, true
 	default: // queued, excess
-		return api.ShadowWouldQueue, true
+		return spillway.ShadowWouldQueue, true
 	}
 }

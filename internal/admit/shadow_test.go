@@ -9,10 +9,10 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admitterd"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // shadowQueue is a queue whose per-client tier (leaky, 1/m, burst 4,
@@ -64,11 +64,11 @@ func TestShadowTierAsIfEnforced(t *testing.T) {
 			enforced, eb := run("enforce")
 			shadowed, sb := run("shadow")
 
-			want := map[api.Status]string{api.Admitted: api.ShadowAdmitted, api.Queued: api.ShadowWouldQueue, api.Rejected: api.ShadowWouldReject}
+			want := map[spillway.Status]string{spillway.Admitted: spillway.ShadowAdmitted, spillway.Queued: spillway.ShadowWouldQueue, spillway.Rejected: spillway.ShadowWouldReject}
 			counts := map[string]float64{}
 			for i := range shadowBurst {
 				e, s := enforced[i], shadowed[i]
-				if s.Reply.Status != api.Admitted || s.Reply.NotBefore != nil || s.Decision.Verdict != bucket.Admitted {
+				if s.Reply.Status != spillway.Admitted || s.Reply.NotBefore != nil || s.Decision.Verdict != bucket.Admitted {
 					t.Errorf("job %d in shadow: %+v (verdict %s), want admitted now", i+1, s.Reply, s.Decision.Verdict)
 				}
 				v := want[e.Reply.Status]
@@ -77,7 +77,7 @@ func TestShadowTierAsIfEnforced(t *testing.T) {
 					t.Errorf("job %d: shadow decisions %v, want %v (enforcing, it was %s)", i+1, got, wantS, e.Reply.Status)
 				}
 				var wantHeader []string
-				if v != api.ShadowAdmitted {
+				if v != spillway.ShadowAdmitted {
 					wantHeader = []string{"per-client " + v}
 				}
 				if got := s.ShadowHeader(); !slices.Equal(got, wantHeader) {
@@ -91,13 +91,13 @@ func TestShadowTierAsIfEnforced(t *testing.T) {
 					t.Errorf("job %d enforcing: shadow decisions %v, want none", i+1, e.Shadow)
 				}
 			}
-			if counts[api.ShadowAdmitted] != 3 || counts[api.ShadowWouldQueue] != 2 || counts[api.ShadowWouldReject] != 5 {
+			if counts[spillway.ShadowAdmitted] != 3 || counts[spillway.ShadowWouldQueue] != 2 || counts[spillway.ShadowWouldReject] != 5 {
 				t.Errorf("the enforcing run answered %v, want 3 admitted, 2 queued and 5 rejected", counts)
 			}
 			wantSamples(t, sb.reg, "spillway_shadow_decisions_total", map[string]float64{
-				"queue=q,tier=per-client,verdict=admitted":     counts[api.ShadowAdmitted],
-				"queue=q,tier=per-client,verdict=would-queue":  counts[api.ShadowWouldQueue],
-				"queue=q,tier=per-client,verdict=would-reject": counts[api.ShadowWouldReject],
+				"queue=q,tier=per-client,verdict=admitted":     counts[spillway.ShadowAdmitted],
+				"queue=q,tier=per-client,verdict=would-queue":  counts[spillway.ShadowWouldQueue],
+				"queue=q,tier=per-client,verdict=would-reject": counts[spillway.ShadowWouldReject],
 			})
 			// What the enforcing run's decisions count, verdict by verdict.
 			es := samples(t, eb.reg, "spillway_decisions_total")
@@ -128,7 +128,7 @@ func TestShadowTierStoreDown(t *testing.T) {
 		want []admit.ShadowDecision
 	}{
 		{config.FailOpen, nil},
-		{config.FailLocal, []admit.ShadowDecision{{Tier: "per-client", Verdict: api.ShadowAdmitted}}},
+		{config.FailLocal, []admit.ShadowDecision{{Tier: "per-client", Verdict: spillway.ShadowAdmitted}}},
 	} {
 		t.Run(string(tt.mode), func(t *testing.T) {
 			t.Parallel()
@@ -136,7 +136,7 @@ func TestShadowTierStoreDown(t *testing.T) {
 			a, b := setup(t, shadowQueue("shadow"), setupOptions{primary: store, mode: tt.mode})
 			srv.Kill()
 			ans := submit(t, a, request("q", "c"))
-			if ans.Reply.Status != api.Admitted || !slices.Equal(ans.Shadow, tt.want) {
+			if ans.Reply.Status != spillway.Admitted || !slices.Equal(ans.Shadow, tt.want) {
 				t.Errorf("with Redis down: %s, shadow %v; want admitted, shadow %v", ans.Reply.Status, ans.Shadow, tt.want)
 			}
 			if got := metricSum(t, b.reg, "spillway_shadow_decisions_total"); got != float64(len(tt.want)) {
@@ -164,12 +164,12 @@ queues:
     backlog: {capacity: 10, leak_rate: 1/s}
 `, setupOptions{})
 	for i, want := range []struct {
-		status api.Status
+		status spillway.Status
 		shadow []admit.ShadowDecision
 	}{
-		{api.Admitted, []admit.ShadowDecision{{Tier: "strict", Verdict: api.ShadowAdmitted}}},
-		{api.Admitted, []admit.ShadowDecision{{Tier: "strict", Verdict: api.ShadowWouldReject}}},
-		{api.Rejected, nil},
+		{spillway.Admitted, []admit.ShadowDecision{{Tier: "strict", Verdict: spillway.ShadowAdmitted}}},
+		{spillway.Admitted, []admit.ShadowDecision{{Tier: "strict", Verdict: spillway.ShadowWouldReject}}},
+		{spillway.Rejected, nil},
 	} {
 		ans := submit(t, a, request("q", "c"))
 		if ans.Reply.Status != want.status || !slices.Equal(ans.Shadow, want.shadow) {

@@ -23,7 +23,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/devnats"
@@ -34,6 +33,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Options configure a Service. Config is required.
@@ -62,7 +62,7 @@ type Service struct {
 	admitter *admit.Admitter
 	workers  *workerd.Pool // dev mode only
 	natsDoor *door.NATSDoor
-	cancels  *door.NATSCancel // spillway.cancel.<queue>
+	jobs     *door.NATSJobs // spillway.job.<id>, spillway.cancel.<queue>
 	http     *http.Server
 	httpLn   net.Listener
 	status   *jobstatus.Store
@@ -237,8 +237,8 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if err = s.natsDoor.Start(); err != nil {
 		return nil, err
 	}
-	s.cancels = door.NewNATSCancel(s.nc, s.js, s.admitter, s.status, s.log)
-	if err = s.cancels.Start(); err != nil {
+	s.jobs = door.NewNATSJobs(s.nc, s.js, s.admitter, s.status, s.log)
+	if err = s.jobs.Start(); err != nil {
 		return nil, err
 	}
 
@@ -368,7 +368,7 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 
 // recordStored hands the job's first status record to the writer; it
 // never blocks a submission.
-func (s *Service) recordStored(j *queue.Job, st api.Status, at queue.Stored) {
+func (s *Service) recordStored(j *queue.Job, st spillway.Status, at queue.Stored) {
 	s.firsts.Add(jobstatus.FirstRecord(j, jobstatus.State(st), at))
 }
 
@@ -389,8 +389,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.natsDoor != nil {
 		errs = append(errs, s.natsDoor.Stop(ctx))
 	}
-	if s.cancels != nil {
-		errs = append(errs, s.cancels.Stop(ctx))
+	if s.jobs != nil {
+		errs = append(errs, s.jobs.Stop(ctx))
 	}
 	if s.http != nil {
 		errs = append(errs, s.http.Shutdown(ctx))

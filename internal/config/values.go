@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -236,7 +236,7 @@ func parseKey(s string) (Key, error) {
 	}
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
 		name = strings.TrimSpace(name)
-		if !api.IsToken(name) {
+		if !spillway.IsToken(name) {
 			return Key{}, fmt.Errorf("expected a header name after \"header:\" (letters, digits and !#$%%&'*+-.^_`|~), got %q", s)
 		}
 		return Key{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}, nil
@@ -261,7 +261,7 @@ func (k Key) String() string {
 // headerName canonicalises a handler header's name and refuses those the
 // worker sets itself (docs/design.md#workers).
 func headerName(s string) (string, error) {
-	if !api.IsToken(s) {
+	if !spillway.IsToken(s) {
 		return "", fmt.Errorf("expected a header name (letters, digits and !#$%%&'*+-.^_`|~), got %q", s)
 	}
 	name := textproto.CanonicalMIMEHeaderKey(s)

@@ -7,8 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The admin endpoints (docs/design.md#pause) take an admin key, one of
@@ -43,7 +43,7 @@ func (h *httpDoor) admin(next func(w http.ResponseWriter, r *http.Request, by st
 }
 
 func forbidden(w http.ResponseWriter, r *http.Request, detail string) {
-	problem(w, r, http.StatusForbidden, api.Problem{Type: api.ProblemForbidden, Title: "Forbidden", Detail: detail})
+	problem(w, r, http.StatusForbidden, spillway.Problem{Type: spillway.ProblemForbidden, Title: "Forbidden", Detail: detail})
 }
 
 // pause is POST /v1/queues/{queue}/pause, with an optional JSON body
@@ -51,7 +51,7 @@ func forbidden(w http.ResponseWriter, r *http.Request, detail string) {
 func (h *httpDoor) pause(w http.ResponseWriter, r *http.Request, by string) {
 	cfg, name := h.cfg(), r.PathValue("queue")
 	if cfg.Queue(name) == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
 		return
 	}
@@ -59,16 +59,16 @@ func (h *httpDoor) pause(w http.ResponseWriter, r *http.Request, by string) {
 	if !ok {
 		return
 	}
-	var req api.PauseRequest
+	var req spillway.PauseRequest
 	if len(body) > 0 {
 		if err := json.Unmarshal(body, &req); err != nil {
-			problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request",
+			problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request",
 				Detail: "the body: want a JSON object such as {\"reason\": \"...\"}, or none: " + err.Error()})
 			return
 		}
 	}
 	if n := utf8.RuneCountInString(req.Reason); n > maxPauseReason {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "reason",
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "reason",
 			Detail: fmt.Sprintf("a reason of %d characters: want at most %d", n, maxPauseReason)})
 		return
 	}
@@ -80,7 +80,7 @@ func (h *httpDoor) pause(w http.ResponseWriter, r *http.Request, by string) {
 func (h *httpDoor) resume(w http.ResponseWriter, r *http.Request, by string) {
 	name := r.PathValue("queue")
 	if h.cfg().Queue(name) == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
 		return
 	}
@@ -112,5 +112,5 @@ func (h *httpDoor) setPause(w http.ResponseWriter, r *http.Request, name string,
 			h.o.Logger.Info("door: queue resumed", "queue", name, "by", st.By)
 		}
 	}
-	writeJSON(w, http.StatusOK, "application/json", api.PauseReply{Queue: name, Paused: st.Paused, At: st.At, By: st.By, Reason: st.Reason})
+	writeJSON(w, http.StatusOK, "application/json", spillway.PauseReply{Queue: name, Paused: st.Paused, At: st.At, By: st.By, Reason: st.Reason})
 }

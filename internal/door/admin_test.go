@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const adminKey = "adm1n-0123456789abcdef"
@@ -49,9 +49,9 @@ func TestPauseAuth(t *testing.T) {
 		code      int
 		typ       string
 	}{
-		{"a submit key", testKey, http.StatusForbidden, api.ProblemForbidden},
-		{"no key", "", http.StatusUnauthorized, api.ProblemUnauthorized},
-		{"a key that is none", "nobody-0123456789abcdef", http.StatusUnauthorized, api.ProblemUnauthorized},
+		{"a submit key", testKey, http.StatusForbidden, spillway.ProblemForbidden},
+		{"no key", "", http.StatusUnauthorized, spillway.ProblemUnauthorized},
+		{"a key that is none", "nobody-0123456789abcdef", http.StatusUnauthorized, spillway.ProblemUnauthorized},
 	} {
 		if r := pause(c.key, ""); r.code != c.code || r.problem.Type != c.typ {
 			t.Errorf("pause with %s: %d %s, want %d %s", c.name, r.code, r.body, c.code, c.typ)
@@ -62,7 +62,7 @@ func TestPauseAuth(t *testing.T) {
 	}
 
 	r := pause(adminKey, `{"reason": "downstream maintenance"}`)
-	var rep api.PauseReply
+	var rep spillway.PauseReply
 	if r.code != http.StatusOK || json.Unmarshal(r.body, &rep) != nil || !rep.Paused || rep.Reason != "downstream maintenance" {
 		t.Fatalf("pause with the admin key: %d %s, want 200 paused with the reason", r.code, r.body)
 	}
@@ -74,7 +74,7 @@ func TestPauseAuth(t *testing.T) {
 		t.Errorf("the queue's pause entry: %+v, %v; want paused as answered %+v", st, err, rep)
 	}
 	l := b.get(t, "/v1/queues", "X-Api-Key", testKey)
-	var list api.QueueList
+	var list spillway.QueueList
 	if l.code != http.StatusOK || json.Unmarshal(l.body, &list) != nil || len(list.Queues) != 1 || !list.Queues[0].Paused || list.Queues[0].PausedAt == nil {
 		t.Errorf("GET /v1/queues while paused: %d %s, want the queue paused with paused_at", l.code, l.body)
 	}
@@ -104,7 +104,7 @@ func TestPauseWithoutAdminKeys(t *testing.T) {
 	t.Parallel()
 	b := setup(t, pauseConfig, setupOptions{})
 	r := b.do(t, http.MethodPost, "/v1/queues/mail/pause", nil, "X-Api-Key", adminKey)
-	if r.code != http.StatusForbidden || r.problem.Type != api.ProblemForbidden || !strings.Contains(r.problem.Detail, "http.admin_keys_file") {
-		t.Errorf("pause without admin keys: %d %s, want 403 %s naming http.admin_keys_file", r.code, r.body, api.ProblemForbidden)
+	if r.code != http.StatusForbidden || r.problem.Type != spillway.ProblemForbidden || !strings.Contains(r.problem.Detail, "http.admin_keys_file") {
+		t.Errorf("pause without admin keys: %d %s, want 403 %s naming http.admin_keys_file", r.code, r.body, spillway.ProblemForbidden)
 	}
 }

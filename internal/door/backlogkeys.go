@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // keysCacheFor is how long a queue's key listing is served again rather
@@ -55,13 +55,13 @@ func (h *httpDoor) queueKeys(w http.ResponseWriter, r *http.Request) {
 	cfg := h.cfg()
 	q := cfg.Queue(r.PathValue("queue"))
 	if q == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", r.PathValue("queue"))})
 		return
 	}
 	top, err := parseTop(r.URL.Query().Get("top"))
 	if err != nil {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad top", Field: "top", Detail: err.Error()})
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad top", Field: "top", Detail: err.Error()})
 		return
 	}
 	e := h.keys.entry(q.Name)
@@ -95,16 +95,16 @@ func (h *httpDoor) readKeys(ctx context.Context, e *keysEntry, q string, top int
 
 // keyList is a listing as the API shows it: raw keys only with
 // http.show_raw_keys.
-func keyList(q string, e *keysEntry, raw bool) api.KeyList {
-	list := api.KeyList{Queue: q, Keys: make([]api.KeyInfo, 0, len(e.keys)), TotalKeys: e.total}
+func keyList(q string, e *keysEntry, raw bool) spillway.KeyList {
+	list := spillway.KeyList{Queue: q, Keys: make([]spillway.KeyInfo, 0, len(e.keys)), TotalKeys: e.total}
 	if e.releases != nil {
 		at := e.releases.At.UTC()
 		list.ReleasesAt, list.ReleasesWindowS = &at, e.releases.WindowS
 	}
 	for _, k := range e.keys {
-		ki := api.KeyInfo{
+		ki := spillway.KeyInfo{
 			KeyHash: k.Hash, Depth: k.Depth, OldestAgeMS: k.OldestAge.Milliseconds(), Weight: k.Weight,
-			Priority: api.PriorityMix{High: k.Priorities[queue.High], Normal: k.Priorities[queue.Normal], Low: k.Priorities[queue.Low]},
+			Priority: spillway.PriorityMix{High: k.Priorities[queue.High], Normal: k.Priorities[queue.Normal], Low: k.Priorities[queue.Low]},
 		}
 		if raw {
 			key := k.Key

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // keysConfig: per X-Client a first job admitted, the next ten queued;
@@ -22,13 +22,13 @@ queues:
     backlog: {capacity: 100, leak_rate: 1/m, fairness: {weights: {tenant-a: 4}}}
 `
 
-func (b *testBundle) keyList(t *testing.T, path string, header ...string) api.KeyList {
+func (b *testBundle) keyList(t *testing.T, path string, header ...string) spillway.KeyList {
 	t.Helper()
 	r := b.get(t, path, header...)
 	if r.code != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", path, r.code, r.body)
 	}
-	var l api.KeyList
+	var l spillway.KeyList
 	if err := json.Unmarshal(r.body, &l); err != nil {
 		t.Fatalf("GET %s: %s: %v", path, r.body, err)
 	}
@@ -48,7 +48,7 @@ func TestHTTPBacklogKeys(t *testing.T) {
 		{"tenant-a", ""}, {"tenant-a", "high"}, {"tenant-a", "low"}, {"tenant-a", "low"}, // admitted, then 3 queued
 		{"tenant-b", "low"}, {"tenant-b", ""}, // admitted, then 1 queued
 	} {
-		if r := b.post(t, "q", nil, append([]string{"X-Client", s.key, api.HeaderPriority, s.priority}, auth...)...); r.code != http.StatusAccepted {
+		if r := b.post(t, "q", nil, append([]string{"X-Client", s.key, spillway.HeaderPriority, s.priority}, auth...)...); r.code != http.StatusAccepted {
 			t.Fatalf("submitting for %s: %d %s", s.key, r.code, r.body)
 		}
 	}
@@ -63,10 +63,10 @@ func TestHTTPBacklogKeys(t *testing.T) {
 	}
 	a, bb := l.Keys[0], l.Keys[1]
 	if a.KeyHash != queue.KeyHash("tenant-a") || a.Key != nil || a.Depth != 3 || a.Weight != 4 || a.OldestAgeMS < 0 || a.OldestAgeMS > age ||
-		a.Priority != (api.PriorityMix{High: 1, Low: 2}) || a.ReleaseShare != nil {
+		a.Priority != (spillway.PriorityMix{High: 1, Low: 2}) || a.ReleaseShare != nil {
 		t.Errorf("tenant-a: %+v, want its hash, no raw key, depth 3, weight 4, 1 high and 2 low of 3, no release share", a)
 	}
-	if bb.KeyHash != queue.KeyHash("tenant-b") || bb.Depth != 1 || bb.Weight != 1 || bb.Priority != (api.PriorityMix{Normal: 1}) {
+	if bb.KeyHash != queue.KeyHash("tenant-b") || bb.Depth != 1 || bb.Weight != 1 || bb.Priority != (spillway.PriorityMix{Normal: 1}) {
 		t.Errorf("tenant-b: %+v, want depth 1, weight 1, 1 normal", bb)
 	}
 	if l := b.keyList(t, "/v1/queues/q/keys?top=1", auth...); len(l.Keys) != 1 || l.Keys[0].KeyHash != a.KeyHash || l.TotalKeys != 2 {
@@ -98,11 +98,11 @@ func TestHTTPBacklogKeys(t *testing.T) {
 
 	for _, top := range []string{"0", "-1", "abc", "1001", "1.5"} {
 		r := b.get(t, "/v1/queues/q/keys?top="+top, auth...)
-		if r.code != http.StatusBadRequest || r.problem.Type != api.ProblemBadRequest || r.problem.Field != "top" {
+		if r.code != http.StatusBadRequest || r.problem.Type != spillway.ProblemBadRequest || r.problem.Field != "top" {
 			t.Errorf("top=%s: %d %s, want 400 bad-request naming top", top, r.code, r.body)
 		}
 	}
-	if r := b.get(t, "/v1/queues/nope/keys", auth...); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
+	if r := b.get(t, "/v1/queues/nope/keys", auth...); r.code != http.StatusNotFound || r.problem.Type != spillway.ProblemNotFound {
 		t.Errorf("an unknown queue: %d %s, want 404", r.code, r.body)
 	}
 	if r := b.do(t, http.MethodHead, "/v1/queues/q/keys", nil, auth...); r.code != http.StatusOK {

@@ -17,13 +17,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Batches (docs/design.md#batches): POST /v1/queues/{queue}/jobs:batch and
 // requests to spillway.submitbatch.<queue> carry up to admit.MaxBatch jobs
-// as a JSON array or NDJSON of api.BatchJob, and are answered with one
-// api.BatchResult per job, in order (api.BatchReply): the api.SubmitReply
+// as a JSON array or NDJSON of spillway.BatchJob, and are answered with one
+// spillway.BatchResult per job, in order (spillway.BatchReply): the spillway.SubmitReply
 // a single submission would get, with its Spillway-Shadow values.
 
 // batchBodyFactor bounds a batch's body: this many times
@@ -78,21 +78,21 @@ func decodeBatch(body []byte, ndjson bool, maxPayload int64) ([]batchItem, error
 	if !ndjson {
 		tok, err := dec.Token()
 		if err != nil || tok != json.Delim('[') {
-			return nil, &batchError{api.ProblemBadRequest, "body", "the body is not a JSON array of jobs (send NDJSON as " + api.BatchNDJSON + ")"}
+			return nil, &batchError{spillway.ProblemBadRequest, "body", "the body is not a JSON array of jobs (send NDJSON as " + spillway.BatchNDJSON + ")"}
 		}
 	}
 	var jobs []batchItem
 	for i := 0; ; i++ {
 		if !ndjson && !dec.More() {
 			if _, err := dec.Token(); err != nil {
-				return nil, &batchError{api.ProblemBadRequest, "body", "the JSON array of jobs does not end: " + err.Error()}
+				return nil, &batchError{spillway.ProblemBadRequest, "body", "the JSON array of jobs does not end: " + err.Error()}
 			}
 			if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-				return nil, &batchError{api.ProblemBadRequest, "body", "more after the JSON array of jobs"}
+				return nil, &batchError{spillway.ProblemBadRequest, "body", "more after the JSON array of jobs"}
 			}
 			break
 		}
-		var j api.BatchJob
+		var j spillway.BatchJob
 		err := dec.Decode(&j)
 		if ndjson && errors.Is(err, io.EOF) {
 			break
@@ -105,22 +105,22 @@ func decodeBatch(body []byte, ndjson bool, maxPayload int64) ([]batchItem, error
 			} else if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 				field += "." + strings.Trim(f, `"`)
 			}
-			return nil, &batchError{api.ProblemBadRequest, field,
+			return nil, &batchError{spillway.ProblemBadRequest, field,
 				fmt.Sprintf("job %d: %v; want {\"headers\": {NAME: VALUE, …}, \"payload\": TEXT} or \"payload_base64\"", i, err)}
 		}
 		if i >= admit.MaxBatch {
-			return nil, &batchError{api.ProblemTooLarge, "body", fmt.Sprintf("more than %d jobs in one batch", admit.MaxBatch)}
+			return nil, &batchError{spillway.ProblemTooLarge, "body", fmt.Sprintf("more than %d jobs in one batch", admit.MaxBatch)}
 		}
 		var payload []byte
 		switch {
 		case j.Payload != nil && j.PayloadBase64 != nil:
-			return nil, &batchError{api.ProblemBadRequest, field + ".payload_base64",
+			return nil, &batchError{spillway.ProblemBadRequest, field + ".payload_base64",
 				fmt.Sprintf("job %d has both payload and payload_base64: send one", i)}
 		case j.Payload != nil:
 			payload = []byte(*j.Payload)
 		case j.PayloadBase64 != nil:
 			if payload, err = base64.StdEncoding.DecodeString(*j.PayloadBase64); err != nil {
-				return nil, &batchError{api.ProblemBadRequest, field + ".payload_base64",
+				return nil, &batchError{spillway.ProblemBadRequest, field + ".payload_base64",
 					fmt.Sprintf("job %d: payload_base64 is not standard base64: %v", i, err)}
 			}
 		}
@@ -129,24 +129,24 @@ func decodeBatch(body []byte, ndjson bool, maxPayload int64) ([]batchItem, error
 			if j.PayloadBase64 != nil {
 				f += "_base64"
 			}
-			return nil, &batchError{api.ProblemTooLarge, f,
+			return nil, &batchError{spillway.ProblemTooLarge, f,
 				fmt.Sprintf("job %d: a payload of %d bytes is larger than http.max_body_bytes (%d bytes)", i, len(payload), maxPayload)}
 		}
 		if _, ok := j.Headers[""]; ok {
-			return nil, &batchError{api.ProblemBadRequest, field + ".headers", fmt.Sprintf("job %d: a header with an empty name", i)}
+			return nil, &batchError{spillway.ProblemBadRequest, field + ".headers", fmt.Sprintf("job %d: a header with an empty name", i)}
 		}
 		jobs = append(jobs, batchItem{j.Headers, payload})
 	}
 	if len(jobs) == 0 {
-		return nil, &batchError{api.ProblemBadRequest, "body", fmt.Sprintf("a batch of no jobs: send 1 to %d", admit.MaxBatch)}
+		return nil, &batchError{spillway.ProblemBadRequest, "body", fmt.Sprintf("a batch of no jobs: send 1 to %d", admit.MaxBatch)}
 	}
 	return jobs, nil
 }
 
 // submit hands the jobs whose headers could be read to the admitter and
 // returns one reply per job, in order; bad[i] is job i's header error.
-func (a *batchRun) submit(ctx context.Context, reqs []*admit.Request, bad []*admit.Error) (api.BatchReply, error) {
-	rep := api.BatchReply{Queue: a.queue, Results: make([]api.BatchResult, len(reqs))}
+func (a *batchRun) submit(ctx context.Context, reqs []*admit.Request, bad []*admit.Error) (spillway.BatchReply, error) {
+	rep := spillway.BatchReply{Queue: a.queue, Results: make([]spillway.BatchResult, len(reqs))}
 	var good []*admit.Request
 	var at []int
 	for i, r := range reqs {
@@ -159,20 +159,20 @@ func (a *batchRun) submit(ctx context.Context, reqs []*admit.Request, bad []*adm
 	}
 	results, err := a.admitter.SubmitBatch(ctx, a.queue, good)
 	if err != nil {
-		return api.BatchReply{}, err
+		return spillway.BatchReply{}, err
 	}
 	failed, first := 0, error(nil)
 	for k, res := range results {
 		if res.Err != nil {
 			e := errorReply(a.queue, res.Err)
 			rep.Results[at[k]].SubmitReply = e
-			if e.Type == api.ProblemUnavailable || e.Type == api.ProblemInternal {
+			if e.Type == spillway.ProblemUnavailable || e.Type == spillway.ProblemInternal {
 				failed++
 				first = cmp.Or(first, res.Err)
 			}
 			continue
 		}
-		rep.Results[at[k]] = api.BatchResult{SubmitReply: res.Answer.Reply, Shadow: res.Answer.ShadowHeader()}
+		rep.Results[at[k]] = spillway.BatchResult{SubmitReply: res.Answer.Reply, Shadow: res.Answer.ShadowHeader()}
 	}
 	if failed > 0 {
 		a.logger.Warn("door: batch submissions failed", "queue", a.queue, "failed", failed, "jobs", len(reqs), "first_err", first)
@@ -188,8 +188,8 @@ type batchRun struct {
 }
 
 // errorReply is a job's reply for an error, as the NATS door answers one.
-func errorReply(queue string, err error) api.SubmitReply {
-	rep := api.SubmitReply{Queue: queue, Status: api.Failed, Type: api.ProblemInternal, Error: err.Error()}
+func errorReply(queue string, err error) spillway.SubmitReply {
+	rep := spillway.SubmitReply{Queue: queue, Status: spillway.Failed, Type: spillway.ProblemInternal, Error: err.Error()}
 	var e *admit.Error
 	if errors.As(err, &e) {
 		rep.Type, rep.Error, rep.RetryAfterMS = e.Type, e.Detail, retryMS(e.RetryAfter)
@@ -203,20 +203,20 @@ func (h *httpDoor) submitBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || (ct != api.BatchJSON && ct != api.BatchNDJSON) {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "Content-Type",
-			Detail: fmt.Sprintf("Content-Type %.80q: want %s (a JSON array of jobs) or %s (one job per line)", r.Header.Get("Content-Type"), api.BatchJSON, api.BatchNDJSON)})
+	if err != nil || (ct != spillway.BatchJSON && ct != spillway.BatchNDJSON) {
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "Content-Type",
+			Detail: fmt.Sprintf("Content-Type %.80q: want %s (a JSON array of jobs) or %s (one job per line)", r.Header.Get("Content-Type"), spillway.BatchJSON, spillway.BatchNDJSON)})
 		return
 	}
 	body, ok := readBody(w, r, batchBodyFactor*cfg.HTTP.MaxBodyBytes, batchTooLarge)
 	if !ok {
 		return
 	}
-	reqs, bad, err := readBatch(body, ct == api.BatchNDJSON, name, cfg.HTTP.MaxBodyBytes, false)
+	reqs, bad, err := readBatch(body, ct == spillway.BatchNDJSON, name, cfg.HTTP.MaxBodyBytes, false)
 	if err != nil {
 		var be *batchError
 		errors.As(err, &be)
-		problem(w, r, statusOf(be.typ), api.Problem{Type: be.typ, Title: titleOf(be.typ), Field: be.field, Detail: be.detail, Queue: name})
+		problem(w, r, statusOf(be.typ), spillway.Problem{Type: be.typ, Title: titleOf(be.typ), Field: be.field, Detail: be.detail, Queue: name})
 		return
 	}
 	peer := clientIP(r, cfg.HTTP.TrustedProxies)
@@ -232,14 +232,14 @@ func (h *httpDoor) submitBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func batchTooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
-	problem(w, r, http.StatusRequestEntityTooLarge, api.Problem{Type: api.ProblemTooLarge, Title: "Payload too large", Field: "body",
+	problem(w, r, http.StatusRequestEntityTooLarge, spillway.Problem{Type: spillway.ProblemTooLarge, Title: "Payload too large", Field: "body",
 		Detail: fmt.Sprintf("the batch is larger than %d × http.max_body_bytes (%d bytes)", batchBodyFactor, limit)})
 }
 
 // startBatch subscribes to spillway.submitbatch.* in the admitters' queue
 // group, as Start does for single submissions.
 func (d *NATSDoor) startBatch() error {
-	sub, err := d.subscribe(api.SubmitBatchPrefix, d.answerBatch, 1<<16)
+	sub, err := d.subscribe(spillway.SubmitBatchPrefix, d.answerBatch, 1<<16)
 	if err != nil {
 		return err
 	}
@@ -251,13 +251,13 @@ func (d *NATSDoor) answerBatch(m *nats.Msg) {
 	if m.Reply == "" {
 		return // a publish, not a request: nobody would learn the answer
 	}
-	name := strings.TrimPrefix(m.Subject, api.SubmitBatchPrefix)
+	name := strings.TrimPrefix(m.Subject, spillway.SubmitBatchPrefix)
 	fail := func(typ, field, detail string) {
-		d.replyBatch(m, api.BatchReply{Queue: name, Status: api.Failed, Type: typ, Field: field, Error: detail})
+		d.replyBatch(m, spillway.BatchReply{Queue: name, Status: spillway.Failed, Type: typ, Field: field, Error: detail})
 	}
 	cfg := d.admitter.Config()
 	if cfg.Queue(name) == nil {
-		fail(api.ProblemNotFound, "", fmt.Sprintf("no queue %.80q", name))
+		fail(spillway.ProblemNotFound, "", fmt.Sprintf("no queue %.80q", name))
 		return
 	}
 	// NDJSON unless the body is a JSON array.
@@ -280,7 +280,7 @@ func (d *NATSDoor) answerBatch(m *nats.Msg) {
 	d.replyBatch(m, rep)
 }
 
-func (d *NATSDoor) replyBatch(m *nats.Msg, rep api.BatchReply) {
+func (d *NATSDoor) replyBatch(m *nats.Msg, rep spillway.BatchReply) {
 	replyJSON(d.nc, d.logger, m, rep, rep.Status, nil, "queue", rep.Queue, "jobs", len(rep.Results))
 }
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // benchDoor is an HTTP door on an embedded JetStream, without job-status
@@ -82,7 +82,7 @@ func BenchmarkHTTPSubmit(b *testing.B) {
 						req.Header.Set("X-Client", fmt.Sprintf("c%d", n%1000))
 					} else {
 						req, _ = http.NewRequestWithContext(b.Context(), http.MethodPost, bb.srv.URL+"/v1/queues/q/jobs:batch", bytes.NewReader(body))
-						req.Header.Set("Content-Type", api.BatchJSON)
+						req.Header.Set("Content-Type", spillway.BatchJSON)
 					}
 					n++
 					resp, err := bb.client.Do(req)

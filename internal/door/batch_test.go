@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // batchConfig: per X-Client, a key's first job is admitted, its next two
@@ -49,13 +49,13 @@ var batchJobs = []string{
 }
 
 // checkBatchReply checks the answers to batchJobs, in order.
-func checkBatchReply(t *testing.T, rep api.BatchReply) {
+func checkBatchReply(t *testing.T, rep spillway.BatchReply) {
 	t.Helper()
 	if rep.Queue != "q" || len(rep.Results) != len(batchJobs) {
 		t.Fatalf("reply for queue %q with %d results, want q and %d: %+v", rep.Queue, len(rep.Results), len(batchJobs), rep)
 	}
 	r := rep.Results
-	want := []api.Status{api.Admitted, api.Queued, api.Queued, api.Rejected, api.Failed, api.Admitted, api.Queued}
+	want := []spillway.Status{spillway.Admitted, spillway.Queued, spillway.Queued, spillway.Rejected, spillway.Failed, spillway.Admitted, spillway.Queued}
 	for i, w := range want {
 		if r[i].Status != w || r[i].Queue != "q" {
 			t.Errorf("job %d: %+v, want %s", i, r[i], w)
@@ -67,11 +67,11 @@ func checkBatchReply(t *testing.T, rep api.BatchReply) {
 	if r[1].Position == 0 || r[1].EstimatedStart == nil {
 		t.Errorf("queued job 1: %+v, want a position and an estimated start", r[1])
 	}
-	if r[3].Type != api.ProblemRateLimited || r[3].RetryAfterMS <= 0 {
+	if r[3].Type != spillway.ProblemRateLimited || r[3].RetryAfterMS <= 0 {
 		t.Errorf("job 3: %+v, want rate-limited with retry_after_ms", r[3])
 	}
-	if r[4].Type != api.ProblemBadCost || !strings.Contains(r[4].Error, api.HeaderCost) {
-		t.Errorf("job 4: %+v, want bad-cost naming %s", r[4], api.HeaderCost)
+	if r[4].Type != spillway.ProblemBadCost || !strings.Contains(r[4].Error, spillway.HeaderCost) {
+		t.Errorf("job 4: %+v, want bad-cost naming %s", r[4], spillway.HeaderCost)
 	}
 	if !r[6].Duplicate || r[6].ID != r[1].ID {
 		t.Errorf("job 6: %+v, want job 1's answer (id %s) as a duplicate", r[6], r[1].ID)
@@ -81,9 +81,9 @@ func checkBatchReply(t *testing.T, rep api.BatchReply) {
 func TestHTTPBatch(t *testing.T) {
 	t.Parallel()
 	for _, ndjson := range []bool{false, true} {
-		ct := api.BatchJSON
+		ct := spillway.BatchJSON
 		if ndjson {
-			ct = api.BatchNDJSON
+			ct = spillway.BatchNDJSON
 		}
 		t.Run(ct, func(t *testing.T) {
 			t.Parallel()
@@ -92,7 +92,7 @@ func TestHTTPBatch(t *testing.T) {
 			if r.code != http.StatusOK {
 				t.Fatalf("%d %s, want 200", r.code, r.body)
 			}
-			var rep api.BatchReply
+			var rep spillway.BatchReply
 			if err := json.Unmarshal(r.body, &rep); err != nil {
 				t.Fatalf("%s: %v", r.body, err)
 			}
@@ -125,15 +125,15 @@ func TestHTTPBatchUnreadable(t *testing.T) {
 		code        int
 		typ, field  string
 	}{
-		{"bad base64", api.BatchJSON, batchBody(false, good, `{"payload_base64": "%%%"}`), 400, api.ProblemBadRequest, "jobs[1].payload_base64"},
-		{"both payloads", api.BatchNDJSON, batchBody(true, good, good, `{"payload": "a", "payload_base64": "YQ=="}`), 400, api.ProblemBadRequest, "jobs[2].payload_base64"},
-		{"unknown field", api.BatchJSON, batchBody(false, `{"header": {}}`), 400, api.ProblemBadRequest, "jobs[0].header"},
-		{"header not a string", api.BatchJSON, batchBody(false, good, `{"headers": {"Spillway-Cost": 2}}`), 400, api.ProblemBadRequest, "jobs[1].headers"},
-		{"not an array", api.BatchJSON, []byte(good), 400, api.ProblemBadRequest, "body"},
-		{"no jobs", api.BatchJSON, []byte("[]"), 400, api.ProblemBadRequest, "body"},
-		{"content type", "text/plain", batchBody(false, good), 400, api.ProblemBadRequest, "Content-Type"},
-		{"too many jobs", api.BatchJSON, batchBody(false, many...), 413, api.ProblemTooLarge, "body"},
-		{"payload too large", api.BatchJSON, batchBody(false, `{"payload": "`+strings.Repeat("x", 1<<20+1)+`"}`), 413, api.ProblemTooLarge, "jobs[0].payload"},
+		{"bad base64", spillway.BatchJSON, batchBody(false, good, `{"payload_base64": "%%%"}`), 400, spillway.ProblemBadRequest, "jobs[1].payload_base64"},
+		{"both payloads", spillway.BatchNDJSON, batchBody(true, good, good, `{"payload": "a", "payload_base64": "YQ=="}`), 400, spillway.ProblemBadRequest, "jobs[2].payload_base64"},
+		{"unknown field", spillway.BatchJSON, batchBody(false, `{"header": {}}`), 400, spillway.ProblemBadRequest, "jobs[0].header"},
+		{"header not a string", spillway.BatchJSON, batchBody(false, good, `{"headers": {"Spillway-Cost": 2}}`), 400, spillway.ProblemBadRequest, "jobs[1].headers"},
+		{"not an array", spillway.BatchJSON, []byte(good), 400, spillway.ProblemBadRequest, "body"},
+		{"no jobs", spillway.BatchJSON, []byte("[]"), 400, spillway.ProblemBadRequest, "body"},
+		{"content type", "text/plain", batchBody(false, good), 400, spillway.ProblemBadRequest, "Content-Type"},
+		{"too many jobs", spillway.BatchJSON, batchBody(false, many...), 413, spillway.ProblemTooLarge, "body"},
+		{"payload too large", spillway.BatchJSON, batchBody(false, `{"payload": "`+strings.Repeat("x", 1<<20+1)+`"}`), 413, spillway.ProblemTooLarge, "jobs[0].payload"},
 	} {
 		r := b.do(t, http.MethodPost, "/v1/queues/q/jobs:batch", bytes.NewReader(c.body), "Content-Type", c.contentType)
 		if r.code != c.code || r.problem.Type != c.typ || r.problem.Field != c.field {
@@ -143,7 +143,7 @@ func TestHTTPBatchUnreadable(t *testing.T) {
 	if got := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); got != 0 {
 		t.Errorf("%d jobs stored, want none", got)
 	}
-	if r := b.do(t, http.MethodPost, "/v1/queues/nope/jobs:batch", bytes.NewReader(batchBody(false, good)), "Content-Type", api.BatchJSON); r.code != 404 {
+	if r := b.do(t, http.MethodPost, "/v1/queues/nope/jobs:batch", bytes.NewReader(batchBody(false, good)), "Content-Type", spillway.BatchJSON); r.code != 404 {
 		t.Errorf("unknown queue: %d %s, want 404", r.code, r.body)
 	}
 }
@@ -152,11 +152,11 @@ func TestNATSBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, batchConfig, setupOptions{})
 	for _, ndjson := range []bool{false, true} {
-		m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: api.SubmitBatchPrefix + "q", Data: batchBody(ndjson, batchJobs...)}, 10*time.Second)
+		m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: spillway.SubmitBatchPrefix + "q", Data: batchBody(ndjson, batchJobs...)}, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep api.BatchReply
+		var rep spillway.BatchReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Fatalf("%s: %v", m.Data, err)
 		}
@@ -166,20 +166,20 @@ func TestNATSBatch(t *testing.T) {
 		}
 		// The same jobs again: a's limit is full, b's has room, k-2
 		// answers as before.
-		want := []api.Status{api.Rejected, api.Queued, api.Rejected, api.Rejected, api.Failed, api.Queued, api.Queued}
+		want := []spillway.Status{spillway.Rejected, spillway.Queued, spillway.Rejected, spillway.Rejected, spillway.Failed, spillway.Queued, spillway.Queued}
 		for i, w := range want {
 			if rep.Results[i].Status != w {
 				t.Errorf("again, job %d: %+v, want %s", i, rep.Results[i], w)
 			}
 		}
 	}
-	m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: api.SubmitBatchPrefix + "q", Data: []byte(`[{"payload_base64": "%"}]`)}, 10*time.Second)
+	m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: spillway.SubmitBatchPrefix + "q", Data: []byte(`[{"payload_base64": "%"}]`)}, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep api.BatchReply
-	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Status != api.Failed || rep.Field != "jobs[0].payload_base64" ||
-		m.Header.Get(api.HeaderStatus) != string(api.Failed) {
+	var rep spillway.BatchReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Status != spillway.Failed || rep.Field != "jobs[0].payload_base64" ||
+		m.Header.Get(spillway.HeaderStatus) != string(spillway.Failed) {
 		t.Errorf("unreadable batch: %s %v, want status error naming jobs[0].payload_base64", m.Data, m.Header)
 	}
 }
@@ -197,26 +197,26 @@ func TestHTTPBatchShadowAndSchedule(t *testing.T) {
 		`{"headers": {"X-Client": "c", "X-Tenant": "t", "Spillway-Delay": "soon"}, "payload": "three"}`,
 		`{"headers": {"X-Client": "c", "X-Tenant": "t", "Spillway-Delay": "1h", "Spillway-Max-Wait": "30m"}, "payload": "four"}`,
 	)
-	r := b.do(t, http.MethodPost, "/v1/queues/q/jobs:batch", bytes.NewReader(body), "Content-Type", api.BatchJSON)
+	r := b.do(t, http.MethodPost, "/v1/queues/q/jobs:batch", bytes.NewReader(body), "Content-Type", spillway.BatchJSON)
 	if r.code != http.StatusOK {
 		t.Fatalf("%d %s, want 200", r.code, r.body)
 	}
-	var rep api.BatchReply
+	var rep spillway.BatchReply
 	if err := json.Unmarshal(r.body, &rep); err != nil || len(rep.Results) != 4 {
 		t.Fatalf("%s: %v, want 4 results", r.body, err)
 	}
 	res := rep.Results
-	if res[0].Status != api.Admitted || len(res[0].Shadow) != 0 {
+	if res[0].Status != spillway.Admitted || len(res[0].Shadow) != 0 {
 		t.Errorf("job 0: %+v, want admitted with no shadow values", res[0])
 	}
-	if want := []string{"strict would-queue", "hourly would-queue"}; res[1].Status != api.Queued || !slices.Equal(res[1].Shadow, want) ||
+	if want := []string{"strict would-queue", "hourly would-queue"}; res[1].Status != spillway.Queued || !slices.Equal(res[1].Shadow, want) ||
 		res[1].NotBefore == nil {
 		t.Errorf("job 1: %+v, want queued until its delay, shadow %q", res[1], want)
 	}
-	if res[2].Status != api.Failed || res[2].Type != api.ProblemBadRequest || !strings.Contains(res[2].Error, api.HeaderDelay) {
-		t.Errorf("job 2: %+v, want bad-request naming %s", res[2], api.HeaderDelay)
+	if res[2].Status != spillway.Failed || res[2].Type != spillway.ProblemBadRequest || !strings.Contains(res[2].Error, spillway.HeaderDelay) {
+		t.Errorf("job 2: %+v, want bad-request naming %s", res[2], spillway.HeaderDelay)
 	}
-	if res[3].Status != api.Failed || res[3].Type != api.ProblemBadRequest || !strings.Contains(res[3].Error, api.HeaderMaxWait) {
-		t.Errorf("job 3: %+v, want bad-request naming %s", res[3], api.HeaderMaxWait)
+	if res[3].Status != spillway.Failed || res[3].Type != spillway.ProblemBadRequest || !strings.Contains(res[3].Error, spillway.HeaderMaxWait) {
+		t.Errorf("job 3: %+v, want bad-request naming %s", res[3], spillway.HeaderMaxWait)
 	}
 }

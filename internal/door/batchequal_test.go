@@ -14,9 +14,9 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // twinHeaders are n jobs' headers (name, value, …), seeded: 20 clients,
@@ -27,25 +27,25 @@ func twinHeaders(n int, at time.Time) [][]string {
 	rng := rand.New(rand.NewPCG(3, 5))
 	out := make([][]string, n)
 	for i := range out {
-		h := []string{api.HeaderCost, fmt.Sprint(1 + rng.IntN(3)), api.HeaderPriority, []string{"high", "normal", "low"}[rng.IntN(3)]}
+		h := []string{spillway.HeaderCost, fmt.Sprint(1 + rng.IntN(3)), spillway.HeaderPriority, []string{"high", "normal", "low"}[rng.IntN(3)]}
 		if i%101 != 17 {
 			h = append(h, "X-Client", fmt.Sprintf("client-%d", rng.IntN(20)))
 		}
 		if rng.IntN(6) == 0 {
-			h = append(h, api.HeaderIdempotencyKey, fmt.Sprintf("idem-%d", rng.IntN(50)))
+			h = append(h, spillway.HeaderIdempotencyKey, fmt.Sprintf("idem-%d", rng.IntN(50)))
 		}
 		switch {
 		case i%199 == 7:
 			h[1] = "40" // over the leaky tier's quota
 		case i%11 == 3:
-			h = append(h, api.HeaderDelay, fmt.Sprintf("%dm", 1+i%5))
+			h = append(h, spillway.HeaderDelay, fmt.Sprintf("%dm", 1+i%5))
 		case i%83 == 2:
-			h = append(h, api.HeaderNotBefore, at.Add(90*time.Second).Format(time.RFC3339))
+			h = append(h, spillway.HeaderNotBefore, at.Add(90*time.Second).Format(time.RFC3339))
 		case i%127 == 5:
-			h = append(h, api.HeaderDelay, "soon") // malformed
+			h = append(h, spillway.HeaderDelay, "soon") // malformed
 		}
 		if i%19 == 8 {
-			h = append(h, api.HeaderMaxWait, []string{"4s", "40s", "3m"}[i%3])
+			h = append(h, spillway.HeaderMaxWait, []string{"4s", "40s", "3m"}[i%3])
 		}
 		out[i] = h
 	}
@@ -54,7 +54,7 @@ func twinHeaders(n int, at time.Time) [][]string {
 
 // twinOutcome is what a job's answer says, its id replaced by the index
 // of the job that first got it (a duplicate's), which the two runs share.
-func twinOutcome(r api.SubmitReply, firstOf map[string]int, i int) string {
+func twinOutcome(r spillway.SubmitReply, firstOf map[string]int, i int) string {
 	first := -1
 	if r.ID != "" {
 		if f, ok := firstOf[r.ID]; ok {
@@ -75,8 +75,8 @@ func twinOutcome(r api.SubmitReply, firstOf map[string]int, i int) string {
 
 // twinKind is an answer's status and problem type, without the types'
 // common prefix.
-func twinKind(r api.SubmitReply) string {
-	prefix := api.ProblemRateLimited[:strings.LastIndex(api.ProblemRateLimited, "/")+1]
+func twinKind(r spillway.SubmitReply) string {
+	prefix := spillway.ProblemRateLimited[:strings.LastIndex(spillway.ProblemRateLimited, "/")+1]
 	return strings.TrimSpace(string(r.Status) + " " + strings.TrimPrefix(r.Type, prefix))
 }
 
@@ -130,7 +130,7 @@ func TestBatchEqualsSinglesOverEachDoor(t *testing.T) {
 }
 
 // submitBatch sends jobs to queue batch as one batch over door.
-func (b *testBundle) submitBatch(t *testing.T, door string, jobs [][]string) []api.BatchResult {
+func (b *testBundle) submitBatch(t *testing.T, door string, jobs [][]string) []spillway.BatchResult {
 	t.Helper()
 	objs := make([]string, len(jobs))
 	for i, h := range jobs {
@@ -144,10 +144,10 @@ func (b *testBundle) submitBatch(t *testing.T, door string, jobs [][]string) []a
 		}
 		objs[i] = string(j)
 	}
-	var rep api.BatchReply
+	var rep spillway.BatchReply
 	switch door {
 	case "http":
-		r := b.do(t, http.MethodPost, "/v1/queues/batch/jobs:batch", bytes.NewReader(batchBody(false, objs...)), "Content-Type", api.BatchJSON)
+		r := b.do(t, http.MethodPost, "/v1/queues/batch/jobs:batch", bytes.NewReader(batchBody(false, objs...)), "Content-Type", spillway.BatchJSON)
 		if r.code != http.StatusOK {
 			t.Fatalf("batch over HTTP: %d %s", r.code, r.body)
 		}
@@ -155,7 +155,7 @@ func (b *testBundle) submitBatch(t *testing.T, door string, jobs [][]string) []a
 			t.Fatal(err)
 		}
 	default:
-		m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: api.SubmitBatchPrefix + "batch", Data: batchBody(false, objs...)}, 30*time.Second)
+		m, err := apitest.Request(t, b.nc, &nats.Msg{Subject: spillway.SubmitBatchPrefix + "batch", Data: batchBody(false, objs...)}, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func (b *testBundle) submitBatch(t *testing.T, door string, jobs [][]string) []a
 
 // submitOne sends job i (its headers h) to queue singles over door, and
 // returns its answer as a batch result says it.
-func (b *testBundle) submitOne(t *testing.T, door string, h []string, i int) api.SubmitReply {
+func (b *testBundle) submitOne(t *testing.T, door string, h []string, i int) spillway.SubmitReply {
 	t.Helper()
 	payload := []byte(fmt.Sprint("job ", i))
 	if door == "nats" {
@@ -182,8 +182,8 @@ func (b *testBundle) submitOne(t *testing.T, door string, h []string, i int) api
 	case http.StatusOK, http.StatusAccepted:
 		return r.reply
 	case http.StatusTooManyRequests:
-		return api.SubmitReply{Queue: r.problem.Queue, Status: api.Rejected, Type: r.problem.Type, RetryAfterMS: r.problem.RetryAfterMS}
+		return spillway.SubmitReply{Queue: r.problem.Queue, Status: spillway.Rejected, Type: r.problem.Type, RetryAfterMS: r.problem.RetryAfterMS}
 	default:
-		return api.SubmitReply{Queue: "singles", Status: api.Failed, Type: r.problem.Type}
+		return spillway.SubmitReply{Queue: "singles", Status: spillway.Failed, Type: r.problem.Type}
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // A cancel (docs/design.md#cancel) takes a queued job out of the backlog:
@@ -30,7 +30,7 @@ import (
 // problem document, or on NATS a CancelReply with Type and Error.
 type cancelFailure struct {
 	status int
-	p      api.Problem
+	p      spillway.Problem
 	// logged: a server-side failure, worth a warning.
 	logged error
 }
@@ -38,10 +38,10 @@ type cancelFailure struct {
 // cancelJob cancels job id, of queue name if name is not empty (the NATS
 // subject's queue: a job of another queue is unknown there).
 func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store, name, id string, log *slog.Logger) (jobstatus.Record, *cancelFailure) {
-	notFound := &cancelFailure{status: http.StatusNotFound, p: api.Problem{Type: api.ProblemNotFound, Title: "Unknown job", ID: id,
+	notFound := &cancelFailure{status: http.StatusNotFound, p: spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown job", ID: id,
 		Detail: "no status for this job id (unknown, or older than status.ttl)"}}
 	if st == nil {
-		return jobstatus.Record{}, &cancelFailure{status: http.StatusNotFound, p: api.Problem{Type: api.ProblemNotFound, Title: "Job status is not kept", ID: id,
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusNotFound, p: spillway.Problem{Type: spillway.ProblemNotFound, Title: "Job status is not kept", ID: id,
 			Detail: "a cancel needs the job status records; this admitter keeps none"}}
 	}
 	if name != "" {
@@ -54,7 +54,7 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 	var nc *jobstatus.NotCancellableError
 	switch {
 	case errors.Is(err, jobstatus.ErrInvalidID):
-		return jobstatus.Record{}, &cancelFailure{status: http.StatusBadRequest, p: api.Problem{Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}}
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusBadRequest, p: spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()}}
 	case errors.Is(err, jobstatus.ErrNotFound):
 		return jobstatus.Record{}, notFound
 	case errors.As(err, &nc):
@@ -69,11 +69,11 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 		if cur.State == jobstatus.Admitted {
 			detail += " (an admitted job starts at once)"
 		}
-		return jobstatus.Record{}, &cancelFailure{status: http.StatusConflict, p: api.Problem{Type: api.ProblemConflict, Title: "Job not queued",
-			Detail: detail, ID: id, Queue: cur.Queue, State: string(cur.State)}}
+		return jobstatus.Record{}, &cancelFailure{status: http.StatusConflict, p: spillway.Problem{Type: spillway.ProblemConflict, Title: "Job not queued",
+			Detail: detail, ID: id, Queue: cur.Queue, State: spillway.State(cur.State)}}
 	case err != nil:
 		return jobstatus.Record{}, &cancelFailure{status: http.StatusServiceUnavailable, logged: err,
-			p: api.Problem{Type: api.ProblemUnavailable, Title: "Unavailable", ID: id, RetryAfterMS: 1000, Detail: "cancelling the job: " + err.Error()}}
+			p: spillway.Problem{Type: spillway.ProblemUnavailable, Title: "Unavailable", ID: id, RetryAfterMS: 1000, Detail: "cancelling the job: " + err.Error()}}
 	}
 	if rec.BacklogSeq == 0 {
 		// The admitter's record did not say where the job is. It never
@@ -88,7 +88,7 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 			return rec, nil
 		}
 		return jobstatus.Record{}, &cancelFailure{status: http.StatusServiceUnavailable, logged: err,
-			p: api.Problem{Type: api.ProblemUnavailable, Title: "Unavailable", ID: id, Queue: rec.Queue, RetryAfterMS: 1000,
+			p: spillway.Problem{Type: spillway.ProblemUnavailable, Title: "Unavailable", ID: id, Queue: rec.Queue, RetryAfterMS: 1000,
 				Detail: "the job is cancelled and will not run, but freeing its backlog place failed; cancel again to free it: " + err.Error()}}
 	}
 	return rec, nil
@@ -108,71 +108,94 @@ func (h *httpDoor) cancel(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, f.status, f.p)
 		return
 	}
-	writeJSON(w, http.StatusOK, "application/json", rec)
+	writeJSON(w, http.StatusOK, "application/json", jobOf(rec))
 }
 
-// NATSCancel answers cancels sent as requests to spillway.cancel.<queue>,
-// in the admitters' queue group, with an api.CancelReply and its status in
-// the Spillway-Status header, as the NATS door answers submissions.
-type NATSCancel struct {
+// NATSJobs answers the NATS door's requests about jobs, in the admitters'
+// queue group: reads on spillway.job.<id> (job.go) and cancels on
+// spillway.cancel.<queue>. A cancel is answered with a
+// spillway.CancelReply and its status in the Spillway-Status header, as
+// the NATS door answers submissions.
+type NATSJobs struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	admitter *admit.Admitter
 	status   *jobstatus.Store
 	logger   *slog.Logger
-	sub      *nats.Subscription
+	subs     []*nats.Subscription
+	sem      chan struct{}
 	wg       sync.WaitGroup
-	// Timeout bounds one cancel (default 10s).
+	// Timeout bounds one read or cancel (default 10s).
 	Timeout time.Duration
 }
 
-// NewNATSCancel returns the cancel door over status (nil: every cancel
-// answers not-found); Start subscribes.
-func NewNATSCancel(nc *nats.Conn, js jetstream.JetStream, a *admit.Admitter, status *jobstatus.Store, logger *slog.Logger) *NATSCancel {
+// maxConcurrentJobs bounds the reads and cancels NATSJobs works on at
+// once: clients waiting for their jobs poll spillway.job.<id>, many at a
+// time.
+const maxConcurrentJobs = 256
+
+// NewNATSJobs returns the job subjects' door over status (nil: every read
+// and cancel answers not-found); Start subscribes.
+func NewNATSJobs(nc *nats.Conn, js jetstream.JetStream, a *admit.Admitter, status *jobstatus.Store, logger *slog.Logger) *NATSJobs {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &NATSCancel{nc: nc, js: js, admitter: a, status: status, logger: logger, Timeout: 10 * time.Second}
+	return &NATSJobs{nc: nc, js: js, admitter: a, status: status, logger: logger, sem: make(chan struct{}, maxConcurrentJobs), Timeout: 10 * time.Second}
 }
 
-// Start subscribes to spillway.cancel.* in the admitters' queue group.
-func (d *NATSCancel) Start() error {
-	sub, err := d.nc.QueueSubscribe(api.CancelPrefix+"*", api.AdmitterGroup, func(m *nats.Msg) {
-		d.wg.Add(1)
-		defer d.wg.Done()
-		d.answer(m)
-	})
-	if err != nil {
-		return err
+// Start subscribes to spillway.job.* and spillway.cancel.* in the
+// admitters' queue group.
+func (d *NATSJobs) Start() error {
+	for _, s := range []struct {
+		prefix string
+		answer func(*nats.Msg)
+	}{{spillway.JobPrefix, d.answerJob}, {spillway.CancelPrefix, d.answer}} {
+		sub, err := d.nc.QueueSubscribe(s.prefix+"*", AdmitterGroup, func(m *nats.Msg) {
+			d.sem <- struct{}{}
+			d.wg.Add(1)
+			go func() {
+				defer func() { <-d.sem; d.wg.Done() }()
+				s.answer(m)
+			}()
+		})
+		if err != nil {
+			return err
+		}
+		d.subs = append(d.subs, sub)
 	}
-	d.sub = sub
 	return d.nc.Flush()
 }
 
-// Stop stops taking cancels, answers those received, and waits for them or
-// for ctx.
-func (d *NATSCancel) Stop(ctx context.Context) error {
-	return drainAndWait(ctx, d.sub, &d.wg)
+// Stop stops taking requests, answers those received, and waits for them
+// or for ctx.
+func (d *NATSJobs) Stop(ctx context.Context) error {
+	var none sync.WaitGroup
+	for _, sub := range d.subs {
+		if err := drainAndWait(ctx, sub, &none); err != nil {
+			return err
+		}
+	}
+	return drainAndWait(ctx, nil, &d.wg)
 }
 
-func (d *NATSCancel) answer(m *nats.Msg) {
+func (d *NATSJobs) answer(m *nats.Msg) {
 	if m.Reply == "" {
 		return // a publish, not a request: nobody would learn the answer
 	}
-	name := strings.TrimPrefix(m.Subject, api.CancelPrefix)
-	rep := api.CancelReply{Queue: name}
+	name := strings.TrimPrefix(m.Subject, spillway.CancelPrefix)
+	rep := spillway.CancelReply{Queue: name}
 	if d.admitter.Config().Queue(name) == nil {
-		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
+		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
 		d.reply(m, rep)
 		return
 	}
-	id := headerGet(m.Header, api.HeaderJobID)
+	id := headerGet(m.Header, spillway.HeaderJobID)
 	if id == "" {
 		id = strings.TrimSpace(string(m.Data))
 	}
 	rep.ID = id
 	if id == "" {
-		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadRequest, "no job id: send it as the body or in the "+api.HeaderJobID+" header"
+		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemBadRequest, "no job id: send it as the body or in the "+spillway.HeaderJobID+" header"
 		d.reply(m, rep)
 		return
 	}
@@ -186,14 +209,14 @@ func (d *NATSCancel) answer(m *nats.Msg) {
 		if f.status == http.StatusBadRequest {
 			rep.ID = "" // not a job id: not echoed
 		}
-		rep.Status, rep.Type, rep.Error, rep.State = api.Failed, f.p.Type, f.p.Detail, f.p.State
+		rep.Status, rep.Type, rep.Error, rep.State = spillway.Failed, f.p.Type, f.p.Detail, f.p.State
 		d.reply(m, rep)
 		return
 	}
-	rep.Status, rep.State = api.Cancelled, string(jobstatus.Cancelled)
+	rep.Status, rep.State = spillway.Cancelled, spillway.StateCancelled
 	d.reply(m, rep)
 }
 
-func (d *NATSCancel) reply(m *nats.Msg, rep api.CancelReply) {
+func (d *NATSJobs) reply(m *nats.Msg, rep spillway.CancelReply) {
 	replyJSON(d.nc, d.logger, m, rep, rep.Status, nil, "queue", rep.Queue, "id", rep.ID, "status", rep.Status)
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // cancelConfig: per X-Client, one job at once and the rest excess, due at
@@ -67,9 +67,9 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 		return b.do(t, http.MethodDelete, "/v1/jobs/"+id, nil, header...)
 	}
 
-	admitted := submit(string(api.Admitted))
-	queued := submit(string(api.Queued))
-	submit(api.ProblemKeyFull) // the key's one place is taken
+	admitted := submit(string(spillway.Admitted))
+	queued := submit(string(spillway.Queued))
+	submit(spillway.ProblemKeyFull) // the key's one place is taken
 	b.waitState(t, queued, jobstatus.Queued)
 	b.waitState(t, admitted, jobstatus.Admitted)
 
@@ -82,7 +82,7 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 		t.Fatalf("cancel the queued job: %d %s, want 200 and its record, cancelled", r.code, r.body)
 	}
 	// Its place is free at once: the key submits again and is queued.
-	again := submit(string(api.Queued))
+	again := submit(string(spillway.Queued))
 	if n := admittest.Msgs(t, b.JS, "q", queue.Backlog); n != 1 {
 		t.Errorf("the backlog holds %d jobs after the cancel and a new one, want 1", n)
 	}
@@ -96,13 +96,13 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 		typ   string
 		state jobstatus.State
 	}{
-		{queued, http.StatusConflict, api.ProblemConflict, jobstatus.Cancelled},
-		{admitted, http.StatusConflict, api.ProblemConflict, jobstatus.Admitted},
-		{"0190f1c5-7b1e-7c4a-9f0e-3a1b2c3d4e5f", http.StatusNotFound, api.ProblemNotFound, ""},
-		{"not-a-job-id", http.StatusBadRequest, api.ProblemBadRequest, ""},
+		{queued, http.StatusConflict, spillway.ProblemConflict, jobstatus.Cancelled},
+		{admitted, http.StatusConflict, spillway.ProblemConflict, jobstatus.Admitted},
+		{"0190f1c5-7b1e-7c4a-9f0e-3a1b2c3d4e5f", http.StatusNotFound, spillway.ProblemNotFound, ""},
+		{"not-a-job-id", http.StatusBadRequest, spillway.ProblemBadRequest, ""},
 	} {
 		r := cancel(c.id, auth...)
-		if r.code != c.code || r.problem.Type != c.typ || r.problem.State != string(c.state) {
+		if r.code != c.code || r.problem.Type != c.typ || string(r.problem.State) != string(c.state) {
 			t.Errorf("cancel %s: %d %s, want %d %s state %q", c.id, r.code, r.body, c.code, c.typ, c.state)
 		}
 	}
@@ -128,7 +128,7 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 	})
 	waitStarted(t, started, again)
 	r = cancel(again, auth...)
-	if r.code != http.StatusConflict || r.problem.Type != api.ProblemConflict || r.problem.State != string(jobstatus.Running) {
+	if r.code != http.StatusConflict || r.problem.Type != spillway.ProblemConflict || string(r.problem.State) != string(jobstatus.Running) {
 		t.Errorf("cancel the running job: %d %s, want 409 conflict, state running", r.code, r.body)
 	}
 	close(hold)
@@ -146,7 +146,7 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 func TestNATSCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t, cancelConfig, setupOptions{})
-	cd := door.NewNATSCancel(b.nc, b.JS, b.admitter, b.status, nil)
+	cd := door.NewNATSJobs(b.nc, b.JS, b.admitter, b.status, nil)
 	if err := cd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -157,25 +157,25 @@ func TestNATSCancel(t *testing.T) {
 			t.Errorf("stopping the cancel door: %v", err)
 		}
 	})
-	submit := func() api.SubmitReply {
+	submit := func() spillway.SubmitReply {
 		t.Helper()
-		m := nats.NewMsg(api.SubmitPrefix + "q")
+		m := nats.NewMsg(spillway.SubmitPrefix + "q")
 		m.Header.Set("X-Client", "a")
 		resp, err := apitest.Request(t, b.nc, m, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep api.SubmitReply
+		var rep spillway.SubmitReply
 		if err := json.Unmarshal(resp.Data, &rep); err != nil {
 			t.Fatal(err)
 		}
 		return rep
 	}
-	ask := func(q, id string, inHeader bool) (api.CancelReply, string) {
+	ask := func(q, id string, inHeader bool) (spillway.CancelReply, string) {
 		t.Helper()
-		m := nats.NewMsg(api.CancelPrefix + q)
+		m := nats.NewMsg(spillway.CancelPrefix + q)
 		if inHeader {
-			m.Header.Set(api.HeaderJobID, id)
+			m.Header.Set(spillway.HeaderJobID, id)
 		} else {
 			m.Data = []byte(id)
 		}
@@ -183,42 +183,42 @@ func TestNATSCancel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rep api.CancelReply
+		var rep spillway.CancelReply
 		if err := json.Unmarshal(resp.Data, &rep); err != nil {
 			t.Fatalf("reply %q: %v", resp.Data, err)
 		}
-		return rep, resp.Header.Get(api.HeaderStatus)
+		return rep, resp.Header.Get(spillway.HeaderStatus)
 	}
 
 	admitted, queued := submit(), submit()
-	if admitted.Status != api.Admitted || queued.Status != api.Queued {
+	if admitted.Status != spillway.Admitted || queued.Status != spillway.Queued {
 		t.Fatalf("submissions: %+v %+v, want admitted then queued", admitted, queued)
 	}
 	b.waitState(t, queued.ID, jobstatus.Queued)
 	b.waitState(t, admitted.ID, jobstatus.Admitted)
 
 	rep, st := ask("q", queued.ID, true)
-	if rep.Status != api.Cancelled || st != "cancelled" || rep.ID != queued.ID || rep.State != "cancelled" {
+	if rep.Status != spillway.Cancelled || st != "cancelled" || rep.ID != queued.ID || rep.State != "cancelled" {
 		t.Errorf("cancel the queued job: %+v (header %q), want cancelled", rep, st)
 	}
-	if again := submit(); again.Status != api.Queued {
+	if again := submit(); again.Status != spillway.Queued {
 		t.Errorf("the key after the cancel: %+v, want queued", again)
 	}
 	for _, c := range []struct {
 		q, id    string
 		inHeader bool
 		typ      string
-		state    string
+		state    spillway.State
 	}{
-		{"q", queued.ID, false, api.ProblemConflict, "cancelled"},
-		{"q", admitted.ID, true, api.ProblemConflict, "admitted"},
-		{"other", queued.ID, true, api.ProblemNotFound, ""},
-		{"q", "", false, api.ProblemBadRequest, ""},
-		{"q", "../x", false, api.ProblemBadRequest, ""},
-		{"q", "0190f1c5-7b1e-7c4a-9f0e-3a1b2c3d4e5f", true, api.ProblemNotFound, ""},
+		{"q", queued.ID, false, spillway.ProblemConflict, "cancelled"},
+		{"q", admitted.ID, true, spillway.ProblemConflict, "admitted"},
+		{"other", queued.ID, true, spillway.ProblemNotFound, ""},
+		{"q", "", false, spillway.ProblemBadRequest, ""},
+		{"q", "../x", false, spillway.ProblemBadRequest, ""},
+		{"q", "0190f1c5-7b1e-7c4a-9f0e-3a1b2c3d4e5f", true, spillway.ProblemNotFound, ""},
 	} {
 		rep, st := ask(c.q, c.id, c.inHeader)
-		if rep.Status != api.Failed || st != "error" || rep.Type != c.typ || rep.State != c.state || rep.Error == "" {
+		if rep.Status != spillway.Failed || st != "error" || rep.Type != c.typ || rep.State != c.state || rep.Error == "" {
 			t.Errorf("cancel %q on %s: %+v (header %q), want error %s state %q", c.id, c.q, rep, st, c.typ, c.state)
 		}
 	}

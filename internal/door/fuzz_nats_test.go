@@ -16,10 +16,10 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // fuzzNATSConfig: q keys on X-Client (a key's first job admitted, its
@@ -37,9 +37,9 @@ queues:
 // fuzzProblems are the problem types a request's own content may earn:
 // never internal, never unavailable while JetStream is up.
 var fuzzProblems = map[string]bool{
-	api.ProblemBadCost: true, api.ProblemBadKey: true, api.ProblemBadRequest: true,
-	api.ProblemNotFound: true, api.ProblemTooLarge: true,
-	api.ProblemRateLimited: true, api.ProblemQueueFull: true, api.ProblemKeyFull: true,
+	spillway.ProblemBadCost: true, spillway.ProblemBadKey: true, spillway.ProblemBadRequest: true,
+	spillway.ProblemNotFound: true, spillway.ProblemTooLarge: true,
+	spillway.ProblemRateLimited: true, spillway.ProblemQueueFull: true, spillway.ProblemKeyFull: true,
 }
 
 // fuzzProducer speaks the NATS protocol itself over one TCP connection, so
@@ -212,7 +212,7 @@ func FuzzNATSRequest(f *testing.F) {
 		}
 		i := n.Add(1)
 		reply := fmt.Sprintf("fuzzreply.%d", i)
-		ok, err := p.send(api.SubmitPrefix+q, reply, hdr, payload)
+		ok, err := p.send(spillway.SubmitPrefix+q, reply, hdr, payload)
 		if err != nil {
 			t.Fatalf("sending the request: %v", err)
 		}
@@ -230,29 +230,29 @@ func FuzzNATSRequest(f *testing.F) {
 				t.Fatalf("no reply within 10s to a request to %q with header block %q", q, hdr)
 			}
 		}
-		var rep api.SubmitReply
+		var rep spillway.SubmitReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Fatalf("reply %q: %v", m.Data, err)
 		}
-		if got := m.Header.Get(api.HeaderStatus); got != string(rep.Status) {
-			t.Errorf("%s %q, body status %q", api.HeaderStatus, got, rep.Status)
+		if got := m.Header.Get(spillway.HeaderStatus); got != string(rep.Status) {
+			t.Errorf("%s %q, body status %q", spillway.HeaderStatus, got, rep.Status)
 		}
 		switch rep.Status {
-		case api.Admitted, api.Queued:
+		case spillway.Admitted, spillway.Queued:
 			if rep.ID == "" || rep.Type != "" || (q != "q" && q != "g") {
 				t.Errorf("queue %q, header block %q: taken, but %+v", q, hdr, rep)
 			}
-		case api.Rejected, api.Failed:
+		case spillway.Rejected, spillway.Failed:
 			if !fuzzProblems[rep.Type] || rep.ID != "" {
 				t.Errorf("queue %q, header block %q: %+v, want a problem type of the stable set", q, hdr, rep)
 			}
-			if rep.Status == api.Failed && rep.Error == "" {
+			if rep.Status == spillway.Failed && rep.Error == "" {
 				t.Errorf("queue %q: an error without a message: %+v", q, rep)
 			}
 		default:
 			t.Errorf("queue %q, header block %q: status %q", q, hdr, rep.Status)
 		}
-		if q != "q" && q != "g" && rep.Type != api.ProblemNotFound {
+		if q != "q" && q != "g" && rep.Type != spillway.ProblemNotFound {
 			t.Errorf("unknown queue %q: %+v, want not-found", q, rep)
 		}
 		if i%500 == 0 {

@@ -1,6 +1,6 @@
 // Package door holds the admitter's two front doors (docs/design.md#doors): HTTP and
 // NATS request-reply. Both hand submissions to one admit.Admitter and
-// answer with the same api.SubmitReply.
+// answer with the same spillway.SubmitReply.
 package door
 
 import (
@@ -29,6 +29,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // HTTPOptions are the HTTP door's parts. Admitter and JS are required.
@@ -127,11 +128,11 @@ func newRouter(routes []route) http.Handler {
 		if _, pattern := paths.Handler(r); len(allow[pattern]) > 0 {
 			methods := strings.Join(allow[pattern], ", ")
 			w.Header().Set("Allow", methods)
-			problem(w, r, http.StatusMethodNotAllowed, api.Problem{Type: api.ProblemMethodNotAllowed, Title: "Method not allowed",
+			problem(w, r, http.StatusMethodNotAllowed, spillway.Problem{Type: spillway.ProblemMethodNotAllowed, Title: "Method not allowed",
 				Detail: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, methods)})
 			return
 		}
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Not found",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Not found",
 			Detail: fmt.Sprintf("no route for %s %s; see GET /v1/queues", r.Method, r.URL.Path)})
 	})
 	return mux
@@ -156,7 +157,7 @@ func (h *httpDoor) auth(next http.HandlerFunc) http.HandlerFunc {
 
 func unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="spillway"`)
-	problem(w, r, http.StatusUnauthorized, api.Problem{Type: api.ProblemUnauthorized, Title: "Unauthorized",
+	problem(w, r, http.StatusUnauthorized, spillway.Problem{Type: spillway.ProblemUnauthorized, Title: "Unauthorized",
 		Detail: "send a valid API key as Authorization: Bearer KEY or X-Api-Key"})
 }
 
@@ -169,7 +170,7 @@ func (h *httpDoor) submission(w http.ResponseWriter, r *http.Request) (cfg *conf
 	}
 	cfg, name = h.cfg(), r.PathValue("queue")
 	if cfg.Queue(name) == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
 		return nil, "", false
 	}
@@ -192,7 +193,7 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if bad != nil {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: bad.Type, Title: titleOf(bad.Type), Field: bad.Field, Detail: bad.Detail})
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: bad.Type, Title: titleOf(bad.Type), Field: bad.Field, Detail: bad.Detail})
 		return
 	}
 	req.Peer = clientIP(r, cfg.HTTP.TrustedProxies)
@@ -205,31 +206,31 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	rateLimitHeaders(w.Header(), ans.RateLimit)
 	for _, v := range ans.ShadowHeader() {
-		w.Header().Add(api.HeaderShadow, v)
+		w.Header().Add(spillway.HeaderShadow, v)
 	}
 	rep := ans.Reply
 	switch rep.Status {
-	case api.Admitted, api.Queued:
+	case spillway.Admitted, spillway.Queued:
 		w.Header().Set("Location", "/v1/jobs/"+rep.ID)
-		w.Header().Set(api.HeaderStatus, string(rep.Status))
+		w.Header().Set(spillway.HeaderStatus, string(rep.Status))
 		writeJSON(w, http.StatusAccepted, "application/json", rep)
 	default:
-		w.Header().Set(api.HeaderStatus, string(api.Rejected))
+		w.Header().Set(spillway.HeaderStatus, string(spillway.Rejected))
 		setRetryAfter(w.Header(), rep.RetryAfterMS)
 		title := "Rate limited"
 		detail := "the key's limit is full"
 		switch rep.Type {
-		case api.ProblemQueueFull:
+		case spillway.ProblemQueueFull:
 			title, detail = "Backlog full", "the queue's backlog is full"
-		case api.ProblemKeyFull:
+		case spillway.ProblemKeyFull:
 			title, detail = "Backlog full for this key", "this key's share of the backlog is full"
-		case api.ProblemWaitTooLong:
-			title, detail = "Wait too long", "the job would start later than its "+api.HeaderMaxWait+" allows; nothing was taken"
+		case spillway.ProblemWaitTooLong:
+			title, detail = "Wait too long", "the job would start later than its "+spillway.HeaderMaxWait+" allows; nothing was taken"
 		}
 		if rep.RetryAfterMS > 0 {
 			detail += fmt.Sprintf("; retry after %s", time.Duration(rep.RetryAfterMS)*time.Millisecond)
 		}
-		problem(w, r, http.StatusTooManyRequests, api.Problem{Type: rep.Type, Title: title, Detail: detail,
+		problem(w, r, http.StatusTooManyRequests, spillway.Problem{Type: rep.Type, Title: title, Detail: detail,
 			Queue: name, RetryAfterMS: rep.RetryAfterMS})
 	}
 }
@@ -238,12 +239,12 @@ func (h *httpDoor) submitError(w http.ResponseWriter, r *http.Request, q string,
 	var e *admit.Error
 	if !errors.As(err, &e) {
 		h.o.Logger.Error("door: submission failed", "queue", q, "err", err)
-		problem(w, r, http.StatusInternalServerError, api.Problem{Type: api.ProblemInternal, Title: "Internal error"})
+		problem(w, r, http.StatusInternalServerError, spillway.Problem{Type: spillway.ProblemInternal, Title: "Internal error"})
 		return
 	}
 	// No rate-limit headers: no tier decided an error (rateLimitHeaders).
 	status := statusOf(e.Type)
-	p := api.Problem{Type: e.Type, Title: http.StatusText(status), Detail: e.Detail, Field: e.Field, Queue: q}
+	p := spillway.Problem{Type: e.Type, Title: http.StatusText(status), Detail: e.Detail, Field: e.Field, Queue: q}
 	if status >= 500 {
 		h.o.Logger.Warn("door: submission failed", "queue", q, "err", err)
 		p.RetryAfterMS = retryMS(e.RetryAfter)
@@ -252,8 +253,8 @@ func (h *httpDoor) submitError(w http.ResponseWriter, r *http.Request, q string,
 	problem(w, r, status, p)
 }
 
-// statusOf maps a problem type to its HTTP status (api.StatusOf).
-func statusOf(t string) int { return api.StatusOf(t) }
+// statusOf maps a problem type to its HTTP status (spillway.StatusOf).
+func statusOf(t string) int { return spillway.StatusOf(t) }
 
 func retryMS(d time.Duration) int64 {
 	if d <= 0 {
@@ -276,14 +277,14 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, tooBig func(h
 			tooBig(w, r, limit)
 			return nil, false
 		}
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Unreadable body", Detail: err.Error()})
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Unreadable body", Detail: err.Error()})
 		return nil, false
 	}
 	return body, true
 }
 
 func tooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
-	problem(w, r, http.StatusRequestEntityTooLarge, api.Problem{Type: api.ProblemTooLarge, Title: "Payload too large",
+	problem(w, r, http.StatusRequestEntityTooLarge, spillway.Problem{Type: spillway.ProblemTooLarge, Title: "Payload too large",
 		Detail: fmt.Sprintf("the body is larger than http.max_body_bytes (%d bytes)", limit)})
 }
 
@@ -294,7 +295,7 @@ func parseCost(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil || n < 1 {
-		return 0, fmt.Errorf("%s %.40q: want an integer ≥ 1", api.HeaderCost, s)
+		return 0, fmt.Errorf("%s %.40q: want an integer ≥ 1", spillway.HeaderCost, s)
 	}
 	return n, nil
 }
@@ -303,7 +304,7 @@ func parseCost(s string) (int64, error) {
 func parsePriority(s string) (queue.Priority, error) {
 	p, err := queue.ParsePriority(s)
 	if err != nil {
-		return p, fmt.Errorf("%s %.40q: want high, normal or low", api.HeaderPriority, s)
+		return p, fmt.Errorf("%s %.40q: want high, normal or low", spillway.HeaderPriority, s)
 	}
 	return p, nil
 }
@@ -411,29 +412,9 @@ func setRetryAfter(h http.Header, ms int64) {
 	h.Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
 }
 
-func (h *httpDoor) job(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if h.o.Status == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Job status is not kept", ID: id})
-		return
-	}
-	rec, err := h.o.Status.Get(r.Context(), id)
-	switch {
-	case errors.Is(err, jobstatus.ErrNotFound):
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown job",
-			Detail: "no status for this job id (unknown, or older than status.ttl)", ID: id})
-	case errors.Is(err, jobstatus.ErrInvalidID):
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad job id", Detail: err.Error()})
-	case err != nil:
-		h.unavailable(w, r, "reading job status", err)
-	default:
-		writeJSON(w, http.StatusOK, "application/json", rec)
-	}
-}
-
 func (h *httpDoor) queues(w http.ResponseWriter, r *http.Request) {
 	cfg := h.cfg()
-	list := api.QueueList{Queues: make([]api.QueueInfo, 0, len(cfg.Queues))}
+	list := spillway.QueueList{Queues: make([]spillway.QueueInfo, 0, len(cfg.Queues))}
 	if h.o.Inspector != nil {
 		cfgs := make([]queue.Config, len(cfg.Queues))
 		for i := range cfg.Queues {
@@ -472,7 +453,7 @@ func (h *httpDoor) queues(w http.ResponseWriter, r *http.Request) {
 func (h *httpDoor) queueInfo(w http.ResponseWriter, r *http.Request) {
 	q := h.cfg().Queue(r.PathValue("queue"))
 	if q == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", r.PathValue("queue"))})
 		return
 	}
@@ -485,26 +466,26 @@ func (h *httpDoor) queueInfo(w http.ResponseWriter, r *http.Request) {
 }
 
 // QueueInfo reads one queue's state (queue.Inspect) as the API shows it.
-func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (api.QueueInfo, error) {
+func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (spillway.QueueInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	in, err := queue.Inspect(ctx, js, q.Backlog)
 	if err != nil {
-		return api.QueueInfo{}, err
+		return spillway.QueueInfo{}, err
 	}
 	st, err := leakState(ctx, js, q.Name)
 	if err != nil {
-		return api.QueueInfo{}, err
+		return spillway.QueueInfo{}, err
 	}
 	ps, err := queue.ReadPause(ctx, js, q.Name)
 	if err != nil {
-		return api.QueueInfo{}, err
+		return spillway.QueueInfo{}, err
 	}
 	return queueInfoOf(q, in, st, ps), nil
 }
 
 // queueInfoOf is queue q's state as the API shows it.
-func queueInfoOf(q *config.Queue, in queue.Info, st queue.LeakState, ps queue.PauseState) api.QueueInfo {
+func queueInfoOf(q *config.Queue, in queue.Info, st queue.LeakState, ps queue.PauseState) spillway.QueueInfo {
 	leak := 0.0
 	if in.LeakRate.Count > 0 {
 		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()
@@ -514,7 +495,7 @@ func queueInfoOf(q *config.Queue, in queue.Info, st queue.LeakState, ps queue.Pa
 	if st.PausedUntil.After(now) {
 		paused = max(1, st.PausedUntil.Sub(now).Milliseconds())
 	}
-	qi := api.QueueInfo{
+	qi := spillway.QueueInfo{
 		LeakRateCurrent: float64(st.Rate(now, in.LeakRate, q.Backlog.Adaptive)) / 1000, LeakPausedMS: paused,
 		Name: q.Name, Ready: in.Ready, ReadyCapacity: in.ReadyCapacity, Depth: in.Backlog, Capacity: in.Capacity, PerKeyCapacity: in.PerKeyCapacity,
 		Fill: in.Fill, Dead: in.Dead, LeakRate: in.LeakRate.String(), LeakPerSecond: leak,
@@ -546,7 +527,7 @@ func (h *httpDoor) readyz(w http.ResponseWriter, r *http.Request) {
 	if h.o.Ready != nil {
 		if err := h.o.Ready(); err != nil {
 			w.Header().Set("Retry-After", "1")
-			problem(w, r, http.StatusServiceUnavailable, api.Problem{Type: api.ProblemUnavailable, Title: "Not ready", Detail: err.Error()})
+			problem(w, r, http.StatusServiceUnavailable, spillway.Problem{Type: spillway.ProblemUnavailable, Title: "Not ready", Detail: err.Error()})
 			return
 		}
 	}
@@ -561,7 +542,7 @@ func contract(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/openapi.json" {
 		var err error
 		if body, err = api.OpenAPIJSON(); err != nil {
-			problem(w, r, http.StatusInternalServerError, api.Problem{Type: api.ProblemInternal, Title: "Internal error", Detail: err.Error()})
+			problem(w, r, http.StatusInternalServerError, spillway.Problem{Type: spillway.ProblemInternal, Title: "Internal error", Detail: err.Error()})
 			return
 		}
 		ct = "application/json"
@@ -574,16 +555,16 @@ func contract(w http.ResponseWriter, r *http.Request) {
 func (h *httpDoor) unavailable(w http.ResponseWriter, r *http.Request, what string, err error) {
 	h.o.Logger.Warn("door: "+what, "err", err)
 	w.Header().Set("Retry-After", "1")
-	problem(w, r, http.StatusServiceUnavailable, api.Problem{Type: api.ProblemUnavailable, Title: "Unavailable",
+	problem(w, r, http.StatusServiceUnavailable, spillway.Problem{Type: spillway.ProblemUnavailable, Title: "Unavailable",
 		Detail: what + ": " + err.Error()})
 }
 
-func problem(w http.ResponseWriter, r *http.Request, status int, p api.Problem) {
+func problem(w http.ResponseWriter, r *http.Request, status int, p spillway.Problem) {
 	p.Status = status
 	if p.Instance == "" {
 		p.Instance = r.URL.Path
 	}
-	writeJSON(w, status, api.ProblemContentType, p)
+	writeJSON(w, status, spillway.ProblemContentType, p)
 }
 
 func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {

@@ -14,11 +14,11 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // basicConfig: per X-Client, rate 1/m (nothing leaks out during a test),
@@ -41,14 +41,14 @@ func TestHTTPAdmittedAndQueued(t *testing.T) {
 		t.Fatalf("admitted: %d %s %s, want 202 application/json", r.code, r.header.Get("Content-Type"), r.body)
 	}
 	rep := r.reply
-	if rep.Status != api.Admitted || rep.Queue != "q" || rep.ID == "" || rep.Duplicate || rep.NotBefore != nil || rep.Position != 0 {
+	if rep.Status != spillway.Admitted || rep.Queue != "q" || rep.ID == "" || rep.Duplicate || rep.NotBefore != nil || rep.Position != 0 {
 		t.Errorf("admitted: %s", r.body)
 	}
 	if got := r.header.Get("Location"); got != "/v1/jobs/"+rep.ID {
 		t.Errorf("Location %q, want /v1/jobs/%s", got, rep.ID)
 	}
-	if got := r.header.Get(api.HeaderStatus); got != "admitted" {
-		t.Errorf("%s %q, want admitted", api.HeaderStatus, got)
+	if got := r.header.Get(spillway.HeaderStatus); got != "admitted" {
+		t.Errorf("%s %q, want admitted", spillway.HeaderStatus, got)
 	}
 	if r.header.Get("Retry-After") != "" {
 		t.Errorf("Retry-After %q on a 202", r.header.Get("Retry-After"))
@@ -61,7 +61,7 @@ func TestHTTPAdmittedAndQueued(t *testing.T) {
 	before := time.Now()
 	r = b.post(t, "q", []byte("payload two"), "X-Client", "c")
 	rep = r.reply
-	if r.code != http.StatusAccepted || rep.Status != api.Queued || r.header.Get(api.HeaderStatus) != "queued" {
+	if r.code != http.StatusAccepted || rep.Status != spillway.Queued || r.header.Get(spillway.HeaderStatus) != "queued" {
 		t.Fatalf("queued: %d %s", r.code, r.body)
 	}
 	if r.header.Get("Location") != "/v1/jobs/"+rep.ID {
@@ -86,10 +86,10 @@ func TestHTTPRateLimited(t *testing.T) {
 	}
 	r := b.post(t, "q", nil, "X-Client", "c")
 	p := r.problem
-	if r.code != http.StatusTooManyRequests || r.header.Get("Content-Type") != api.ProblemContentType || p.Type != api.ProblemRateLimited {
-		t.Fatalf("the fourth job: %d %s %s, want 429 %s", r.code, r.header.Get("Content-Type"), r.body, api.ProblemRateLimited)
+	if r.code != http.StatusTooManyRequests || r.header.Get("Content-Type") != spillway.ProblemContentType || p.Type != spillway.ProblemRateLimited {
+		t.Fatalf("the fourth job: %d %s %s, want 429 %s", r.code, r.header.Get("Content-Type"), r.body, spillway.ProblemRateLimited)
 	}
-	if r.header.Get(api.HeaderStatus) != "rejected" || r.header.Get("Location") != "" || p.Queue != "q" || p.Instance != "/v1/queues/q/jobs" {
+	if r.header.Get(spillway.HeaderStatus) != "rejected" || r.header.Get("Location") != "" || p.Queue != "q" || p.Instance != "/v1/queues/q/jobs" {
 		t.Errorf("the fourth job: %v %s", r.header, r.body)
 	}
 	// e' would be 3 > burst 2: one unit must leak first, a minute less
@@ -141,7 +141,7 @@ queues:
 		{http.MethodPost, "/readyz", "GET, HEAD"},
 	} {
 		r := b.request(t, c.method, c.path)
-		if r.code != http.StatusMethodNotAllowed || r.problem.Type != api.ProblemMethodNotAllowed || r.header.Get("Allow") != c.allow {
+		if r.code != http.StatusMethodNotAllowed || r.problem.Type != spillway.ProblemMethodNotAllowed || r.header.Get("Allow") != c.allow {
 			t.Errorf("%s %s: %d Allow %q %s, want 405 Allow %q", c.method, c.path, r.code, r.header.Get("Allow"), r.body, c.allow)
 		}
 	}
@@ -151,8 +151,8 @@ queues:
 		{http.MethodPost, "/metrics"},
 		{http.MethodGet, "/v1/queues/q/jobs/x"},
 	} {
-		if r := b.request(t, c.method, c.path); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
-			t.Errorf("%s %s without a metrics or UI handler: %d %s, want 404 %s", c.method, c.path, r.code, r.body, api.ProblemNotFound)
+		if r := b.request(t, c.method, c.path); r.code != http.StatusNotFound || r.problem.Type != spillway.ProblemNotFound {
+			t.Errorf("%s %s without a metrics or UI handler: %d %s, want 404 %s", c.method, c.path, r.code, r.body, spillway.ProblemNotFound)
 		}
 	}
 }
@@ -174,9 +174,9 @@ queues:
 		// Five more of key a, each refused for the key's share: had the
 		// refused jobs kept their units, the last two would be
 		// rate-limited (burst 5).
-		{"a", api.ProblemKeyFull}, {"a", api.ProblemKeyFull}, {"a", api.ProblemKeyFull}, {"a", api.ProblemKeyFull}, {"a", api.ProblemKeyFull},
+		{"a", spillway.ProblemKeyFull}, {"a", spillway.ProblemKeyFull}, {"a", spillway.ProblemKeyFull}, {"a", spillway.ProblemKeyFull}, {"a", spillway.ProblemKeyFull},
 		{"b", "admitted"}, {"b", "queued"}, // the backlog holds 3
-		{"c", "admitted"}, {"c", api.ProblemQueueFull}, {"c", api.ProblemQueueFull},
+		{"c", "admitted"}, {"c", spillway.ProblemQueueFull}, {"c", spillway.ProblemQueueFull},
 	}
 	for i, s := range steps {
 		r := b.post(t, "q", nil, "X-Client", s.client)
@@ -196,7 +196,7 @@ queues:
 		}
 		// The first queued job (a's, rate 1/m) is due in a minute: a
 		// place frees then, for the queue and for key a.
-		if ms := r.problem.RetryAfterMS; ms < 59_000 || ms > 61_000 || r.header.Get("Retry-After") != strconv.FormatInt((ms+999)/1000, 10) || r.header.Get(api.HeaderStatus) != "rejected" {
+		if ms := r.problem.RetryAfterMS; ms < 59_000 || ms > 61_000 || r.header.Get("Retry-After") != strconv.FormatInt((ms+999)/1000, 10) || r.header.Get(spillway.HeaderStatus) != "rejected" {
 			t.Errorf("step %d, key %s: Retry-After %q, %s; want retry_after_ms about 60000 and Retry-After in whole seconds", i+1, s.client, r.header.Get("Retry-After"), r.body)
 		}
 	}
@@ -216,17 +216,17 @@ queues:
     backlog: {capacity: 3, leak_rate: 1/s}
 `, setupOptions{})
 	for _, cost := range []string{"0", "-1", "abc", "1.5", "0x10", "99999999999999999999", "9223372036854775807", "4"} {
-		r := b.post(t, "q", []byte("x"), api.HeaderCost, cost)
-		if r.code != http.StatusBadRequest || r.problem.Type != api.ProblemBadCost || r.problem.Field != api.HeaderCost {
-			t.Errorf("%s %q: %d %s, want 400 %s naming the header", api.HeaderCost, cost, r.code, r.body, api.ProblemBadCost)
+		r := b.post(t, "q", []byte("x"), spillway.HeaderCost, cost)
+		if r.code != http.StatusBadRequest || r.problem.Type != spillway.ProblemBadCost || r.problem.Field != spillway.HeaderCost {
+			t.Errorf("%s %q: %d %s, want 400 %s naming the header", spillway.HeaderCost, cost, r.code, r.body, spillway.ProblemBadCost)
 		}
 		if r.header.Get("Retry-After") != "" {
-			t.Errorf("%s %q: Retry-After %q on a 400", api.HeaderCost, cost, r.header.Get("Retry-After"))
+			t.Errorf("%s %q: Retry-After %q on a 400", spillway.HeaderCost, cost, r.header.Get("Retry-After"))
 		}
 	}
 	// 3 units, the whole quota: then the bucket is full.
 	for _, cost := range []string{"2", " 1 "} {
-		if r := b.post(t, "q", []byte("x"), api.HeaderCost, cost); r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
+		if r := b.post(t, "q", []byte("x"), spillway.HeaderCost, cost); r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
 			t.Fatalf("cost %q after the bad ones: %d %s, want admitted", cost, r.code, r.body)
 		}
 	}
@@ -242,17 +242,17 @@ func TestHTTPBadKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, basicConfig, setupOptions{})
 	r := b.post(t, "q", nil, "X-Client", strings.Repeat("k", admit.MaxKeyLen+1))
-	if r.code != http.StatusBadRequest || r.problem.Type != api.ProblemBadKey || r.problem.Field != "X-Client" {
-		t.Errorf("a key of %d bytes: %d %s, want 400 %s naming X-Client", admit.MaxKeyLen+1, r.code, r.body, api.ProblemBadKey)
+	if r.code != http.StatusBadRequest || r.problem.Type != spillway.ProblemBadKey || r.problem.Field != "X-Client" {
+		t.Errorf("a key of %d bytes: %d %s, want 400 %s naming X-Client", admit.MaxKeyLen+1, r.code, r.body, spillway.ProblemBadKey)
 	}
 	if r := b.post(t, "q", nil, "X-Client", strings.Repeat("k", admit.MaxKeyLen)); r.code != http.StatusAccepted {
 		t.Errorf("a key of MaxKeyLen bytes: %d %s, want 202", r.code, r.body)
 	}
-	r = b.post(t, "q", nil, "X-Client", "c", api.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1))
-	if r.code != http.StatusBadRequest || r.problem.Type != api.ProblemBadRequest || r.problem.Field != api.HeaderIdempotencyKey {
-		t.Errorf("an idempotency key of %d bytes: %d %s, want 400 %s naming %s", admit.MaxIdempotencyKeyLen+1, r.code, r.body, api.ProblemBadRequest, api.HeaderIdempotencyKey)
+	r = b.post(t, "q", nil, "X-Client", "c", spillway.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1))
+	if r.code != http.StatusBadRequest || r.problem.Type != spillway.ProblemBadRequest || r.problem.Field != spillway.HeaderIdempotencyKey {
+		t.Errorf("an idempotency key of %d bytes: %d %s, want 400 %s naming %s", admit.MaxIdempotencyKeyLen+1, r.code, r.body, spillway.ProblemBadRequest, spillway.HeaderIdempotencyKey)
 	}
-	if r := b.post(t, "q", nil, "X-Client", "c", api.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen)); r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
+	if r := b.post(t, "q", nil, "X-Client", "c", spillway.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen)); r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
 		t.Errorf("an idempotency key of MaxIdempotencyKeyLen bytes: %d %s, want admitted (no unit taken by the refused one)", r.code, r.body)
 	}
 }
@@ -286,12 +286,12 @@ queues:
 	for _, h := range bad {
 		for range 2 {
 			r := b.post(t, "q", []byte("x"), h...)
-			if r.code != http.StatusUnauthorized || r.problem.Type != api.ProblemUnauthorized || !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
-				t.Fatalf("POST with %q: %d %v %s, want 401 %s with WWW-Authenticate", h, r.code, r.header, r.body, api.ProblemUnauthorized)
+			if r.code != http.StatusUnauthorized || r.problem.Type != spillway.ProblemUnauthorized || !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+				t.Fatalf("POST with %q: %d %v %s, want 401 %s with WWW-Authenticate", h, r.code, r.header, r.body, spillway.ProblemUnauthorized)
 			}
 		}
 		for _, path := range []string{"/v1/queues", "/v1/queues/q", "/v1/jobs/01a209be-09a0-7341-a4e7-164ab9ce072d"} {
-			if r := b.get(t, path, h...); r.code != http.StatusUnauthorized || r.problem.Type != api.ProblemUnauthorized {
+			if r := b.get(t, path, h...); r.code != http.StatusUnauthorized || r.problem.Type != spillway.ProblemUnauthorized {
 				t.Errorf("GET %s with %q: %d %s, want 401", path, h, r.code, r.body)
 			}
 		}
@@ -309,7 +309,7 @@ queues:
 		{"Authorization", "Bearer other-key-0123456789"},
 	}
 	for _, h := range good {
-		if r := b.post(t, "q", []byte("x"), h...); r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
+		if r := b.post(t, "q", []byte("x"), h...); r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
 			t.Fatalf("POST with %q: %d %s, want admitted", h, r.code, r.body)
 		}
 	}
@@ -399,16 +399,16 @@ func TestHTTPNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := readResponse(t, resp)
-	if r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound || !strings.Contains(r.problem.Detail, "nope") {
-		t.Errorf("an unknown queue: %d %s, want 404 %s", r.code, r.body, api.ProblemNotFound)
+	if r.code != http.StatusNotFound || r.problem.Type != spillway.ProblemNotFound || !strings.Contains(r.problem.Detail, "nope") {
+		t.Errorf("an unknown queue: %d %s, want 404 %s", r.code, r.body, spillway.ProblemNotFound)
 	}
 	for _, c := range []struct{ method, path string }{
 		{http.MethodGet, "/nope"},
 		{http.MethodPost, "/v1/jobs"},
 		{http.MethodGet, "/v1/queues/nope"},
 	} {
-		if r := b.request(t, c.method, c.path); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
-			t.Errorf("%s %s: %d %s, want 404 %s", c.method, c.path, r.code, r.body, api.ProblemNotFound)
+		if r := b.request(t, c.method, c.path); r.code != http.StatusNotFound || r.problem.Type != spillway.ProblemNotFound {
+			t.Errorf("%s %s: %d %s, want 404 %s", c.method, c.path, r.code, r.body, spillway.ProblemNotFound)
 		}
 	}
 }
@@ -433,11 +433,11 @@ func TestHTTPTooLarge(t *testing.T) {
 	// Content-Length over the limit: refused before reading — a gigabyte
 	// announced and never sent is not waited for. (Go's server itself
 	// reads up to 256 KiB of a body the handler left, before answering.)
-	if r := send(blockingBody(t), 1<<30); r.code != http.StatusRequestEntityTooLarge || r.problem.Type != api.ProblemTooLarge {
-		t.Errorf("Content-Length 1 GiB: %d %s, want 413 %s", r.code, r.body, api.ProblemTooLarge)
+	if r := send(blockingBody(t), 1<<30); r.code != http.StatusRequestEntityTooLarge || r.problem.Type != spillway.ProblemTooLarge {
+		t.Errorf("Content-Length 1 GiB: %d %s, want 413 %s", r.code, r.body, spillway.ProblemTooLarge)
 	}
-	if r := send(bytes.NewReader(make([]byte, 65)), 65); r.code != http.StatusRequestEntityTooLarge || r.problem.Type != api.ProblemTooLarge {
-		t.Errorf("Content-Length 65: %d %s, want 413 %s", r.code, r.body, api.ProblemTooLarge)
+	if r := send(bytes.NewReader(make([]byte, 65)), 65); r.code != http.StatusRequestEntityTooLarge || r.problem.Type != spillway.ProblemTooLarge {
+		t.Errorf("Content-Length 65: %d %s, want 413 %s", r.code, r.body, spillway.ProblemTooLarge)
 	}
 	// A chunked body (no Content-Length) over the limit, and one that
 	// never ends: refused once 65 bytes have come.
@@ -446,7 +446,7 @@ func TestHTTPTooLarge(t *testing.T) {
 		"a megabyte": bytes.NewReader(make([]byte, 1<<20)),
 		"endless":    io.MultiReader(bytes.NewReader(make([]byte, 65)), blockingBody(t)),
 	} {
-		if r := send(io.NopCloser(body), -1); r.code != http.StatusRequestEntityTooLarge || r.problem.Type != api.ProblemTooLarge {
+		if r := send(io.NopCloser(body), -1); r.code != http.StatusRequestEntityTooLarge || r.problem.Type != spillway.ProblemTooLarge {
 			t.Errorf("a chunked body of %s: %d %s, want 413", name, r.code, r.body)
 		}
 	}
@@ -488,16 +488,16 @@ func TestHTTPJobStatus(t *testing.T) {
 	t.Parallel()
 	b := setup(t, basicConfig, setupOptions{})
 	for _, id := range []string{"not-a-job", "01A209BE-09A0-7341-A4E7-164AB9CE072D", "0f0f0f0f-0f0f-4f0f-8f0f-0f0f0f0f0f0f", "*", "a.b"} {
-		if r := b.get(t, "/v1/jobs/"+id); r.code != http.StatusBadRequest || r.problem.Type != api.ProblemBadRequest {
-			t.Errorf("GET /v1/jobs/%s: %d %s, want 400 %s", id, r.code, r.body, api.ProblemBadRequest)
+		if r := b.get(t, "/v1/jobs/"+id); r.code != http.StatusBadRequest || r.problem.Type != spillway.ProblemBadRequest {
+			t.Errorf("GET /v1/jobs/%s: %d %s, want 400 %s", id, r.code, r.body, spillway.ProblemBadRequest)
 		}
 	}
 	unknown, err := queue.NewJobID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := b.get(t, "/v1/jobs/"+unknown); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound || r.problem.ID != unknown {
-		t.Errorf("GET an unknown job: %d %s, want 404 %s naming it", r.code, r.body, api.ProblemNotFound)
+	if r := b.get(t, "/v1/jobs/"+unknown); r.code != http.StatusNotFound || r.problem.Type != spillway.ProblemNotFound || r.problem.ID != unknown {
+		t.Errorf("GET an unknown job: %d %s, want 404 %s naming it", r.code, r.body, spillway.ProblemNotFound)
 	}
 	for _, want := range []jobstatus.State{jobstatus.Admitted, jobstatus.Queued} {
 		sub := b.post(t, "q", nil, "X-Client", "c")
@@ -541,18 +541,18 @@ queues:
 		}
 	}
 	r := b.get(t, "/v1/queues/q")
-	var qi api.QueueInfo
+	var qi spillway.QueueInfo
 	if err := json.Unmarshal(r.body, &qi); err != nil || r.code != http.StatusOK {
 		t.Fatalf("GET /v1/queues/q: %d %s (%v)", r.code, r.body, err)
 	}
-	want := api.QueueInfo{Name: "q", Ready: 1, ReadyCapacity: 50, Depth: 2, Capacity: 100, PerKeyCapacity: 10, Fill: 0.02,
+	want := spillway.QueueInfo{Name: "q", Ready: 1, ReadyCapacity: 50, Depth: 2, Capacity: 100, PerKeyCapacity: 10, Fill: 0.02,
 		LeakRate: "5/s", LeakPerSecond: 5, LeakRateCurrent: 5, EstimatedDrainMS: 400}
 	qi.OldestAgeMS = 0 // time-dependent
 	if qi != want {
 		t.Errorf("GET /v1/queues/q:\n got %+v\nwant %+v", qi, want)
 	}
 	r = b.get(t, "/v1/queues")
-	var list api.QueueList
+	var list spillway.QueueList
 	if err := json.Unmarshal(r.body, &list); err != nil || r.code != http.StatusOK {
 		t.Fatalf("GET /v1/queues: %d %s (%v)", r.code, r.body, err)
 	}
@@ -560,7 +560,7 @@ queues:
 		list.Queues[1].Capacity != 7 || list.Queues[1].LeakRate != "1/m" || list.Queues[1].Depth != 0 {
 		t.Errorf("GET /v1/queues: %s", r.body)
 	}
-	if r := b.get(t, "/v1/queues/nope"); r.code != http.StatusNotFound || r.problem.Type != api.ProblemNotFound {
+	if r := b.get(t, "/v1/queues/nope"); r.code != http.StatusNotFound || r.problem.Type != spillway.ProblemNotFound {
 		t.Errorf("GET /v1/queues/nope: %d %s", r.code, r.body)
 	}
 }
@@ -576,9 +576,9 @@ queues:
     limits: [{key: global, rate: 1/s}]
     backlog: {leak_rate: {max: 100/s, adaptive: true}}
 `, setupOptions{})
-	leak := func() api.QueueInfo {
+	leak := func() spillway.QueueInfo {
 		t.Helper()
-		var qi api.QueueInfo
+		var qi spillway.QueueInfo
 		r := b.get(t, "/v1/queues/q")
 		if err := json.Unmarshal(r.body, &qi); err != nil || r.code != http.StatusOK {
 			t.Fatalf("GET /v1/queues/q: %d %s (%v)", r.code, r.body, err)
@@ -822,7 +822,7 @@ func TestHTTPHostileKeys(t *testing.T) {
 	b := setup(t, hostileConfig, setupOptions{})
 	keys := []string{".", "a.b", "*", ">", "a.>", "a b", "..", "\xff\xfe\xfd", "é.*>", strings.Repeat(".", admit.MaxKeyLen)}
 	for _, k := range keys {
-		for _, want := range []api.Status{api.Admitted, api.Queued} {
+		for _, want := range []spillway.Status{spillway.Admitted, spillway.Queued} {
 			if r := b.post(t, "q", nil, "X-Client", k); r.code != http.StatusAccepted || r.reply.Status != want {
 				t.Fatalf("key %q: %d %s, want %s", k, r.code, r.body, want)
 			}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // missingConfig: queue strict keys on X-Client as configured by default
@@ -38,16 +38,16 @@ func TestMissingKeyHeader(t *testing.T) {
 
 	for _, header := range [][]string{nil, {"X-Client", ""}, {"X-Other", "c"}} {
 		r := b.post(t, "strict", nil, header...)
-		if r.code != http.StatusBadRequest || r.problem.Type != api.ProblemBadKey || r.problem.Field != "X-Client" ||
+		if r.code != http.StatusBadRequest || r.problem.Type != spillway.ProblemBadKey || r.problem.Field != "X-Client" ||
 			!strings.Contains(r.problem.Detail, "X-Client") || r.problem.Queue != "strict" {
-			t.Errorf("HTTP with headers %q: %d %s, want 400 %s naming X-Client", header, r.code, r.body, api.ProblemBadKey)
+			t.Errorf("HTTP with headers %q: %d %s, want 400 %s naming X-Client", header, r.code, r.body, spillway.ProblemBadKey)
 		}
 		if r.header.Get("RateLimit") != "" || r.header.Get("X-RateLimit-Remaining") != "" {
 			t.Errorf("HTTP with headers %q: rate-limit headers %v for a request no tier decided", header, r.header)
 		}
 		rep := ask(t, nc, natsMsg("strict", nil, header...))
-		if rep.Status != api.Failed || rep.Type != api.ProblemBadKey || !strings.Contains(rep.Error, "X-Client") || rep.ID != "" {
-			t.Errorf("NATS with headers %q: %+v, want status error, %s naming X-Client", header, rep, api.ProblemBadKey)
+		if rep.Status != spillway.Failed || rep.Type != spillway.ProblemBadKey || !strings.Contains(rep.Error, "X-Client") || rep.ID != "" {
+			t.Errorf("NATS with headers %q: %+v, want status error, %s naming X-Client", header, rep, spillway.ProblemBadKey)
 		}
 	}
 	if n := b.msgs(t, "strict", queue.Ready) + b.msgs(t, "strict", queue.Backlog); n != 0 {
@@ -55,21 +55,21 @@ func TestMissingKeyHeader(t *testing.T) {
 	}
 	// Nothing was taken: a client with the header still has its burst.
 	for i := range 2 {
-		if r := b.post(t, "strict", nil, "X-Client", "c"); r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
+		if r := b.post(t, "strict", nil, "X-Client", "c"); r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
 			t.Errorf("job %d of client c: %d %s, want admitted", i+1, r.code, r.body)
 		}
 	}
 
 	// on_missing: shared: requests without the header share one bucket
 	// of burst 1 across both doors.
-	if r := b.post(t, "shared", nil); r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
+	if r := b.post(t, "shared", nil); r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
 		t.Errorf("shared, first job without the header: %d %s, want admitted", r.code, r.body)
 	}
-	if rep := ask(t, nc, natsMsg("shared", nil)); rep.Status != api.Admitted {
+	if rep := ask(t, nc, natsMsg("shared", nil)); rep.Status != spillway.Admitted {
 		t.Errorf("shared, second job without the header (NATS): %+v, want admitted", rep)
 	}
-	if r := b.post(t, "shared", nil, "X-Client", ""); r.code != http.StatusTooManyRequests || r.problem.Type != api.ProblemRateLimited {
-		t.Errorf("shared, third job without the header: %d %s, want 429 %s: the shared bucket is full", r.code, r.body, api.ProblemRateLimited)
+	if r := b.post(t, "shared", nil, "X-Client", ""); r.code != http.StatusTooManyRequests || r.problem.Type != spillway.ProblemRateLimited {
+		t.Errorf("shared, third job without the header: %d %s, want 429 %s: the shared bucket is full", r.code, r.body, spillway.ProblemRateLimited)
 	}
 }
 
@@ -82,14 +82,14 @@ func TestIPTierOnNATS(t *testing.T) {
 	nc := b.nats.Connect(t)
 	for i := range 3 {
 		rep := ask(t, nc, natsMsg("byip", nil, "X-Client", "c"))
-		if rep.Status != api.Failed || rep.Type != api.ProblemBadKey || !strings.Contains(rep.Error, "HTTP door") || !strings.Contains(rep.Error, "per-ip") {
-			t.Errorf("NATS job %d: %+v, want status error, %s saying ip keys need the HTTP door and naming tier per-ip", i+1, rep, api.ProblemBadKey)
+		if rep.Status != spillway.Failed || rep.Type != spillway.ProblemBadKey || !strings.Contains(rep.Error, "HTTP door") || !strings.Contains(rep.Error, "per-ip") {
+			t.Errorf("NATS job %d: %+v, want status error, %s saying ip keys need the HTTP door and naming tier per-ip", i+1, rep, spillway.ProblemBadKey)
 		}
 	}
 	if n := b.msgs(t, "byip", queue.Ready) + b.msgs(t, "byip", queue.Backlog); n != 0 {
 		t.Errorf("%d jobs stored from the NATS door, want none", n)
 	}
-	if r := b.post(t, "byip", nil); r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
+	if r := b.post(t, "byip", nil); r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
 		t.Errorf("HTTP: %d %s, want admitted: the HTTP door knows the address", r.code, r.body)
 	}
 }

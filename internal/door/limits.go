@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The limits endpoints (docs/design.md#per-key-overrides) take an admin
@@ -35,7 +35,7 @@ func (h *httpDoor) tierOf(w http.ResponseWriter, r *http.Request) (*config.Queue
 	name := r.PathValue("queue")
 	q := h.cfg().Queue(name)
 	if q == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
 		return nil, 0, false
 	}
@@ -49,7 +49,7 @@ func (h *httpDoor) tierOf(w http.ResponseWriter, r *http.Request) (*config.Queue
 		for j, l := range q.Limits {
 			names[j] = l.Name
 		}
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown tier",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown tier",
 			Detail: fmt.Sprintf("queue %s has no tier %.80q: name one of %s, or give its index from 0 to %d", q.Name, tier, joinNames(names), len(q.Limits)-1)})
 		return nil, 0, false
 	}
@@ -67,16 +67,16 @@ func (h *httpDoor) limits(w http.ResponseWriter, r *http.Request, _ string) {
 	name := r.PathValue("queue")
 	q := h.cfg().Queue(name)
 	if q == nil {
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "Unknown queue",
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
 		return
 	}
-	out := api.LimitList{Queue: q.Name, Tiers: make([]api.TierLimits, len(q.Limits))}
+	out := spillway.LimitList{Queue: q.Name, Tiers: make([]spillway.TierLimits, len(q.Limits))}
 	for i, l := range q.Limits {
-		t := api.TierLimits{Tier: l.Name, Index: i, KeyedBy: l.Key.String(), Mode: string(l.Mode),
-			Algorithm: l.Limit.Algorithm().String(), LimitParams: overrides.ParamsOf(l.Limit), Overrides: []api.LimitOverride{}}
+		t := spillway.TierLimits{Tier: l.Name, Index: i, KeyedBy: l.Key.String(), Mode: string(l.Mode),
+			Algorithm: l.Limit.Algorithm().String(), LimitParams: overrides.ParamsOf(l.Limit), Overrides: []spillway.LimitOverride{}}
 		for _, o := range l.Overrides.List() {
-			t.Overrides = append(t.Overrides, api.LimitOverride{Key: o.Pattern.String(), LimitParams: o.Params,
+			t.Overrides = append(t.Overrides, spillway.LimitOverride{Key: o.Pattern.String(), LimitParams: o.Params,
 				Source: string(o.Source), By: o.By, At: timeOrNil(o.At), Line: o.Line})
 		}
 		out.Tiers[i] = t
@@ -101,7 +101,7 @@ func (h *httpDoor) keyLimit(w http.ResponseWriter, r *http.Request, _ string) {
 	}
 	key := r.PathValue("key")
 	if len(key) > admit.MaxKeyLen {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "key",
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "key",
 			Detail: fmt.Sprintf("a key of %d bytes: want at most %d", len(key), admit.MaxKeyLen)})
 		return
 	}
@@ -111,9 +111,9 @@ func (h *httpDoor) keyLimit(w http.ResponseWriter, r *http.Request, _ string) {
 
 // keyLimitOf is the KeyLimit of key in tier i of q: o's, or the tier's
 // own limit when o is nil.
-func keyLimitOf(q *config.Queue, i int, key string, def bucket.Limit, o *overrides.Override) api.KeyLimit {
-	k := api.KeyLimit{Queue: q.Name, Tier: q.Limits[i].Name, TierIndex: i, Key: key, Algorithm: def.Algorithm().String(),
-		LimitParams: overrides.ParamsOf(def), Source: api.LimitSourceDefault}
+func keyLimitOf(q *config.Queue, i int, key string, def bucket.Limit, o *overrides.Override) spillway.KeyLimit {
+	k := spillway.KeyLimit{Queue: q.Name, Tier: q.Limits[i].Name, TierIndex: i, Key: key, Algorithm: def.Algorithm().String(),
+		LimitParams: overrides.ParamsOf(def), Source: spillway.LimitSourceDefault}
 	if o != nil {
 		k.LimitParams, k.Source, k.Pattern = o.Params, string(o.Source), o.Pattern.String()
 		k.By, k.At, k.Line = o.By, timeOrNil(o.At), o.Line
@@ -135,7 +135,7 @@ func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string
 	}
 	params, field, err := decodeLimitParams(body)
 	if err != nil {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: field,
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: field,
 			Detail: err.Error()})
 		return
 	}
@@ -152,7 +152,7 @@ func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string
 				err = fmt.Errorf("%s %q for tier %s (%s): %s", le.Field, le.Value, l.Name, l.Limit.Algorithm(), le.Reason)
 			}
 		}
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: field, Detail: err.Error()})
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: field, Detail: err.Error()})
 		return
 	}
 	if h.o.Limits == nil {
@@ -190,7 +190,7 @@ func (h *httpDoor) deleteKeyLimit(w http.ResponseWriter, r *http.Request, by str
 		if o := l.Overrides.Get(p); o != nil && o.Source == overrides.SourceConfig {
 			detail += fmt.Sprintf("; its override at line %d of the configuration file stays until the file changes", o.Line)
 		}
-		problem(w, r, http.StatusNotFound, api.Problem{Type: api.ProblemNotFound, Title: "No such override", Detail: detail})
+		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "No such override", Detail: detail})
 		return
 	}
 	if err := overrides.Delete(r.Context(), h.o.Limits, q.Name, l.Name, p); err != nil {
@@ -211,13 +211,13 @@ func (h *httpDoor) overrideOf(w http.ResponseWriter, r *http.Request) (*config.Q
 		return nil, 0, overrides.Pattern{}, false
 	}
 	if l := q.Limits[i]; l.Key.Kind == config.KeyGlobal {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "tier",
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "tier",
 			Detail: fmt.Sprintf("tier %s is global: it has one key, which its own parameters limit; overrides apply to header:NAME and ip tiers", l.Name)})
 		return nil, 0, overrides.Pattern{}, false
 	}
 	p, err := overrides.ParsePattern(r.PathValue("key"))
 	if err != nil {
-		problem(w, r, http.StatusBadRequest, api.Problem{Type: api.ProblemBadRequest, Title: "Bad request", Field: "key", Detail: err.Error()})
+		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "key", Detail: err.Error()})
 		return nil, 0, overrides.Pattern{}, false
 	}
 	return q, i, p, true
@@ -225,8 +225,8 @@ func (h *httpDoor) overrideOf(w http.ResponseWriter, r *http.Request) (*config.Q
 
 // decodeLimitParams reads a PUT's body: a JSON object of limitParamNames.
 // A problem names the field.
-func decodeLimitParams(body []byte) (api.LimitParams, string, error) {
-	var p api.LimitParams
+func decodeLimitParams(body []byte) (spillway.LimitParams, string, error) {
+	var p spillway.LimitParams
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return p, "", fmt.Errorf(`the body: want a JSON object of the tier's parameters, such as {"rate": "100/s", "burst": 200}`)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/overrides"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const limitsConfig = `
@@ -72,10 +72,10 @@ func TestLimitsEndpoints(t *testing.T) {
 		}
 	}
 
-	keyLimit := func(path string) api.KeyLimit {
+	keyLimit := func(path string) spillway.KeyLimit {
 		t.Helper()
 		r := call(http.MethodGet, path, adminKey, "")
-		var k api.KeyLimit
+		var k spillway.KeyLimit
 		if r.code != http.StatusOK || json.Unmarshal(r.body, &k) != nil {
 			t.Fatalf("GET %s: %d %s", path, r.code, r.body)
 		}
@@ -120,7 +120,7 @@ func TestLimitsEndpoints(t *testing.T) {
 
 	// PUT stores a runtime override, answered as GET will show it.
 	r := call(http.MethodPut, keyPath+"tenant-a", adminKey, `{"rate": "100/s", "burst": 200}`)
-	var set api.KeyLimit
+	var set spillway.KeyLimit
 	if r.code != http.StatusOK || json.Unmarshal(r.body, &set) != nil || set.Source != "runtime" || set.Burst != 200 ||
 		set.By != door.KeyFingerprint(adminKey) || set.At == nil || set.Key != "tenant-a" {
 		t.Fatalf("PUT: %d %s", r.code, r.body)
@@ -138,7 +138,7 @@ func TestLimitsEndpoints(t *testing.T) {
 
 	// The list has both, by tier.
 	r = call(http.MethodGet, "/v1/queues/mail/limits", adminKey, "")
-	var list api.LimitList
+	var list spillway.LimitList
 	if r.code != http.StatusOK || json.Unmarshal(r.body, &list) != nil || len(list.Tiers) != 2 {
 		t.Fatalf("GET limits: %d %s", r.code, r.body)
 	}

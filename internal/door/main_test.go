@@ -22,13 +22,13 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func TestMain(m *testing.M) {
@@ -84,9 +84,9 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	writing := make(chan struct{}, 32)
 	opts := b.Options()
 	opts.Observe = admitterd.NewAdmitMetrics(b.reg).Observe
-	opts.OnStored = func(j *queue.Job, st api.Status, at queue.Stored) {
+	opts.OnStored = func(j *queue.Job, st spillway.Status, at queue.Stored) {
 		r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
-		if st == api.Queued {
+		if st == spillway.Queued {
 			r.BacklogSeq = at.Sequence
 		}
 		writes.Go(func() {
@@ -145,8 +145,8 @@ type response struct {
 	code    int
 	header  http.Header
 	body    []byte
-	reply   api.SubmitReply // application/json answers to a submission
-	problem api.Problem     // application/problem+json
+	reply   spillway.SubmitReply // application/json answers to a submission
+	problem spillway.Problem     // application/problem+json
 }
 
 // request sends a bodiless request to the HTTP door and reads the answer.
@@ -172,7 +172,7 @@ func readResponse(t *testing.T, resp *http.Response) response {
 	}
 	r := response{code: resp.StatusCode, header: resp.Header, body: body}
 	switch resp.Header.Get("Content-Type") {
-	case api.ProblemContentType:
+	case spillway.ProblemContentType:
 		if err := json.Unmarshal(body, &r.problem); err != nil {
 			t.Fatalf("problem document %q: %v", body, err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // NATSDoor answers submissions sent as requests to spillway.submit.<queue>,
@@ -46,7 +46,7 @@ func NewNATS(nc *nats.Conn, a *admit.Admitter, logger *slog.Logger) *NATSDoor {
 
 // Start subscribes to spillway.submit.* in the admitters' queue group.
 func (d *NATSDoor) Start() error {
-	sub, err := d.subscribe(api.SubmitPrefix, d.answer, 1<<20)
+	sub, err := d.subscribe(spillway.SubmitPrefix, d.answer, 1<<20)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func drainAndWait(ctx context.Context, sub *nats.Subscription, wg *sync.WaitGrou
 // than be dropped as a slow consumer: a dropped request is a producer's
 // timeout.
 func (d *NATSDoor) subscribe(prefix string, answer func(*nats.Msg), pending int) (*nats.Subscription, error) {
-	sub, err := d.nc.QueueSubscribe(prefix+"*", api.AdmitterGroup, func(m *nats.Msg) {
+	sub, err := d.nc.QueueSubscribe(prefix+"*", AdmitterGroup, func(m *nats.Msg) {
 		d.sem <- struct{}{}
 		d.wg.Add(1)
 		go func() {
@@ -124,18 +124,18 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 	if m.Reply == "" {
 		return // a publish, not a request: nobody would learn the answer
 	}
-	name := strings.TrimPrefix(m.Subject, api.SubmitPrefix)
-	rep := api.SubmitReply{Queue: name}
+	name := strings.TrimPrefix(m.Subject, spillway.SubmitPrefix)
+	rep := spillway.SubmitReply{Queue: name}
 	// An unknown queue first, whatever else is wrong, as on the HTTP door.
 	if d.admitter.Config().Queue(name) == nil {
-		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
+		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
 		d.reply(m, rep)
 		return
 	}
 	get := func(k string) string { return headerGet(m.Header, k) }
 	req, bad := requestOf(name, m.Data, get, true)
 	if bad != nil {
-		rep.Status, rep.Type, rep.Error = api.Failed, bad.Type, bad.Detail
+		rep.Status, rep.Type, rep.Error = spillway.Failed, bad.Type, bad.Detail
 		d.reply(m, rep)
 		return
 	}
@@ -144,10 +144,10 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 	ans, err := d.admitter.Submit(ctx, req)
 	if err != nil {
 		var e *admit.Error
-		rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemInternal, err.Error()
+		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemInternal, err.Error()
 		if errors.As(err, &e) {
 			rep.Type, rep.Error, rep.RetryAfterMS = e.Type, e.Detail, retryMS(e.RetryAfter)
-			if e.Type == api.ProblemUnavailable || e.Type == api.ProblemInternal {
+			if e.Type == spillway.ProblemUnavailable || e.Type == spillway.ProblemInternal {
 				d.logger.Warn("door: submission failed", "queue", name, "err", err)
 			}
 		}
@@ -157,14 +157,14 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 	d.replyWith(m, ans.Reply, ans.ShadowHeader())
 }
 
-func (d *NATSDoor) reply(m *nats.Msg, rep api.SubmitReply) { d.replyWith(m, rep, nil) }
+func (d *NATSDoor) reply(m *nats.Msg, rep spillway.SubmitReply) { d.replyWith(m, rep, nil) }
 
 // replyWith replies with rep and a Spillway-Shadow header of each of
 // shadow's values.
-func (d *NATSDoor) replyWith(m *nats.Msg, rep api.SubmitReply, shadow []string) {
+func (d *NATSDoor) replyWith(m *nats.Msg, rep spillway.SubmitReply, shadow []string) {
 	var extra nats.Header
 	if len(shadow) > 0 {
-		extra = nats.Header{api.HeaderShadow: shadow}
+		extra = nats.Header{spillway.HeaderShadow: shadow}
 	}
 	replyJSON(d.nc, d.logger, m, rep, rep.Status, extra, "queue", rep.Queue, "id", rep.ID, "status", rep.Status)
 }
@@ -172,7 +172,7 @@ func (d *NATSDoor) replyWith(m *nats.Msg, rep api.SubmitReply, shadow []string) 
 // replyJSON answers request m with v in JSON and the Spillway-Status
 // header of status (none when empty), and extra's headers; a reply that
 // cannot be sent is logged with logArgs.
-func replyJSON(nc *nats.Conn, log *slog.Logger, m *nats.Msg, v any, status api.Status, extra nats.Header, logArgs ...any) {
+func replyJSON(nc *nats.Conn, log *slog.Logger, m *nats.Msg, v any, status spillway.Status, extra nats.Header, logArgs ...any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		log.Error("door: encoding a reply", "err", err)
@@ -185,7 +185,7 @@ func replyJSON(nc *nats.Conn, log *slog.Logger, m *nats.Msg, v any, status api.S
 			out.Header[k] = vs
 		}
 		if status != "" {
-			out.Header.Set(api.HeaderStatus, string(status))
+			out.Header.Set(spillway.HeaderStatus, string(status))
 		}
 	}
 	if err := nc.PublishMsg(out); err != nil {
@@ -209,3 +209,7 @@ func headerGet(h nats.Header, k string) string {
 	}
 	return ""
 }
+
+// AdmitterGroup is the queue group every admitter subscribes in, on every
+// subject of the NATS door: each request reaches one admitter.
+const AdmitterGroup = "spillway-admitters"

@@ -13,17 +13,17 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // natsMsg is a submission to q with headers (name, value, …) set exactly
 // as spelled: nats.Header keeps the case it is given.
 func natsMsg(q string, data []byte, header ...string) *nats.Msg {
-	m := &nats.Msg{Subject: api.SubmitPrefix + q, Data: data, Header: nats.Header{}}
+	m := &nats.Msg{Subject: spillway.SubmitPrefix + q, Data: data, Header: nats.Header{}}
 	for i := 0; i+1 < len(header); i += 2 {
 		m.Header[header[i]] = append(m.Header[header[i]], header[i+1])
 	}
@@ -31,18 +31,18 @@ func natsMsg(q string, data []byte, header ...string) *nats.Msg {
 }
 
 // ask sends a plain nats.go request and returns the decoded reply.
-func ask(t *testing.T, nc *nats.Conn, m *nats.Msg) api.SubmitReply {
+func ask(t *testing.T, nc *nats.Conn, m *nats.Msg) spillway.SubmitReply {
 	t.Helper()
 	resp, err := apitest.Request(t, nc, m, 10*time.Second)
 	if err != nil {
 		t.Fatalf("request to %s: %v", m.Subject, err)
 	}
-	var rep api.SubmitReply
+	var rep spillway.SubmitReply
 	if err := json.Unmarshal(resp.Data, &rep); err != nil {
 		t.Fatalf("reply %q: %v", resp.Data, err)
 	}
-	if got := resp.Header.Get(api.HeaderStatus); got != string(rep.Status) || got == "" {
-		t.Errorf("reply header %s %q, body status %q", api.HeaderStatus, got, rep.Status)
+	if got := resp.Header.Get(spillway.HeaderStatus); got != string(rep.Status) || got == "" {
+		t.Errorf("reply header %s %q, body status %q", spillway.HeaderStatus, got, rep.Status)
 	}
 	return rep
 }
@@ -52,19 +52,19 @@ func TestNATSSubmit(t *testing.T) {
 	b := setup(t, basicConfig, setupOptions{})
 	nc := b.nats.Connect(t)
 	rep := ask(t, nc, natsMsg("q", []byte("over nats"), "X-Client", "c"))
-	if rep.Status != api.Admitted || rep.Queue != "q" || rep.ID == "" || rep.Duplicate || rep.Error != "" || rep.Type != "" {
+	if rep.Status != spillway.Admitted || rep.Queue != "q" || rep.ID == "" || rep.Duplicate || rep.Error != "" || rep.Type != "" {
 		t.Errorf("admitted: %+v", rep)
 	}
 	if j, ok := b.jobOfKey(t, "q", queue.Ready, "c"); !ok || j.ID != rep.ID || string(j.Payload) != "over nats" {
 		t.Errorf("the stored job: %+v (found %v), want %s with the payload", j, ok, rep.ID)
 	}
 	rep = ask(t, nc, natsMsg("q", nil, "X-Client", "c"))
-	if rep.Status != api.Queued || rep.ID == "" || rep.NotBefore == nil || rep.Position < 1 || rep.EstimatedStart == nil {
+	if rep.Status != spillway.Queued || rep.ID == "" || rep.NotBefore == nil || rep.Position < 1 || rep.EstimatedStart == nil {
 		t.Errorf("queued: %+v", rep)
 	}
 	ask(t, nc, natsMsg("q", nil, "X-Client", "c"))
 	rep = ask(t, nc, natsMsg("q", nil, "X-Client", "c"))
-	if rep.Status != api.Rejected || rep.ID != "" || rep.Type != api.ProblemRateLimited || rep.RetryAfterMS <= 59_000 || rep.RetryAfterMS > 60_000 {
+	if rep.Status != spillway.Rejected || rep.ID != "" || rep.Type != spillway.ProblemRateLimited || rep.RetryAfterMS <= 59_000 || rep.RetryAfterMS > 60_000 {
 		t.Errorf("rejected: %+v, want rate-limited with retry_after_ms just under 60000", rep)
 	}
 }
@@ -78,18 +78,18 @@ func TestNATSErrors(t *testing.T) {
 		header  []string
 		want    string
 	}{
-		{"cost 0", "q", []string{api.HeaderCost, "0"}, api.ProblemBadCost},
-		{"cost -1", "q", []string{api.HeaderCost, "-1"}, api.ProblemBadCost},
-		{"cost abc", "q", []string{api.HeaderCost, "abc"}, api.ProblemBadCost},
-		{"cost huge", "q", []string{api.HeaderCost, "99999999999999999999"}, api.ProblemBadCost},
-		{"cost over the limit", "q", []string{"X-Client", "c", api.HeaderCost, "4"}, api.ProblemBadCost}, // a key's limit (its override's, if any) bounds its cost
-		{"unknown queue", "nope", nil, api.ProblemNotFound},
-		{"key too long", "q", []string{"X-Client", strings.Repeat("k", admit.MaxKeyLen+1)}, api.ProblemBadKey},
-		{"idempotency key too long", "q", []string{"X-Client", "c", api.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)}, api.ProblemBadRequest},
-		{"key header missing", "q", nil, api.ProblemBadKey},
+		{"cost 0", "q", []string{spillway.HeaderCost, "0"}, spillway.ProblemBadCost},
+		{"cost -1", "q", []string{spillway.HeaderCost, "-1"}, spillway.ProblemBadCost},
+		{"cost abc", "q", []string{spillway.HeaderCost, "abc"}, spillway.ProblemBadCost},
+		{"cost huge", "q", []string{spillway.HeaderCost, "99999999999999999999"}, spillway.ProblemBadCost},
+		{"cost over the limit", "q", []string{"X-Client", "c", spillway.HeaderCost, "4"}, spillway.ProblemBadCost}, // a key's limit (its override's, if any) bounds its cost
+		{"unknown queue", "nope", nil, spillway.ProblemNotFound},
+		{"key too long", "q", []string{"X-Client", strings.Repeat("k", admit.MaxKeyLen+1)}, spillway.ProblemBadKey},
+		{"idempotency key too long", "q", []string{"X-Client", "c", spillway.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)}, spillway.ProblemBadRequest},
+		{"key header missing", "q", nil, spillway.ProblemBadKey},
 	} {
 		rep := ask(t, nc, natsMsg(c.q, nil, c.header...))
-		if rep.Status != api.Failed || rep.Type != c.want || rep.Error == "" || rep.ID != "" || rep.Queue != c.q {
+		if rep.Status != spillway.Failed || rep.Type != c.want || rep.Error == "" || rep.ID != "" || rep.Queue != c.q {
 			t.Errorf("%s: %+v, want status error, type %s, an error message", c.name, rep, c.want)
 		}
 	}
@@ -103,10 +103,10 @@ func TestNATSHeadersAnyCase(t *testing.T) {
 	t.Parallel()
 	b := setup(t, basicConfig, setupOptions{})
 	nc := b.nats.Connect(t)
-	if rep := ask(t, nc, natsMsg("q", nil, "spillway-cost", "0")); rep.Type != api.ProblemBadCost {
+	if rep := ask(t, nc, natsMsg("q", nil, "spillway-cost", "0")); rep.Type != spillway.ProblemBadCost {
 		t.Errorf("spillway-cost: 0: %+v, want bad-cost (the header read)", rep)
 	}
-	if rep := ask(t, nc, natsMsg("q", nil, "SPILLWAY-COST", "abc")); rep.Type != api.ProblemBadCost {
+	if rep := ask(t, nc, natsMsg("q", nil, "SPILLWAY-COST", "abc")); rep.Type != spillway.ProblemBadCost {
 		t.Errorf("SPILLWAY-COST: abc: %+v, want bad-cost", rep)
 	}
 	rep := ask(t, nc, natsMsg("q", nil, "x-client", "lower", "idempotency-key", "k1"))
@@ -117,7 +117,7 @@ func TestNATSHeadersAnyCase(t *testing.T) {
 		t.Errorf("IDEMPOTENCY-KEY: k1 again: %+v, want a duplicate of %s", again, rep.ID)
 	}
 	// Cost 2 spelt in lower case: key "two" takes 2 units (e' = 1 > delay 0: queued).
-	if rep := ask(t, nc, natsMsg("q", nil, "x-client", "two", "spillway-cost", "2")); rep.Status != api.Queued {
+	if rep := ask(t, nc, natsMsg("q", nil, "x-client", "two", "spillway-cost", "2")); rep.Status != spillway.Queued {
 		t.Errorf("a cost of 2 in lower case: %+v, want queued", rep)
 	}
 }
@@ -128,18 +128,18 @@ func TestNATSIdempotency(t *testing.T) {
 	t.Parallel()
 	b := setup(t, basicConfig, setupOptions{})
 	nc := b.nats.Connect(t)
-	first := ask(t, nc, natsMsg("q", nil, "X-Client", "c", api.HeaderMsgID, "m-1"))
-	again := ask(t, nc, natsMsg("q", nil, "X-Client", "c", api.HeaderMsgID, "m-1"))
-	if first.Status != api.Admitted || first.Duplicate || !again.Duplicate || again.ID != first.ID || again.Status != api.Admitted {
+	first := ask(t, nc, natsMsg("q", nil, "X-Client", "c", spillway.HeaderMsgID, "m-1"))
+	again := ask(t, nc, natsMsg("q", nil, "X-Client", "c", spillway.HeaderMsgID, "m-1"))
+	if first.Status != spillway.Admitted || first.Duplicate || !again.Duplicate || again.ID != first.ID || again.Status != spillway.Admitted {
 		t.Errorf("Nats-Msg-Id twice: %+v then %+v; want the second a duplicate of the first", first, again)
 	}
 	// Across doors.
-	r := b.post(t, "q", nil, "X-Client", "c", api.HeaderIdempotencyKey, "m-1")
+	r := b.post(t, "q", nil, "X-Client", "c", spillway.HeaderIdempotencyKey, "m-1")
 	if r.code != 202 || !r.reply.Duplicate || r.reply.ID != first.ID || r.header.Get("Location") != "/v1/jobs/"+first.ID {
 		t.Errorf("the same key as HTTP's Idempotency-Key: %d %s, want 202, a duplicate of %s", r.code, r.body, first.ID)
 	}
-	h := b.post(t, "q", nil, "X-Client", "d", api.HeaderIdempotencyKey, "h-1")
-	if n := ask(t, nc, natsMsg("q", nil, "X-Client", "d", api.HeaderIdempotencyKey, "h-1")); !n.Duplicate || n.ID != h.reply.ID {
+	h := b.post(t, "q", nil, "X-Client", "d", spillway.HeaderIdempotencyKey, "h-1")
+	if n := ask(t, nc, natsMsg("q", nil, "X-Client", "d", spillway.HeaderIdempotencyKey, "h-1")); !n.Duplicate || n.ID != h.reply.ID {
 		t.Errorf("an HTTP key retried over NATS: %+v, want a duplicate of %s", n, h.reply.ID)
 	}
 	if n := b.msgs(t, "q", queue.Ready); n != 2 {
@@ -158,7 +158,7 @@ func TestNATSPublishIsIgnored(t *testing.T) {
 	}
 	rep := ask(t, nc, natsMsg("q", nil, "X-Client", "r"))
 	b.stopNATS(t) // every message received is handled by now
-	if n := b.msgs(t, "q", queue.Ready); n != 1 || rep.Status != api.Admitted {
+	if n := b.msgs(t, "q", queue.Ready); n != 1 || rep.Status != spillway.Admitted {
 		t.Errorf("READY holds %d jobs after a publish and a request (%+v), want the request's only", n, rep)
 	}
 	if _, ok := b.jobOfKey(t, "q", queue.Ready, "p"); ok {
@@ -175,7 +175,7 @@ func TestNATSHostileKeys(t *testing.T) {
 	// the empty key: only inner blanks are tried.)
 	keys := []string{".", "*", ">", "a.*.>", "a b", "\x00", "a\x00b", "\xff\xfe", "a\tb"}
 	for _, k := range keys {
-		for _, want := range []api.Status{api.Admitted, api.Queued} {
+		for _, want := range []spillway.Status{spillway.Admitted, spillway.Queued} {
 			if rep := ask(t, nc, natsMsg("q", nil, "X-Client", k)); rep.Status != want {
 				t.Fatalf("key %q: %+v, want %s", k, rep, want)
 			}
@@ -240,7 +240,7 @@ queues:
 	// door unsubscribes; it then waits behind the held ones: a short
 	// timeout, and try again.)
 	admittest.WaitFor(t, 10*time.Second, "requests to find no responders", func() bool {
-		_, err := producer.Request(api.SubmitPrefix+"no-such-queue", nil, 200*time.Millisecond)
+		_, err := producer.Request(spillway.SubmitPrefix+"no-such-queue", nil, 200*time.Millisecond)
 		return errors.Is(err, nats.ErrNoResponders)
 	})
 	select {
@@ -264,8 +264,8 @@ queues:
 	for len(got) < n {
 		select {
 		case m := <-replies:
-			var rep api.SubmitReply
-			if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Status != api.Admitted {
+			var rep spillway.SubmitReply
+			if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Status != spillway.Admitted {
 				t.Fatalf("reply on %s: %s (%v), want admitted", m.Subject, m.Data, err)
 			}
 			got[m.Subject] = true

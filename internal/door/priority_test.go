@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // priorityConfig: every key's first job is admitted (READY), the next
@@ -38,14 +38,14 @@ func TestHTTPPriority(t *testing.T) {
 		key := "tenant-" + string(rune('a'+i))
 		var header []string
 		if c.header != "" {
-			header = []string{api.HeaderPriority, c.header}
+			header = []string{spillway.HeaderPriority, c.header}
 		}
 		r := b.post(t, "q", []byte("x"), append(header, "X-Client", key)...)
-		if r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
-			t.Fatalf("%s %q: %d %s, want 202 admitted", api.HeaderPriority, c.header, r.code, r.body)
+		if r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
+			t.Fatalf("%s %q: %d %s, want 202 admitted", spillway.HeaderPriority, c.header, r.code, r.body)
 		}
 		if r.header.Get("RateLimit") == "" {
-			t.Errorf("%s %q: no RateLimit header", api.HeaderPriority, c.header)
+			t.Errorf("%s %q: no RateLimit header", spillway.HeaderPriority, c.header)
 		}
 		j, ok := b.jobOfKey(t, "q", queue.Ready, key)
 		wantWeight := 0
@@ -53,12 +53,12 @@ func TestHTTPPriority(t *testing.T) {
 			wantWeight = 4
 		}
 		if !ok || j.ID != r.reply.ID || j.Priority != c.want || j.Weight != wantWeight {
-			t.Errorf("%s %q: the stored job %+v (found %v), want priority %s, weight %d", api.HeaderPriority, c.header, j, ok, c.want, wantWeight)
+			t.Errorf("%s %q: the stored job %+v (found %v), want priority %s, weight %d", spillway.HeaderPriority, c.header, j, ok, c.want, wantWeight)
 		}
 	}
 	// Queued: the class travels to the backlog too.
-	r := b.post(t, "q", nil, api.HeaderPriority, "low", "X-Client", "tenant-a")
-	if r.code != http.StatusAccepted || r.reply.Status != api.Queued {
+	r := b.post(t, "q", nil, spillway.HeaderPriority, "low", "X-Client", "tenant-a")
+	if r.code != http.StatusAccepted || r.reply.Status != spillway.Queued {
 		t.Fatalf("tenant-a's second job: %d %s, want 202 queued", r.code, r.body)
 	}
 	if j, ok := b.jobOfKey(t, "q", queue.Backlog, "tenant-a"); !ok || j.ID != r.reply.ID || j.Priority != queue.Low || j.Weight != 4 {
@@ -70,16 +70,16 @@ func TestHTTPBadPriority(t *testing.T) {
 	t.Parallel()
 	b := setup(t, priorityConfig, setupOptions{})
 	for _, v := range []string{"urgent", "1", "high,low", strings.Repeat("h", 100)} {
-		r := b.post(t, "q", []byte("x"), api.HeaderPriority, v, "X-Client", "c")
-		if r.code != http.StatusBadRequest || r.problem.Type != api.ProblemBadPriority || r.problem.Field != api.HeaderPriority ||
-			!strings.Contains(r.problem.Detail, api.HeaderPriority) || !strings.Contains(r.problem.Detail, "high, normal or low") {
-			t.Errorf("%s %.20q: %d %s, want 400 %s naming the header and the classes", api.HeaderPriority, v, r.code, r.body, api.ProblemBadPriority)
+		r := b.post(t, "q", []byte("x"), spillway.HeaderPriority, v, "X-Client", "c")
+		if r.code != http.StatusBadRequest || r.problem.Type != spillway.ProblemBadPriority || r.problem.Field != spillway.HeaderPriority ||
+			!strings.Contains(r.problem.Detail, spillway.HeaderPriority) || !strings.Contains(r.problem.Detail, "high, normal or low") {
+			t.Errorf("%s %.20q: %d %s, want 400 %s naming the header and the classes", spillway.HeaderPriority, v, r.code, r.body, spillway.ProblemBadPriority)
 		}
 		if r.header.Get("RateLimit") != "" || r.header.Get("Retry-After") != "" {
-			t.Errorf("%s %.20q: rate-limit headers on a 400: %v", api.HeaderPriority, v, r.header)
+			t.Errorf("%s %.20q: rate-limit headers on a 400: %v", spillway.HeaderPriority, v, r.header)
 		}
 	}
-	if r := b.post(t, "q", nil, "X-Client", "c"); r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
+	if r := b.post(t, "q", nil, "X-Client", "c"); r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
 		t.Errorf("after the refused ones: %d %s, want admitted (no unit taken)", r.code, r.body)
 	}
 	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 1 {
@@ -98,24 +98,24 @@ func TestNATSPriority(t *testing.T) {
 			header = append(header, "spillway-priority", c.header) // any case
 		}
 		rep := ask(t, nc, natsMsg("q", nil, header...))
-		if rep.Status != api.Admitted {
-			t.Fatalf("%s %q: %+v, want admitted", api.HeaderPriority, c.header, rep)
+		if rep.Status != spillway.Admitted {
+			t.Fatalf("%s %q: %+v, want admitted", spillway.HeaderPriority, c.header, rep)
 		}
 		if j, ok := b.jobOfKey(t, "q", queue.Ready, key); !ok || j.ID != rep.ID || j.Priority != c.want {
-			t.Errorf("%s %q: the stored job %+v (found %v), want priority %s", api.HeaderPriority, c.header, j, ok, c.want)
+			t.Errorf("%s %q: the stored job %+v (found %v), want priority %s", spillway.HeaderPriority, c.header, j, ok, c.want)
 		}
 	}
-	rep := ask(t, nc, natsMsg("q", nil, "X-Client", "tenant-a", api.HeaderPriority, "high"))
-	if j, ok := b.jobOfKey(t, "q", queue.Backlog, "tenant-a"); rep.Status != api.Queued || !ok || j.ID != rep.ID || j.Priority != queue.High || j.Weight != 4 {
+	rep := ask(t, nc, natsMsg("q", nil, "X-Client", "tenant-a", spillway.HeaderPriority, "high"))
+	if j, ok := b.jobOfKey(t, "q", queue.Backlog, "tenant-a"); rep.Status != spillway.Queued || !ok || j.ID != rep.ID || j.Priority != queue.High || j.Weight != 4 {
 		t.Errorf("tenant-a's second job: %+v, stored %+v (found %v); want queued, priority high, weight 4", rep, j, ok)
 	}
 	for _, v := range []string{"urgent", "0"} {
-		rep := ask(t, nc, natsMsg("q", nil, "X-Client", "c", api.HeaderPriority, v))
-		if rep.Status != api.Failed || rep.Type != api.ProblemBadPriority || !strings.Contains(rep.Error, api.HeaderPriority) || !strings.Contains(rep.Error, "high, normal or low") {
-			t.Errorf("%s %q: %+v, want an error %s naming the header and the classes", api.HeaderPriority, v, rep, api.ProblemBadPriority)
+		rep := ask(t, nc, natsMsg("q", nil, "X-Client", "c", spillway.HeaderPriority, v))
+		if rep.Status != spillway.Failed || rep.Type != spillway.ProblemBadPriority || !strings.Contains(rep.Error, spillway.HeaderPriority) || !strings.Contains(rep.Error, "high, normal or low") {
+			t.Errorf("%s %q: %+v, want an error %s naming the header and the classes", spillway.HeaderPriority, v, rep, spillway.ProblemBadPriority)
 		}
 	}
-	if rep := ask(t, nc, natsMsg("q", nil, "X-Client", "c")); rep.Status != api.Admitted {
+	if rep := ask(t, nc, natsMsg("q", nil, "X-Client", "c")); rep.Status != spillway.Admitted {
 		t.Errorf("after the refused ones: %+v, want admitted (no unit taken)", rep)
 	}
 }

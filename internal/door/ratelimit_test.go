@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/conn"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // namedConfig: rate 1/m, burst 1 (quota 2 per 120 s) on a tier named
@@ -66,12 +66,12 @@ func TestRateLimitHeadersNamedTier(t *testing.T) {
 func TestRateLimitHeadersOnDuplicates(t *testing.T) {
 	t.Parallel()
 	b := setup(t, namedConfig, setupOptions{})
-	first := b.post(t, "q", nil, "X-Client", "c", api.HeaderIdempotencyKey, "order-1")
+	first := b.post(t, "q", nil, "X-Client", "c", spillway.HeaderIdempotencyKey, "order-1")
 	if first.code != http.StatusAccepted || first.reply.Duplicate {
 		t.Fatalf("first: %d %s", first.code, first.body)
 	}
 	for i := range 2 {
-		again := b.post(t, "q", nil, "X-Client", "c", api.HeaderIdempotencyKey, "order-1")
+		again := b.post(t, "q", nil, "X-Client", "c", spillway.HeaderIdempotencyKey, "order-1")
 		if again.code != http.StatusAccepted || !again.reply.Duplicate || again.reply.ID != first.reply.ID {
 			t.Fatalf("replay %d: %d %s, want 202, a duplicate of %s", i+1, again.code, again.body, first.reply.ID)
 		}

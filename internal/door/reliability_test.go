@@ -25,12 +25,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func inFull() bool { return os.Getenv("SPILLWAY_RELIABILITY") == "full" }
@@ -187,8 +187,8 @@ queues:
 				mu.Lock()
 				codes[r.code]++
 				mu.Unlock()
-				if r.code != http.StatusAccepted && (r.code != http.StatusTooManyRequests || r.problem.Type != api.ProblemRateLimited) {
-					t.Errorf("spoof %d: %d %s, want 202 or 429 %s", i, r.code, r.body, api.ProblemRateLimited)
+				if r.code != http.StatusAccepted && (r.code != http.StatusTooManyRequests || r.problem.Type != spillway.ProblemRateLimited) {
+					t.Errorf("spoof %d: %d %s, want 202 or 429 %s", i, r.code, r.body, spillway.ProblemRateLimited)
 				}
 			})
 			keys := store.keys()
@@ -405,7 +405,7 @@ func TestReliabilityHostileInputHTTP(t *testing.T) {
 		resp := send(http.MethodPost, "/v1/queues/q/jobs", r, c.length, "X-Client", "big")
 		read := ln.read.Load() - before
 		maxRead = max(maxRead, read)
-		check(c.name, resp, http.StatusRequestEntityTooLarge, api.ProblemTooLarge)
+		check(c.name, resp, http.StatusRequestEntityTooLarge, spillway.ProblemTooLarge)
 		// The door reads at most limit+1 bytes (below). Go's server reads
 		// in 4 KiB buffers and, after the answer, discards up to 256 KiB
 		// of a chunked body through one buffer, hoping to reuse the
@@ -421,25 +421,25 @@ func TestReliabilityHostileInputHTTP(t *testing.T) {
 	req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/queues/q/jobs", endless)
 	req.ContentLength = -1
 	req.Header.Set("X-Client", "endless")
-	check("an endless body, in process", b.serve(t, req), http.StatusRequestEntityTooLarge, api.ProblemTooLarge)
+	check("an endless body, in process", b.serve(t, req), http.StatusRequestEntityTooLarge, spillway.ProblemTooLarge)
 	if endless.n.Load() > limit+1 {
 		t.Errorf("the door read %d bytes of an endless body, want ≤ %d", endless.n.Load(), limit+1)
 	}
 
 	for _, cost := range []string{"0", "-1", "abc", "1.5", "1e3", "0x10", "１", "9223372036854775808", "99999999999999999999", "7", "2 3", "\xff"} {
-		check("Spillway-Cost "+strconv.Quote(cost), send(http.MethodPost, "/v1/queues/q/jobs", nil, 0, "X-Client", "c", api.HeaderCost, cost), http.StatusBadRequest, api.ProblemBadCost)
+		check("Spillway-Cost "+strconv.Quote(cost), send(http.MethodPost, "/v1/queues/q/jobs", nil, 0, "X-Client", "c", spillway.HeaderCost, cost), http.StatusBadRequest, spillway.ProblemBadCost)
 	}
-	check("a key of MaxKeyLen+1 bytes", send(http.MethodPost, "/v1/queues/q/jobs", nil, 0, "X-Client", strings.Repeat("k", admit.MaxKeyLen+1)), http.StatusBadRequest, api.ProblemBadKey)
-	check("a key of 32 KiB", send(http.MethodPost, "/v1/queues/q/jobs", nil, 0, "X-Client", strings.Repeat("k", 32<<10)), http.StatusBadRequest, api.ProblemBadKey)
-	check("an idempotency key too long", send(http.MethodPost, "/v1/queues/q/jobs", nil, 0, "X-Client", "c", api.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)), http.StatusBadRequest, api.ProblemBadRequest)
+	check("a key of MaxKeyLen+1 bytes", send(http.MethodPost, "/v1/queues/q/jobs", nil, 0, "X-Client", strings.Repeat("k", admit.MaxKeyLen+1)), http.StatusBadRequest, spillway.ProblemBadKey)
+	check("a key of 32 KiB", send(http.MethodPost, "/v1/queues/q/jobs", nil, 0, "X-Client", strings.Repeat("k", 32<<10)), http.StatusBadRequest, spillway.ProblemBadKey)
+	check("an idempotency key too long", send(http.MethodPost, "/v1/queues/q/jobs", nil, 0, "X-Client", "c", spillway.HeaderIdempotencyKey, strings.Repeat("i", admit.MaxIdempotencyKeyLen+1)), http.StatusBadRequest, spillway.ProblemBadRequest)
 	for _, q := range []string{"nope", "Q", "..", "%2e%2e", "a.b", "*", "%3E", "%00", "a%2Fb", "%FF", strings.Repeat("q", 10000)} {
-		check("queue "+q, send(http.MethodPost, "/v1/queues/"+q+"/jobs", strings.NewReader("x"), 1), http.StatusNotFound, api.ProblemNotFound)
-		check("GET queue "+q, send(http.MethodGet, "/v1/queues/"+q, nil, 0), http.StatusNotFound, api.ProblemNotFound)
+		check("queue "+q, send(http.MethodPost, "/v1/queues/"+q+"/jobs", strings.NewReader("x"), 1), http.StatusNotFound, spillway.ProblemNotFound)
+		check("GET queue "+q, send(http.MethodGet, "/v1/queues/"+q, nil, 0), http.StatusNotFound, spillway.ProblemNotFound)
 	}
 	for _, id := range []string{"x", "*", ">", "a.b", "%00", "%FF", strings.Repeat("0", 4096), "01a209be-09a0-7341-a4e7-164ab9ce072d%00"} {
-		check("job id "+id[:min(len(id), 40)], send(http.MethodGet, "/v1/jobs/"+id, nil, 0), http.StatusBadRequest, api.ProblemBadRequest)
+		check("job id "+id[:min(len(id), 40)], send(http.MethodGet, "/v1/jobs/"+id, nil, 0), http.StatusBadRequest, spillway.ProblemBadRequest)
 	}
-	check("PUT a job", send(http.MethodPut, "/v1/queues/q/jobs", nil, 0), http.StatusMethodNotAllowed, api.ProblemMethodNotAllowed)
+	check("PUT a job", send(http.MethodPut, "/v1/queues/q/jobs", nil, 0), http.StatusMethodNotAllowed, spillway.ProblemMethodNotAllowed)
 	// Headers a job ignores or drops, however large: the job is taken.
 	check("a 16 KiB traceparent and 1,000 other headers", send(http.MethodPost, "/v1/queues/q/jobs", nil, 0,
 		append([]string{"X-Client", "ignored-headers", "traceparent", strings.Repeat("0", 16<<10)}, inManyHeaders(1000)...)...), http.StatusAccepted, "")
@@ -456,13 +456,13 @@ queues:
     limits: [{key: "header:X-Client", algorithm: leaky_bucket, rate: 1/h, burst: 0}]
     backlog: {capacity: 10, leak_rate: 1/s}
 `, setupOptions{})
-	check("a body of the default max_body_bytes, 1 MiB", def.post(t, "q", make([]byte, config.DefaultMaxBodyBytes), "X-Client", "mib"), http.StatusRequestEntityTooLarge, api.ProblemTooLarge)
+	check("a body of the default max_body_bytes, 1 MiB", def.post(t, "q", make([]byte, config.DefaultMaxBodyBytes), "X-Client", "mib"), http.StatusRequestEntityTooLarge, spillway.ProblemTooLarge)
 	check("then a small job of that key (burst 0)", def.post(t, "q", nil, "X-Client", "mib"), http.StatusAccepted, "")
 
 	keys := inHostileKeys(inScale(300, 5000), false)
 	var bad atomic.Int64
 	inParallel(len(keys), 8, func(i int) {
-		for _, want := range []api.Status{api.Admitted, api.Queued} {
+		for _, want := range []spillway.Status{spillway.Admitted, spillway.Queued} {
 			if r := b.post(t, "q", nil, "X-Client", keys[i]); r.code != http.StatusAccepted || r.reply.Status != want {
 				bad.Add(1)
 				t.Errorf("key %q: %d %s, want %s", keys[i], r.code, r.body, want)
@@ -545,40 +545,40 @@ func TestReliabilityHostileInputNATS(t *testing.T) {
 	b := setup(t, inHostileConfig, setupOptions{})
 	nc := b.nats.Connect(t)
 	types := map[string]int{}
-	check := func(what string, m *nats.Msg, status api.Status, typ string) {
+	check := func(what string, m *nats.Msg, status spillway.Status, typ string) {
 		t.Helper()
 		rep := ask(t, nc, m)
 		types[fmt.Sprintf("%s %s", rep.Status, strings.TrimPrefix(rep.Type, "https://spillway.dev/problems/"))]++
-		if rep.Status != status || rep.Type != typ || (status == api.Failed && rep.Error == "") {
+		if rep.Status != status || rep.Type != typ || (status == spillway.Failed && rep.Error == "") {
 			t.Errorf("%s: %+v, want %s %s", what, rep, status, typ)
 		}
 	}
 	for _, cost := range []string{"0", "-1", "abc", "1.5", "1e3", "0x10", "１", "9223372036854775808", "7", "2 3", "\xff", "\x00"} {
-		check("Spillway-Cost "+strconv.Quote(cost), natsMsg("q", nil, "X-Client", "c", api.HeaderCost, cost), api.Failed, api.ProblemBadCost)
+		check("Spillway-Cost "+strconv.Quote(cost), natsMsg("q", nil, "X-Client", "c", spillway.HeaderCost, cost), spillway.Failed, spillway.ProblemBadCost)
 	}
-	check("a key of MaxKeyLen+1 bytes", natsMsg("q", nil, "X-Client", strings.Repeat("k", admit.MaxKeyLen+1)), api.Failed, api.ProblemBadKey)
-	check("a key of 512 KiB", natsMsg("q", nil, "X-Client", strings.Repeat("k", 512<<10)), api.Failed, api.ProblemBadKey)
-	check("an idempotency key of 512 KiB", natsMsg("q", nil, "X-Client", "c", api.HeaderIdempotencyKey, strings.Repeat("i", 512<<10)), api.Failed, api.ProblemBadRequest)
-	check("a Nats-Msg-Id of 512 KiB", natsMsg("q", nil, "X-Client", "c", api.HeaderMsgID, strings.Repeat("i", 512<<10)), api.Failed, api.ProblemBadRequest)
+	check("a key of MaxKeyLen+1 bytes", natsMsg("q", nil, "X-Client", strings.Repeat("k", admit.MaxKeyLen+1)), spillway.Failed, spillway.ProblemBadKey)
+	check("a key of 512 KiB", natsMsg("q", nil, "X-Client", strings.Repeat("k", 512<<10)), spillway.Failed, spillway.ProblemBadKey)
+	check("an idempotency key of 512 KiB", natsMsg("q", nil, "X-Client", "c", spillway.HeaderIdempotencyKey, strings.Repeat("i", 512<<10)), spillway.Failed, spillway.ProblemBadRequest)
+	check("a Nats-Msg-Id of 512 KiB", natsMsg("q", nil, "X-Client", "c", spillway.HeaderMsgID, strings.Repeat("i", 512<<10)), spillway.Failed, spillway.ProblemBadRequest)
 	// (A subject longer than the server's control line, 4 KiB, closes
 	// the producer's own connection before anything reaches an admitter.)
 	for _, q := range []string{"nope", "Q", "$JS", strings.Repeat("q", 3900), "\xff", "é"} {
-		check("queue "+q[:min(len(q), 20)], natsMsg(q, nil), api.Failed, api.ProblemNotFound)
+		check("queue "+q[:min(len(q), 20)], natsMsg(q, nil), spillway.Failed, spillway.ProblemNotFound)
 	}
 	check("a 512 KiB traceparent and 5,000 other headers", natsMsg("q", nil,
-		append([]string{"X-Client", "ignored-headers", "traceparent", strings.Repeat("0", 512<<10)}, inManyHeaders(5000)...)...), api.Admitted, "")
+		append([]string{"X-Client", "ignored-headers", "traceparent", strings.Repeat("0", 512<<10)}, inManyHeaders(5000)...)...), spillway.Admitted, "")
 	check("a 512 KiB traceparent and 5,000 other headers, again", natsMsg("q", nil,
-		append([]string{"X-Client", "ignored-headers", "traceparent", strings.Repeat("0", 512<<10)}, inManyHeaders(5000)...)...), api.Queued, "")
+		append([]string{"X-Client", "ignored-headers", "traceparent", strings.Repeat("0", 512<<10)}, inManyHeaders(5000)...)...), spillway.Queued, "")
 	// The largest request the server takes: its payload alone does not
 	// leave room for the job's own headers in a JetStream message.
 	maxPayload := int(nc.MaxPayload())
-	check("a payload of max_payload − 64 bytes", natsMsg("q", make([]byte, maxPayload-64), "X-Client", "huge"), api.Failed, api.ProblemTooLarge)
-	check("then a small job of that key", natsMsg("q", nil, "X-Client", "huge"), api.Admitted, "")
+	check("a payload of max_payload − 64 bytes", natsMsg("q", make([]byte, maxPayload-64), "X-Client", "huge"), spillway.Failed, spillway.ProblemTooLarge)
+	check("then a small job of that key", natsMsg("q", nil, "X-Client", "huge"), spillway.Admitted, "")
 
 	keys := inHostileKeys(inScale(300, 5000), true)
 	var bad atomic.Int64
 	inParallel(len(keys), 8, func(i int) {
-		for _, want := range []api.Status{api.Admitted, api.Queued} {
+		for _, want := range []spillway.Status{spillway.Admitted, spillway.Queued} {
 			if rep := ask(t, nc, natsMsg("q", nil, "X-Client", keys[i])); rep.Status != want {
 				bad.Add(1)
 				t.Errorf("key %q: %+v, want %s", keys[i], rep, want)
@@ -633,9 +633,9 @@ queues:
 	inParallel(n, 8, func(i int) {
 		h := append([]string{"X-Client", "client-" + strconv.Itoa(i)}, bad[i%len(bad)]...)
 		r := b.post(t, "q", []byte("x"), h...)
-		if r.code != http.StatusUnauthorized || r.problem.Type != api.ProblemUnauthorized || !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+		if r.code != http.StatusUnauthorized || r.problem.Type != spillway.ProblemUnauthorized || !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
 			wrong.Add(1)
-			t.Errorf("POST with %q: %d %s, want 401 %s with WWW-Authenticate", bad[i%len(bad)], r.code, r.body, api.ProblemUnauthorized)
+			t.Errorf("POST with %q: %d %s, want 401 %s with WWW-Authenticate", bad[i%len(bad)], r.code, r.body, spillway.ProblemUnauthorized)
 		}
 	})
 	decisions, stKeys := store.total.Load(), store.Stats().Keys

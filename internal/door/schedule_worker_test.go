@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // starts records the handler's calls of a worker the test runs.
@@ -100,9 +100,9 @@ queues:
     backlog: {capacity: 100, leak_rate: 10/s}
 `, setupOptions{})
 	s := runRecordingWorker(t, b, "q")
-	r := b.post(t, "q", []byte("later"), "X-Client", "a", api.HeaderDelay, "5s")
-	if r.code != http.StatusAccepted || r.reply.Status != api.Queued || r.reply.NotBefore == nil {
-		t.Fatalf("%s 5s: %d %s, want 202 queued with a not_before", api.HeaderDelay, r.code, r.body)
+	r := b.post(t, "q", []byte("later"), "X-Client", "a", spillway.HeaderDelay, "5s")
+	if r.code != http.StatusAccepted || r.reply.Status != spillway.Queued || r.reply.NotBefore == nil {
+		t.Fatalf("%s 5s: %d %s, want 202 queued with a not_before", spillway.HeaderDelay, r.code, r.body)
 	}
 	// A job of the same key submitted after it runs at once.
 	now := b.post(t, "q", []byte("now"), "X-Client", "a")
@@ -127,19 +127,19 @@ queues:
     backlog: {capacity: 100, leak_rate: 1/m}
 `, setupOptions{})
 	s := runRecordingWorker(t, b, "q")
-	if r := b.post(t, "q", nil); r.reply.Status != api.Admitted {
+	if r := b.post(t, "q", nil); r.reply.Status != spillway.Admitted {
 		t.Fatalf("first job: %d %s, want admitted", r.code, r.body)
 	}
 	// The backlog's first job takes the leak's start for this minute.
 	first := b.post(t, "q", nil)
-	if first.reply.Status != api.Queued {
+	if first.reply.Status != spillway.Queued {
 		t.Fatalf("second job: %d %s, want queued", first.code, first.body)
 	}
 	b.jobState(t, first.reply.ID, jobstatus.Succeeded, 20*time.Second)
 	// The backlog is empty again: the estimate says at once, the leak's
 	// next start is a minute away.
-	r := b.post(t, "q", []byte("in time or never"), api.HeaderMaxWait, "2s")
-	if r.code != http.StatusAccepted || r.reply.Status != api.Queued {
+	r := b.post(t, "q", []byte("in time or never"), spillway.HeaderMaxWait, "2s")
+	if r.code != http.StatusAccepted || r.reply.Status != spillway.Queued {
 		t.Fatalf("max-wait 2s in an empty backlog: %d %s, want 202 queued", r.code, r.body)
 	}
 	rec := b.jobState(t, r.reply.ID, jobstatus.Expired, 20*time.Second)

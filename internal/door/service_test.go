@@ -14,7 +14,6 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
@@ -22,6 +21,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // TestServiceProbes runs the doors as admitterd assembles them: /livez
@@ -109,8 +109,8 @@ queues:
 		if code == http.StatusOK {
 			return false
 		}
-		if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || h.Get("Content-Type") != api.ProblemContentType || !strings.Contains(body, api.ProblemUnavailable) {
-			t.Fatalf("/readyz with NATS down: %d %v %s, want 503 %s with Retry-After", code, h, body, api.ProblemUnavailable)
+		if code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" || h.Get("Content-Type") != spillway.ProblemContentType || !strings.Contains(body, spillway.ProblemUnavailable) {
+			t.Fatalf("/readyz with NATS down: %d %v %s, want 503 %s with Retry-After", code, h, body, spillway.ProblemUnavailable)
 		}
 		return true
 	})
@@ -155,15 +155,15 @@ func TestUnavailable(t *testing.T) {
 	rds.Kill()
 	for range 3 {
 		r := b.post(t, "q", nil, "X-Client", "c")
-		if r.code != http.StatusServiceUnavailable || r.problem.Type != api.ProblemUnavailable || r.problem.RetryAfterMS <= 0 {
-			t.Fatalf("Redis down, closed: %d %s, want 503 %s with retry_after_ms", r.code, r.body, api.ProblemUnavailable)
+		if r.code != http.StatusServiceUnavailable || r.problem.Type != spillway.ProblemUnavailable || r.problem.RetryAfterMS <= 0 {
+			t.Fatalf("Redis down, closed: %d %s, want 503 %s with retry_after_ms", r.code, r.body, spillway.ProblemUnavailable)
 		}
 		if got, want := r.header.Get("Retry-After"), strconv.FormatInt((r.problem.RetryAfterMS+999)/1000, 10); got != want {
 			t.Errorf("Retry-After %q, want %s (retry_after_ms %d rounded up)", got, want, r.problem.RetryAfterMS)
 		}
 	}
 	rep := ask(t, b.nats.Connect(t), natsMsg("q", nil, "X-Client", "c"))
-	if rep.Status != api.Failed || rep.Type != api.ProblemUnavailable || rep.RetryAfterMS <= 0 {
+	if rep.Status != spillway.Failed || rep.Type != spillway.ProblemUnavailable || rep.RetryAfterMS <= 0 {
 		t.Errorf("over NATS: %+v, want status error, unavailable, retry_after_ms", rep)
 	}
 	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 1 {

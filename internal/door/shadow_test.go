@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // shadowConfig: an enforcing per-client tier that admits everything the
@@ -37,11 +37,11 @@ func TestShadowHeaders(t *testing.T) {
 		{"strict would-reject", "hourly would-queue"},
 	} {
 		r := b.post(t, "q", nil, "X-Client", "c", "X-Tenant", "t")
-		if r.code != http.StatusAccepted || r.reply.Status != api.Admitted {
+		if r.code != http.StatusAccepted || r.reply.Status != spillway.Admitted {
 			t.Fatalf("job %d over HTTP: %d %s, want 202 admitted", i+1, r.code, r.body)
 		}
-		if got := r.header.Values(api.HeaderShadow); !slices.Equal(got, want) {
-			t.Errorf("job %d over HTTP: %s %q, want %q", i+1, api.HeaderShadow, got, want)
+		if got := r.header.Values(spillway.HeaderShadow); !slices.Equal(got, want) {
+			t.Errorf("job %d over HTTP: %s %q, want %q", i+1, spillway.HeaderShadow, got, want)
 		}
 		if p := r.header.Get("RateLimit-Policy"); p != `"per-client";q=10;w=600` {
 			t.Errorf("job %d over HTTP: RateLimit-Policy %s, want the per-client tier's only", i+1, p)
@@ -53,10 +53,10 @@ func TestShadowHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.Header.Get(api.HeaderStatus); got != string(api.Admitted) {
-		t.Errorf("over NATS without X-Tenant: %s %q (%s), want admitted", api.HeaderStatus, got, resp.Data)
+	if got := resp.Header.Get(spillway.HeaderStatus); got != string(spillway.Admitted) {
+		t.Errorf("over NATS without X-Tenant: %s %q (%s), want admitted", spillway.HeaderStatus, got, resp.Data)
 	}
-	if got, want := resp.Header.Values(api.HeaderShadow), []string{"strict would-reject", "hourly would-queue"}; !slices.Equal(got, want) {
-		t.Errorf("over NATS without X-Tenant: %s %q, want %q", api.HeaderShadow, got, want)
+	if got, want := resp.Header.Values(spillway.HeaderShadow), []string{"strict would-reject", "hourly would-queue"}; !slices.Equal(got, want) {
+		t.Errorf("over NATS without X-Tenant: %s %q, want %q", spillway.HeaderShadow, got, want)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"net/http"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // requestOf reads a submission from its headers, the same way for both
@@ -25,25 +25,25 @@ func requestOf(queue string, payload []byte, get func(string) string, natsDoor b
 		Payload:        payload,
 		Header:         get,
 		NoPeer:         natsDoor,
-		IdempotencyKey: get(api.HeaderIdempotencyKey),
+		IdempotencyKey: get(spillway.HeaderIdempotencyKey),
 		Trace:          traceHeaders(get),
 	}
 	if natsDoor && req.IdempotencyKey == "" {
-		req.IdempotencyKey = get(api.HeaderMsgID)
+		req.IdempotencyKey = get(spillway.HeaderMsgID)
 	}
 	var err error
-	if req.Cost, err = parseCost(get(api.HeaderCost)); err != nil {
-		return nil, &admit.Error{Type: api.ProblemBadCost, Field: api.HeaderCost, Detail: err.Error()}
+	if req.Cost, err = parseCost(get(spillway.HeaderCost)); err != nil {
+		return nil, &admit.Error{Type: spillway.ProblemBadCost, Field: spillway.HeaderCost, Detail: err.Error()}
 	}
-	if req.Priority, err = parsePriority(get(api.HeaderPriority)); err != nil {
-		return nil, &admit.Error{Type: api.ProblemBadPriority, Field: api.HeaderPriority, Detail: err.Error()}
+	if req.Priority, err = parsePriority(get(spillway.HeaderPriority)); err != nil {
+		return nil, &admit.Error{Type: spillway.ProblemBadPriority, Field: spillway.HeaderPriority, Detail: err.Error()}
 	}
 	if req.Schedule, err = admit.ParseSchedule(get); err != nil {
 		var bad *admit.Error
 		if errors.As(err, &bad) { // the only error ParseSchedule returns
 			return nil, bad
 		}
-		return nil, &admit.Error{Type: api.ProblemBadRequest, Detail: err.Error()}
+		return nil, &admit.Error{Type: spillway.ProblemBadRequest, Detail: err.Error()}
 	}
 	return req, nil
 }
@@ -52,7 +52,7 @@ func requestOf(queue string, payload []byte, get func(string) string, natsDoor b
 // admit.ParseSchedule reads (its errors name the header).
 func scheduleHeader(field string) bool {
 	switch field {
-	case api.HeaderNotBefore, api.HeaderDelay, api.HeaderMaxWait:
+	case spillway.HeaderNotBefore, spillway.HeaderDelay, spillway.HeaderMaxWait:
 		return true
 	}
 	return false
@@ -62,13 +62,13 @@ func scheduleHeader(field string) bool {
 // or a batch's reading found.
 func titleOf(t string) string {
 	switch t {
-	case api.ProblemBadCost:
+	case spillway.ProblemBadCost:
 		return "Bad cost"
-	case api.ProblemBadPriority:
+	case spillway.ProblemBadPriority:
 		return "Bad priority"
-	case api.ProblemBadRequest:
+	case spillway.ProblemBadRequest:
 		return "Bad request"
-	case api.ProblemTooLarge:
+	case spillway.ProblemTooLarge:
 		return "Payload too large"
 	}
 	return http.StatusText(statusOf(t))

@@ -16,19 +16,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
-)
-
-// Header names the handlers send besides the job's own (queue.Header*).
-const (
-	HeaderIdempotencyKey = "Idempotency-Key"
-	// HeaderKeyEncoding is "percent" when Spillway-Key had to be
-	// percent-encoded to be a valid header value.
-	HeaderKeyEncoding = "Spillway-Key-Encoding"
-	// HeaderStatus and HeaderError are the NATS reply protocol (package doc).
-	HeaderStatus = "Spillway-Status"
-	HeaderError  = "Spillway-Error"
-	// HeaderRetryAfter is read from 429/503 answers and NATS replies.
-	HeaderRetryAfter = "Retry-After"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // MaxRetryAfter caps the delay a downstream may ask for with Retry-After.
@@ -113,16 +101,16 @@ func jobHeaders(j *queue.Job, set func(name, value string)) {
 			set(http.CanonicalHeaderKey(name), vs[0])
 		}
 	}
-	set(queue.HeaderJobID, j.ID)
-	set(queue.HeaderQueue, j.Queue)
+	set(spillway.HeaderJobID, j.ID)
+	set(spillway.HeaderQueue, j.Queue)
 	if validHeaderValue(j.Key) {
-		set(queue.HeaderKey, j.Key)
+		set(spillway.HeaderKey, j.Key)
 	} else {
-		set(queue.HeaderKey, url.PathEscape(j.Key))
-		set(HeaderKeyEncoding, "percent")
+		set(spillway.HeaderKey, url.PathEscape(j.Key))
+		set(spillway.HeaderKeyEncoding, "percent")
 	}
-	set(queue.HeaderAttempt, strconv.Itoa(j.Attempt))
-	set(HeaderIdempotencyKey, j.ID)
+	set(spillway.HeaderAttempt, strconv.Itoa(j.Attempt))
+	set(spillway.HeaderIdempotencyKey, j.ID)
 }
 
 // validHeaderValue reports whether v can be sent as an HTTP or NATS header
@@ -140,8 +128,8 @@ func validHeaderValue(v string) bool {
 // reserved are header names a handler config may not set: Spillway sets them.
 func reserved(name string) bool {
 	switch http.CanonicalHeaderKey(name) {
-	case queue.HeaderJobID, queue.HeaderQueue, queue.HeaderKey, queue.HeaderAttempt,
-		HeaderIdempotencyKey, HeaderKeyEncoding:
+	case spillway.HeaderJobID, spillway.HeaderQueue, spillway.HeaderKey, spillway.HeaderAttempt,
+		spillway.HeaderIdempotencyKey, spillway.HeaderKeyEncoding:
 		return true
 	}
 	return false

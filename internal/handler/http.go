@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -66,7 +66,7 @@ func HTTP(cfg config.HTTPHandler, client *http.Client) (queue.Handler, error) {
 	static := http.Header{}
 	for name, v := range cfg.Headers {
 		switch {
-		case !api.IsToken(name):
+		case !spillway.IsToken(name):
 			return nil, fmt.Errorf("%w: http header %q: not a valid header name", ErrInvalidConfig, name)
 		case reserved(name):
 			return nil, fmt.Errorf("%w: http header %s: set by Spillway, cannot be configured", ErrInvalidConfig, http.CanonicalHeaderKey(name))
@@ -125,7 +125,7 @@ func (h *httpHandler) handle(ctx context.Context, j *queue.Job) error {
 		// The downstream is overloaded: the queue's leak pauses
 		// (docs/design.md#pushback) and the job waits its Retry-After.
 		var err error = se
-		d, ok := parseRetryAfter(resp.Header.Get(HeaderRetryAfter), resp.Header.Get("Date"), time.Now())
+		d, ok := parseRetryAfter(resp.Header.Get(spillway.HeaderRetryAfter), resp.Header.Get("Date"), time.Now())
 		if ok {
 			err = retry.After(se, d)
 		}

@@ -12,16 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/retry"
-)
-
-// Values of HeaderStatus in a NATS handler's reply (package doc).
-const (
-	StatusOK        = "ok"
-	StatusRetry     = "retry"
-	StatusPermanent = "permanent"
-	// StatusBusy: the responder is overloaded. The job is retried, as
-	// with StatusRetry, and the queue's leak pauses (retry.Pushback).
-	StatusBusy = "busy"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // NATS returns a handler that sends each job as a request to cfg.Subject on
@@ -73,36 +64,36 @@ func (h *natsHandler) handle(ctx context.Context, j *queue.Job) error {
 
 // replyError maps a reply to the handler's result.
 func (h *natsHandler) replyError(reply *nats.Msg) error {
-	status := strings.ToLower(strings.TrimSpace(header(reply.Header, HeaderStatus)))
-	text := queue.OneLine(header(reply.Header, HeaderError), queue.MaxErrorLen)
+	status := strings.ToLower(strings.TrimSpace(header(reply.Header, spillway.HeaderStatus)))
+	text := queue.OneLine(header(reply.Header, spillway.HeaderError), queue.MaxErrorLen)
 	if status == "" {
 		if text == "" {
 			return nil
 		}
-		status = StatusRetry
+		status = spillway.HandlerRetry
 	}
-	if status == StatusOK {
+	if status == spillway.HandlerOK {
 		return nil
 	}
 	if text == "" {
 		text = queue.OneLine(string(reply.Data[:min(len(reply.Data), snippetLen)]), snippetLen)
 	}
 	if text == "" {
-		text = "replied " + HeaderStatus + ": " + status
+		text = "replied " + spillway.HeaderStatus + ": " + status
 	}
 	err := fmt.Errorf("request %s: %s", h.subject, text)
 	switch status {
-	case StatusPermanent:
+	case spillway.HandlerPermanent:
 		return retry.Permanent(err)
-	case StatusRetry, StatusBusy:
+	case spillway.HandlerRetry, spillway.HandlerBusy:
 	default:
-		err = fmt.Errorf("request %s: %s (unknown %s %q, retried)", h.subject, text, HeaderStatus, queue.OneLine(status, 32))
+		err = fmt.Errorf("request %s: %s (unknown %s %q, retried)", h.subject, text, spillway.HeaderStatus, queue.OneLine(status, 32))
 	}
-	d, ok := parseRetryAfter(header(reply.Header, HeaderRetryAfter), "", time.Now())
+	d, ok := parseRetryAfter(header(reply.Header, spillway.HeaderRetryAfter), "", time.Now())
 	if ok {
 		err = retry.After(err, d)
 	}
-	if status == StatusBusy {
+	if status == spillway.HandlerBusy {
 		return retry.Pushback(err, d)
 	}
 	return err

@@ -7,8 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // TestHTTPBatchTarget: a closed loop of batches counts every job of every
@@ -18,23 +18,23 @@ func TestHTTPBatchTarget(t *testing.T) {
 	t.Parallel()
 	keys := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var jobs []api.BatchJob
-		if r.Header.Get("Content-Type") != api.BatchJSON || json.NewDecoder(r.Body).Decode(&jobs) != nil {
+		var jobs []spillway.BatchJob
+		if r.Header.Get("Content-Type") != spillway.BatchJSON || json.NewDecoder(r.Body).Decode(&jobs) != nil {
 			http.Error(w, "bad batch", http.StatusBadRequest)
 			return
 		}
-		rep := api.BatchReply{Queue: "q"}
+		rep := spillway.BatchReply{Queue: "q"}
 		for i, j := range jobs {
 			keys[j.Headers["X-Client"]]++
-			if j.Payload == nil || *j.Payload != "\x01\x02" || j.Headers[api.HeaderCost] != "2" {
+			if j.Payload == nil || *j.Payload != "\x01\x02" || j.Headers[spillway.HeaderCost] != "2" {
 				http.Error(w, "bad job", http.StatusBadRequest)
 				return
 			}
-			st := api.Admitted
+			st := spillway.Admitted
 			if i == 2 {
-				st = api.Rejected
+				st = spillway.Rejected
 			}
-			rep.Results = append(rep.Results, api.BatchResult{SubmitReply: api.SubmitReply{Queue: "q", Status: st, Type: "https://spillway.dev/problems/queue-full"}})
+			rep.Results = append(rep.Results, spillway.BatchResult{SubmitReply: spillway.SubmitReply{Queue: "q", Status: st, Type: "https://spillway.dev/problems/queue-full"}})
 		}
 		_ = json.NewEncoder(w).Encode(rep)
 	}))

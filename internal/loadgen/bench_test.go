@@ -9,15 +9,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The cost of one submission on the load generator's side, against
 // stand-ins that answer at once: what the driver adds to a benchmark.
 func BenchmarkSubmitTarget(b *testing.B) {
-	reply, _ := json.Marshal(api.SubmitReply{ID: "01a21b35-401d-7273-a3c6-cc51d2922ed1", Queue: "demo", Status: api.Admitted})
+	reply, _ := json.Marshal(spillway.SubmitReply{ID: "01a21b35-401d-7273-a3c6-cc51d2922ed1", Queue: "demo", Status: spillway.Admitted})
 	opts := []client.Option{client.WithRetries(0, 0), client.WithoutIdempotencyKeys(), client.WithTimeout(5 * time.Second)}
 	payload := make([]byte, 128)
 	b.Run("http", func(b *testing.B) {
@@ -42,9 +42,9 @@ func BenchmarkSubmitTarget(b *testing.B) {
 	b.Run("nats", func(b *testing.B) {
 		ns := queuetest.Start(b)
 		nc := ns.Connect(b)
-		sub, err := nc.Subscribe(api.SubmitPrefix+"demo", func(m *nats.Msg) {
+		sub, err := nc.Subscribe(spillway.SubmitPrefix+"demo", func(m *nats.Msg) {
 			r := nats.NewMsg(m.Reply)
-			r.Header.Set(api.HeaderStatus, "admitted")
+			r.Header.Set(spillway.HeaderStatus, "admitted")
 			r.Data = reply
 			_ = m.RespondMsg(r)
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/pkg/client"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // SubmitTarget submits jobs with a client.Client, over whichever door it
@@ -65,7 +66,7 @@ func (t *SubmitTarget) Submit(ctx context.Context, r Request) Outcome {
 // "no responders").
 func Classify(door string, ans *client.Answer, err error) Outcome {
 	if err == nil {
-		if ans != nil && ans.Verdict == client.Queued {
+		if ans != nil && ans.Verdict == spillway.Queued {
 			return Outcome{Verdict: Queued}
 		}
 		return Outcome{Verdict: Admitted}

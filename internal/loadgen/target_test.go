@@ -13,10 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // fakeAdmitter answers by client key: a admitted, b queued, c rejected
@@ -43,24 +44,24 @@ func (f *fakeAdmitter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	problem := func(status int, typ string) {
-		w.Header().Set("Content-Type", api.ProblemContentType)
+		w.Header().Set("Content-Type", spillway.ProblemContentType)
 		w.Header().Set("Retry-After", "2")
 		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(api.Problem{Type: typ, Title: "no", Status: status, RetryAfterMS: 1500})
+		_ = json.NewEncoder(w).Encode(spillway.Problem{Type: typ, Title: "no", Status: status, RetryAfterMS: 1500})
 	}
 	switch r.Header.Get("X-Api-Key") {
 	case "a", "b":
-		st := api.Admitted
+		st := spillway.Admitted
 		if r.Header.Get("X-Api-Key") == "b" {
-			st = api.Queued
+			st = spillway.Queued
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusAccepted)
-		_ = json.NewEncoder(w).Encode(api.SubmitReply{ID: "x", Queue: "demo", Status: st})
+		_ = json.NewEncoder(w).Encode(spillway.SubmitReply{ID: "x", Queue: "demo", Status: st})
 	case "c":
-		problem(http.StatusTooManyRequests, api.ProblemQueueFull)
+		problem(http.StatusTooManyRequests, spillway.ProblemQueueFull)
 	default:
-		problem(http.StatusServiceUnavailable, api.ProblemUnavailable)
+		problem(http.StatusServiceUnavailable, spillway.ProblemUnavailable)
 	}
 }
 
@@ -111,23 +112,23 @@ func TestNATSTarget(t *testing.T) {
 	nc := ns.Connect(t)
 	var mu sync.Mutex
 	costs := map[string]int{}
-	sub, err := nc.QueueSubscribe(api.SubmitPrefix+"demo", api.AdmitterGroup, func(m *nats.Msg) {
+	sub, err := nc.QueueSubscribe(spillway.SubmitPrefix+"demo", door.AdmitterGroup, func(m *nats.Msg) {
 		mu.Lock()
-		costs[m.Header.Get(api.HeaderCost)]++
+		costs[m.Header.Get(spillway.HeaderCost)]++
 		mu.Unlock()
 		r := nats.NewMsg(m.Reply)
-		rep := api.SubmitReply{ID: "x", Queue: "demo"}
+		rep := spillway.SubmitReply{ID: "x", Queue: "demo"}
 		switch m.Header.Get("X-Tenant") {
 		case "a":
-			rep.Status = api.Admitted
+			rep.Status = spillway.Admitted
 		case "b":
-			rep.Status = api.Queued
+			rep.Status = spillway.Queued
 		case "c":
-			rep.Status, rep.Type, rep.RetryAfterMS = api.Rejected, api.ProblemRateLimited, 200
+			rep.Status, rep.Type, rep.RetryAfterMS = spillway.Rejected, spillway.ProblemRateLimited, 200
 		default:
-			rep.Status, rep.Type, rep.Error = api.Failed, api.ProblemBadKey, "no key"
+			rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemBadKey, "no key"
 		}
-		r.Header.Set(api.HeaderStatus, string(rep.Status))
+		r.Header.Set(spillway.HeaderStatus, string(rep.Status))
 		r.Data, _ = json.Marshal(rep)
 		_ = m.RespondMsg(r)
 	})
@@ -186,14 +187,14 @@ func TestClassify(t *testing.T) {
 		err  error
 		want Outcome
 	}{
-		{"http", &client.Answer{Verdict: client.Admitted}, nil, Outcome{Verdict: Admitted}},
-		{"nats", &client.Answer{Verdict: client.Queued}, nil, Outcome{Verdict: Queued}},
-		{"http", &client.Answer{Verdict: client.Rejected}, problem(429, api.ProblemQueueFull), Outcome{Rejected, "queue-full"}},
-		{"nats", &client.Answer{Verdict: client.Rejected}, problem(429, api.ProblemKeyFull), Outcome{Rejected, "key-full"}},
+		{"http", &client.Answer{Verdict: spillway.Admitted}, nil, Outcome{Verdict: Admitted}},
+		{"nats", &client.Answer{Verdict: spillway.Queued}, nil, Outcome{Verdict: Queued}},
+		{"http", &client.Answer{Verdict: spillway.Rejected}, problem(429, spillway.ProblemQueueFull), Outcome{Rejected, "queue-full"}},
+		{"nats", &client.Answer{Verdict: spillway.Rejected}, problem(429, spillway.ProblemKeyFull), Outcome{Rejected, "key-full"}},
 		{"http", nil, problem(429, ""), Outcome{Rejected, "429"}},
-		{"http", nil, problem(401, api.ProblemUnauthorized), Outcome{Failed, "http 401 unauthorized"}},
+		{"http", nil, problem(401, spillway.ProblemUnauthorized), Outcome{Failed, "http 401 unauthorized"}},
 		{"http", nil, problem(502, ""), Outcome{Failed, "http 502"}},
-		{"nats", nil, problem(503, api.ProblemUnavailable), Outcome{Failed, "unavailable"}},
+		{"nats", nil, problem(503, spillway.ProblemUnavailable), Outcome{Failed, "unavailable"}},
 		{"nats", nil, problem(500, ""), Outcome{Failed, "error"}},
 		{"nats", nil, &client.TransportError{Op: "request", Err: nats.ErrNoResponders}, Outcome{Failed, "no responders"}},
 		{"nats", nil, &client.TransportError{Op: "request", Err: context.DeadlineExceeded}, Outcome{Failed, "timeout"}},

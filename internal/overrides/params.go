@@ -5,15 +5,15 @@ import (
 	"encoding/hex"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Params are an override's parameters, named as a tier's in the
-// configuration file and the admin API's JSON (api.LimitParams). Which of
+// configuration file and the admin API's JSON (spillway.LimitParams). Which of
 // them apply is the tier's algorithm's business: rate, burst, delay and
 // nodelay for the buckets, limit and window for the windows.
-type Params = api.LimitParams
+type Params = spillway.LimitParams
 
 // Build validates p as parameters of alg, by the rules of a tier's own
 // (bucket.Spec). Its error is bucket.Spec.Build's *bucket.LimitError,

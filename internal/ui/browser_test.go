@@ -26,9 +26,9 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/ui"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // chromium finds Debian's headless-capable Chromium: $SPILLWAY_CHROMIUM,
@@ -224,7 +224,7 @@ func (s *service) shutdown(t *testing.T) {
 	})
 }
 
-func (s *service) queue(t *testing.T, name, key string) api.QueueInfo {
+func (s *service) queue(t *testing.T, name, key string) spillway.QueueInfo {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.base+"/v1/queues/"+name, nil)
 	if err != nil {
@@ -238,7 +238,7 @@ func (s *service) queue(t *testing.T, name, key string) api.QueueInfo {
 		t.Fatalf("GET /v1/queues/%s: %v", name, err)
 	}
 	defer resp.Body.Close()
-	var q api.QueueInfo
+	var q spillway.QueueInfo
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("GET /v1/queues/%s: %d %s", name, resp.StatusCode, b)
@@ -250,7 +250,7 @@ func (s *service) queue(t *testing.T, name, key string) api.QueueInfo {
 }
 
 // submit posts one job from client and returns its verdict.
-func (s *service) submit(ctx context.Context, q, client string) (api.Status, error) {
+func (s *service) submit(ctx context.Context, q, client string) (spillway.Status, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.base+"/v1/queues/"+q+"/jobs", strings.NewReader(`{"n":1}`))
 	if err != nil {
 		return "", err
@@ -272,10 +272,10 @@ func (s *service) submit(ctx context.Context, q, client string) (api.Status, err
 	}
 	switch v := r.Status.(type) {
 	case string:
-		return api.Status(v), nil
+		return spillway.Status(v), nil
 	case float64:
 		if resp.StatusCode == http.StatusTooManyRequests {
-			return api.Rejected, nil
+			return spillway.Rejected, nil
 		}
 	}
 	return "", fmt.Errorf("answer %d without a verdict (status %v)", resp.StatusCode, r.Status)
@@ -344,7 +344,7 @@ func TestPageUnderLoad(t *testing.T) {
 	// One client, about 16 jobs a second for 5 s: the first few are
 	// admitted, then the bucket queues jobs up to its burst, then rejects.
 	loadCtx, stopLoad := context.WithCancel(t.Context())
-	verdicts := map[api.Status]int{}
+	verdicts := map[spillway.Status]int{}
 	var loadErr error
 	loadDone := make(chan struct{})
 	t.Cleanup(func() { stopLoad(); <-loadDone }) // before the admitter stops
@@ -398,7 +398,7 @@ func TestPageUnderLoad(t *testing.T) {
 		t.Fatalf("the load: %v", loadErr)
 	}
 	t.Logf("load verdicts: %v; highest rates the page showed: %v", verdicts, seen)
-	for _, v := range []api.Status{api.Admitted, api.Queued, api.Rejected} {
+	for _, v := range []spillway.Status{spillway.Admitted, spillway.Queued, spillway.Rejected} {
 		if verdicts[v] == 0 {
 			t.Fatalf("the load got no %s verdict (%v): the test's limits do not make the backlog hold jobs", v, verdicts)
 		}
@@ -603,7 +603,7 @@ func lookKeys(ctx context.Context, t *testing.T, q string) shownKeys {
 
 // submitAs posts one job from client with a priority (empty: none) and an
 // API key, and fails the test unless it gets want.
-func (s *service) submitAs(t *testing.T, q, client, priority, apiKey string, want api.Status) {
+func (s *service) submitAs(t *testing.T, q, client, priority, apiKey string, want spillway.Status) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.base+"/v1/queues/"+q+"/jobs", strings.NewReader(`{"n":1}`))
 	if err != nil {
@@ -612,14 +612,14 @@ func (s *service) submitAs(t *testing.T, q, client, priority, apiKey string, wan
 	req.Header.Set("X-Client-Id", client)
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	if priority != "" {
-		req.Header.Set(api.HeaderPriority, priority)
+		req.Header.Set(spillway.HeaderPriority, priority)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var r api.SubmitReply
+	var r spillway.SubmitReply
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.Status != want {
 		t.Fatalf("submitting for %s: %d %+v (%v), want %s", client, resp.StatusCode, r, err, want)
 	}
@@ -643,10 +643,10 @@ func TestPageShowsTopKeys(t *testing.T) {
 	// then low queued. The first jobs run at once; the queued ones wait.
 	for _, s := range []struct {
 		client, priority string
-		want             api.Status
+		want             spillway.Status
 	}{
-		{"flood", "", api.Admitted}, {"flood", "high", api.Queued}, {"flood", "", api.Queued}, {"flood", "low", api.Queued},
-		{"calm", "", api.Admitted}, {"calm", "low", api.Queued},
+		{"flood", "", spillway.Admitted}, {"flood", "high", spillway.Queued}, {"flood", "", spillway.Queued}, {"flood", "low", spillway.Queued},
+		{"calm", "", spillway.Admitted}, {"calm", "low", spillway.Queued},
 	} {
 		svc.submitAs(t, "tenants", s.client, s.priority, key, s.want)
 	}
@@ -705,7 +705,7 @@ func TestPageShowsTopKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list api.KeyList
+	var list spillway.KeyList
 	err = json.NewDecoder(resp.Body).Decode(&list)
 	_ = resp.Body.Close()
 	if err != nil || len(list.Keys) != 2 || list.Keys[0].KeyHash != flood || list.Keys[0].Depth != 3 || list.Keys[1].KeyHash != calm || list.Keys[1].Depth != 1 {

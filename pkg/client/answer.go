@@ -3,22 +3,7 @@ package client
 import (
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
-	"github.com/spillway-dev/spillway/internal/jobstatus"
-)
-
-// Verdict is what the admitter did with a submission.
-type Verdict string
-
-// The verdicts of a submission.
-const (
-	// Admitted: the job runs at once (a worker takes it from READY).
-	Admitted Verdict = "admitted"
-	// Queued: the job waits in the backlog and starts at the leak rate,
-	// not before Answer.NotBefore.
-	Queued Verdict = "queued"
-	// Rejected: nothing was taken; retry after Answer.RetryAfter.
-	Rejected Verdict = "rejected"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Answer is the admitter's verdict on one submission.
@@ -27,8 +12,9 @@ type Answer struct {
 	// Empty when the job was rejected.
 	ID    string
 	Queue string
-	// Verdict is admitted, queued or rejected.
-	Verdict Verdict
+	// Verdict is spillway.Admitted, spillway.Queued or
+	// spillway.Rejected.
+	Verdict spillway.Status
 	// Duplicate: an earlier submission with the same idempotency key was
 	// taken, and this is its answer; nothing new was taken. A client's own
 	// retry after a lost answer comes back as a duplicate.
@@ -59,9 +45,9 @@ type Answer struct {
 
 // answerOf converts a door's reply. A reply of status error is not an
 // answer: the caller turns it into an error first.
-func answerOf(rep *api.SubmitReply, key string, shadow []string) *Answer {
+func answerOf(rep *spillway.SubmitReply, key string, shadow []string) *Answer {
 	a := &Answer{
-		ID: rep.ID, Queue: rep.Queue, Verdict: Verdict(rep.Status), Duplicate: rep.Duplicate, IdempotencyKey: key,
+		ID: rep.ID, Queue: rep.Queue, Verdict: rep.Status, Duplicate: rep.Duplicate, IdempotencyKey: key,
 		Position: rep.Position, Problem: rep.Type, Shadow: shadow,
 		RetryAfter: time.Duration(max(0, rep.RetryAfterMS)) * time.Millisecond,
 	}
@@ -71,7 +57,7 @@ func answerOf(rep *api.SubmitReply, key string, shadow []string) *Answer {
 	if rep.EstimatedStart != nil {
 		a.EstimatedStart = *rep.EstimatedStart
 	}
-	if rep.Status != api.Rejected {
+	if rep.Status != spillway.Rejected {
 		a.Problem = ""
 	}
 	return a
@@ -83,51 +69,4 @@ func (a *Answer) rejection() *ProblemError {
 	e.Status, e.RetryAfter = 429, a.RetryAfter
 	e.Title = "Rejected"
 	return e
-}
-
-// State is where a job is in its life.
-type State string
-
-// The states of a job; Final tells which ones it does not leave.
-const (
-	StateAdmitted  State = "admitted"
-	StateQueued    State = "queued"
-	StateRunning   State = "running"
-	StateRetrying  State = "retrying"
-	StateSucceeded State = "succeeded"
-	StateDead      State = "dead"
-	StateExpired   State = "expired"
-	StateCancelled State = "cancelled"
-)
-
-// Final reports whether s is a state a job does not leave on its own:
-// succeeded, dead, expired or cancelled.
-func (s State) Final() bool { return jobstatus.State(s).Final() }
-
-// Job is a job's status record, as GET /v1/jobs/{id} answers it. It is
-// advisory: it may lag a step behind the job, never ahead.
-type Job struct {
-	ID    string
-	Queue string
-	State State
-	// Attempts is how many tries have started (0 before the first).
-	Attempts int
-	// LastError is the last failed try's error.
-	LastError string
-	// EnqueuedAt is when the admitter took the job; NotBefore when it may
-	// start (a queued job) or try again (a retrying one); StartedAt when
-	// its latest try started; FinishedAt when it reached a final state;
-	// UpdatedAt when the record was last written. Zero when unknown.
-	EnqueuedAt time.Time
-	NotBefore  time.Time
-	StartedAt  time.Time
-	FinishedAt time.Time
-	UpdatedAt  time.Time
-}
-
-func jobOf(r *jobstatus.Record) *Job {
-	return &Job{
-		ID: r.ID, Queue: r.Queue, State: State(r.State), Attempts: r.Attempts, LastError: r.LastError,
-		EnqueuedAt: r.EnqueuedAt, NotBefore: r.NotBefore, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, UpdatedAt: r.UpdatedAt,
-	}
 }

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // MaxBatch is the most jobs one batch may carry.
-const MaxBatch = api.MaxBatchJobs
+const MaxBatch = spillway.MaxBatchJobs
 
 // BatchJob is one job of a batch: its payload and the options a single
 // submission would take.
@@ -64,7 +64,7 @@ func (c *Client) PrepareBatch(jobs []BatchJob) (*PreparedBatch, error) {
 	if len(jobs) == 0 || len(jobs) > MaxBatch {
 		return nil, fmt.Errorf("%w: a batch of %d jobs: want 1 to %d", ErrInvalidOption, len(jobs), MaxBatch)
 	}
-	wire := make([]api.BatchJob, len(jobs))
+	wire := make([]spillway.BatchJob, len(jobs))
 	keys := make([]string, len(jobs))
 	for i, j := range jobs {
 		s, err := newSubmission(j.Options, !c.cfg.noAutoKeys)
@@ -76,7 +76,7 @@ func (c *Client) PrepareBatch(jobs []BatchJob) (*PreparedBatch, error) {
 			h[kv[0]] = kv[1]
 		}
 		if s.key != "" {
-			h[api.HeaderIdempotencyKey] = s.key
+			h[spillway.HeaderIdempotencyKey] = s.key
 		}
 		keys[i] = s.key
 		wire[i].Headers = h
@@ -104,7 +104,7 @@ func (c *Client) SubmitPrepared(ctx context.Context, queue string, b *PreparedBa
 	for _, k := range b.keys {
 		keyed = keyed && k != ""
 	}
-	var rep *api.BatchReply
+	var rep *spillway.BatchReply
 	attempts, err := c.retrying(ctx, keyed, func(ctx context.Context) error {
 		var err error
 		rep, err = c.t.submitBatch(ctx, queue, b.body)
@@ -123,11 +123,11 @@ func (c *Client) SubmitPrepared(ctx context.Context, queue string, b *PreparedBa
 			r.Queue = queue
 		}
 		switch r.Status {
-		case api.Admitted, api.Queued, api.Rejected:
+		case spillway.Admitted, spillway.Queued, spillway.Rejected:
 			a := answerOf(r, b.keys[i], rep.Results[i].Shadow)
 			a.Attempts = attempts
 			out[i].Answer = a
-			if a.Verdict == Rejected {
+			if a.Verdict == spillway.Rejected {
 				out[i].Err = a.rejection()
 			}
 		default:

@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
-	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Client submits jobs to a Spillway admitter and follows them, over one of
@@ -25,11 +23,9 @@ type Client struct {
 // transport is one door: each method is one attempt.
 type transport interface {
 	submit(ctx context.Context, queue string, payload []byte, s *submission) (*Answer, error)
-	submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error)
-	status(ctx context.Context, id string) (*Job, error)
-	cancel(ctx context.Context, id string) (*Job, error)
-	// wait returns the job's record once it is final.
-	wait(ctx context.Context, id string) (*Job, error)
+	submitBatch(ctx context.Context, queue string, body []byte) (*spillway.BatchReply, error)
+	status(ctx context.Context, id string) (*spillway.Job, error)
+	cancel(ctx context.Context, id string) (*spillway.Job, error)
 	// describe names the door in errors: the base URL, the NATS server.
 	describe() string
 	// name is the door's: "http" or "nats".
@@ -39,7 +35,7 @@ type transport interface {
 // Submit sends one job to queue and returns the admitter's answer.
 //
 // An admitted or queued job returns its Answer and a nil error. A rejected
-// one returns both: its Answer (Verdict Rejected, RetryAfter, Problem) and
+// one returns both: its Answer (Verdict spillway.Rejected, RetryAfter, Problem) and
 // a *ProblemError that matches ErrRejected and the reason (ErrRateLimited,
 // ErrQueueFull, ErrKeyFull, ErrWaitTooLong), so that a caller who checks
 // only the error never takes a rejection for a job taken. Any other
@@ -68,7 +64,7 @@ func (c *Client) Submit(ctx context.Context, queue string, payload []byte, opts 
 	})
 	if ans != nil {
 		ans.Attempts = attempts
-		if ans.Verdict == Rejected {
+		if ans.Verdict == spillway.Rejected {
 			return ans, ans.rejection()
 		}
 	}
@@ -76,7 +72,7 @@ func (c *Client) Submit(ctx context.Context, queue string, payload []byte, opts 
 }
 
 func checkQueue(name string) error {
-	if err := queue.ValidateQueueName(name); err != nil {
+	if err := spillway.ValidateQueueName(name); err != nil {
 		return fmt.Errorf("%w: queue: %w", ErrInvalidOption, err)
 	}
 	return nil
@@ -87,7 +83,6 @@ func checkQueue(name string) error {
 // configured retries, and returns how many attempts it made and the last
 // one's error. Each attempt is bounded by the client's timeout.
 func (c *Client) retrying(ctx context.Context, afterLoss bool, attempt func(context.Context) error) (int, error) {
-	policy := retry.Policy{MaxAttempts: c.cfg.retries + 1, Initial: max(c.cfg.backoff, time.Nanosecond), Max: max(time.Second, c.cfg.backoff)}
 	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
 		err := attempt(actx)
@@ -109,7 +104,7 @@ func (c *Client) retrying(ctx context.Context, afterLoss bool, attempt func(cont
 			return n, err
 		}
 		// Jitter takes up to a fifth off the exact delay.
-		d := policy.Delay(n)
+		d := backoff(c.cfg.backoff, n)
 		d -= time.Duration(rand.Int64N(int64(d)/5 + 1))
 		if wait > d && wait < 5*time.Second {
 			d = wait
@@ -124,16 +119,28 @@ func (c *Client) retrying(ctx context.Context, afterLoss bool, attempt func(cont
 	}
 }
 
+// backoff is the exact wait after attempt n (from 1): initial, doubling
+// after each attempt, up to a second (or initial, if that is longer).
+func backoff(initial time.Duration, n int) time.Duration {
+	initial = max(initial, time.Nanosecond)
+	limit := max(time.Second, initial)
+	d := initial
+	for i := 1; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
 // Status reads job id's status record. A job whose record is unknown or
 // expired is ErrNotFound.
-func (c *Client) Status(ctx context.Context, id string) (*Job, error) {
+func (c *Client) Status(ctx context.Context, id string) (*spillway.Job, error) {
 	return c.jobCall(ctx, id, true, c.t.status)
 }
 
 // jobCall runs call about job id through retrying (afterLoss as there)
 // and returns the job it answered.
-func (c *Client) jobCall(ctx context.Context, id string, afterLoss bool, call func(context.Context, string) (*Job, error)) (*Job, error) {
-	var job *Job
+func (c *Client) jobCall(ctx context.Context, id string, afterLoss bool, call func(context.Context, string) (*spillway.Job, error)) (*spillway.Job, error) {
+	var job *spillway.Job
 	_, err := c.retrying(ctx, afterLoss, func(ctx context.Context) error {
 		var err error
 		job, err = call(ctx, id)
@@ -143,14 +150,39 @@ func (c *Client) jobCall(ctx context.Context, id string, afterLoss bool, call fu
 }
 
 // Wait blocks until job id reaches a final state — succeeded, dead,
-// expired or cancelled — and returns its record, or until ctx ends. Over
-// NATS it watches the record in JetStream; over HTTP it polls
-// GET /v1/jobs/{id} (WithPollInterval). A job without a record for a few
-// seconds (its first record is written just after the answer) is
-// ErrNotFound. A job that is dead or expired is not an error: the
-// record's State says so.
-func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
-	return c.t.wait(ctx, id)
+// expired or cancelled — and returns its record, or until ctx ends. It
+// reads the record as Status does, every poll interval
+// (WithPollInterval), on either door: GET /v1/jobs/{id}, or a request on
+// spillway.job.<id>. A job without a record for a few seconds (its first
+// record is written just after the answer) is ErrNotFound; reads that get
+// no answer or a 503 are waited out. A job that is dead or expired is not
+// an error: the record's State says so.
+func (c *Client) Wait(ctx context.Context, id string) (*spillway.Job, error) {
+	start := time.Now()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
+		job, err := c.t.status(rctx, id)
+		cancel()
+		var pe *ProblemError
+		var te *TransportError
+		switch {
+		case err == nil && job.State.Final():
+			return job, nil
+		case err == nil:
+		case errors.As(err, &pe) && pe.Status == http.StatusNotFound && time.Since(start) < notFoundGrace:
+		case errors.As(err, &pe) && pe.Status == http.StatusServiceUnavailable, errors.As(err, &te) && ctx.Err() == nil:
+		default:
+			return nil, err
+		}
+		t.Reset(c.cfg.poll)
+	}
 }
 
 // Cancel takes a queued job out of the backlog: it never runs, and its
@@ -158,7 +190,7 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 // queued (admitted jobs start at once; a running or finished one is past
 // cancelling) is a *ProblemError matching ErrConflict, its State the
 // job's state.
-func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
+func (c *Client) Cancel(ctx context.Context, id string) (*spillway.Job, error) {
 	// Not resent after a lost answer: the second cancel of a job that
 	// the first one cancelled would be refused as a conflict.
 	return c.jobCall(ctx, id, false, c.t.cancel)

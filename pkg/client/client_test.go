@@ -19,6 +19,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/client"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // doors are a client of each of a's doors, by name.
@@ -40,16 +41,16 @@ func TestVerdicts(t *testing.T) {
 	for door, c := range doors(t, a) {
 		who := client.WithHeader("X-Client", door)
 		ans, err := c.Submit(t.Context(), "limited", []byte("one"), who)
-		if err != nil || ans.Verdict != client.Admitted || ans.ID == "" || ans.Queue != "limited" || ans.Duplicate || ans.IdempotencyKey == "" || ans.Attempts != 1 {
+		if err != nil || ans.Verdict != spillway.Admitted || ans.ID == "" || ans.Queue != "limited" || ans.Duplicate || ans.IdempotencyKey == "" || ans.Attempts != 1 {
 			t.Fatalf("%s: first job: %+v, %v; want admitted with an id and a generated idempotency key", door, ans, err)
 		}
 		before := time.Now()
 		ans, err = c.Submit(t.Context(), "limited", []byte("two"), who, client.WithIdempotencyKey(door+"-two"))
-		if err != nil || ans.Verdict != client.Queued || ans.Position < 1 || ans.NotBefore.Before(before.Add(50*time.Second)) || ans.EstimatedStart.IsZero() {
+		if err != nil || ans.Verdict != spillway.Queued || ans.Position < 1 || ans.NotBefore.Before(before.Add(50*time.Second)) || ans.EstimatedStart.IsZero() {
 			t.Fatalf("%s: second job: %+v, %v; want queued about a minute out, with a position", door, ans, err)
 		}
 		again, err := c.Submit(t.Context(), "limited", []byte("two"), who, client.WithIdempotencyKey(door+"-two"))
-		if err != nil || !again.Duplicate || again.ID != ans.ID || again.Verdict != client.Queued {
+		if err != nil || !again.Duplicate || again.ID != ans.ID || again.Verdict != spillway.Queued {
 			t.Fatalf("%s: the second job again: %+v, %v; want the duplicate of %s", door, again, err, ans.ID)
 		}
 		if _, err := c.Submit(t.Context(), "limited", nil, who); err != nil {
@@ -60,19 +61,19 @@ func TestVerdicts(t *testing.T) {
 		if !errors.Is(err, client.ErrRejected) || !errors.Is(err, client.ErrRateLimited) || errors.Is(err, client.ErrQueueFull) || !errors.As(err, &pe) {
 			t.Fatalf("%s: fourth job: %v; want a rejection, rate-limited", door, err)
 		}
-		if ans == nil || ans.Verdict != client.Rejected || ans.ID != "" || ans.RetryAfter < 50*time.Second || pe.RetryAfter != ans.RetryAfter ||
+		if ans == nil || ans.Verdict != spillway.Rejected || ans.ID != "" || ans.RetryAfter < 50*time.Second || pe.RetryAfter != ans.RetryAfter ||
 			pe.Status != http.StatusTooManyRequests || pe.Reason() != "rate-limited" {
 			t.Fatalf("%s: fourth job: %+v, %+v; want rejected, retry after about a minute", door, ans, pe)
 		}
 
 		// The schedule's options reach the admitter.
 		before = time.Now()
-		ans, err = c.Submit(t.Context(), "work", nil, client.WithDelay(time.Hour), client.WithPriority(queue.Low))
-		if err != nil || ans.Verdict != client.Queued || ans.NotBefore.Before(before.Add(59*time.Minute)) {
+		ans, err = c.Submit(t.Context(), "work", nil, client.WithDelay(time.Hour), client.WithPriority(spillway.Low))
+		if err != nil || ans.Verdict != spillway.Queued || ans.NotBefore.Before(before.Add(59*time.Minute)) {
 			t.Errorf("%s: a job delayed an hour: %+v, %v", door, ans, err)
 		}
 		ans, err = c.Submit(t.Context(), "work", nil, client.WithNotBefore(before.Add(2*time.Hour)))
-		if err != nil || ans.Verdict != client.Queued || ans.NotBefore.Sub(before.Add(2*time.Hour)).Abs() > time.Second {
+		if err != nil || ans.Verdict != spillway.Queued || ans.NotBefore.Sub(before.Add(2*time.Hour)).Abs() > time.Second {
 			t.Errorf("%s: a job not before two hours: %+v, %v", door, ans, err)
 		}
 		waiter := client.WithHeader("X-Client", "wait-"+door)
@@ -164,7 +165,7 @@ func TestLostAnswerMakesOneJob(t *testing.T) {
 	c := must(client.NewHTTP(a.httpURL(), client.WithAPIKey(testKey), client.WithHTTPClient(&http.Client{Transport: tr}),
 		client.WithRetries(2, 10*time.Millisecond)))(t)
 	ans, err := c.Submit(t.Context(), "limited", []byte("once"), client.WithHeader("X-Client", "lost"))
-	if err != nil || ans.Verdict != client.Admitted || !ans.Duplicate || ans.Attempts != 2 {
+	if err != nil || ans.Verdict != spillway.Admitted || !ans.Duplicate || ans.Attempts != 2 {
 		t.Fatalf("%+v, %v; want admitted, a duplicate, on the second attempt", ans, err)
 	}
 	if tr.n.Load() != 2 || tr.keys[0] != tr.keys[1] || tr.keys[0] != ans.IdempotencyKey {
@@ -220,11 +221,11 @@ func TestWaitAndCancel(t *testing.T) {
 		ok := must(c.Submit(ctx, "work", []byte("fine")))(t)
 		bad := must(c.Submit(ctx, "work", []byte("fail")))(t)
 		job, err := c.Wait(ctx, ok.ID)
-		if err != nil || job.State != client.StateSucceeded || job.ID != ok.ID || job.Attempts != 1 || job.FinishedAt.IsZero() {
+		if err != nil || job.State != spillway.StateSucceeded || job.ID != ok.ID || job.Attempts != 1 || job.FinishedAt.IsZero() {
 			t.Errorf("%s: waiting for a job that succeeds: %+v, %v", door, job, err)
 		}
 		job, err = c.Wait(ctx, bad.ID)
-		if err != nil || job.State != client.StateDead || !strings.Contains(job.LastError, "told to fail") {
+		if err != nil || job.State != spillway.StateDead || !strings.Contains(job.LastError, "told to fail") {
 			t.Errorf("%s: waiting for a job that dies: %+v, %v", door, job, err)
 		}
 
@@ -234,13 +235,13 @@ func TestWaitAndCancel(t *testing.T) {
 		// The first records are written just after the answers.
 		admittest.WaitFor(t, 10*time.Second, "the queued job's record", func() bool {
 			j, err := c.Status(ctx, queued.ID)
-			return err == nil && j.State == client.StateQueued
+			return err == nil && j.State == spillway.StateQueued
 		})
 		job, err = c.Cancel(ctx, queued.ID)
-		if err != nil || job.State != client.StateCancelled {
+		if err != nil || job.State != spillway.StateCancelled {
 			t.Errorf("%s: cancel of a queued job: %+v, %v", door, job, err)
 		}
-		if job, err := c.Wait(ctx, queued.ID); err != nil || job.State != client.StateCancelled {
+		if job, err := c.Wait(ctx, queued.ID); err != nil || job.State != spillway.StateCancelled {
 			t.Errorf("%s: waiting for a cancelled job: %+v, %v", door, job, err)
 		}
 		admittest.WaitFor(t, 10*time.Second, "the admitted job's record", func() bool {
@@ -263,7 +264,7 @@ func TestSubmitBatch(t *testing.T) {
 		who := client.WithHeader("X-Client", "batch-"+door)
 		jobs := []client.BatchJob{
 			{Payload: []byte("a"), Options: []client.SubmitOption{who}},
-			{Payload: []byte{0xff, 0}, Options: []client.SubmitOption{who, client.WithPriority(queue.High)}},
+			{Payload: []byte{0xff, 0}, Options: []client.SubmitOption{who, client.WithPriority(spillway.High)}},
 			{Payload: []byte("c"), Options: []client.SubmitOption{who}},
 			{Payload: []byte("d"), Options: []client.SubmitOption{who}},
 			{Payload: []byte("e")}, // no key header
@@ -272,9 +273,9 @@ func TestSubmitBatch(t *testing.T) {
 		if err != nil || len(res) != 5 {
 			t.Fatalf("%s: %v, %d results", door, err, len(res))
 		}
-		want := []client.Verdict{client.Admitted, client.Queued, client.Queued, client.Rejected}
+		want := []spillway.Status{spillway.Admitted, spillway.Queued, spillway.Queued, spillway.Rejected}
 		for i, v := range want {
-			if res[i].Answer == nil || res[i].Answer.Verdict != v || (v == client.Rejected) != errors.Is(res[i].Err, client.ErrRateLimited) {
+			if res[i].Answer == nil || res[i].Answer.Verdict != v || (v == spillway.Rejected) != errors.Is(res[i].Err, client.ErrRateLimited) {
 				t.Errorf("%s: job %d: %+v, %v; want %s", door, i, res[i].Answer, res[i].Err, v)
 			}
 		}
@@ -307,7 +308,7 @@ func TestBatchJobsStatus(t *testing.T) {
 		who := client.WithHeader("X-Client", "batch-status-"+door)
 		jobs := []client.BatchJob{{Options: []client.SubmitOption{who}}, {Options: []client.SubmitOption{who}}, {Options: []client.SubmitOption{who}}}
 		res := must(c.SubmitBatch(ctx, "limited", jobs))(t)
-		want := []client.State{client.StateAdmitted, client.StateQueued, client.StateQueued}
+		want := []spillway.State{spillway.StateAdmitted, spillway.StateQueued, spillway.StateQueued}
 		for i, r := range res {
 			if r.Err != nil || r.Answer == nil {
 				t.Fatalf("%s: job %d: %v", door, i, r.Err)
@@ -329,17 +330,17 @@ func TestBatchJobsStatus(t *testing.T) {
 			}
 		}
 		queued := res[1].Answer.ID
-		if job, err := c.Cancel(ctx, queued); err != nil || job.State != client.StateCancelled {
+		if job, err := c.Cancel(ctx, queued); err != nil || job.State != spillway.StateCancelled {
 			t.Errorf("%s: cancel of a queued batch job: %+v, %v", door, job, err)
 		}
-		if job, err := c.Wait(ctx, queued); err != nil || job.State != client.StateCancelled {
+		if job, err := c.Wait(ctx, queued); err != nil || job.State != spillway.StateCancelled {
 			t.Errorf("%s: waiting for the cancelled batch job: %+v, %v", door, job, err)
 		}
 		var pe *client.ProblemError
 		if _, err := c.Cancel(ctx, res[0].Answer.ID); !errors.Is(err, client.ErrConflict) || !errors.As(err, &pe) || pe.State != "admitted" {
 			t.Errorf("%s: cancel of an admitted batch job: %v; want a conflict, state admitted", door, err)
 		}
-		if j, err := c.Status(ctx, res[2].Answer.ID); err != nil || j.State != client.StateQueued {
+		if j, err := c.Status(ctx, res[2].Answer.ID); err != nil || j.State != spillway.StateQueued {
 			t.Errorf("%s: the other queued job after the cancel: %+v, %v; want queued", door, j, err)
 		}
 	}
@@ -362,7 +363,7 @@ func TestWaitFindsALateGroupRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	type result struct {
-		job *client.Job
+		job *spillway.Job
 		err error
 	}
 	done := make(chan result, 1)
@@ -384,7 +385,7 @@ func TestWaitFindsALateGroupRecord(t *testing.T) {
 	}
 	select {
 	case r := <-done:
-		if r.err != nil || r.job.State != client.StateSucceeded {
+		if r.err != nil || r.job.State != spillway.StateSucceeded {
 			t.Errorf("Wait: %+v, %v; want succeeded", r.job, r.err)
 		}
 	case <-ctx.Done():

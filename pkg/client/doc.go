@@ -9,7 +9,10 @@
 //	job, err := c.Wait(ctx, ans.ID)
 //
 // A Client is safe for concurrent use. Make one per admitter (or NATS
-// connection) and share it; Submit is what most callers want.
+// connection) and share it; Submit is what most callers want. The wire
+// types it sends and reads — headers, priority, states, a job's record,
+// problem types — are package spillway's, which imports nothing; this
+// package imports no other of Spillway's.
 //
 // # Answers
 //
@@ -47,14 +50,21 @@
 //
 // # Following a job
 //
-// Status reads a job's status record; Wait blocks until it is final
-// (succeeded, dead, expired or cancelled) — over NATS by watching the
-// record in JetStream's job status buckets (spillway-jobs-NN), over HTTP by polling
-// GET /v1/jobs/{id}. Cancel takes a queued job out of the backlog. The
-// record is advisory: it may lag the job by a step. Over NATS a batch's
-// job that no worker has written yet is read from the record its batch's
-// jobs share (an admitter of this version writes those): a client of an
-// earlier version does not find it.
+// Status reads a job's status record — a spillway.Job, the same on
+// either door: GET /v1/jobs/{id}, or a request on spillway.job.<id> that
+// one admitter answers. Wait reads it every poll interval until it is
+// final (succeeded, dead, expired or cancelled). Cancel takes a queued job
+// out of the backlog. The record is advisory: it may lag the job by a
+// step. The client never reads the admitter's storage: what it knows of
+// a job is what an admitter answers.
+//
+// # Queues and admin calls
+//
+// Over HTTP the client also reads the admitter's queues (Queues, Queue,
+// Keys) and, with an admin key, pauses and resumes a queue (Pause,
+// Resume) and reads and sets its keys' limits at run time (Limits,
+// KeyLimit, SetKeyLimit, DeleteKeyLimit). The NATS door has none of these:
+// a client of it returns errors.ErrUnsupported.
 //
 // # Batches
 //

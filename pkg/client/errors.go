@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Errors callers branch on with errors.Is. Every *ProblemError matches
@@ -76,7 +76,7 @@ type ProblemError struct {
 	// ID is the job a job's problem is about (a cancel, a status read).
 	ID string
 	// State is the job's state, when a cancel found it not queued.
-	State string
+	State spillway.State
 	// RetryAfter is how long the admitter asks to wait before trying
 	// again (0: it did not say).
 	RetryAfter time.Duration
@@ -88,7 +88,7 @@ func (e *ProblemError) Reason() string {
 	if e.Type == "" {
 		return ""
 	}
-	return api.ProblemReason(e.Type)
+	return spillway.ProblemReason(e.Type)
 }
 
 func (e *ProblemError) Error() string {
@@ -116,13 +116,13 @@ func (e *ProblemError) Error() string {
 func (e *ProblemError) Is(target error) bool {
 	switch target {
 	case ErrRateLimited:
-		return e.Type == api.ProblemRateLimited
+		return e.Type == spillway.ProblemRateLimited
 	case ErrQueueFull:
-		return e.Type == api.ProblemQueueFull || e.Type == api.ProblemKeyFull
+		return e.Type == spillway.ProblemQueueFull || e.Type == spillway.ProblemKeyFull
 	case ErrKeyFull:
-		return e.Type == api.ProblemKeyFull
+		return e.Type == spillway.ProblemKeyFull
 	case ErrWaitTooLong:
-		return e.Type == api.ProblemWaitTooLong
+		return e.Type == spillway.ProblemWaitTooLong
 	case ErrRejected:
 		return e.Status == http.StatusTooManyRequests
 	case ErrBadRequest:
@@ -146,17 +146,17 @@ func (e *ProblemError) Is(target error) bool {
 }
 
 // problemError is the ProblemError of an HTTP problem document.
-func problemError(status int, p api.Problem, h http.Header) *ProblemError {
+func problemError(status int, p spillway.Problem, h http.Header) *ProblemError {
 	return &ProblemError{
 		Status: status, Type: p.Type, Title: p.Title, Detail: p.Detail, Field: p.Field,
-		Queue: p.Queue, ID: p.ID, State: p.State, RetryAfter: api.RetryAfter(h, p, time.Now()),
+		Queue: p.Queue, ID: p.ID, State: p.State, RetryAfter: spillway.RetryAfter(h, p, time.Now()),
 	}
 }
 
 // replyError is the ProblemError of a NATS door's error or rejected
 // reply: the problem type decides the status.
-func replyError(queue, id, typ, detail, state string, retryAfterMS int64) *ProblemError {
-	status := api.StatusOf(typ)
+func replyError(queue, id, typ, detail string, state spillway.State, retryAfterMS int64) *ProblemError {
+	status := spillway.StatusOf(typ)
 	if typ == "" {
 		status = http.StatusInternalServerError
 	}

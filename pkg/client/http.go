@@ -10,10 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
-	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // NewHTTP returns a client of the admitter's HTTP door at baseURL, such
@@ -28,7 +26,7 @@ func NewHTTP(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &httpDoor{base: strings.TrimRight(baseURL, "/"), hc: cfg.httpClient, poll: cfg.poll, timeout: cfg.timeout}
+	t := &httpDoor{base: strings.TrimRight(baseURL, "/"), hc: cfg.httpClient}
 	if t.hc == nil {
 		t.hc = &http.Client{}
 	}
@@ -42,9 +40,6 @@ type httpDoor struct {
 	base string
 	hc   *http.Client
 	auth string // the Authorization header, "" for none
-	poll time.Duration
-	// timeout bounds each of Wait's reads.
-	timeout time.Duration
 }
 
 func (d *httpDoor) describe() string { return d.base }
@@ -62,8 +57,13 @@ type answer struct {
 	body   []byte
 }
 
-// do sends one request and reads its answer.
+// do sends one request that accepts JSON and reads its answer.
 func (d *httpDoor) do(ctx context.Context, method, path, contentType string, body []byte, s *submission) (answer, error) {
+	return d.doAccept(ctx, method, path, acceptJSON, contentType, body, s)
+}
+
+// doAccept is do with the Accept header's values.
+func (d *httpDoor) doAccept(ctx context.Context, method, path string, accept []string, contentType string, body []byte, s *submission) (answer, error) {
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
@@ -73,7 +73,7 @@ func (d *httpDoor) do(ctx context.Context, method, path, contentType string, bod
 		return answer{}, fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	h := req.Header
-	h["Accept"] = acceptJSON
+	h["Accept"] = accept
 	if contentType != "" {
 		h["Content-Type"] = []string{contentType}
 	}
@@ -85,7 +85,7 @@ func (d *httpDoor) do(ctx context.Context, method, path, contentType string, bod
 			h.Set(kv[0], kv[1])
 		}
 		if s.key != "" {
-			h[api.HeaderIdempotencyKey] = []string{s.key}
+			h[spillway.HeaderIdempotencyKey] = []string{s.key}
 		}
 	}
 	resp, err := d.hc.Do(req)
@@ -114,14 +114,14 @@ func unwrapURLError(err error) error {
 
 // problem is the error of an answer other than the one expected.
 func (d *httpDoor) problem(a answer) *ProblemError {
-	p, ok := api.ParseProblem(a.header.Get("Content-Type"), a.body)
+	p, ok := spillway.ParseProblem(a.header.Get("Content-Type"), a.body)
 	if !ok {
-		p = api.Problem{Title: http.StatusText(a.status), Detail: fmt.Sprintf("the answer of %s is not a problem document (is it an admitter?)", d.base)}
+		p = spillway.Problem{Title: http.StatusText(a.status), Detail: fmt.Sprintf("the answer of %s is not a problem document (is it an admitter?)", d.base)}
 	}
 	return problemError(a.status, p, a.header)
 }
 
-func jobsPath(queue string) string { return "/v1/queues/" + url.PathEscape(queue) + "/jobs" }
+func jobsPath(queue string) string { return queuePath(queue) + "/jobs" }
 
 func (d *httpDoor) submit(ctx context.Context, queue string, payload []byte, s *submission) (*Answer, error) {
 	if payload == nil {
@@ -131,11 +131,11 @@ func (d *httpDoor) submit(ctx context.Context, queue string, payload []byte, s *
 	if err != nil {
 		return nil, err
 	}
-	shadow := a.header.Values(api.HeaderShadow)
+	shadow := a.header.Values(spillway.HeaderShadow)
 	switch a.status {
 	case http.StatusAccepted:
-		var rep api.SubmitReply
-		if err := json.Unmarshal(a.body, &rep); err != nil || (rep.Status != api.Admitted && rep.Status != api.Queued) {
+		var rep spillway.SubmitReply
+		if err := json.Unmarshal(a.body, &rep); err != nil || (rep.Status != spillway.Admitted && rep.Status != spillway.Queued) {
 			return nil, fmt.Errorf("client: %s accepted the job, but its answer is not a submit reply: %.200q", d.base, a.body)
 		}
 		if rep.ID == "" {
@@ -149,7 +149,7 @@ func (d *httpDoor) submit(ctx context.Context, queue string, payload []byte, s *
 		return answerOf(&rep, s.key, shadow), nil
 	case http.StatusTooManyRequests:
 		pe := d.problem(a)
-		rep := api.SubmitReply{Queue: queue, Status: api.Rejected, Type: pe.Type, RetryAfterMS: pe.RetryAfter.Milliseconds()}
+		rep := spillway.SubmitReply{Queue: queue, Status: spillway.Rejected, Type: pe.Type, RetryAfterMS: pe.RetryAfter.Milliseconds()}
 		ans := answerOf(&rep, s.key, shadow)
 		ans.RetryAfter = pe.RetryAfter
 		return ans, nil
@@ -157,15 +157,15 @@ func (d *httpDoor) submit(ctx context.Context, queue string, payload []byte, s *
 	return nil, d.problem(a)
 }
 
-func (d *httpDoor) submitBatch(ctx context.Context, queue string, body []byte) (*api.BatchReply, error) {
-	a, err := d.do(ctx, http.MethodPost, jobsPath(queue)+":batch", api.BatchJSON, body, nil)
+func (d *httpDoor) submitBatch(ctx context.Context, queue string, body []byte) (*spillway.BatchReply, error) {
+	a, err := d.do(ctx, http.MethodPost, jobsPath(queue)+":batch", spillway.BatchJSON, body, nil)
 	if err != nil {
 		return nil, err
 	}
 	if a.status != http.StatusOK {
 		return nil, d.problem(a)
 	}
-	var rep api.BatchReply
+	var rep spillway.BatchReply
 	if err := json.Unmarshal(a.body, &rep); err != nil {
 		return nil, fmt.Errorf("client: %s answered a batch with something that is not a batch reply: %w", d.base, err)
 	}
@@ -173,20 +173,20 @@ func (d *httpDoor) submitBatch(ctx context.Context, queue string, body []byte) (
 }
 
 // record reads one job record from an answer of 200.
-func (d *httpDoor) record(a answer) (*Job, error) {
+func (d *httpDoor) record(a answer) (*spillway.Job, error) {
 	if a.status != http.StatusOK {
 		return nil, d.problem(a)
 	}
-	var rec jobstatus.Record
-	if err := json.Unmarshal(a.body, &rec); err != nil || rec.ID == "" {
+	var job spillway.Job
+	if err := json.Unmarshal(a.body, &job); err != nil || job.ID == "" {
 		return nil, fmt.Errorf("client: %s answered with something that is not a job's status: %.200q", d.base, a.body)
 	}
-	return jobOf(&rec), nil
+	return &job, nil
 }
 
 func jobPath(id string) string { return "/v1/jobs/" + url.PathEscape(id) }
 
-func (d *httpDoor) status(ctx context.Context, id string) (*Job, error) {
+func (d *httpDoor) status(ctx context.Context, id string) (*spillway.Job, error) {
 	a, err := d.do(ctx, http.MethodGet, jobPath(id), "", nil, nil)
 	if err != nil {
 		return nil, err
@@ -194,40 +194,10 @@ func (d *httpDoor) status(ctx context.Context, id string) (*Job, error) {
 	return d.record(a)
 }
 
-func (d *httpDoor) cancel(ctx context.Context, id string) (*Job, error) {
+func (d *httpDoor) cancel(ctx context.Context, id string) (*spillway.Job, error) {
 	a, err := d.do(ctx, http.MethodDelete, jobPath(id), "", nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	return d.record(a)
-}
-
-// wait polls the job's status until it is final. An unknown job is
-// waited for notFoundGrace; transport errors and 503s are waited out.
-func (d *httpDoor) wait(ctx context.Context, id string) (*Job, error) {
-	start := time.Now()
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, d.timeout)
-		job, err := d.status(rctx, id)
-		cancel()
-		var pe *ProblemError
-		var te *TransportError
-		switch {
-		case err == nil && job.State.Final():
-			return job, nil
-		case err == nil:
-		case errors.As(err, &pe) && pe.Status == http.StatusNotFound && time.Since(start) < notFoundGrace:
-		case errors.As(err, &pe) && pe.Status == http.StatusServiceUnavailable, errors.As(err, &te) && ctx.Err() == nil:
-		default:
-			return nil, err
-		}
-		t.Reset(d.poll)
-	}
 }

@@ -9,8 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/spillway-dev/spillway/internal/api"
-	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Defaults of a Client.
@@ -23,8 +22,7 @@ const (
 	// DefaultBackoff is the wait before the first retry; each next one
 	// doubles, up to a second, less up to a fifth at random.
 	DefaultBackoff = 100 * time.Millisecond
-	// DefaultPollInterval is how often Wait reads a job's status over
-	// HTTP.
+	// DefaultPollInterval is how often Wait reads a job's status.
 	DefaultPollInterval = 250 * time.Millisecond
 )
 
@@ -32,16 +30,15 @@ const (
 type Option func(*config) error
 
 type config struct {
-	apiKey       string
-	httpClient   *http.Client
-	timeout      time.Duration
-	retries      int
-	backoff      time.Duration
-	poll         time.Duration
-	noAutoKeys   bool
-	apiKeyGiven  bool
-	httpGiven    bool
-	pollingGiven bool
+	apiKey      string
+	httpClient  *http.Client
+	timeout     time.Duration
+	retries     int
+	backoff     time.Duration
+	poll        time.Duration
+	noAutoKeys  bool
+	apiKeyGiven bool
+	httpGiven   bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -115,15 +112,14 @@ func WithRetries(n int, backoff time.Duration) Option {
 	}
 }
 
-// WithPollInterval sets how often Wait reads a job's status over HTTP
-// (default DefaultPollInterval). Over NATS, Wait watches the record and
-// does not poll.
+// WithPollInterval sets how often Wait reads a job's status (default
+// DefaultPollInterval), on either door.
 func WithPollInterval(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: WithPollInterval %v: want a positive duration", ErrInvalidOption, d)
 		}
-		c.poll, c.pollingGiven = d, true
+		c.poll = d
 		return nil
 	}
 }
@@ -175,7 +171,7 @@ func (s *submission) fail(format string, args ...any) {
 // no option for.
 func WithHeader(name, value string) SubmitOption {
 	return func(s *submission) {
-		if !api.IsToken(name) {
+		if !spillway.IsToken(name) {
 			s.fail("WithHeader %.64q: not a valid header name", name)
 			return
 		}
@@ -183,7 +179,7 @@ func WithHeader(name, value string) SubmitOption {
 			s.fail("WithHeader %s: a value with a line break", name)
 			return
 		}
-		if strings.EqualFold(name, api.HeaderIdempotencyKey) {
+		if strings.EqualFold(name, spillway.HeaderIdempotencyKey) {
 			s.key, s.keySet = value, true
 			return
 		}
@@ -199,7 +195,7 @@ func WithCost(n int64) SubmitOption {
 			s.fail("WithCost %d: want 1 or more", n)
 			return
 		}
-		s.set(api.HeaderCost, strconv.FormatInt(n, 10))
+		s.set(spillway.HeaderCost, strconv.FormatInt(n, 10))
 	}
 }
 
@@ -218,22 +214,22 @@ func WithIdempotencyKey(key string) SubmitOption {
 }
 
 // WithPriority sends Spillway-Priority: the job's class in the backlog's
-// drain (queue.High, queue.Normal, queue.Low). It orders the drain only;
-// the limits decide the same whatever the class.
-func WithPriority(p queue.Priority) SubmitOption {
+// drain (spillway.High, spillway.Normal, spillway.Low). It orders the
+// drain only; the limits decide the same whatever the class.
+func WithPriority(p spillway.Priority) SubmitOption {
 	return func(s *submission) {
-		if p < queue.High || p > queue.Low {
-			s.fail("WithPriority %d: want queue.High, queue.Normal or queue.Low", p)
+		if !p.Valid() {
+			s.fail("WithPriority %d: want spillway.High, spillway.Normal or spillway.Low", p)
 			return
 		}
-		s.set(api.HeaderPriority, p.String())
+		s.set(spillway.HeaderPriority, p.String())
 	}
 }
 
 // WithNotBefore sends Spillway-Not-Before: the job starts no earlier
 // than t (within the queue's backlog.max_delay).
 func WithNotBefore(t time.Time) SubmitOption {
-	return func(s *submission) { s.set(api.HeaderNotBefore, t.UTC().Format(time.RFC3339Nano)) }
+	return func(s *submission) { s.set(spillway.HeaderNotBefore, t.UTC().Format(time.RFC3339Nano)) }
 }
 
 // WithDelay sends Spillway-Delay: the job starts no earlier than d from
@@ -244,7 +240,7 @@ func WithDelay(d time.Duration) SubmitOption {
 			s.fail("WithDelay %v: want 0 or more", d)
 			return
 		}
-		s.set(api.HeaderDelay, d.String())
+		s.set(spillway.HeaderDelay, d.String())
 	}
 }
 
@@ -257,7 +253,7 @@ func WithMaxWait(d time.Duration) SubmitOption {
 			s.fail("WithMaxWait %v: want a positive duration", d)
 			return
 		}
-		s.set(api.HeaderMaxWait, d.String())
+		s.set(spillway.HeaderMaxWait, d.String())
 	}
 }
 

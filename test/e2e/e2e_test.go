@@ -14,16 +14,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // answer is what one submission got back, whichever door.
 type answer struct {
 	Code       int // HTTP status; 0 on NATS
-	Reply      api.SubmitReply
+	Reply      spillway.SubmitReply
 	RetryAfter string
 	Admitter   string
 }
@@ -39,7 +39,7 @@ func submitHTTP(t *testing.T, client *http.Client, addr, q string, header map[st
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return answer{Code: -1, Reply: api.SubmitReply{Status: api.Failed, Error: err.Error()}, Admitter: addr}
+		return answer{Code: -1, Reply: spillway.SubmitReply{Status: spillway.Failed, Error: err.Error()}, Admitter: addr}
 	}
 	defer resp.Body.Close()
 	a := answer{Code: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After"), Admitter: addr}
@@ -47,31 +47,31 @@ func submitHTTP(t *testing.T, client *http.Client, addr, q string, header map[st
 		decodeJSON(t, resp.Body, &a.Reply)
 		return a
 	}
-	var p api.Problem
+	var p spillway.Problem
 	decodeJSON(t, resp.Body, &p)
-	a.Reply = api.SubmitReply{Queue: q, Status: api.Failed, Type: p.Type, Error: p.Detail, RetryAfterMS: p.RetryAfterMS}
+	a.Reply = spillway.SubmitReply{Queue: q, Status: spillway.Failed, Type: p.Type, Error: p.Detail, RetryAfterMS: p.RetryAfterMS}
 	if resp.StatusCode == http.StatusTooManyRequests {
-		a.Reply.Status = api.Rejected
+		a.Reply.Status = spillway.Rejected
 	}
 	return a
 }
 
 func submitNATS(t *testing.T, nc *nats.Conn, q string, header map[string]string, body []byte) answer {
 	t.Helper()
-	m := &nats.Msg{Subject: api.SubmitPrefix + q, Data: body, Header: nats.Header{}}
+	m := &nats.Msg{Subject: spillway.SubmitPrefix + q, Data: body, Header: nats.Header{}}
 	for k, v := range header {
 		m.Header.Set(k, v)
 	}
 	resp, err := nc.RequestMsg(m, 10*time.Second)
 	if err != nil {
-		return answer{Reply: api.SubmitReply{Status: api.Failed, Error: err.Error()}}
+		return answer{Reply: spillway.SubmitReply{Status: spillway.Failed, Error: err.Error()}}
 	}
 	var a answer
 	if err := json.Unmarshal(resp.Data, &a.Reply); err != nil {
 		t.Fatalf("NATS reply %q: %v", resp.Data, err)
 	}
-	if got := resp.Header.Get(api.HeaderStatus); got != string(a.Reply.Status) {
-		t.Errorf("NATS reply header %s = %q, body status %q", api.HeaderStatus, got, a.Reply.Status)
+	if got := resp.Header.Get(spillway.HeaderStatus); got != string(a.Reply.Status) {
+		t.Errorf("NATS reply header %s = %q, body status %q", spillway.HeaderStatus, got, a.Reply.Status)
 	}
 	return a
 }
@@ -140,8 +140,8 @@ func burst(n int, send func(i int) answer) []answer {
 	return out
 }
 
-func tally(answers []answer) map[api.Status]int {
-	n := map[api.Status]int{}
+func tally(answers []answer) map[spillway.Status]int {
+	n := map[spillway.Status]int{}
 	for _, a := range answers {
 		n[a.Reply.Status]++
 	}
@@ -156,13 +156,13 @@ func checkBurst(t *testing.T, c *cluster, door string, answers []answer) {
 	t.Helper()
 	n := tally(answers)
 	t.Logf("%s burst of %d: %v", door, len(answers), n)
-	if n[api.Admitted] != 6 || n[api.Queued] != 15 || n[api.Rejected] != 19 {
-		t.Errorf("%s: got %d admitted, %d queued, %d rejected; want 6, 15, 19 (all answers: %v)", door, n[api.Admitted], n[api.Queued], n[api.Rejected], n)
+	if n[spillway.Admitted] != 6 || n[spillway.Queued] != 15 || n[spillway.Rejected] != 19 {
+		t.Errorf("%s: got %d admitted, %d queued, %d rejected; want 6, 15, 19 (all answers: %v)", door, n[spillway.Admitted], n[spillway.Queued], n[spillway.Rejected], n)
 	}
 	perAdmitter := map[string]int{}
 	for _, a := range answers {
 		perAdmitter[a.Admitter]++
-		if a.Reply.Status == api.Rejected {
+		if a.Reply.Status == spillway.Rejected {
 			if door == "http" && (a.Code != http.StatusTooManyRequests || a.RetryAfter == "") {
 				t.Errorf("rejected over HTTP: status %d, Retry-After %q; want 429 with Retry-After", a.Code, a.RetryAfter)
 			}
@@ -176,7 +176,7 @@ func checkBurst(t *testing.T, c *cluster, door string, answers []answer) {
 	}
 	accepted := map[string]answer{}
 	for _, a := range answers {
-		if a.Reply.Status == api.Admitted || a.Reply.Status == api.Queued {
+		if a.Reply.Status == spillway.Admitted || a.Reply.Status == spillway.Queued {
 			accepted[a.Reply.ID] = a
 		}
 	}
@@ -207,7 +207,7 @@ func checkBurst(t *testing.T, c *cluster, door string, answers []answer) {
 		if counts[id] != 1 {
 			t.Errorf("job %s reached the webhook %d times, want exactly once", id, counts[id])
 		}
-		if a.Reply.Status == api.Queued {
+		if a.Reply.Status == spillway.Queued {
 			if a.Reply.NotBefore == nil {
 				t.Errorf("queued job %s without not_before", id)
 				continue
@@ -268,14 +268,14 @@ func TestSystemHTTPAndNATS(t *testing.T) {
 		// One key retried 5 times, through both doors and both admitters.
 		var ids []string
 		for i := range 5 {
-			h := map[string]string{"X-Client": "idem-client", api.HeaderIdempotencyKey: "order-42"}
+			h := map[string]string{"X-Client": "idem-client", spillway.HeaderIdempotencyKey: "order-42"}
 			var a answer
 			if i%2 == 0 {
 				a = submitHTTP(t, client, c.admitters[i%2].addr, "burst", h, []byte("order 42"))
 			} else {
 				a = submitNATS(t, nc, "burst", h, []byte("order 42"))
 			}
-			if a.Reply.Status != api.Admitted {
+			if a.Reply.Status != spillway.Admitted {
 				t.Fatalf("try %d: %+v, want admitted", i+1, a.Reply)
 			}
 			if (i > 0) != a.Reply.Duplicate {
@@ -309,11 +309,11 @@ func checkLeak(t *testing.T, c *cluster, answers []answer, leak float64) {
 	t.Logf("token bucket burst of %d: %v", len(answers), n)
 	queued := map[string]bool{}
 	for _, a := range answers {
-		if a.Reply.Status == api.Queued {
+		if a.Reply.Status == spillway.Queued {
 			queued[a.Reply.ID] = true
 		}
 	}
-	if len(queued) < 50 || n[api.Rejected] != 0 {
+	if len(queued) < 50 || n[spillway.Rejected] != 0 {
 		t.Fatalf("want ≥ 50 queued and none rejected, got %v", n)
 	}
 	var starts []time.Time

@@ -31,7 +31,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // fdNoFairness reports whether the fairness settings are left out.
@@ -101,7 +101,7 @@ func fdStart(t *testing.T, leak float64, leakYAML, fairness, retry string, hookU
 	r := &fdRun{t: t, c: c, leak: leak, jobs: map[string]fdJob{}, seqs: map[string]int{}}
 	r.client, _ = afClients(t, c)
 	a := submitHTTP(t, r.client, c.admitters[0].addr, "fair", map[string]string{"X-Client": "warm-up"}, []byte(`{"warm_up":true}`))
-	if a.Reply.Status != api.Admitted {
+	if a.Reply.Status != spillway.Admitted {
 		t.Fatalf("the warm-up job: %d %+v, want admitted (it takes the global tier's one token)", a.Code, a.Reply)
 	}
 	return r
@@ -126,7 +126,7 @@ func (r *fdRun) submit(key, prio string) (id string, j fdJob, ok bool) {
 	j = fdJob{Key: key, Priority: prio, Seq: seq, Sent: time.Now()}
 	a := submitHTTP(r.t, r.client, adm, "fair", h, []byte(body))
 	j.Answered = time.Now()
-	if a.Reply.Status != api.Queued {
+	if a.Reply.Status != spillway.Queued {
 		r.t.Errorf("job %s of key %s (%s): %d %+v, want queued due at once", body, key, prio, a.Code, a.Reply)
 		return "", j, false
 	}

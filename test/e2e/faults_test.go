@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // TestKillAdmitterMidBurst: kill -9 of one admitter under load loses no
@@ -44,7 +44,7 @@ func TestKillAdmitterMidBurst(t *testing.T) {
 				}
 				sent.Add(1)
 				a := submitHTTP(t, client, victim.addr, "flood", nil, []byte(fmt.Sprintf("caller %d job %d", g, i)))
-				if a.Reply.Status == api.Admitted || a.Reply.Status == api.Queued {
+				if a.Reply.Status == spillway.Admitted || a.Reply.Status == spillway.Queued {
 					mu.Lock()
 					answered[a.Reply.ID] = a
 					mu.Unlock()
@@ -90,7 +90,7 @@ func TestKillAdmitterMidBurst(t *testing.T) {
 		t.Errorf("%d answered jobs reached the webhook more than once", extra)
 	}
 	// The other admitter still answers.
-	if a := submitHTTP(t, client, c.admitters[1].addr, "flood", nil, []byte("after")); a.Reply.Status != api.Admitted {
+	if a := submitHTTP(t, client, c.admitters[1].addr, "flood", nil, []byte("after")); a.Reply.Status != spillway.Admitted {
 		t.Errorf("the surviving admitter answered %+v", a.Reply)
 	}
 	// SIGTERM: both workers and the surviving admitter stop cleanly.
@@ -127,7 +127,7 @@ func TestRedisOutageFailureModes(t *testing.T) {
 	client := apitest.Client(t, &http.Client{Timeout: 10 * time.Second})
 	t.Cleanup(client.CloseIdleConnections)
 	key := 0
-	burstOf := func(mode string, n int) (map[api.Status]int, []answer, time.Duration) {
+	burstOf := func(mode string, n int) (map[spillway.Status]int, []answer, time.Duration) {
 		key++
 		h := map[string]string{"X-Client": "client-" + strconv.Itoa(key)}
 		begin := time.Now()
@@ -140,7 +140,7 @@ func TestRedisOutageFailureModes(t *testing.T) {
 	// Up: every mode decides in Redis: 6 admitted (e' ≤ 5), none queued
 	// beyond delay = burst, 4 rejected.
 	for _, m := range modes {
-		if n, _, _ := burstOf(m, 10); n[api.Admitted] != 6 || n[api.Rejected] != 4 {
+		if n, _, _ := burstOf(m, 10); n[spillway.Admitted] != 6 || n[spillway.Rejected] != 4 {
 			t.Fatalf("%s, Redis up: %v, want 6 admitted and 4 rejected", m, n)
 		}
 	}
@@ -150,7 +150,7 @@ func TestRedisOutageFailureModes(t *testing.T) {
 	{
 		n, _, per := burstOf("open", 10)
 		t.Logf("open, Redis down: %v, %v per submission", n, per)
-		if n[api.Admitted] != 10 {
+		if n[spillway.Admitted] != 10 {
 			t.Errorf("open: %v, want all 10 admitted", n)
 		}
 	}
@@ -158,8 +158,8 @@ func TestRedisOutageFailureModes(t *testing.T) {
 		n, out, per := burstOf("closed", 10)
 		t.Logf("closed, Redis down: %v, %v per submission", n, per)
 		for _, a := range out {
-			if a.Code != http.StatusServiceUnavailable || a.RetryAfter == "" || a.Reply.Type != api.ProblemUnavailable {
-				t.Errorf("closed: status %d, Retry-After %q, type %q; want 503 with Retry-After and %s", a.Code, a.RetryAfter, a.Reply.Type, api.ProblemUnavailable)
+			if a.Code != http.StatusServiceUnavailable || a.RetryAfter == "" || a.Reply.Type != spillway.ProblemUnavailable {
+				t.Errorf("closed: status %d, Retry-After %q, type %q; want 503 with Retry-After and %s", a.Code, a.RetryAfter, a.Reply.Type, spillway.ProblemUnavailable)
 				break
 			}
 		}
@@ -175,7 +175,7 @@ func TestRedisOutageFailureModes(t *testing.T) {
 	{
 		n, _, per := burstOf("local", 10)
 		t.Logf("local, Redis down: %v, %v per submission", n, per)
-		if n[api.Admitted] != 6 || n[api.Rejected] != 4 {
+		if n[spillway.Admitted] != 6 || n[spillway.Rejected] != 4 {
 			t.Errorf("local: %v, want the same limits in memory: 6 admitted, 4 rejected", n)
 		}
 	}
@@ -192,7 +192,7 @@ func TestRedisOutageFailureModes(t *testing.T) {
 	for _, m := range modes {
 		n, _, per := burstOf(m, 10)
 		t.Logf("%s, Redis back: %v, %v per submission", m, n, per)
-		if n[api.Admitted] != 6 || n[api.Rejected] != 4 {
+		if n[spillway.Admitted] != 6 || n[spillway.Rejected] != 4 {
 			t.Errorf("%s after Redis returned: %v, want the limits again (6 admitted, 4 rejected)", m, n)
 		}
 	}

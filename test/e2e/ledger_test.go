@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The reliability suite (docs/reliability.md) is every test
@@ -46,15 +46,15 @@ func figure(t *testing.T, format string, args ...any) {
 // ledger records every submission's answer.
 type ledger struct {
 	mu       sync.Mutex
-	accepted map[string]answer  // admitted or queued, by job id
-	answers  map[api.Status]int // every answer by status
-	problems map[string]int     // refused answers by problem type (or transport error)
-	codes    map[int]int        // HTTP status codes (0: NATS, -1: no answer)
-	dupIDs   map[string]int     // accepted ids answered more than once
+	accepted map[string]answer       // admitted or queued, by job id
+	answers  map[spillway.Status]int // every answer by status
+	problems map[string]int          // refused answers by problem type (or transport error)
+	codes    map[int]int             // HTTP status codes (0: NATS, -1: no answer)
+	dupIDs   map[string]int          // accepted ids answered more than once
 }
 
 func newLedger() *ledger {
-	return &ledger{accepted: map[string]answer{}, answers: map[api.Status]int{}, problems: map[string]int{}, codes: map[int]int{}, dupIDs: map[string]int{}}
+	return &ledger{accepted: map[string]answer{}, answers: map[spillway.Status]int{}, problems: map[string]int{}, codes: map[int]int{}, dupIDs: map[string]int{}}
 }
 
 // record adds one answer.
@@ -64,7 +64,7 @@ func (l *ledger) record(a answer) {
 	l.answers[a.Reply.Status]++
 	l.codes[a.Code]++
 	switch a.Reply.Status {
-	case api.Admitted, api.Queued:
+	case spillway.Admitted, spillway.Queued:
 		if _, ok := l.accepted[a.Reply.ID]; ok {
 			l.dupIDs[a.Reply.ID]++
 		}
@@ -90,7 +90,7 @@ func (l *ledger) ids() []string {
 	return ids
 }
 
-func (l *ledger) count(s api.Status) int {
+func (l *ledger) count(s spillway.Status) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.answers[s]
@@ -237,11 +237,11 @@ func settle(t *testing.T, l *ledger, w *webhook, natsURL, q string, d time.Durat
 func TestReconcileCountsEveryFate(t *testing.T) {
 	l := newLedger()
 	for _, a := range []answer{
-		{Code: 202, Reply: api.SubmitReply{ID: "done", Status: api.Admitted}},
-		{Code: 202, Reply: api.SubmitReply{ID: "twice", Status: api.Queued}},
-		{Code: 202, Reply: api.SubmitReply{ID: "dead", Status: api.Admitted}},
-		{Code: 202, Reply: api.SubmitReply{ID: "lost", Status: api.Queued}},
-		{Code: 429, Reply: api.SubmitReply{Status: api.Rejected, Type: api.ProblemRateLimited}},
+		{Code: 202, Reply: spillway.SubmitReply{ID: "done", Status: spillway.Admitted}},
+		{Code: 202, Reply: spillway.SubmitReply{ID: "twice", Status: spillway.Queued}},
+		{Code: 202, Reply: spillway.SubmitReply{ID: "dead", Status: spillway.Admitted}},
+		{Code: 202, Reply: spillway.SubmitReply{ID: "lost", Status: spillway.Queued}},
+		{Code: 429, Reply: spillway.SubmitReply{Status: spillway.Rejected, Type: spillway.ProblemRateLimited}},
 	} {
 		l.record(a)
 	}
@@ -254,7 +254,7 @@ func TestReconcileCountsEveryFate(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(got.LostIDs) != fmt.Sprint(want.LostIDs) {
 		t.Errorf("reconcile:\n got %s %v\nwant %s %v", got, got.LostIDs, want, want.LostIDs)
 	}
-	if l.count(api.Rejected) != 1 {
-		t.Errorf("rejected answers counted %d, want 1", l.count(api.Rejected))
+	if l.count(spillway.Rejected) != 1 {
+		t.Errorf("rejected answers counted %d, want 1", l.count(spillway.Rejected))
 	}
 }

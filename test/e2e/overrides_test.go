@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // overridesConfig is one queue limiting each tenant to one job an hour
@@ -38,10 +38,10 @@ func TestOverridesAcrossAdmitters(t *testing.T) {
 	c := afCluster(t, 2, 0, overridesConfig, keys, admins)
 	client, _ := afClients(t, c)
 	tenantA := map[string]string{"X-Tenant": "tenant-a", "Authorization": "Bearer " + e2eSubmitKey}
-	status := func(adm string) api.Status {
+	status := func(adm string) spillway.Status {
 		t.Helper()
 		a := submitHTTP(t, client, adm, "tenants", tenantA, []byte(`{}`))
-		if a.Reply.Status != api.Admitted && a.Reply.Status != api.Rejected {
+		if a.Reply.Status != spillway.Admitted && a.Reply.Status != spillway.Rejected {
 			t.Fatalf("a submission to %s: %d %+v, want admitted or rejected", adm, a.Code, a.Reply)
 		}
 		return a.Reply.Status
@@ -78,7 +78,7 @@ func TestOverridesAcrossAdmitters(t *testing.T) {
 	}
 
 	admA, admB := c.admitters[0].addr, c.admitters[1].addr
-	if s1, s2 := status(admB), status(admB); s1 != api.Admitted || s2 != api.Rejected {
+	if s1, s2 := status(admB), status(admB); s1 != spillway.Admitted || s2 != spillway.Rejected {
 		t.Fatalf("tenant-a without an override: %s then %s, want admitted then rejected", s1, s2)
 	}
 	if code, body := call(http.MethodPut, limitURL(admA), e2eSubmitKey, `{"rate": "1/h", "burst": 1000, "nodelay": true}`); code != http.StatusForbidden {
@@ -88,7 +88,7 @@ func TestOverridesAcrossAdmitters(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("PUT through A: %d %s", code, body)
 	}
-	took := within(time.Second, "the override in force on B", func() bool { return status(admB) == api.Admitted })
+	took := within(time.Second, "the override in force on B", func() bool { return status(admB) == spillway.Admitted })
 	t.Logf("the override set through A decided B's answers %v after PUT's answer", took.Round(time.Millisecond))
 
 	for i, p := range c.admitters {
@@ -100,19 +100,19 @@ func TestOverridesAcrossAdmitters(t *testing.T) {
 	admB = start(t, "admitter1-again", bins.admitter, "--config", c.config).addr
 	// Ready means the overrides are loaded: no wait.
 	for _, adm := range []string{admA, admB} {
-		if s := status(adm); s != api.Admitted {
+		if s := status(adm); s != spillway.Admitted {
 			t.Errorf("tenant-a on %s after the restart: %s, want admitted (the override in force)", adm, s)
 		}
 	}
 	code, body = call(http.MethodGet, limitURL(admA), e2eAdminKey, "")
-	var k api.KeyLimit
-	if code != http.StatusOK || json.Unmarshal(body, &k) != nil || k.Source != api.LimitSourceRuntime || k.Burst != 1000 || k.By == "" || k.At == nil {
+	var k spillway.KeyLimit
+	if code != http.StatusOK || json.Unmarshal(body, &k) != nil || k.Source != spillway.LimitSourceRuntime || k.Burst != 1000 || k.By == "" || k.At == nil {
 		t.Errorf("GET after the restart: %d %s, want the runtime override with who set it and when", code, body)
 	}
 
 	if code, body := call(http.MethodDelete, limitURL(admB), e2eAdminKey, ""); code != http.StatusNoContent {
 		t.Fatalf("DELETE through B: %d %s", code, body)
 	}
-	took = within(time.Second, "the override gone on A", func() bool { return status(admA) == api.Rejected })
+	took = within(time.Second, "the override gone on A", func() bool { return status(admA) == spillway.Rejected })
 	t.Logf("the DELETE through B lifted the override on A %v after its answer", took.Round(time.Millisecond))
 }

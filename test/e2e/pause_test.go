@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // pauseConfig is one queue whose jobs past the first 40 go to the
@@ -46,7 +46,7 @@ func TestPauseUnderLoad(t *testing.T) {
 	submit := func(n int) {
 		for range n {
 			a := submitHTTP(t, client, adm, "hold", nil, []byte(`{}`))
-			if a.Reply.Status != api.Admitted && a.Reply.Status != api.Queued {
+			if a.Reply.Status != spillway.Admitted && a.Reply.Status != spillway.Queued {
 				t.Fatalf("a submission: %d %+v, want admitted or queued", a.Code, a.Reply)
 			}
 			ids = append(ids, a.Reply.ID)

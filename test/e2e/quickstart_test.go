@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // TestQuickStart follows README's Quick start with the built binaries:
@@ -43,7 +43,7 @@ func TestQuickStart(t *testing.T) {
 	// may take longer, and each unit leaked meanwhile lets one more in
 	// (admitted if it leaked while the first six were answered).
 	leaked := int(5 * took.Seconds())
-	if accepted := n[api.Admitted] + n[api.Queued]; n[api.Admitted] < 6 || n[api.Admitted] > 6+leaked || accepted < 21 || accepted > 21+leaked || n[api.Rejected] != 30-accepted {
+	if accepted := n[spillway.Admitted] + n[spillway.Queued]; n[spillway.Admitted] < 6 || n[spillway.Admitted] > 6+leaked || accepted < 21 || accepted > 21+leaked || n[spillway.Rejected] != 30-accepted {
 		t.Errorf("got %v in %v, want 6 admitted, 15 queued, 9 rejected (up to %d more accepted for the time taken)", n, took.Round(time.Millisecond), leaked)
 	}
 
@@ -51,7 +51,7 @@ func TestQuickStart(t *testing.T) {
 	// about 3 s) says queued.
 	var lastQueued string
 	for _, a := range answers {
-		if a.Reply.Status == api.Queued {
+		if a.Reply.Status == spillway.Queued {
 			lastQueued = a.Reply.ID
 		}
 	}
@@ -85,7 +85,7 @@ func TestQuickStart(t *testing.T) {
 	// it, and then the job is rightly queued.
 	last := -1
 	for i, a := range answers {
-		if a.Reply.Status == api.Rejected {
+		if a.Reply.Status == spillway.Rejected {
 			last = i
 		}
 	}
@@ -117,7 +117,7 @@ func TestQuickStart(t *testing.T) {
 	}
 	waitFor(t, 15*time.Second, "the demo backlog to drain", func() bool {
 		out, code := spill("queues", "--server", server, "--json")
-		var list api.QueueList
+		var list spillway.QueueList
 		if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Queues) != 1 {
 			t.Fatalf("spillctl queues --json: exit %d\n%s", code, out)
 		}

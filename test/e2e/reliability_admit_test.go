@@ -28,11 +28,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // afCluster starts one JetStream, one Redis and a webhook, writes the
@@ -199,13 +199,13 @@ func afStreamMsgs(t *testing.T, natsURL, stream string) uint64 {
 // for (internal/admit's reason()).
 func afReason(a answer) string {
 	switch a.Reply.Status {
-	case api.Admitted, api.Queued:
+	case spillway.Admitted, spillway.Queued:
 		return string(a.Reply.Status) + "/limit"
-	case api.Rejected:
+	case spillway.Rejected:
 		switch a.Reply.Type {
-		case api.ProblemQueueFull:
+		case spillway.ProblemQueueFull:
 			return "rejected/backlog_full"
-		case api.ProblemKeyFull:
+		case spillway.ProblemKeyFull:
 			return "rejected/key_backlog_full"
 		}
 		return "rejected/limit"
@@ -270,9 +270,9 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 	send := func(i int, key string) answer {
 		h := map[string]string{"X-Client": "idem-client"}
 		if i%3 == 2 && (i/3)%2 == 1 {
-			h[api.HeaderMsgID] = key
+			h[spillway.HeaderMsgID] = key
 		} else {
-			h[api.HeaderIdempotencyKey] = key
+			h[spillway.HeaderIdempotencyKey] = key
 		}
 		a := afSubmit(t, c, client, nc, i, "idem", h, []byte("order "+key))
 		l.record(a)
@@ -299,7 +299,7 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 	// (the record now answers a job that has completed).
 	idOf := map[string]string{}
 	for _, tr := range within {
-		if tr.a.Reply.Status == api.Admitted && !tr.a.Reply.Duplicate {
+		if tr.a.Reply.Status == spillway.Admitted && !tr.a.Reply.Duplicate {
 			idOf[tr.key] = tr.a.Reply.ID
 		}
 	}
@@ -333,7 +333,7 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 		}
 		inWindow++
 		switch {
-		case tr.a.Reply.Status != api.Admitted:
+		case tr.a.Reply.Status != spillway.Admitted:
 			failed++
 			t.Errorf("key %s: answer %+v (code %d), want admitted", tr.key, tr.a.Reply, tr.a.Code)
 		case tr.a.Reply.ID != idOf[tr.key]:
@@ -368,7 +368,7 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 	secondID := map[string]string{}
 	for k, a := range after {
 		switch {
-		case a.Reply.Status != api.Admitted:
+		case a.Reply.Status != spillway.Admitted:
 			t.Errorf("after the window, key %s: %+v (code %d), want admitted", keys[k], a.Reply, a.Code)
 		case a.Reply.ID == idOf[keys[k]] || a.Reply.Duplicate:
 			reused++
@@ -385,7 +385,7 @@ func TestReliabilityIdempotentSubmit(t *testing.T) {
 	for range bucketBurst + 2 {
 		a := submitHTTP(t, client, c.admitters[0].addr, "idem", map[string]string{"X-Client": "idem-client"}, []byte("probe"))
 		l.record(a)
-		if a.Reply.Status != api.Admitted {
+		if a.Reply.Status != spillway.Admitted {
 			break
 		}
 		probes++
@@ -472,7 +472,7 @@ func TestReliabilityBacklogFull(t *testing.T) {
 		n := map[string]int{}
 		for _, a := range answers {
 			n[afReason(a)]++
-			if a.Reply.Status != api.Rejected {
+			if a.Reply.Status != spillway.Rejected {
 				continue
 			}
 			if a.Reply.RetryAfterMS <= 0 {
@@ -504,9 +504,9 @@ func TestReliabilityBacklogFull(t *testing.T) {
 	admittedL := newLedger()
 	for _, id := range l.ids() {
 		switch a := l.accepted[id]; a.Reply.Status {
-		case api.Queued:
+		case spillway.Queued:
 			queued[id] = true
-		case api.Admitted:
+		case spillway.Admitted:
 			admittedL.record(a)
 		}
 	}
@@ -548,7 +548,7 @@ func TestReliabilityBacklogFull(t *testing.T) {
 	if r.Lost != 0 {
 		t.Errorf("admitted jobs lost: %s", r)
 	}
-	if n := l.count(api.Failed); n != 0 {
+	if n := l.count(spillway.Failed); n != 0 {
 		t.Errorf("%d submissions failed: %s", n, l)
 	}
 	t.Logf("ledger: %s", l)
@@ -733,7 +733,7 @@ func TestReliabilityKillAdmitterBeforePublish(t *testing.T) {
 					}
 					a := submitHTTP(t, client, victim.addr, "load", nil, []byte(fmt.Sprintf("round %d caller %d job %d", round, g, i)))
 					l.record(a)
-					if a.Reply.Status == api.Admitted {
+					if a.Reply.Status == spillway.Admitted {
 						answered.Add(1)
 					} else {
 						failedLoad.Add(1)
@@ -773,7 +773,7 @@ func TestReliabilityKillAdmitterBeforePublish(t *testing.T) {
 		for range bucketBurst + 2 {
 			p := submitHTTP(t, client, survivor.addr, "crash", map[string]string{"X-Client": key}, []byte("probe "+key))
 			l.record(p)
-			if p.Reply.Status != api.Admitted {
+			if p.Reply.Status != spillway.Admitted {
 				break
 			}
 			got++
@@ -886,7 +886,7 @@ func TestReliabilityConfigReloadUnderLoad(t *testing.T) {
 			for range want + 3 {
 				p := submitHTTP(t, client, a.addr, "probe", h, []byte("probe"))
 				l.record(p)
-				if p.Reply.Status == api.Admitted {
+				if p.Reply.Status == spillway.Admitted {
 					n++
 				}
 			}
@@ -936,7 +936,7 @@ func TestReliabilityConfigReloadUnderLoad(t *testing.T) {
 		waitReload("success", before)
 		applied++
 		probe(fmt.Sprintf("cycle %d: file changed to burst %d", cycle, b), b+1)
-		if a := submitHTTP(t, client, c.admitters[cycle%2].addr, name, nil, []byte("first")); a.Reply.Status != api.Admitted {
+		if a := submitHTTP(t, client, c.admitters[cycle%2].addr, name, nil, []byte("first")); a.Reply.Status != spillway.Admitted {
 			t.Errorf("cycle %d: the added queue %s answered %d %+v", cycle, name, a.Code, a.Reply)
 		} else {
 			l.record(a)
@@ -983,7 +983,7 @@ func TestReliabilityConfigReloadUnderLoad(t *testing.T) {
 	r := settle(t, l, c.hook, c.nats.URL(), "load", 120*time.Second)
 	ok, bad := reloads("success"), reloads("failure")
 	t.Logf("ledger: %s; %s", l, r)
-	failed := l.count(api.Failed)
+	failed := l.count(spillway.Failed)
 	codes := map[int]int{}
 	l.mu.Lock()
 	for code, n := range l.codes {

@@ -22,10 +22,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/proc"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // nfBin is the nats-server binary, built once per test binary from the
@@ -350,8 +350,8 @@ func TestReliabilityNATSServerKill(t *testing.T) {
 					what = a.Reply.Error
 				}
 				tl.add(nfAnswer{began: began, ended: time.Now(), what: what,
-					ok:     a.Reply.Status == api.Admitted || a.Reply.Status == api.Queued,
-					failed: a.Reply.Status == api.Failed})
+					ok:     a.Reply.Status == spillway.Admitted || a.Reply.Status == spillway.Queued,
+					failed: a.Reply.Status == spillway.Failed})
 			}
 		})
 	}

@@ -16,10 +16,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The Redis faults of the reliability suite (docs/reliability.md):
@@ -70,7 +70,7 @@ func rfStartLoad(t *testing.T, client *http.Client, led *ledger, q string, targe
 					s := rfSample{mode: name, key: key, sent: time.Now()}
 					s.answer = submitHTTP(t, client, p.addr, q, map[string]string{"X-Client": key}, []byte(key))
 					s.got = time.Now()
-					s.admitted = s.answer.Reply.Status == api.Admitted
+					s.admitted = s.answer.Reply.Status == spillway.Admitted
 					s.refusedAll = s.answer.Code == http.StatusTooManyRequests
 					led.record(s.answer)
 					mine = append(mine, s)
@@ -251,9 +251,9 @@ func TestReliabilityRedisKilled(t *testing.T) {
 				t.Errorf("open, Redis down: answer %d %+v; want 202 admitted", s.answer.Code, s.answer.Reply)
 			}
 		case "closed":
-			if s.answer.Code != http.StatusServiceUnavailable || s.answer.RetryAfter == "" || s.answer.Reply.Type != api.ProblemUnavailable {
+			if s.answer.Code != http.StatusServiceUnavailable || s.answer.RetryAfter == "" || s.answer.Reply.Type != spillway.ProblemUnavailable {
 				t.Errorf("closed, Redis down: answer %d, Retry-After %q, type %q; want 503 with Retry-After and %s",
-					s.answer.Code, s.answer.RetryAfter, s.answer.Reply.Type, api.ProblemUnavailable)
+					s.answer.Code, s.answer.RetryAfter, s.answer.Reply.Type, spillway.ProblemUnavailable)
 			}
 		case "local":
 			if !s.admitted && !s.refusedAll {

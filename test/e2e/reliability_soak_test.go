@@ -19,11 +19,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const soakConfig = `
@@ -53,12 +53,12 @@ type soakBook struct {
 	accepted int
 	ran      int
 	extra    int
-	answers  map[api.Status]int
+	answers  map[spillway.Status]int
 	failures map[string]int // error answers: HTTP code or problem type
 }
 
 func newSoakBook() *soakBook {
-	return &soakBook{pending: map[string]struct{}{}, early: map[string]struct{}{}, runs: map[uint64]uint8{}, answers: map[api.Status]int{}, failures: map[string]int{}}
+	return &soakBook{pending: map[string]struct{}{}, early: map[string]struct{}{}, runs: map[uint64]uint8{}, answers: map[spillway.Status]int{}, failures: map[string]int{}}
 }
 
 func (b *soakBook) answer(a answer) {
@@ -66,14 +66,14 @@ func (b *soakBook) answer(a answer) {
 	defer b.mu.Unlock()
 	b.answers[a.Reply.Status]++
 	switch a.Reply.Status {
-	case api.Admitted, api.Queued:
+	case spillway.Admitted, spillway.Queued:
 		b.accepted++
 		if _, ok := b.early[a.Reply.ID]; ok {
 			delete(b.early, a.Reply.ID)
 		} else {
 			b.pending[a.Reply.ID] = struct{}{}
 		}
-	case api.Rejected:
+	case spillway.Rejected:
 	default:
 		k := fmt.Sprintf("%d %s", a.Code, a.Reply.Type)
 		if a.Reply.Type == "" {
@@ -104,10 +104,10 @@ func (b *soakBook) executed(id string) {
 	}
 }
 
-func (b *soakBook) counts() (accepted, ran, pending, early, extra int, answers map[api.Status]int, failures map[string]int) {
+func (b *soakBook) counts() (accepted, ran, pending, early, extra int, answers map[spillway.Status]int, failures map[string]int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	answers, failures = map[api.Status]int{}, map[string]int{}
+	answers, failures = map[spillway.Status]int{}, map[string]int{}
 	for k, v := range b.answers {
 		answers[k] = v
 	}
@@ -235,7 +235,7 @@ func TestReliabilitySoak(t *testing.T) {
 				// The soak's own queue and decision path (a per-key
 				// leaky bucket in Redis), over enough keys that none
 				// reaches its limit: everything admitted.
-				if a := send(i, "soak", "cap-"+strconv.Itoa(i%capKeys)); a.Reply.Status == api.Admitted {
+				if a := send(i, "soak", "cap-"+strconv.Itoa(i%capKeys)); a.Reply.Status == spillway.Admitted {
 					capAnswers.Add(1)
 				} else {
 					capFailed.Add(1)

@@ -26,11 +26,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // wfQueue is the queue every test here works.
@@ -136,8 +136,8 @@ func (s *wfSystem) inFlight(w *wfWorker) (int, error) {
 }
 
 // queueInfo is GET /v1/queues/wf from the first admitter.
-func (s *wfSystem) queueInfo() (api.QueueInfo, error) {
-	var qi api.QueueInfo
+func (s *wfSystem) queueInfo() (spillway.QueueInfo, error) {
+	var qi spillway.QueueInfo
 	resp, err := get(s.client, "http://"+s.admitters[0].addr+"/v1/queues/"+wfQueue)
 	if err != nil {
 		return qi, err
@@ -611,7 +611,7 @@ func TestReliabilityWorkerPoisonKey(t *testing.T) {
 	aEnd := time.Now()
 	pl := s.load(poison, []wfClient{{key: "poison", every: 25 * time.Millisecond, header: map[string]string{"traceparent": traceparent}}},
 		func(c wfClient, a answer) {
-			if a.Reply.Status == api.Admitted || a.Reply.Status == api.Queued {
+			if a.Reply.Status == spillway.Admitted || a.Reply.Status == spillway.Queued {
 				bodies.Store(a.Reply.ID, true)
 			}
 		})
@@ -741,7 +741,7 @@ func TestReliabilityWorkerSlowHandler(t *testing.T) {
 			dups += runs[id] - 1
 		}
 	}
-	figure(t, "%d jobs (%d queued, the last %v out) each running %v against an ack wait of %v: %s", len(l.ids()), l.count(api.Queued),
+	figure(t, "%d jobs (%d queued, the last %v out) each running %v against an ack wait of %v: %s", len(l.ids()), l.count(spillway.Queued),
 		latest.Round(time.Millisecond), work, ackWait, r)
 	figure(t, "duplicate executions: %d", dups)
 	if len(l.ids()) != jobs {
@@ -750,7 +750,7 @@ func TestReliabilityWorkerSlowHandler(t *testing.T) {
 	if r.Lost != 0 || r.Completed != jobs || dups != 0 {
 		t.Errorf("%s; want every job run once", r)
 	}
-	if l.count(api.Queued) == 0 || latest < ackWait {
+	if l.count(spillway.Queued) == 0 || latest < ackWait {
 		t.Errorf("no queued job waited past the ack wait (latest start %v out): the backlog's heartbeats went untested", latest)
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const reloadConfig = `
@@ -40,7 +40,7 @@ func TestConfigReload(t *testing.T) {
 		n := 0
 		for range 15 {
 			a := submitHTTP(t, client, adm.addr, "r", map[string]string{"X-Client": "c" + strconv.Itoa(key)}, []byte("x"))
-			if a.Reply.Status == api.Admitted {
+			if a.Reply.Status == spillway.Admitted {
 				n++
 			}
 		}

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const honestConfig = `
@@ -49,7 +49,7 @@ func TestHonestNotBeforeAndRetryAfter(t *testing.T) {
 				return false
 			}
 			defer resp.Body.Close()
-			var qi api.QueueInfo
+			var qi spillway.QueueInfo
 			decodeJSON(t, resp.Body, &qi)
 			return qi.BacklogPullers > 0
 		})
@@ -61,7 +61,7 @@ func TestHonestNotBeforeAndRetryAfter(t *testing.T) {
 		two = append(two, submitHTTP(t, client, adm.addr, "twotier", key, []byte("job")))
 	}
 	for i, a := range two[1:] {
-		if a.Reply.Status != api.Queued || a.Reply.NotBefore == nil {
+		if a.Reply.Status != spillway.Queued || a.Reply.NotBefore == nil {
 			t.Fatalf("twotier job %d: %d %+v, want queued with a not_before", i+2, a.Code, a.Reply)
 		}
 	}
@@ -72,8 +72,8 @@ func TestHonestNotBeforeAndRetryAfter(t *testing.T) {
 	}
 	refused := kf[4]
 	answered := time.Now()
-	if refused.Code != http.StatusTooManyRequests || refused.Reply.Type != api.ProblemKeyFull {
-		t.Fatalf("keyfull job 5: %d %+v, want 429 %s", refused.Code, refused.Reply, api.ProblemKeyFull)
+	if refused.Code != http.StatusTooManyRequests || refused.Reply.Type != spillway.ProblemKeyFull {
+		t.Fatalf("keyfull job 5: %d %+v, want 429 %s", refused.Code, refused.Reply, spillway.ProblemKeyFull)
 	}
 	secs, err := strconv.Atoi(refused.RetryAfter)
 	if err != nil || int64(secs) != (refused.Reply.RetryAfterMS+999)/1000 {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // TestReliabilityNetnsNATSPartition: a 3-node JetStream cluster (Debian's
@@ -160,7 +160,7 @@ queues:
 				longest = max(longest, s.got.Sub(lastAdmit))
 				lastAdmit = s.got
 			}
-		case s.code == http.StatusServiceUnavailable && s.ptype == api.ProblemUnavailable:
+		case s.code == http.StatusServiceUnavailable && s.ptype == spillway.ProblemUnavailable:
 		default:
 			t.Errorf("answer %d %q %s; want 202, or 503 unavailable", s.code, s.status, s.ptype)
 		}

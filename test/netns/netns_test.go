@@ -33,9 +33,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/proc"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // enabled skips t unless the namespaces can be made and the run asked for
@@ -293,7 +293,7 @@ type sample struct {
 	mode       string
 	sent, got  time.Time
 	code       int // -1: no answer (lost)
-	status     api.Status
+	status     spillway.Status
 	ptype      string
 	retryAfter string
 	err        string
@@ -318,12 +318,12 @@ func submit(client *http.Client, addr, key string) sample {
 	body, _ := io.ReadAll(resp.Body)
 	s.code, s.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
 	if resp.StatusCode == http.StatusAccepted {
-		var r api.SubmitReply
+		var r spillway.SubmitReply
 		if err := json.Unmarshal(body, &r); err == nil {
 			s.status = r.Status
 		}
 	} else {
-		var p api.Problem
+		var p spillway.Problem
 		if err := json.Unmarshal(body, &p); err == nil {
 			s.ptype = p.Type
 		}
@@ -506,13 +506,13 @@ func TestReliabilityNetnsRedisPartition(t *testing.T) {
 		}
 		switch s.mode {
 		case "open":
-			if s.code != http.StatusAccepted || s.status != api.Admitted {
+			if s.code != http.StatusAccepted || s.status != spillway.Admitted {
 				t.Errorf("open, partitioned: answer %d %q %s; want 202 admitted", s.code, s.status, s.ptype)
 			}
 		case "closed":
-			if s.code != http.StatusServiceUnavailable || s.retryAfter == "" || s.ptype != api.ProblemUnavailable {
+			if s.code != http.StatusServiceUnavailable || s.retryAfter == "" || s.ptype != spillway.ProblemUnavailable {
 				t.Errorf("closed, partitioned: answer %d, Retry-After %q, type %q; want 503 with Retry-After and %s",
-					s.code, s.retryAfter, s.ptype, api.ProblemUnavailable)
+					s.code, s.retryAfter, s.ptype, spillway.ProblemUnavailable)
 			}
 		}
 	}

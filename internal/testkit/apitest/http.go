@@ -40,6 +40,7 @@ import (
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // standardHeaders are answer headers every response may carry without the
@@ -271,8 +272,8 @@ func (c *contract) checkProblem(resp *http.Response, body []byte, want int, head
 			problems = append(problems, "undeclared header "+name)
 		}
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != api.ProblemContentType {
-		return append(problems, "Content-Type "+ct+": want "+api.ProblemContentType)
+	if ct := resp.Header.Get("Content-Type"); ct != spillway.ProblemContentType {
+		return append(problems, "Content-Type "+ct+": want "+spillway.ProblemContentType)
 	}
 	schema := c.model.Components.Schemas.GetOrZero("Problem").Schema()
 	if ok, errs := c.schema.ValidateSchemaBytes(schema, body); !ok {

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // TestOpenAPIDocumentIsValid lints the contract: the document validates
@@ -41,7 +41,7 @@ func (r *recorder) Errorf(format string, args ...any) {
 func TestCheckFailsUndescribedAnswers(t *testing.T) {
 	t.Parallel()
 	problem := func(w http.ResponseWriter, status int, typ string) {
-		w.Header().Set("Content-Type", api.ProblemContentType)
+		w.Header().Set("Content-Type", spillway.ProblemContentType)
 		w.WriteHeader(status)
 		fmt.Fprintf(w, `{"type": %q, "title": "t", "status": %d}`, typ, status)
 	}
@@ -83,14 +83,14 @@ func TestCheckFailsUndescribedAnswers(t *testing.T) {
 			_, _ = io.WriteString(w, "hello")
 		},
 		"GET /elsewhere": func(w http.ResponseWriter, _ *http.Request) { // the same, answered as the door does
-			problem(w, http.StatusNotFound, api.ProblemNotFound)
+			problem(w, http.StatusNotFound, spillway.ProblemNotFound)
 		},
 		"PUT /v1/queues": func(w http.ResponseWriter, _ *http.Request) { // 405 without Allow
-			problem(w, http.StatusMethodNotAllowed, api.ProblemMethodNotAllowed)
+			problem(w, http.StatusMethodNotAllowed, spillway.ProblemMethodNotAllowed)
 		},
 		"PATCH /v1/queues": func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Allow", "GET, HEAD")
-			problem(w, http.StatusMethodNotAllowed, api.ProblemMethodNotAllowed)
+			problem(w, http.StatusMethodNotAllowed, spillway.ProblemMethodNotAllowed)
 		},
 	}
 	mux := http.NewServeMux()

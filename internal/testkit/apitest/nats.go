@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // natsSchemas are the compiled parts of the NATS door's JSON Schema.
@@ -32,7 +33,7 @@ var loadNATS = sync.OnceValues(func() (*natsSchemas, error) {
 	}
 	s := &natsSchemas{defs: map[string]*jsonschema.Schema{}}
 	for _, name := range []string{"SubmitHeaders", "CancelHeaders", "BatchJob",
-		"SubmitReply", "SubmitReplyHeaders", "BatchReply", "BatchReplyHeaders", "CancelReply", "CancelReplyHeaders"} {
+		"SubmitReply", "SubmitReplyHeaders", "BatchReply", "BatchReplyHeaders", "CancelReply", "CancelReplyHeaders", "JobReply", "JobReplyHeaders"} {
 		if s.defs[name], err = c.Compile(api.NATSSchemaID + "#/$defs/" + name); err != nil {
 			return nil, fmt.Errorf("apitest: nats.schema.json: %s: %w", name, err)
 		}
@@ -50,7 +51,7 @@ func LintNATS() error {
 
 // CheckNATS reports how reply, the door's answer to request, departs from
 // internal/api/nats.schema.json; nil when it does not. The subject says
-// which door answered: a submission, a batch or a cancel. A request that
+// which door answered: a submission, a batch, a cancel or a job read. A request that
 // was taken (its reply admitted, queued or rejected) must also have
 // headers the schema allows.
 func CheckNATS(request, reply *nats.Msg) error {
@@ -60,12 +61,14 @@ func CheckNATS(request, reply *nats.Msg) error {
 	}
 	var body, headers, reqHeaders string
 	switch {
-	case strings.HasPrefix(request.Subject, api.SubmitBatchPrefix):
+	case strings.HasPrefix(request.Subject, spillway.SubmitBatchPrefix):
 		body, headers = "BatchReply", "BatchReplyHeaders"
-	case strings.HasPrefix(request.Subject, api.SubmitPrefix):
+	case strings.HasPrefix(request.Subject, spillway.SubmitPrefix):
 		body, headers, reqHeaders = "SubmitReply", "SubmitReplyHeaders", "SubmitHeaders"
-	case strings.HasPrefix(request.Subject, api.CancelPrefix):
+	case strings.HasPrefix(request.Subject, spillway.CancelPrefix):
 		body, headers = "CancelReply", "CancelReplyHeaders"
+	case strings.HasPrefix(request.Subject, spillway.JobPrefix):
+		body, headers = "JobReply", "JobReplyHeaders"
 	default:
 		return fmt.Errorf("apitest: %s is no subject of the NATS door", request.Subject)
 	}
@@ -79,9 +82,9 @@ func CheckNATS(request, reply *nats.Msg) error {
 	if err := s.defs[headers].Validate(headerInstance(reply.Header)); err != nil {
 		problems = append(problems, fmt.Errorf("the headers are no %s: %w", headers, err))
 	}
-	switch st := reply.Header.Get(api.HeaderStatus); {
+	switch st := reply.Header.Get(spillway.HeaderStatus); {
 	case reqHeaders == "":
-	case st == string(api.Admitted), st == string(api.Queued), st == string(api.Rejected):
+	case st == string(spillway.Admitted), st == string(spillway.Queued), st == string(spillway.Rejected):
 		if err := s.defs[reqHeaders].Validate(headerInstance(request.Header)); err != nil {
 			problems = append(problems, fmt.Errorf("a %s request's headers are no %s: %w", st, reqHeaders, err))
 		}

@@ -1,11 +1,11 @@
-package api_test
+package spillway_test
 
 import (
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/api"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func TestParseProblem(t *testing.T) {
@@ -21,14 +21,14 @@ func TestParseProblem(t *testing.T) {
 		{"no content type", "", body, false},
 		{"not json", "application/problem+json", []byte("<html>"), false},
 	} {
-		p, ok := api.ParseProblem(c.contentType, c.body)
+		p, ok := spillway.ParseProblem(c.contentType, c.body)
 		if ok != c.ok {
 			t.Errorf("%s: ok = %v, want %v", c.name, ok, c.ok)
 		}
-		if ok && (p.Status != 429 || p.RetryAfterMS != 1500 || api.ProblemReason(p.Type) != "queue-full") {
+		if ok && (p.Status != 429 || p.RetryAfterMS != 1500 || spillway.ProblemReason(p.Type) != "queue-full") {
 			t.Errorf("%s: %+v, want status 429, retry_after_ms 1500, type .../queue-full", c.name, p)
 		}
-		if !ok && p != (api.Problem{}) {
+		if !ok && p != (spillway.Problem{}) {
 			t.Errorf("%s: not a problem, yet %+v", c.name, p)
 		}
 	}
@@ -36,12 +36,12 @@ func TestParseProblem(t *testing.T) {
 
 func TestProblemReason(t *testing.T) {
 	for typ, want := range map[string]string{
-		api.ProblemQueueFull: "queue-full",
-		api.ProblemKeyFull:   "key-full",
-		"about:blank":        "about:blank",
-		"":                   "",
+		spillway.ProblemQueueFull: "queue-full",
+		spillway.ProblemKeyFull:   "key-full",
+		"about:blank":             "about:blank",
+		"":                        "",
 	} {
-		if got := api.ProblemReason(typ); got != want {
+		if got := spillway.ProblemReason(typ); got != want {
 			t.Errorf("ProblemReason(%q) = %q, want %q", typ, got, want)
 		}
 	}
@@ -53,18 +53,18 @@ func TestRetryAfter(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		h    http.Header
-		p    api.Problem
+		p    spillway.Problem
 		want time.Duration
 	}{
-		{"problem wins", hdr("9"), api.Problem{RetryAfterMS: 1500}, 1500 * time.Millisecond},
-		{"seconds", hdr(" 3 "), api.Problem{}, 3 * time.Second},
-		{"http date", hdr(now.Add(7 * time.Second).Format(http.TimeFormat)), api.Problem{}, 7 * time.Second},
-		{"date in the past", hdr(now.Add(-time.Minute).Format(http.TimeFormat)), api.Problem{}, 0},
-		{"negative", hdr("-1"), api.Problem{}, 0},
-		{"garbage", hdr("soon"), api.Problem{}, 0},
-		{"none", http.Header{}, api.Problem{}, 0},
+		{"problem wins", hdr("9"), spillway.Problem{RetryAfterMS: 1500}, 1500 * time.Millisecond},
+		{"seconds", hdr(" 3 "), spillway.Problem{}, 3 * time.Second},
+		{"http date", hdr(now.Add(7 * time.Second).Format(http.TimeFormat)), spillway.Problem{}, 7 * time.Second},
+		{"date in the past", hdr(now.Add(-time.Minute).Format(http.TimeFormat)), spillway.Problem{}, 0},
+		{"negative", hdr("-1"), spillway.Problem{}, 0},
+		{"garbage", hdr("soon"), spillway.Problem{}, 0},
+		{"none", http.Header{}, spillway.Problem{}, 0},
 	} {
-		if got := api.RetryAfter(c.h, c.p, now); got != c.want {
+		if got := spillway.RetryAfter(c.h, c.p, now); got != c.want {
 			t.Errorf("%s: RetryAfter = %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -1,0 +1,89 @@
+package door
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/pkg/spillway"
+)
+
+// A job's record is read on both doors alike: GET /v1/jobs/{id}, and a
+// request on spillway.job.<id> (NATSJobs), which answers with the same
+// JSON, or with the same problem document.
+
+// jobOf is the wire form of a status record.
+func jobOf(r jobstatus.Record) spillway.Job {
+	return spillway.Job{
+		ID: r.ID, Queue: r.Queue, State: spillway.State(r.State), Attempts: r.Attempts, LastError: r.LastError,
+		EnqueuedAt: r.EnqueuedAt, NotBefore: r.NotBefore, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+		UpdatedAt: r.UpdatedAt, BacklogSeq: r.BacklogSeq,
+	}
+}
+
+// readJob reads job id's record from st (nil: the admitter keeps none).
+// A failure is a problem with its HTTP status; logged is set when it is
+// the server's (a read that failed), worth a warning.
+func readJob(ctx context.Context, st *jobstatus.Store, id string) (job spillway.Job, p *spillway.Problem, logged error) {
+	if st == nil {
+		return spillway.Job{}, &spillway.Problem{Type: spillway.ProblemNotFound, Status: http.StatusNotFound, Title: "Job status is not kept", ID: id,
+			Detail: "this admitter keeps no job status records"}, nil
+	}
+	rec, err := st.Get(ctx, id)
+	switch {
+	case errors.Is(err, jobstatus.ErrNotFound):
+		return spillway.Job{}, &spillway.Problem{Type: spillway.ProblemNotFound, Status: http.StatusNotFound, Title: "Unknown job",
+			Detail: "no status for this job id (unknown, or older than status.ttl)", ID: id}, nil
+	case errors.Is(err, jobstatus.ErrInvalidID):
+		return spillway.Job{}, &spillway.Problem{Type: spillway.ProblemBadRequest, Status: http.StatusBadRequest, Title: "Bad job id", Detail: err.Error()}, nil
+	case err != nil:
+		return spillway.Job{}, &spillway.Problem{Type: spillway.ProblemUnavailable, Status: http.StatusServiceUnavailable, Title: "Unavailable",
+			ID: id, RetryAfterMS: 1000, Detail: "reading job status: " + err.Error()}, err
+	}
+	return jobOf(rec), nil, nil
+}
+
+// job is GET /v1/jobs/{id}.
+func (h *httpDoor) job(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	job, p, logged := readJob(r.Context(), h.o.Status, id)
+	if p == nil {
+		writeJSON(w, http.StatusOK, "application/json", job)
+		return
+	}
+	if logged != nil {
+		h.o.Logger.Warn("door: reading job status", "job", id, "err", logged)
+	}
+	if p.Status == http.StatusServiceUnavailable {
+		w.Header().Set(spillway.HeaderRetryAfter, "1")
+	}
+	problem(w, r, p.Status, *p)
+}
+
+// answerJob answers a request on spillway.job.<id> with the job's record
+// (Content-Type application/json, Spillway-Status its state) or a problem
+// (Content-Type application/problem+json, Spillway-Status error).
+func (d *NATSJobs) answerJob(m *nats.Msg) {
+	if m.Reply == "" {
+		return // a publish, not a request: nobody would learn the answer
+	}
+	id := strings.TrimPrefix(m.Subject, spillway.JobPrefix)
+	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
+	defer cancel()
+	job, p, logged := readJob(ctx, d.status, id)
+	if p == nil {
+		replyJSON(d.nc, d.logger, m, job, spillway.Status(job.State),
+			nats.Header{spillway.HeaderContentType: {"application/json"}}, "job", id)
+		return
+	}
+	if logged != nil {
+		d.logger.Warn("door: reading job status", "job", id, "err", logged)
+	}
+	p.Instance = m.Subject
+	replyJSON(d.nc, d.logger, m, p, spillway.Failed,
+		nats.Header{spillway.HeaderContentType: {spillway.ProblemContentType}}, "job", id)
+}
