@@ -80,34 +80,34 @@ type setting struct {
 var settings = []setting{
 	{"nats.url", "SPILLWAY_NATS_URL",
 		setString(func(c *Config) *string { return &c.NATS.URL }, checkNATSURL),
-		func(o *Overrides) (string, bool) { return text(o.NATSURL) }},
+		func(o *Overrides) (string, bool) { return textOf(o.NATSURL) }},
 	{"nats.listen", "SPILLWAY_NATS_LISTEN",
 		setString(func(c *Config) *string { return &c.NATS.Listen }, checkListen),
-		func(o *Overrides) (string, bool) { return text(o.NATSListen) }},
+		func(o *Overrides) (string, bool) { return textOf(o.NATSListen) }},
 	{"nats.creds_file", "SPILLWAY_NATS_CREDS_FILE",
 		setString(func(c *Config) *string { return &c.NATS.CredsFile }, nil),
-		func(o *Overrides) (string, bool) { return text(o.NATSCredsFile) }},
+		func(o *Overrides) (string, bool) { return textOf(o.NATSCredsFile) }},
 	{"redis.url", "SPILLWAY_REDIS_URL",
 		setRedisURL,
-		func(o *Overrides) (string, bool) { return text(o.RedisURL) }},
+		func(o *Overrides) (string, bool) { return textOf(o.RedisURL) }},
 	{"redis.failure_mode", "SPILLWAY_REDIS_FAILURE_MODE",
 		setParsed(func(c *Config) *FailureMode { return &c.Redis.FailureMode }, parseFailureMode),
-		func(o *Overrides) (string, bool) { return text(o.RedisFailureMode) }},
+		func(o *Overrides) (string, bool) { return textOf(o.RedisFailureMode) }},
 	{"redis.timeout", "SPILLWAY_REDIS_TIMEOUT",
 		setDuration(func(c *Config) *time.Duration { return &c.Redis.Timeout }, true),
 		func(o *Overrides) (string, bool) { return durationText(o.RedisTimeout) }},
 	{"http.listen", "SPILLWAY_HTTP_LISTEN",
 		setString(func(c *Config) *string { return &c.HTTP.Listen }, checkListen),
-		func(o *Overrides) (string, bool) { return text(o.HTTPListen) }},
+		func(o *Overrides) (string, bool) { return textOf(o.HTTPListen) }},
 	{"http.max_body_bytes", "SPILLWAY_HTTP_MAX_BODY_BYTES",
 		setInt(func(c *Config) *int64 { return &c.HTTP.MaxBodyBytes }, maxInt64),
 		func(o *Overrides) (string, bool) { return intText(o.HTTPMaxBodyBytes) }},
 	{"http.api_keys_file", "SPILLWAY_HTTP_API_KEYS_FILE",
 		setString(func(c *Config) *string { return &c.HTTP.APIKeysFile }, nil),
-		func(o *Overrides) (string, bool) { return text(o.HTTPAPIKeysFile) }},
+		func(o *Overrides) (string, bool) { return textOf(o.HTTPAPIKeysFile) }},
 	{"http.admin_keys_file", "SPILLWAY_HTTP_ADMIN_KEYS_FILE",
 		setString(func(c *Config) *string { return &c.HTTP.AdminKeysFile }, nil),
-		func(o *Overrides) (string, bool) { return text(o.HTTPAdminKeysFile) }},
+		func(o *Overrides) (string, bool) { return textOf(o.HTTPAdminKeysFile) }},
 	{"worker.concurrency", "SPILLWAY_WORKER_CONCURRENCY",
 		setInt(func(c *Config) *int { return &c.Worker.Concurrency }, maxInt),
 		func(o *Overrides) (string, bool) { return intText(o.WorkerConcurrency) }},
@@ -205,7 +205,7 @@ func setInt[T int | int64](field func(*Config) *T, hi int64) func(*Config, strin
 	})
 }
 
-func text[T ~string](p *T) (string, bool) {
+func textOf[T ~string](p *T) (string, bool) {
 	if p == nil {
 		return "", false
 	}

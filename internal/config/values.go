@@ -23,21 +23,22 @@ import (
 
 // What a value of each kind looks like, for "expected" messages.
 const (
-	wantDuration = `a Go duration such as "1s" or "5m"`
-	wantRate     = `a rate such as "10/s"`
-	wantPattern  = `a client key such as "tenant-a", or a prefix such as "tenant-*"`
-	wantListen   = `host:port such as ":8080" or "127.0.0.1:8080"`
-	wantNATSURL  = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
-	wantRedisURL = `a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0"`
-	wantHTTPURL  = `an http:// or https:// URL such as "http://127.0.0.1:9000/send"`
-	wantSubject  = `a NATS subject such as "jobs.email" (no spaces or wildcards)`
-	wantKey      = `"global", "ip" or "header:NAME"`
-	wantFailure  = `one of open, closed, local`
-	wantProxy    = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
-	wantQueue    = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
-	wantTierName = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
-	wantMissing  = `one of reject, shared`
-	wantMode     = `one of enforce, shadow`
+	wantDuration  = `a Go duration such as "1s" or "5m"`
+	wantRate      = `a rate such as "10/s"`
+	wantPattern   = `a client key such as "tenant-a", or a prefix such as "tenant-*"`
+	wantListen    = `host:port such as ":8080" or "127.0.0.1:8080"`
+	wantNATSURL   = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
+	wantRedisURL  = `a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0"`
+	wantHTTPURL   = `an http:// or https:// URL such as "http://127.0.0.1:9000/send"`
+	wantSubject   = `a NATS subject such as "jobs.email" (no spaces or wildcards)`
+	wantKey       = `"global", "ip" or "header:NAME"`
+	wantFailure   = `one of open, closed, local`
+	wantProxy     = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
+	wantRedisAddr = `a host:port address such as "10.0.0.5:26379"`
+	wantQueue     = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
+	wantTierName  = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
+	wantMissing   = `one of reject, shared`
+	wantMode      = `one of enforce, shadow`
 )
 
 func expected(want, got string) error {
@@ -210,6 +211,19 @@ func checkSubject(s string) error {
 func checkQueueName(s string) error {
 	if queue.ValidateQueueName(s) != nil {
 		return expected(wantQueue, s)
+	}
+	return nil
+}
+
+// checkRedisAddr accepts host:port with a port of 1 to 65535: an address
+// of redis.sentinel.addrs or redis.cluster.addrs.
+func checkRedisAddr(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return expected(wantRedisAddr, s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return expected(wantRedisAddr, s)
 	}
 	return nil
 }
