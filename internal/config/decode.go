@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -198,7 +199,7 @@ func (l *leaf) UnmarshalYAML(n *yaml.Node) error {
 
 // scalar reports a value that is not a scalar as not being want.
 func (l *leaf) scalar(n *yaml.Node, want string) bool {
-	l.n = n
+	l.n, l.err = n, nil
 	if n.Kind != yaml.ScalarNode {
 		l.err = fmt.Errorf("expected %s, got %s", want, describe(n))
 	}
@@ -312,53 +313,65 @@ func yamlInt(n *yaml.Node) (int64, error) {
 // counted. A real file has a few; thousands mean it is not a config file.
 const maxProblems = 100
 
-// at is where a value of the file is, or would be when it is absent: its
-// path, and its line (its holder's when absent).
+// at is where a value is, or would be when it is absent: its path and
+// line in the file (its holder's line when absent), or src, the
+// environment or flags, and the variable or setting that gave it.
 type at struct {
 	path      string
 	line, col int
+	src       string // "" for the file
 }
 
 // decoder reads a YAML document into a Config, collecting every problem.
 type decoder struct {
 	file     string // the file name as given, for every FieldError
 	dir      string // relative paths in the file are relative to this directory
-	errs     []*FieldError
-	cols     []int // the column of each problem, to order those of a line
+	errs     []problem
 	pos      map[any]at
 	yamlErrs map[[2]string]string // yaml.v3's problems by line and key: unknown or a duplicate
 }
 
+type problem struct {
+	*FieldError
+	at at
+}
+
 // parse reads a configuration file's bytes into a Config with defaults
-// filled. name is the file name that problems carry. Problems are in line
-// order; the Config is meaningful only when there are none.
-func parse(name string, data []byte) (*Config, []*FieldError) {
+// filled, then applies the environment (getenv; nil for none) and the
+// overrides o. name is the file name that problems carry. Problems are
+// in line order, then the environment's, then the flags'; the Config is
+// meaningful only when there are none.
+func parse(name string, data []byte, getenv func(string) string, o Overrides) (*Config, []*FieldError) {
 	d := &decoder{file: name, dir: filepath.Dir(name), pos: map[any]at{}}
 	c := defaults()
-	c.Source = name
-	if root, ok := d.document(data); ok {
-		var doc rootDoc
-		if d.decode(data, root, &doc) {
+	var doc rootDoc
+	if root, ok := d.document(data); ok && d.decode(data, root, &doc) {
+		if getenv != nil {
+			d.override(&doc, getenv, nil)
+		}
+		d.config(c, &doc)
+		if o != (Overrides{}) {
+			// Once more with the flags, which may override what the
+			// environment got wrong: that is reported all the same.
+			n := len(d.errs)
+			d.override(&doc, nil, &o)
+			c = defaults()
 			d.config(c, &doc)
+			d.errs = append(d.errs[:n], slices.DeleteFunc(d.errs[n:], func(p problem) bool { return p.at.src != SourceFlags })...)
 		}
 	}
-	order := make([]int, len(d.errs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		if d.errs[a].Line != d.errs[b].Line {
-			return d.errs[a].Line - d.errs[b].Line
-		}
-		return d.cols[a] - d.cols[b]
+	c.Source = name
+	rank := map[string]int{"": 0, SourceEnv: 1, SourceFlags: 2}
+	slices.SortStableFunc(d.errs, func(a, b problem) int {
+		return cmp.Or(rank[a.at.src]-rank[b.at.src], a.at.line-b.at.line, cmp.Compare(a.at.col, b.at.col))
 	})
-	errs := make([]*FieldError, 0, min(len(order), maxProblems+1))
-	for _, i := range order {
+	var errs []*FieldError
+	for _, p := range d.errs {
 		if len(errs) == maxProblems {
-			errs = append(errs, &FieldError{Source: name, Problem: fmt.Sprintf("%d more problems not shown", len(order)-maxProblems)})
+			errs = append(errs, &FieldError{Source: name, Problem: fmt.Sprintf("%d more problems not shown", len(d.errs)-maxProblems)})
 			break
 		}
-		errs = append(errs, d.errs[i])
+		errs = append(errs, p.FieldError)
 	}
 	return c, errs
 }
@@ -533,14 +546,14 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 		for i := range t.NumField() {
 			f := t.Field(i)
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			fa := at{join(a.path, name), a.line, a.col}
+			fa := at{path: join(a.path, name), line: a.line, col: a.col}
 			switch fn := lookup(n, name, 0); {
 			case f.Anonymous:
 				d.place(v.Field(i), n, a)
 			case name == "":
 			case f.Type.Kind() == reflect.Slice && deref(fn) != nil && !isNull(deref(fn)) && deref(fn).Kind != yaml.SequenceNode:
 				fn = deref(fn)
-				d.add(at{fa.path, fn.Line, fn.Column}, fmt.Sprintf("expected a list of %s, got %s", f.Tag.Get("list"), describe(fn)))
+				d.add(atNode(fa.path, fn), fmt.Sprintf("expected a list of %s, got %s", f.Tag.Get("list"), describe(fn)))
 			default:
 				d.place(v.Field(i), fn, fa)
 			}
@@ -563,7 +576,7 @@ func (d *decoder) placeItems(v reflect.Value, n *yaml.Node, a at) {
 	j := 0
 	for i := 0; n != nil && i < len(n.Content); i++ {
 		item := deref(n.Content[i])
-		ia := at{fmt.Sprintf("%s[%d]", a.path, i), a.line, a.col}
+		ia := at{path: fmt.Sprintf("%s[%d]", a.path, i), line: a.line, col: a.col}
 		if item != nil {
 			ia.line, ia.col = item.Line, item.Column
 		}
@@ -619,7 +632,7 @@ func (d *decoder) keyProblems(t reflect.Type, n *yaml.Node, a at) (unread bool) 
 			return
 		}
 		delete(d.yamlErrs, id)
-		ka := at{join(a.path, k.Value), k.Line, k.Column}
+		ka := atNode(join(a.path, k.Value), k)
 		switch {
 		case problem != "":
 			unread = true
@@ -780,10 +793,12 @@ func join(path, name string) string {
 	return path + "." + name
 }
 
+// atNode is the place of node n, at path.
+func atNode(path string, n *yaml.Node) at { return at{path: path, line: n.Line, col: n.Column} }
+
 // add reports a problem at a.
-func (d *decoder) add(a at, problem string) {
-	d.errs = append(d.errs, &FieldError{Source: d.file, Line: a.line, Field: a.path, Problem: problem})
-	d.cols = append(d.cols, a.col)
+func (d *decoder) add(a at, msg string) {
+	d.errs = append(d.errs, problem{&FieldError{Source: cmp.Or(a.src, d.file), Line: a.line, Field: a.path, Problem: msg}, a})
 }
 
 func isMerge(k *yaml.Node) bool {

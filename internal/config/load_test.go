@@ -528,7 +528,7 @@ func TestLimits(t *testing.T) {
 		src := "x-l: &l {key: global, rate: 1/s}\n" +
 			"x-q: &q {name: a, backlog: {leak_rate: 1/s}, limits: [" + strings.Repeat("*l, ", 2000) + "*l]}\n" +
 			"queues: [" + strings.Repeat("*q, ", 2000) + "*q]\n"
-		_, problems := parse("spillway.yaml", []byte(src))
+		_, problems := parse("spillway.yaml", []byte(src), nil, Overrides{})
 		if len(problems) == 0 || len(problems) > maxProblems+2 || problems[0].Error() != "spillway.yaml: the file's aliases expand to more values than YAML reading allows (excessive aliasing); simplify the file" {
 			t.Errorf("%d problems, first %v", len(problems), problems[0])
 		}
@@ -579,7 +579,7 @@ func TestTiersMayShareAKey(t *testing.T) {
 	t.Parallel()
 	data := strings.Replace(minimal, "[{key: global, rate: 1/s}]",
 		`[{key: "header:x-a", rate: 10/s, burst: 5}, {key: "header:X-A", algorithm: fixed_window, limit: 1000, window: 1h}]`, 1)
-	cfg, errs := parse("spillway.yaml", []byte(data))
+	cfg, errs := parse("spillway.yaml", []byte(data), nil, Overrides{})
 	if len(errs) > 0 {
 		t.Fatalf("parse: %v", errs)
 	}

@@ -85,7 +85,7 @@ func (d *decoder) str(t *text, dst *string, check func(string) error) bool {
 
 // filename is str for a file name: relative to the file's directory.
 func (d *decoder) filename(t *text, dst *string) {
-	if d.str(t, dst, nil) && *dst != "" && !filepath.IsAbs(*dst) {
+	if d.str(t, dst, nil) && *dst != "" && !filepath.IsAbs(*dst) && d.pos[t].src == "" {
 		*dst = filepath.Join(d.dir, *dst)
 	}
 }
@@ -510,7 +510,7 @@ func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer 
 	d.entries(&fd.Weights, "a mapping of keys (or prefixes ending in *) to weights", "a key or a prefix ending in *",
 		func(k, v *yaml.Node, path string) {
 			if k.Value == "" {
-				d.add(at{path, k.Line, k.Column}, `expected a key, or a prefix ending in * ("*" alone: every key)`)
+				d.add(atNode(path, k), `expected a key, or a prefix ending in * ("*" alone: every key)`)
 				return
 			}
 			r := queue.WeightRule{KeyPattern: queue.KeyPattern{Key: k.Value}, Weight: -1} // -1: refused by queue
@@ -521,7 +521,7 @@ func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer 
 				}
 			}
 			l := &leaf{n: v}
-			d.pos[l] = at{path, v.Line, v.Column}
+			d.pos[l] = atNode(path, v)
 			leaves[fmt.Sprintf("fairness.weights[%q]", r.String())] = l
 			f.Weights = append(f.Weights, r)
 		})
@@ -558,12 +558,12 @@ func (d *decoder) entries(e *entries, want, wantKey string, fn func(k, v *yaml.N
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := deref(n.Content[i]), n.Content[i+1]
 		if k == nil || k.Kind != yaml.ScalarNode {
-			d.add(at{path, n.Content[i].Line, n.Content[i].Column}, fmt.Sprintf("expected %s, got %s", wantKey, describe(k)))
+			d.add(atNode(path, n.Content[i]), fmt.Sprintf("expected %s, got %s", wantKey, describe(k)))
 			continue
 		}
 		kp := fmt.Sprintf("%s[%q]", path, k.Value)
 		if line, dup := first[k.Value]; dup {
-			d.add(at{kp, k.Line, k.Column}, fmt.Sprintf("given twice (first at line %d)", line))
+			d.add(atNode(kp, k), fmt.Sprintf("given twice (first at line %d)", line))
 			continue
 		}
 		first[k.Value] = k.Line
@@ -640,7 +640,7 @@ func (d *decoder) headers(e *entries) map[string]string {
 	first := map[string]int{}
 	d.entries(e, "a mapping of header names to values", "a header name", func(k, v *yaml.Node, _ string) {
 		field := d.pos[e].path + "." + k.Value
-		report := func(n *yaml.Node, err error) { d.add(at{field, n.Line, n.Column}, err.Error()) }
+		report := func(n *yaml.Node, err error) { d.add(atNode(field, n), err.Error()) }
 		name, err := headerName(k.Value)
 		if err != nil {
 			report(k, err)
@@ -667,7 +667,7 @@ func (d *decoder) headers(e *entries) map[string]string {
 func (d *decoder) redis(r *redisDoc, c *Redis) {
 	d.str(&r.URL, &c.URL, checkRedisURL)
 	var given []any
-	if r.URL.given() {
+	if r.URL.given() && r.URL.n.Value != "" {
 		given = append(given, &r.URL)
 	}
 	if r.Sentinel != nil {
@@ -676,7 +676,9 @@ func (d *decoder) redis(r *redisDoc, c *Redis) {
 	if r.Cluster != nil {
 		given = append(given, r.Cluster)
 	}
-	if len(given) > 1 {
+	if len(given) > 1 && d.pos[&r.URL].src != "" {
+		d.errorf(&r.URL, "the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
+	} else if len(given) > 1 {
 		first := d.pos[given[0]]
 		d.errorf(given[1], "give one of redis.url (one server), redis.sentinel (a Sentinel-managed master) and redis.cluster (a Redis Cluster), not %s too (line %d)",
 			first.path, first.line)
