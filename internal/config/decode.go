@@ -309,6 +309,14 @@ func yamlInt(n *yaml.Node) (int64, error) {
 	return 0, errors.New("not an integer")
 }
 
+// maxValues bounds the values one file may hold once aliases are
+// expanded: yaml.v3 refuses a file whose aliases expand far beyond its
+// size, and place stops at this many, so that a small file of aliases
+// cannot make Load build millions of values.
+const maxValues = 100_000
+
+const tooManyValues = "too many values once aliases are expanded; simplify the file"
+
 // maxProblems bounds the problems reported for one file; the rest are
 // counted. A real file has a few; thousands mean it is not a config file.
 const maxProblems = 100
@@ -402,6 +410,11 @@ func (d *decoder) decode(data []byte, root *yaml.Node, doc *rootDoc) (ok bool) {
 		return false
 	}
 	d.place(reflect.ValueOf(doc).Elem(), root, at{line: 1, col: 1})
+	if len(d.pos) > maxValues {
+		d.errs = nil // the rest of the walk was skipped: its problems would mislead
+		d.add(at{}, tooManyValues)
+		return false
+	}
 	for k, problem := range d.yamlErrs { // not found where place looked
 		line, _ := strconv.Atoi(k[0])
 		if problem == "" {
@@ -439,7 +452,7 @@ func (d *decoder) fatal(err error, data []byte, root *yaml.Node) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	switch name, self := strings.CutPrefix(msg, "anchor '"); {
 	case msg == "document contains excessive aliasing":
-		d.add(at{}, "the file's aliases expand to more values than YAML reading allows (excessive aliasing); simplify the file")
+		d.add(at{}, tooManyValues)
 	case self:
 		name, _, _ = strings.Cut(name, "'")
 		path, n := find(root, func(_, v *yaml.Node) bool { return v.Kind == yaml.AliasNode && v.Value == name })
@@ -505,6 +518,9 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 		a.line, a.col = n.Line, n.Column
 	} else {
 		n = nil
+	}
+	if len(d.pos) > maxValues {
+		return
 	}
 	p := v.Addr().Interface()
 	d.pos[p] = a
