@@ -191,6 +191,36 @@ var leafType = reflect.TypeFor[interface{ base() *leaf }]()
 // given reports whether the file gives the value (not null).
 func (l *leaf) given() bool { return l.n != nil }
 
+// node is t's node, nil for a null item of a list.
+func (t *text) node() *yaml.Node {
+	if t == nil {
+		return nil
+	}
+	return t.n
+}
+
+// text is the value as written, "" when not given.
+func (l *leaf) text() string {
+	if l.n == nil {
+		return ""
+	}
+	return l.n.Value
+}
+
+// into stores the value in dst if it is given and an integer or not.
+func (i *integer) into(dst *int64) {
+	if i.given() {
+		*dst = i.V
+	}
+}
+
+// into stores the value in dst if it is given and a duration.
+func (x *duration) into(dst *time.Duration) {
+	if x.given() && x.err == nil {
+		*dst = x.V
+	}
+}
+
 // UnmarshalYAML keeps the node; a null is not given.
 func (l *leaf) UnmarshalYAML(n *yaml.Node) error {
 	l.n = n
@@ -563,7 +593,7 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 			f := t.Field(i)
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 			fa := at{path: join(a.path, name), line: a.line, col: a.col}
-			switch fn := lookup(n, name, 0); {
+			switch fn := lookup(n, name); {
 			case f.Anonymous:
 				d.place(v.Field(i), n, a)
 			case name == "":
@@ -641,7 +671,7 @@ func (d *decoder) keyProblems(t reflect.Type, n *yaml.Node, a at) (unread bool) 
 		return false
 	}
 	known := fieldNames(t)
-	keys(n, 0, func(k *yaml.Node) {
+	pairs(n, 0, func(k, _ *yaml.Node) {
 		id := [2]string{strconv.Itoa(k.Line), k.Value}
 		problem, found := d.yamlErrs[id]
 		if !found {
@@ -662,68 +692,35 @@ func (d *decoder) keyProblems(t reflect.Type, n *yaml.Node, a at) (unread bool) 
 	return unread
 }
 
-// keys calls fn with each key of mapping n, then those of its merge keys.
-func keys(n *yaml.Node, depth int, fn func(k *yaml.Node)) {
+// pairs calls fn with each key and value of mapping n: its own, then
+// those of its merge keys (<<) in order.
+func pairs(n *yaml.Node, depth int, fn func(k, v *yaml.Node)) {
 	if n = deref(n); n == nil || n.Kind != yaml.MappingNode || depth > 8 {
 		return
 	}
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := n.Content[i]; isMerge(k) {
-			merges = append(merges, deref(n.Content[i+1]))
+		if k := n.Content[i]; !isMerge(k) {
+			fn(k, n.Content[i+1])
+		} else if m := deref(n.Content[i+1]); m != nil && m.Kind == yaml.SequenceNode {
+			merges = append(merges, m.Content...)
 		} else {
-			fn(k)
+			merges = append(merges, m)
 		}
 	}
 	for _, m := range merges {
-		if m != nil && m.Kind == yaml.SequenceNode {
-			for _, item := range m.Content {
-				keys(item, depth+1, fn)
-			}
-		} else {
-			keys(m, depth+1, fn)
-		}
+		pairs(m, depth+1, fn)
 	}
 }
 
 // lookup is the value of key name in mapping n: its own, or else that of
 // the first of its merge keys that has it, as yaml.v3 reads merges.
-func lookup(n *yaml.Node, name string, depth int) *yaml.Node {
-	var found *yaml.Node
-	keys(n, depth, func(k *yaml.Node) {
-		if found == nil && k.Value == name {
-			found = k
+func lookup(n *yaml.Node, name string) (v *yaml.Node) {
+	pairs(n, 0, func(k, val *yaml.Node) {
+		if v == nil && k.Value == name {
+			v = val
 		}
 	})
-	if found == nil {
-		return nil
-	}
-	return valueOf(n, found, 0)
-}
-
-// valueOf is the value of key k, somewhere in mapping n or its merges.
-func valueOf(n, k *yaml.Node, depth int) *yaml.Node {
-	if n = deref(n); n == nil || depth > 8 {
-		return nil
-	}
-	var v *yaml.Node
-	for i := 0; i+1 < len(n.Content) && v == nil; i += 2 {
-		switch {
-		case n.Content[i] == k:
-			v = n.Content[i+1]
-		case isMerge(n.Content[i]):
-			m := deref(n.Content[i+1])
-			if m != nil && m.Kind == yaml.SequenceNode {
-				for _, item := range m.Content {
-					if v == nil {
-						v = valueOf(item, k, depth+1)
-					}
-				}
-			} else {
-				v = valueOf(m, k, depth+1)
-			}
-		}
-	}
 	return v
 }
 

@@ -252,14 +252,6 @@ func (d *decoder) config(c *Config, doc *rootDoc) {
 	}
 }
 
-// node is the node of t, nil for a null item.
-func (t *text) node() *yaml.Node {
-	if t == nil {
-		return nil
-	}
-	return t.n
-}
-
 // queue reads one item of queues.
 func (d *decoder) queue(qd *queueDoc, replicas int) Queue {
 	var q Queue
@@ -328,7 +320,7 @@ func (d *decoder) limit(t *limitDoc) (Limit, bool) {
 		l.Key = k
 	}
 	d.str(&t.Name, &l.Name, checkTierName)
-	if d.str(&t.OnMissing, &s, func(s string) error { _, err := parseOnMissing(s); return err }) {
+	if d.str(&t.OnMissing, &s, oneOf(MissingReject, MissingShared)) {
 		switch {
 		case l.Key.Kind == KeyHeader:
 			l.OnMissing = OnMissing(s)
@@ -336,7 +328,7 @@ func (d *decoder) limit(t *limitDoc) (Limit, bool) {
 			d.errorf(&t.OnMissing, "applies to header:NAME keys only, not to %s", l.Key)
 		}
 	}
-	if d.str(&t.Mode, &s, func(s string) error { _, err := parseMode(s); return err }) {
+	if d.str(&t.Mode, &s, oneOf(ModeEnforce, ModeShadow)) {
 		l.Mode = Mode(s)
 	}
 	var alg string
@@ -373,12 +365,7 @@ func (d *decoder) params(holder any, p *Params, alg string) (bucket.Spec, bool) 
 	if !ok {
 		return spec, false
 	}
-	if p.Rate.given() {
-		spec.Rate = p.Rate.n.Value
-	}
-	if p.Window.given() {
-		spec.Window = p.Window.n.Value
-	}
+	spec.Rate, spec.Window = p.Rate.text(), p.Window.text()
 	_, err := spec.Build()
 	le, isLimit := errors.AsType[*bucket.LimitError](err)
 	var f leafer
@@ -454,22 +441,12 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 		DuplicateWindow: queue.DefaultDuplicateWindow,
 		MaxDelay:        queue.DefaultMaxDelay,
 	}
-	for _, x := range []struct {
-		i   *integer
-		dst *int64
-	}{{&b.Capacity, &cfg.Capacity}, {&b.PerKeyCapacity, &cfg.PerKeyCapacity}, {&q.Ready.Capacity, &cfg.ReadyCapacity}} {
-		if x.i.given() {
-			*x.dst = x.i.V
-		}
-	}
-	for _, x := range []struct {
-		v   *duration
-		dst *time.Duration
-	}{{&b.MaxAge, &cfg.MaxAge}, {&b.MaxDelay, &cfg.MaxDelay}, {&b.DuplicateWindow, &cfg.DuplicateWindow}} {
-		if x.v.given() && x.v.err == nil {
-			*x.dst = x.v.V
-		}
-	}
+	b.Capacity.into(&cfg.Capacity)
+	b.PerKeyCapacity.into(&cfg.PerKeyCapacity)
+	q.Ready.Capacity.into(&cfg.ReadyCapacity)
+	b.MaxAge.into(&cfg.MaxAge)
+	b.MaxDelay.into(&cfg.MaxDelay)
+	b.DuplicateWindow.into(&cfg.DuplicateWindow)
 	lr := &b.LeakRate
 	switch {
 	case !lr.isShort && !lr.Max.given() && !lr.Adaptive.given():
@@ -581,12 +558,8 @@ func (d *decoder) retry(r *retryDoc) retry.Policy {
 	if r.MaxAttempts.given() {
 		p.MaxAttempts = int(max(-1, min(r.MaxAttempts.V, maxInt)))
 	}
-	if r.Initial.given() && r.Initial.err == nil {
-		p.Initial = r.Initial.V
-	}
-	if r.Max.given() && r.Max.err == nil {
-		p.Max = r.Max.V
-	}
+	r.Initial.into(&p.Initial)
+	r.Max.into(&p.Max)
 	if r.Jitter.given() {
 		p.Jitter = r.Jitter.V
 	}
@@ -739,7 +712,7 @@ func (d *decoder) redis(r *redisDoc, c *Redis) {
 		}
 	}
 	var mode string
-	if d.str(&r.FailureMode, &mode, func(s string) error { _, err := parseFailureMode(s); return err }) {
+	if d.str(&r.FailureMode, &mode, oneOf(FailOpen, FailClosed, FailLocal)) {
 		c.FailureMode = FailureMode(mode)
 	}
 	d.duration(&r.Timeout, &c.Timeout, true)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,13 +33,10 @@ const (
 	wantHTTPURL   = `an http:// or https:// URL such as "http://127.0.0.1:9000/send"`
 	wantSubject   = `a NATS subject such as "jobs.email" (no spaces or wildcards)`
 	wantKey       = `"global", "ip" or "header:NAME"`
-	wantFailure   = `one of open, closed, local`
 	wantProxy     = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
 	wantRedisAddr = `a host:port address such as "10.0.0.5:26379"`
 	wantQueue     = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
 	wantTierName  = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
-	wantMissing   = `one of reject, shared`
-	wantMode      = `one of enforce, shadow`
 )
 
 func expected(want, got string) error {
@@ -56,14 +54,6 @@ func parseDuration(s string, positive bool) (time.Duration, error) {
 		return 0, expected("a duration ≥ 0", s)
 	}
 	return d, nil
-}
-
-func parseInt(s string, lo, hi int64) (int64, error) {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < lo || n > hi {
-		return 0, expected(intRange(lo, hi), s)
-	}
-	return n, nil
 }
 
 func intRange(lo, hi int64) string {
@@ -85,28 +75,18 @@ func parseRate(s string) (bucket.Rate, error) {
 	return r, nil
 }
 
-func parseFailureMode(s string) (FailureMode, error) {
-	switch m := FailureMode(s); m {
-	case FailOpen, FailClosed, FailLocal:
-		return m, nil
+// oneOf is the check of a setting that takes one of values.
+func oneOf[T ~string](values ...T) func(string) error {
+	return func(s string) error {
+		names := make([]string, len(values))
+		for i, v := range values {
+			names[i] = string(v)
+		}
+		if slices.Contains(names, s) {
+			return nil
+		}
+		return withSuggestion(expected("one of "+strings.Join(names, ", "), s), s, names)
 	}
-	return "", withSuggestion(expected(wantFailure, s), s, []string{"open", "closed", "local"})
-}
-
-func parseOnMissing(s string) (OnMissing, error) {
-	switch m := OnMissing(s); m {
-	case MissingReject, MissingShared:
-		return m, nil
-	}
-	return "", withSuggestion(expected(wantMissing, s), s, []string{"reject", "shared"})
-}
-
-func parseMode(s string) (Mode, error) {
-	switch m := Mode(s); m {
-	case ModeEnforce, ModeShadow:
-		return m, nil
-	}
-	return "", withSuggestion(expected(wantMode, s), s, []string{"enforce", "shadow"})
 }
 
 // checkTierName accepts a tier name that is a token in a RateLimit-Policy
