@@ -612,33 +612,36 @@ func (d *decoder) placed(p any) bool {
 	return ok
 }
 
-// placeItems places the items of list n in v, a slice of pointers. yaml.v3
-// keeps an item when it could read it, a null as nil: an item that is not
-// a mapping for a mapping struct, or a mapping with a key given twice,
-// is left out, and reported here.
+// placeItems places the items of list n in v, a slice of pointers.
+// yaml.v3 keeps an item when it could read it, a null as nil, and leaves
+// out the others: an item of a list of mappings that is not a mapping, or
+// has a key twice. Those are reported here, and v is realigned with n,
+// nil in their place.
 func (d *decoder) placeItems(v reflect.Value, n *yaml.Node, a at) {
+	if n == nil {
+		return
+	}
 	elem := v.Type().Elem().Elem()
 	isLeaf := reflect.PointerTo(elem).Implements(leafType)
-	j := 0
-	for i := 0; n != nil && i < len(n.Content); i++ {
-		item := deref(n.Content[i])
-		ia := at{path: fmt.Sprintf("%s[%d]", a.path, i), line: a.line, col: a.col}
-		if item != nil {
-			ia.line, ia.col = item.Line, item.Column
-		}
-		switch {
-		case item == nil:
-			continue
-		case isLeaf || isNull(item) || (item.Kind == yaml.MappingNode && !hasDuplicate(item)):
-			if j >= v.Len() {
-				return
-			}
-			if e := v.Index(j); e.IsNil() && !isLeaf {
-				d.add(ia, fmt.Sprintf("expected %s (a mapping of %s), got nothing", itemNoun[elem.Name()], joinOr(fieldNames(elem), "and")))
-			} else {
-				d.place(e, item, ia)
-			}
+	items := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	for i, j := 0, 0; i < len(n.Content) && j < v.Len(); i++ {
+		if item := deref(n.Content[i]); item == nil || isLeaf || isNull(item) || (item.Kind == yaml.MappingNode && !hasDuplicate(item)) {
+			items.Index(i).Set(v.Index(j))
 			j++
+		}
+	}
+	v.Set(items)
+	for i, item := range n.Content {
+		item = deref(item)
+		if item == nil {
+			continue
+		}
+		ia := atNode(fmt.Sprintf("%s[%d]", a.path, i), item)
+		switch e := v.Index(i); {
+		case !e.IsNil() || isLeaf:
+			d.place(e, item, ia)
+		case isNull(item):
+			d.add(ia, fmt.Sprintf("expected %s (a mapping of %s), got nothing", itemNoun[elem.Name()], joinOr(fieldNames(elem), "and")))
 		case item.Kind == yaml.MappingNode:
 			d.keyProblems(elem, item, ia)
 		default:

@@ -390,6 +390,15 @@ status: {ttl: [1h]}
 		{"invalid UTF-8", "x: 1\ny: \xff\n", []string{`spillway.yaml:2: invalid UTF-8 (byte 0xff); the file must be UTF-8 text`}},
 		{"control character", "x: 1\n\ny: \x01\n", []string{`spillway.yaml:3: control character U+0001 is not allowed in YAML`}},
 		{"two documents", minimal + "---\nnats: {}\n", []string{`spillway.yaml:6: expected one YAML document, found a second one (a line "---" starts a new document)`}},
+		{"key given twice in a queue", "queues:\n  - name: q\n    name: r\n    limits: [{key: global, rate: 1/s}]\n",
+			[]string{`spillway.yaml:3: queues[0].name: given twice (first at line 2)`}},
+		{"list items beside one that is not a mapping", "queues:\n  - 5\n  - name: q\n    limits: [{key: global, rate: ten}]\n    backlog: {leak_rate: 1/s}\n",
+			[]string{
+				`spillway.yaml:2: queues[0]: expected a mapping of name, limits, backlog, ready, retry and handler, got "5"`,
+				`spillway.yaml:4: queues[1].limits[0].rate: expected a rate such as "10/s", got "ten"`,
+			}},
+		{"unknown field in an anchor", "x-b: &b {leak_rate: 1/s, capacty: 5}\nqueues:\n  - name: q\n    limits: [{key: global, rate: 1/s}]\n    backlog: *b\n",
+			[]string{`spillway.yaml:1: queues[0].backlog.capacty: unknown field (did you mean capacity?)`}},
 		{"merge loop", "redis: &r {timeout: 1s, <<: *r}\n" + minimal, []string{`spillway.yaml:1: redis: anchor "r" holds an alias to itself (*r): merging it would never end`}},
 		{"merge of a scalar", "redis: {<<: 5}\n" + minimal, []string{`spillway.yaml:1: redis: expected a mapping or a list of mappings to merge (<<), got "5"`}},
 	}
