@@ -466,8 +466,6 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 			return &q.Ready.Capacity
 		case strings.HasPrefix(name, "fairness.weights"):
 			return weights[name]
-		case name == "leak_rate" || name == "replicas" || name == "":
-			return nil
 		}
 		return byTag(reflect.ValueOf(b).Elem(), name)
 	})
