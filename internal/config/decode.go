@@ -375,7 +375,7 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 	}
 	p := v.Addr().Interface()
 	d.pos[p] = a
-	if l, ok := p.(interface{ base() *leaf }); ok {
+	if l, ok := p.(leafer); ok {
 		if err := l.base().err; err != nil {
 			d.add(a, err.Error())
 		}

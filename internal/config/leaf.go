@@ -37,7 +37,10 @@ type leaf struct {
 
 func (l *leaf) base() *leaf { return l }
 
-var leafType = reflect.TypeFor[interface{ base() *leaf }]()
+// leafer is a leaf of the document, by its address.
+type leafer interface{ base() *leaf }
+
+var leafType = reflect.TypeFor[leafer]()
 
 // given reports whether the file gives the value (not null).
 func (l *leaf) given() bool { return l.n != nil }

@@ -36,9 +36,6 @@ func defaults() *Config {
 	}
 }
 
-// leafer is a leaf of the document, by its address.
-type leafer interface{ base() *leaf }
-
 // errorf reports a problem with the value at p, an address in the
 // document, at its place; nothing if place did not reach it (it is in a
 // mapping already reported as wrong).
@@ -482,12 +479,19 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 // and the result depends on the rules, not on how the file lists them.
 func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer {
 	leaves := map[string]leafer{}
+	first := map[string]int{}
 	d.entries(&fd.Weights, "a mapping of keys (or prefixes ending in *) to weights", "a key or a prefix ending in *",
 		func(k, v *yaml.Node, path string) {
-			if k.Value == "" {
+			line, dup := first[k.Value]
+			switch {
+			case dup:
+				d.add(atNode(path, k), fmt.Sprintf("given twice (first at line %d)", line))
+				return
+			case k.Value == "":
 				d.add(atNode(path, k), `expected a key, or a prefix ending in * ("*" alone: every key)`)
 				return
 			}
+			first[k.Value] = k.Line
 			r := queue.WeightRule{KeyPattern: queue.KeyPattern{Key: k.Value}, Weight: -1} // -1: refused by queue
 			r.Key, r.Prefix = strings.CutSuffix(k.Value, "*")
 			if v.Kind == yaml.ScalarNode {
@@ -516,9 +520,9 @@ func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer 
 }
 
 // entries calls fn with each entry of the mapping e whose key is a
-// scalar given once: the key, the value (aliases followed; the null node
-// for a null) and the entry's path. want is what e must be, wantKey what
-// a key must be.
+// scalar: the key, the value (aliases followed; the null node for a null)
+// and the entry's path. want is what e must be, wantKey what a key must
+// be.
 func (d *decoder) entries(e *entries, want, wantKey string, fn func(k, v *yaml.Node, path string)) {
 	n := deref(e.n)
 	if n == nil {
@@ -529,23 +533,16 @@ func (d *decoder) entries(e *entries, want, wantKey string, fn func(k, v *yaml.N
 		return
 	}
 	path := d.pos[e].path
-	first := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := deref(n.Content[i]), n.Content[i+1]
 		if k == nil || k.Kind != yaml.ScalarNode {
 			d.add(atNode(path, n.Content[i]), fmt.Sprintf("expected %s, got %s", wantKey, describe(k)))
 			continue
 		}
-		kp := fmt.Sprintf("%s[%q]", path, k.Value)
-		if line, dup := first[k.Value]; dup {
-			d.add(atNode(kp, k), fmt.Sprintf("given twice (first at line %d)", line))
-			continue
-		}
-		first[k.Value] = k.Line
 		if deref(v) != nil {
 			v = deref(v)
 		}
-		fn(k, v, kp)
+		fn(k, v, fmt.Sprintf("%s[%q]", path, k.Value))
 	}
 }
 
