@@ -307,7 +307,7 @@ func (d *decoder) fatal(err error, data []byte, root *yaml.Node) {
 	case self:
 		name, _, _ = strings.Cut(name, "'")
 		path, n := find(root, func(_, v *yaml.Node) bool { return v.Kind == yaml.AliasNode && v.Value == name })
-		d.add(at{path: path, line: n.Line}, fmt.Sprintf("anchor %q holds an alias to itself (*%s): merging it would never end", name, name))
+		d.add(at{path: path, line: n.Line}, fmt.Sprintf("anchor %q holds an alias to itself (*%s), which would never end", name, name))
 	case strings.HasPrefix(msg, "map merge requires"):
 		path, n := find(root, func(k, v *yaml.Node) bool {
 			items := []*yaml.Node{v}

@@ -399,7 +399,7 @@ status: {ttl: [1h]}
 			}},
 		{"unknown field in an anchor", "x-b: &b {leak_rate: 1/s, capacty: 5}\nqueues:\n  - name: q\n    limits: [{key: global, rate: 1/s}]\n    backlog: *b\n",
 			[]string{`spillway.yaml:1: queues[0].backlog.capacty: unknown field (did you mean capacity?)`}},
-		{"merge loop", "redis: &r {timeout: 1s, <<: *r}\n" + minimal, []string{`spillway.yaml:1: redis: anchor "r" holds an alias to itself (*r): merging it would never end`}},
+		{"merge loop", "redis: &r {timeout: 1s, <<: *r}\n" + minimal, []string{`spillway.yaml:1: redis: anchor "r" holds an alias to itself (*r), which would never end`}},
 		{"merge of a scalar", "redis: {<<: 5}\n" + minimal, []string{`spillway.yaml:1: redis: expected a mapping or a list of mappings to merge (<<), got "5"`}},
 	}
 	for _, tt := range tests {
