@@ -107,13 +107,18 @@ func checkTierName(s string) error {
 	return nil
 }
 
-func checkListen(s string) error {
-	_, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return expected(wantListen, s)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return expected(wantListen, s)
+func checkListen(s string) error { return hostPort(s, wantListen, 0) }
+
+// checkRedisAddr accepts an address of redis.sentinel.addrs or
+// redis.cluster.addrs: a host and a port from 1.
+func checkRedisAddr(s string) error { return hostPort(s, wantRedisAddr, 1) }
+
+// hostPort accepts host:port with a port from lo to 65535, and a host
+// unless lo is 0 (a listen address of every interface).
+func hostPort(s, want string, lo int) error {
+	host, port, err := net.SplitHostPort(s)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < lo || n > 65535 || (lo > 0 && host == "") {
+		return expected(want, s)
 	}
 	return nil
 }
@@ -191,19 +196,6 @@ func checkSubject(s string) error {
 func checkQueueName(s string) error {
 	if queue.ValidateQueueName(s) != nil {
 		return expected(wantQueue, s)
-	}
-	return nil
-}
-
-// checkRedisAddr accepts host:port with a port of 1 to 65535: an address
-// of redis.sentinel.addrs or redis.cluster.addrs.
-func checkRedisAddr(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil || host == "" {
-		return expected(wantRedisAddr, s)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return expected(wantRedisAddr, s)
 	}
 	return nil
 }
