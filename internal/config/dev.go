@@ -2,6 +2,9 @@ package config
 
 import "fmt"
 
+// devSource is the built-in dev config's name in its problems.
+const devSource = "built-in dev config"
+
 // devYAML is the built-in configuration of `admitter --dev` without
 // --config (docs/design.md#commands). The demo queue limits each client, named by the
 // X-Client-Id header, to 5 jobs/s with a burst of 20 of which 5 start at
@@ -22,7 +25,7 @@ const devYAML = `queues:
 // a backlog of 100 drained at 5/s, and a handler that logs each job. Each
 // call returns a new Config.
 func Dev() *Config {
-	c, problems := parse("built-in dev config", []byte(devYAML))
+	c, problems := parse(devSource, []byte(devYAML), nil, Overrides{})
 	if len(problems) > 0 {
 		panic(fmt.Sprintf("config: the built-in dev config is invalid: %v", &ValidationError{Problems: problems}))
 	}

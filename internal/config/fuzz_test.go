@@ -22,7 +22,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("queues:\n  - &q {name: a, limits: [*q], backlog: *q, handler: {http: *q}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const name = "fuzz.yaml"
-		c, problems := parse(name, data)
+		c, problems := parse(name, data, nil, Overrides{})
 		if c == nil {
 			t.Fatal("parse returned no Config")
 		}

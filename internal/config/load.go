@@ -1,30 +1,34 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"strconv"
+	"reflect"
+	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Overrides are settings given on the command line. A nil field is not
 // given; a set one wins over the environment and the file. Its values are
 // validated as the environment's are, and a problem names the setting
-// (flags: worker.concurrency: …).
+// (flags: worker.concurrency: …). Each field's tag is the setting it
+// overrides, whose environment variable is SPILLWAY_ and the setting in
+// capitals, dots as underscores.
 type Overrides struct {
-	NATSURL           *string        // nats.url
-	NATSListen        *string        // nats.listen
-	NATSCredsFile     *string        // nats.creds_file
-	RedisURL          *string        // redis.url ("" = the in-memory store)
-	RedisFailureMode  *FailureMode   // redis.failure_mode
-	RedisTimeout      *time.Duration // redis.timeout
-	HTTPListen        *string        // http.listen
-	HTTPMaxBodyBytes  *int64         // http.max_body_bytes
-	HTTPAPIKeysFile   *string        // http.api_keys_file ("" = no authentication)
-	HTTPAdminKeysFile *string        // http.admin_keys_file ("" = no admin endpoints)
-	WorkerConcurrency *int           // worker.concurrency
-	WorkerGracePeriod *time.Duration // worker.grace_period
+	NATSURL           *string        `setting:"nats.url"`
+	NATSListen        *string        `setting:"nats.listen"`
+	NATSCredsFile     *string        `setting:"nats.creds_file"`
+	RedisURL          *string        `setting:"redis.url"` // "" = the in-memory store
+	RedisFailureMode  *FailureMode   `setting:"redis.failure_mode"`
+	RedisTimeout      *time.Duration `setting:"redis.timeout"`
+	HTTPListen        *string        `setting:"http.listen"`
+	HTTPMaxBodyBytes  *int64         `setting:"http.max_body_bytes"`
+	HTTPAPIKeysFile   *string        `setting:"http.api_keys_file"`   // "" = no authentication
+	HTTPAdminKeysFile *string        `setting:"http.admin_keys_file"` // "" = no admin endpoints
+	WorkerConcurrency *int           `setting:"worker.concurrency"`
+	WorkerGracePeriod *time.Duration `setting:"worker.grace_period"`
 }
 
 // Load reads the configuration file at path, then applies the environment
@@ -49,74 +53,21 @@ func LoadDev(path string, getenv func(string) string, o Overrides) (*Config, err
 	if path != "" {
 		return Load(path, getenv, o)
 	}
-	c := Dev()
-	if problems := override(c, getenv, o); len(problems) > 0 {
-		return nil, &ValidationError{Problems: problems}
+	c, err := load(devSource, []byte(devYAML), getenv, o)
+	if err == nil {
+		c.Source = ""
 	}
-	return c, nil
+	return c, err
 }
 
 // load is Load on the file's bytes.
 func load(path string, data []byte, getenv func(string) string, o Overrides) (*Config, error) {
-	c, problems := parse(path, data)
-	problems = append(problems, override(c, getenv, o)...)
+	c, problems := parse(path, data, getenv, o)
 	if len(problems) > 0 {
 		return nil, &ValidationError{Problems: problems}
 	}
 	return c, nil
 }
-
-// setting is one setting that the environment and flags can override.
-type setting struct {
-	path string // in the file: redis.timeout
-	env  string // SPILLWAY_REDIS_TIMEOUT
-	// set validates a textual value and stores it in c.
-	set func(c *Config, s string) error
-	// flag is the override's value as text, if it is set.
-	flag func(o *Overrides) (string, bool)
-}
-
-// settings are the overridable settings, in the order of the file.
-var settings = []setting{
-	{"nats.url", "SPILLWAY_NATS_URL",
-		setString(func(c *Config) *string { return &c.NATS.URL }, checkNATSURL),
-		func(o *Overrides) (string, bool) { return text(o.NATSURL) }},
-	{"nats.listen", "SPILLWAY_NATS_LISTEN",
-		setString(func(c *Config) *string { return &c.NATS.Listen }, checkListen),
-		func(o *Overrides) (string, bool) { return text(o.NATSListen) }},
-	{"nats.creds_file", "SPILLWAY_NATS_CREDS_FILE",
-		setString(func(c *Config) *string { return &c.NATS.CredsFile }, nil),
-		func(o *Overrides) (string, bool) { return text(o.NATSCredsFile) }},
-	{"redis.url", "SPILLWAY_REDIS_URL",
-		setRedisURL,
-		func(o *Overrides) (string, bool) { return text(o.RedisURL) }},
-	{"redis.failure_mode", "SPILLWAY_REDIS_FAILURE_MODE",
-		setParsed(func(c *Config) *FailureMode { return &c.Redis.FailureMode }, parseFailureMode),
-		func(o *Overrides) (string, bool) { return text(o.RedisFailureMode) }},
-	{"redis.timeout", "SPILLWAY_REDIS_TIMEOUT",
-		setDuration(func(c *Config) *time.Duration { return &c.Redis.Timeout }, true),
-		func(o *Overrides) (string, bool) { return durationText(o.RedisTimeout) }},
-	{"http.listen", "SPILLWAY_HTTP_LISTEN",
-		setString(func(c *Config) *string { return &c.HTTP.Listen }, checkListen),
-		func(o *Overrides) (string, bool) { return text(o.HTTPListen) }},
-	{"http.max_body_bytes", "SPILLWAY_HTTP_MAX_BODY_BYTES",
-		setInt(func(c *Config) *int64 { return &c.HTTP.MaxBodyBytes }, maxInt64),
-		func(o *Overrides) (string, bool) { return intText(o.HTTPMaxBodyBytes) }},
-	{"http.api_keys_file", "SPILLWAY_HTTP_API_KEYS_FILE",
-		setString(func(c *Config) *string { return &c.HTTP.APIKeysFile }, nil),
-		func(o *Overrides) (string, bool) { return text(o.HTTPAPIKeysFile) }},
-	{"http.admin_keys_file", "SPILLWAY_HTTP_ADMIN_KEYS_FILE",
-		setString(func(c *Config) *string { return &c.HTTP.AdminKeysFile }, nil),
-		func(o *Overrides) (string, bool) { return text(o.HTTPAdminKeysFile) }},
-	{"worker.concurrency", "SPILLWAY_WORKER_CONCURRENCY",
-		setInt(func(c *Config) *int { return &c.Worker.Concurrency }, maxInt),
-		func(o *Overrides) (string, bool) { return intText(o.WorkerConcurrency) }},
-	{"worker.grace_period", "SPILLWAY_WORKER_GRACE_PERIOD",
-		setDuration(func(c *Config) *time.Duration { return &c.Worker.GracePeriod }, false),
-		func(o *Overrides) (string, bool) { return durationText(o.WorkerGracePeriod) }},
-}
-
-const maxInt64 = 1<<63 - 1
 
 // EnvVar is an environment variable that overrides a setting of the file.
 type EnvVar struct {
@@ -127,101 +78,37 @@ type EnvVar struct {
 // EnvVars lists the environment variables Load reads, in the order of the
 // file's settings (for --help and the docs).
 func EnvVars() []EnvVar {
-	vars := make([]EnvVar, len(settings))
-	for i, s := range settings {
-		vars[i] = EnvVar{Name: s.env, Setting: s.path}
+	t := reflect.TypeFor[Overrides]()
+	vars := make([]EnvVar, t.NumField())
+	for i := range vars {
+		setting := t.Field(i).Tag.Get("setting")
+		vars[i] = EnvVar{Name: "SPILLWAY_" + strings.ToUpper(strings.ReplaceAll(setting, ".", "_")), Setting: setting}
 	}
 	return vars
 }
 
-// override applies the environment, then the overrides, to c. An empty
-// environment variable counts as unset.
-func override(c *Config, getenv func(string) string, o Overrides) []*FieldError {
-	var problems []*FieldError
-	if getenv != nil {
-		for _, s := range settings {
-			if v := getenv(s.env); v != "" {
-				if err := s.set(c, v); err != nil {
-					problems = append(problems, &FieldError{Source: SourceEnv, Field: s.env, Problem: err.Error()})
-				}
+// override sets the document's leaves from the environment (an empty
+// variable is unset) when o is nil, else from o's set fields. Their values
+// are read as the file's are; their problems name the variable or the
+// setting.
+func (d *decoder) override(doc *rootDoc, getenv func(string) string, o *Overrides) {
+	for i, v := range EnvVars() {
+		s, src, field := "", SourceFlags, v.Setting
+		if o == nil {
+			s, src, field = getenv(v.Name), SourceEnv, v.Name
+			if s == "" {
+				continue
 			}
+		} else if f := reflect.ValueOf(o).Elem().Field(i); !f.IsNil() {
+			s = fmt.Sprint(f.Elem().Interface())
+		} else {
+			continue
+		}
+		l := byTag(reflect.ValueOf(doc).Elem(), v.Setting)
+		_ = l.(yaml.Unmarshaler).UnmarshalYAML(&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s})
+		d.pos[l] = at{path: field, src: src, col: i} // problems in the order of the settings
+		if err := l.base().err; err != nil {
+			d.add(d.pos[l], err.Error())
 		}
 	}
-	for _, s := range settings {
-		if v, ok := s.flag(&o); ok {
-			if err := s.set(c, v); err != nil {
-				problems = append(problems, &FieldError{Source: SourceFlags, Field: s.path, Problem: err.Error()})
-			}
-		}
-	}
-	return problems
-}
-
-func setString(field func(*Config) *string, check func(string) error) func(*Config, string) error {
-	return func(c *Config, s string) error {
-		if check != nil {
-			if err := check(s); err != nil {
-				return err
-			}
-		}
-		*field(c) = s
-		return nil
-	}
-}
-
-// setRedisURL overrides redis.url, which selects one server: a file that
-// configures a Sentinel or a cluster instead is a conflict, not overridden.
-func setRedisURL(c *Config, s string) error {
-	if err := checkRedisURL(s); err != nil {
-		return err
-	}
-	if s != "" && (c.Redis.Sentinel != nil || c.Redis.Cluster != nil) {
-		return errors.New("the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
-	}
-	c.Redis.URL = s
-	return nil
-}
-
-// setParsed stores in field what parse makes of the value.
-func setParsed[T any](field func(*Config) *T, parse func(string) (T, error)) func(*Config, string) error {
-	return func(c *Config, s string) error {
-		v, err := parse(s)
-		if err == nil {
-			*field(c) = v
-		}
-		return err
-	}
-}
-
-func setDuration(field func(*Config) *time.Duration, positive bool) func(*Config, string) error {
-	return setParsed(field, func(s string) (time.Duration, error) { return parseDuration(s, positive) })
-}
-
-// setInt takes an integer from 1 to hi.
-func setInt[T int | int64](field func(*Config) *T, hi int64) func(*Config, string) error {
-	return setParsed(field, func(s string) (T, error) {
-		n, err := parseInt(s, 1, hi)
-		return T(n), err
-	})
-}
-
-func text[T ~string](p *T) (string, bool) {
-	if p == nil {
-		return "", false
-	}
-	return string(*p), true
-}
-
-func durationText(p *time.Duration) (string, bool) {
-	if p == nil {
-		return "", false
-	}
-	return p.String(), true
-}
-
-func intText[T int | int64](p *T) (string, bool) {
-	if p == nil {
-		return "", false
-	}
-	return strconv.FormatInt(int64(*p), 10), true
 }

@@ -390,7 +390,16 @@ status: {ttl: [1h]}
 		{"invalid UTF-8", "x: 1\ny: \xff\n", []string{`spillway.yaml:2: invalid UTF-8 (byte 0xff); the file must be UTF-8 text`}},
 		{"control character", "x: 1\n\ny: \x01\n", []string{`spillway.yaml:3: control character U+0001 is not allowed in YAML`}},
 		{"two documents", minimal + "---\nnats: {}\n", []string{`spillway.yaml:6: expected one YAML document, found a second one (a line "---" starts a new document)`}},
-		{"merge loop", "redis: &r {timeout: 1s, <<: *r}\n" + minimal, []string{`spillway.yaml:1: redis: merge keys (<<) nested more than 8 deep`}},
+		{"key given twice in a queue", "queues:\n  - name: q\n    name: r\n    limits: [{key: global, rate: 1/s}]\n",
+			[]string{`spillway.yaml:3: queues[0].name: given twice (first at line 2)`}},
+		{"list items beside one that is not a mapping", "queues:\n  - 5\n  - name: q\n    limits: [{key: global, rate: ten}]\n    backlog: {leak_rate: 1/s}\n",
+			[]string{
+				`spillway.yaml:2: queues[0]: expected a mapping of name, limits, backlog, ready, retry and handler, got "5"`,
+				`spillway.yaml:4: queues[1].limits[0].rate: expected a rate such as "10/s", got "ten"`,
+			}},
+		{"unknown field in an anchor", "x-b: &b {leak_rate: 1/s, capacty: 5}\nqueues:\n  - name: q\n    limits: [{key: global, rate: 1/s}]\n    backlog: *b\n",
+			[]string{`spillway.yaml:1: queues[0].backlog.capacty: unknown field (did you mean capacity?)`}},
+		{"merge loop", "redis: &r {timeout: 1s, <<: *r}\n" + minimal, []string{`spillway.yaml:1: redis: anchor "r" holds an alias to itself (*r), which would never end`}},
 		{"merge of a scalar", "redis: {<<: 5}\n" + minimal, []string{`spillway.yaml:1: redis: expected a mapping or a list of mappings to merge (<<), got "5"`}},
 	}
 	for _, tt := range tests {
@@ -528,8 +537,8 @@ func TestLimits(t *testing.T) {
 		src := "x-l: &l {key: global, rate: 1/s}\n" +
 			"x-q: &q {name: a, backlog: {leak_rate: 1/s}, limits: [" + strings.Repeat("*l, ", 2000) + "*l]}\n" +
 			"queues: [" + strings.Repeat("*q, ", 2000) + "*q]\n"
-		_, problems := parse("spillway.yaml", []byte(src))
-		if len(problems) == 0 || len(problems) > maxProblems+2 || problems[0].Error() != "spillway.yaml: more than 100000 values once aliases are expanded; simplify the file" {
+		_, problems := parse("spillway.yaml", []byte(src), nil, Overrides{})
+		if len(problems) == 0 || len(problems) > maxProblems+2 || problems[0].Error() != "spillway.yaml: "+tooManyValues {
 			t.Errorf("%d problems, first %v", len(problems), problems[0])
 		}
 	})
@@ -579,7 +588,7 @@ func TestTiersMayShareAKey(t *testing.T) {
 	t.Parallel()
 	data := strings.Replace(minimal, "[{key: global, rate: 1/s}]",
 		`[{key: "header:x-a", rate: 10/s, burst: 5}, {key: "header:X-A", algorithm: fixed_window, limit: 1000, window: 1h}]`, 1)
-	cfg, errs := parse("spillway.yaml", []byte(data))
+	cfg, errs := parse("spillway.yaml", []byte(data), nil, Overrides{})
 	if len(errs) > 0 {
 		t.Fatalf("parse: %v", errs)
 	}

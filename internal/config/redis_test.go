@@ -67,6 +67,8 @@ func TestRedisProblems(t *testing.T) {
 				`spillway.yaml:3: redis.cluster.addrs[1]: expected a host:port address such as "10.0.0.5:26379", got "n:0"`,
 				`spillway.yaml:3: redis.cluster.addrs[2]: expected a host:port address such as "10.0.0.5:26379", got a mapping`,
 			}},
+		{"null address", "redis:\n  cluster:\n    addrs: [~, \"n:1\"]\n",
+			[]string{`spillway.yaml:3: redis.cluster.addrs[0]: expected a host:port address such as "10.0.0.5:26379", got nothing`}},
 		{"empty addrs", "redis:\n  cluster: {addrs: []}\n",
 			[]string{`spillway.yaml:2: redis.cluster.addrs: expected at least one host:port address, got an empty list`}},
 		{"user without password", "redis:\n  url: redis://r:6379/0\n  username: app\n",

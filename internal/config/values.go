@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,21 +24,19 @@ import (
 
 // What a value of each kind looks like, for "expected" messages.
 const (
-	wantDuration = `a Go duration such as "1s" or "5m"`
-	wantRate     = `a rate such as "10/s"`
-	wantPattern  = `a client key such as "tenant-a", or a prefix such as "tenant-*"`
-	wantListen   = `host:port such as ":8080" or "127.0.0.1:8080"`
-	wantNATSURL  = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
-	wantRedisURL = `a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0"`
-	wantHTTPURL  = `an http:// or https:// URL such as "http://127.0.0.1:9000/send"`
-	wantSubject  = `a NATS subject such as "jobs.email" (no spaces or wildcards)`
-	wantKey      = `"global", "ip" or "header:NAME"`
-	wantFailure  = `one of open, closed, local`
-	wantProxy    = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
-	wantQueue    = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
-	wantTierName = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
-	wantMissing  = `one of reject, shared`
-	wantMode     = `one of enforce, shadow`
+	wantDuration  = `a Go duration such as "1s" or "5m"`
+	wantRate      = `a rate such as "10/s"`
+	wantPattern   = `a client key such as "tenant-a", or a prefix such as "tenant-*"`
+	wantListen    = `host:port such as ":8080" or "127.0.0.1:8080"`
+	wantNATSURL   = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
+	wantRedisURL  = `a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0"`
+	wantHTTPURL   = `an http:// or https:// URL such as "http://127.0.0.1:9000/send"`
+	wantSubject   = `a NATS subject such as "jobs.email" (no spaces or wildcards)`
+	wantKey       = `"global", "ip" or "header:NAME"`
+	wantProxy     = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
+	wantRedisAddr = `a host:port address such as "10.0.0.5:26379"`
+	wantQueue     = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
+	wantTierName  = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
 )
 
 func expected(want, got string) error {
@@ -55,14 +54,6 @@ func parseDuration(s string, positive bool) (time.Duration, error) {
 		return 0, expected("a duration ≥ 0", s)
 	}
 	return d, nil
-}
-
-func parseInt(s string, lo, hi int64) (int64, error) {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < lo || n > hi {
-		return 0, expected(intRange(lo, hi), s)
-	}
-	return n, nil
 }
 
 func intRange(lo, hi int64) string {
@@ -84,28 +75,18 @@ func parseRate(s string) (bucket.Rate, error) {
 	return r, nil
 }
 
-func parseFailureMode(s string) (FailureMode, error) {
-	switch m := FailureMode(s); m {
-	case FailOpen, FailClosed, FailLocal:
-		return m, nil
+// oneOf is the check of a setting that takes one of values.
+func oneOf[T ~string](values ...T) func(string) error {
+	return func(s string) error {
+		names := make([]string, len(values))
+		for i, v := range values {
+			names[i] = string(v)
+		}
+		if slices.Contains(names, s) {
+			return nil
+		}
+		return withSuggestion(expected("one of "+strings.Join(names, ", "), s), s, names)
 	}
-	return "", withSuggestion(expected(wantFailure, s), s, []string{"open", "closed", "local"})
-}
-
-func parseOnMissing(s string) (OnMissing, error) {
-	switch m := OnMissing(s); m {
-	case MissingReject, MissingShared:
-		return m, nil
-	}
-	return "", withSuggestion(expected(wantMissing, s), s, []string{"reject", "shared"})
-}
-
-func parseMode(s string) (Mode, error) {
-	switch m := Mode(s); m {
-	case ModeEnforce, ModeShadow:
-		return m, nil
-	}
-	return "", withSuggestion(expected(wantMode, s), s, []string{"enforce", "shadow"})
 }
 
 // checkTierName accepts a tier name that is a token in a RateLimit-Policy
@@ -126,13 +107,18 @@ func checkTierName(s string) error {
 	return nil
 }
 
-func checkListen(s string) error {
-	_, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return expected(wantListen, s)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return expected(wantListen, s)
+func checkListen(s string) error { return hostPort(s, wantListen, 0) }
+
+// checkRedisAddr accepts an address of redis.sentinel.addrs or
+// redis.cluster.addrs: a host and a port from 1.
+func checkRedisAddr(s string) error { return hostPort(s, wantRedisAddr, 1) }
+
+// hostPort accepts host:port with a port from lo to 65535, and a host
+// unless lo is 0 (a listen address of every interface).
+func hostPort(s, want string, lo int) error {
+	host, port, err := net.SplitHostPort(s)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < lo || n > 65535 || (lo > 0 && host == "") {
+		return expected(want, s)
 	}
 	return nil
 }

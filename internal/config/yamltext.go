@@ -14,20 +14,20 @@ import (
 
 // This file is the YAML text itself: what the reader refuses (invalid
 // UTF-8, control characters, syntax, a second document) and at which
-// line, before decode.go reads the document's nodes.
+// line, before decode.go reads the document.
 
 // document parses data into its root node: nil (and ok) for an empty file.
 // It reports syntax errors, a second document and text YAML cannot hold.
 func (d *decoder) document(data []byte) (root *yaml.Node, ok bool) {
 	if line, problem := checkText(data); problem != "" {
-		d.errs = append(d.errs, &FieldError{Source: d.file, Line: line, Problem: problem})
+		d.add(at{line: line}, problem)
 		return nil, false
 	}
 	// The parser is third-party code running on whatever the file holds;
 	// a reload must not take the process down if it panics.
 	defer func() {
 		if r := recover(); r != nil {
-			d.addf(nil, "", "the YAML parser failed: %v", r)
+			d.add(at{}, fmt.Sprintf("the YAML parser failed: %v", r))
 			root, ok = nil, false
 		}
 	}()
@@ -51,8 +51,7 @@ func (d *decoder) document(data []byte) (root *yaml.Node, ok bool) {
 		if len(next.Content) > 0 {
 			line = next.Content[0].Line
 		}
-		d.errs = append(d.errs, &FieldError{Source: d.file, Line: line,
-			Problem: "expected one YAML document, found a second one (a line \"---\" starts a new document)"})
+		d.add(at{line: line}, `expected one YAML document, found a second one (a line "---" starts a new document)`)
 		return nil, false
 	}
 	if len(doc.Content) == 0 {
@@ -85,7 +84,7 @@ func (d *decoder) syntax(err error, data []byte) {
 	// The end of the stream counts as a line after the last: report the
 	// last line, where the unfinished construct is.
 	line = max(1, min(line, lastLine(data)))
-	d.errs = append(d.errs, &FieldError{Source: d.file, Line: line, Problem: "invalid YAML: " + msg})
+	d.add(at{line: line}, "invalid YAML: "+msg)
 }
 
 func isParserProblem(msg string) bool {

@@ -1,0 +1,735 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/spillway-dev/spillway/internal/overrides"
+	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/retry"
+)
+
+// This file turns the decoded document into a Config. The rules of
+// limits, backlogs and retries are bucket's, queue's and retry's: their
+// validation decides, and their problems are placed at the fields they
+// name. The rules here are the configuration's own.
+
+// defaults is the Config of an empty file.
+func defaults() *Config {
+	return &Config{
+		NATS:   NATS{URL: DefaultNATSURL, Listen: DefaultNATSListen, Replicas: 1},
+		Redis:  Redis{FailureMode: FailOpen, Timeout: DefaultStoreTimeout},
+		HTTP:   HTTP{Listen: DefaultHTTPListen, MaxBodyBytes: DefaultMaxBodyBytes},
+		Worker: Worker{Concurrency: queue.DefaultConcurrency, GracePeriod: DefaultGracePeriod, AckWait: DefaultAckWait},
+		Status: Status{TTL: DefaultStatusTTL},
+	}
+}
+
+// errorf reports a problem with the value at p, an address in the
+// document, at its place; nothing if place did not reach it (it is in a
+// mapping already reported as wrong).
+func (d *decoder) errorf(p any, format string, args ...any) {
+	if a, ok := d.pos[p]; ok {
+		d.add(a, fmt.Sprintf(format, args...))
+	}
+}
+
+// missing reports that the file does not give p, after the other
+// problems of its holder's line.
+func (d *decoder) missing(p any, want string) {
+	if a, ok := d.pos[p]; ok {
+		a.col = math.MaxInt
+		d.add(a, "missing: expected "+want)
+	}
+}
+
+// need reports whether the file gives l, and reports it missing if not.
+func (d *decoder) need(l leafer, want string) bool {
+	if !l.base().given() {
+		d.missing(l, want)
+	}
+	return l.base().given()
+}
+
+// str stores t in dst if it is given, a scalar and check accepts it.
+func (d *decoder) str(t *text, dst *string, check func(string) error) bool {
+	switch {
+	case !t.given():
+		return false
+	case t.n.Kind != yaml.ScalarNode:
+		d.errorf(t, "expected a string, got %s", describe(t.n))
+		return false
+	case check != nil:
+		if err := check(t.n.Value); err != nil {
+			d.errorf(t, "%v", err)
+			return false
+		}
+	}
+	*dst = t.n.Value
+	return true
+}
+
+// filename is str for a file name: relative to the file's directory.
+func (d *decoder) filename(t *text, dst *string) {
+	if d.str(t, dst, nil) && *dst != "" && !filepath.IsAbs(*dst) && d.pos[t].src == "" {
+		*dst = filepath.Join(d.dir, *dst)
+	}
+}
+
+// ranged stores i in dst if it is an integer from lo (≥ 0) to hi: a
+// setting whose range is the configuration's own.
+func (d *decoder) ranged(i *integer, dst *int64, lo, hi int64) {
+	if i.given() && (i.V < lo || i.V > hi) {
+		d.errorf(i, "expected %s, got %s", intRange(lo, hi), describe(i.n))
+	} else if i.given() {
+		*dst = i.V
+	}
+}
+
+func (d *decoder) duration(x *duration, dst *time.Duration, positive bool) {
+	if x.given() && x.err == nil {
+		v, err := parseDuration(x.n.Value, positive)
+		if err != nil {
+			d.errorf(x, "%v", err)
+			return
+		}
+		*dst = v
+	}
+}
+
+func (d *decoder) boolean(b *boolean, dst *bool) bool {
+	if b.given() && b.err == nil {
+		*dst = b.V
+	}
+	return b.given() && b.err == nil
+}
+
+// owned places the problems of an owner's validation (errors.Join of
+// *queue.FieldError or *retry.FieldError) at the fields field finds by
+// the owner's names, with the text as the file writes it.
+func (d *decoder) owned(err error, field func(name string) leafer) {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var p struct{ field, value, want, other, otherValue string }
+		if qe, ok := errors.AsType[*queue.FieldError](e); ok {
+			p.field, p.value, p.want, p.other, p.otherValue = qe.Field, qe.Value, qe.Want, qe.Other, qe.OtherValue
+		} else if re, ok := errors.AsType[*retry.FieldError](e); ok {
+			p.field, p.value, p.want, p.other, p.otherValue = re.Field, re.Value, re.Want, re.Other, re.OtherValue
+		} else if e != nil { // not a field's problem: not to be lost either
+			d.add(at{}, e.Error())
+			continue
+		} else {
+			continue
+		}
+		f, of := field(p.field), field(p.other)
+		bad := func(l leafer) bool { return l != nil && l.base().err != nil }
+		switch {
+		case f == nil || bad(f) || bad(of):
+			// reported where it is given (replicas at nats.replicas), or
+			// its syntax was
+		case of != nil && !f.base().given() && of.base().given():
+			// The file gives only the bounding field: blame it. Both
+			// bounds (per_key_capacity ≤ capacity, initial ≤ max) are
+			// "at most".
+			d.errorf(of, "expected at least %s (%s, the default), got %s", p.field, p.value, p.otherValue)
+		case p.other != "":
+			def := ""
+			if of != nil && !of.base().given() {
+				def = ", the default"
+			}
+			d.errorf(f, "expected %s (%s%s), got %s", p.want, p.otherValue, def, p.value)
+		case f.base().given():
+			d.errorf(f, "expected %s, got %s", p.want, describe(f.base().n))
+		default:
+			d.errorf(f, "expected %s, got %s", p.want, p.value)
+		}
+	}
+}
+
+// byTag is the leaf of the document struct v named path, yaml names
+// joined by dots ("fairness.min_share"), or nil.
+func byTag(v reflect.Value, path string) leafer {
+	name, rest, _ := strings.Cut(path, ".")
+	for i := range v.NumField() {
+		tag, opts, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline":
+			if l := byTag(v.Field(i), path); l != nil {
+				return l
+			}
+		case tag != name || path == "":
+		case rest != "":
+			return byTag(v.Field(i), rest)
+		default:
+			l, _ := v.Field(i).Addr().Interface().(leafer)
+			return l
+		}
+	}
+	return nil
+}
+
+// config reads the document into c.
+func (d *decoder) config(c *Config, doc *rootDoc) {
+	n := &doc.NATS
+	d.str(&n.URL, &c.NATS.URL, checkNATSURL)
+	d.str(&n.Listen, &c.NATS.Listen, checkListen)
+	d.filename(&n.StoreDir, &c.NATS.StoreDir)
+	d.filename(&n.CredsFile, &c.NATS.CredsFile)
+	if n.Replicas.given() {
+		r := int(max(-1, min(n.Replicas.V, 6))) // out of range either way, and an int on every platform
+		if err := queue.ValidateReplicas(r); err != nil {
+			d.owned(err, func(string) leafer { return &n.Replicas })
+		} else {
+			c.NATS.Replicas = r
+		}
+	}
+
+	d.redis(&doc.Redis, &c.Redis)
+
+	h := &doc.HTTP
+	d.str(&h.Listen, &c.HTTP.Listen, checkListen)
+	d.ranged(&h.MaxBodyBytes, &c.HTTP.MaxBodyBytes, 1, math.MaxInt64)
+	d.filename(&h.APIKeysFile, &c.HTTP.APIKeysFile)
+	d.filename(&h.AdminKeysFile, &c.HTTP.AdminKeysFile)
+	for i, item := range h.TrustedProxies {
+		var s string
+		if item == nil || item.n.Kind != yaml.ScalarNode {
+			d.errorf(&h.TrustedProxies[i], "expected %s, got %s", wantProxy, describe(item.node()))
+		} else if d.str(item, &s, func(s string) error { _, err := parseProxy(s); return err }) {
+			p, _ := parseProxy(s)
+			c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, p)
+		}
+	}
+	d.boolean(&h.ShowRawKeys, &c.HTTP.ShowRawKeys)
+
+	w := &doc.Worker
+	concurrency := int64(c.Worker.Concurrency)
+	d.ranged(&w.Concurrency, &concurrency, 1, maxInt)
+	c.Worker.Concurrency = int(concurrency)
+	d.duration(&w.GracePeriod, &c.Worker.GracePeriod, false)
+	d.duration(&w.AckWait, &c.Worker.AckWait, true)
+	d.duration(&doc.Status.TTL, &c.Status.TTL, true)
+	d.boolean(&doc.Status.RecordRunning, &c.Status.RecordRunning)
+
+	if doc.Queues == nil {
+		d.missing(&doc.Queues, "a list of queues, at least one")
+		return
+	}
+	if len(doc.Queues) == 0 {
+		d.errorf(&doc.Queues, "expected at least one queue, got an empty list")
+	}
+	first := map[string]int{} // queue name → line
+	for _, qd := range doc.Queues {
+		if qd == nil || !d.placed(qd) {
+			continue
+		}
+		q := d.queue(qd, c.NATS.Replicas)
+		if q.Name != "" {
+			if line, dup := first[q.Name]; dup {
+				d.errorf(&qd.Name, "queue %q is already defined at line %d", q.Name, line)
+				continue
+			}
+			first[q.Name] = qd.Name.n.Line
+		}
+		c.Queues = append(c.Queues, q)
+	}
+}
+
+// queue reads one item of queues.
+func (d *decoder) queue(qd *queueDoc, replicas int) Queue {
+	var q Queue
+	if d.need(&qd.Name, wantQueue) {
+		d.str(&qd.Name, &q.Name, checkQueueName)
+	}
+	switch limits := &qd.Limits; {
+	case *limits == nil:
+		d.missing(limits, `a list of limit tiers, such as [{key: global, rate: "10/s", burst: 20}]`)
+	case len(*limits) == 0:
+		d.errorf(limits, "expected at least one limit tier, got an empty list")
+	case len(*limits) > bucket.MaxTiers:
+		d.errorf(limits, "expected at most %d limit tiers, got %d", bucket.MaxTiers, len(*limits))
+	}
+	// Tiers may share a key ("10/s and 1000/h per API key"): the admitter
+	// gives each tier its own bucket. Names are unique in the queue,
+	// counting the default names of the tiers the file leaves unnamed.
+	named := map[string]*limitDoc{} // names the file gives
+	unnamed := map[string]int{}     // default names in use → tier index
+	for i, t := range qd.Limits {
+		if t == nil || !d.placed(t) {
+			continue
+		}
+		l, ok := d.limit(t)
+		if !ok {
+			continue
+		}
+		if l.Name == "" {
+			l.Name = DefaultTierName(i)
+			unnamed[l.Name] = i
+		} else {
+			if first, dup := named[l.Name]; dup {
+				d.errorf(&t.Name, "tier name %q is already given at line %d", l.Name, first.Name.n.Line)
+				continue
+			}
+			named[l.Name] = t
+		}
+		q.Limits = append(q.Limits, l)
+	}
+	if len(q.Limits) > 0 && !slices.ContainsFunc(q.Limits, func(l Limit) bool { return !l.Shadow() }) {
+		d.errorf(&qd.Limits, `every tier is mode: shadow; at least one must enforce (a queue admits through its enforcing tiers), such as {key: global, rate: "1000/s", burst: 1000}`)
+	}
+	for name, t := range named {
+		if j, clash := unnamed[name]; clash {
+			d.errorf(&t.Name, "tier name %q is the default name of limits[%d], which has no name; name that tier too, or choose another name", name, j)
+		}
+	}
+	q.Backlog = d.backlog(qd, q.Name, replicas)
+	q.Retry = d.retry(&qd.Retry)
+	if qd.Handler != nil {
+		q.Handler = d.handler(qd.Handler)
+	}
+	return q
+}
+
+// limit reads one limit tier, and bucket's Spec.Build decides whether it
+// is a limit.
+func (d *decoder) limit(t *limitDoc) (Limit, bool) {
+	l := Limit{OnMissing: MissingReject, Mode: ModeEnforce}
+	var s string
+	if d.need(&t.Key, wantKey) && d.str(&t.Key, &s, nil) {
+		k, err := parseKey(s)
+		if err != nil {
+			d.errorf(&t.Key, "%v", err)
+		}
+		l.Key = k
+	}
+	d.str(&t.Name, &l.Name, checkTierName)
+	if d.str(&t.OnMissing, &s, oneOf(MissingReject, MissingShared)) {
+		switch {
+		case l.Key.Kind == KeyHeader:
+			l.OnMissing = OnMissing(s)
+		case t.Key.given():
+			d.errorf(&t.OnMissing, "applies to header:NAME keys only, not to %s", l.Key)
+		}
+	}
+	if d.str(&t.Mode, &s, oneOf(ModeEnforce, ModeShadow)) {
+		l.Mode = Mode(s)
+	}
+	var alg string
+	if d.str(&t.Algorithm, &alg, nil) {
+		if _, err := bucket.ParseAlgorithm(alg); err != nil {
+			var names []string
+			for a := bucket.LeakyBucket; a <= bucket.SlidingWindow; a++ {
+				names = append(names, a.String())
+			}
+			d.errorf(&t.Algorithm, "%v", withSuggestion(expected("one of "+joinOr(names, "or"), alg), alg, names))
+			return l, false
+		}
+	}
+	spec, ok := d.params(t, &t.Params, alg)
+	if !ok {
+		return l, false
+	}
+	l.Limit, _ = spec.Build()
+	return l, d.overrides(t, l.Limit.Algorithm(), &l)
+}
+
+// params reads a limit's parameters into a bucket.Spec of the algorithm
+// alg, which bucket's Build must accept; its problems are reported at
+// the fields they name, in p's holder.
+func (d *decoder) params(holder any, p *Params, alg string) (bucket.Spec, bool) {
+	spec := bucket.Spec{Algorithm: alg, NoDelay: p.NoDelay.V, Burst: p.Burst.V, Delay: p.Delay.V, Limit: p.Limit.V}
+	ok := p.Rate.err == nil && p.NoDelay.err == nil && p.Window.err == nil
+	for _, i := range []*integer{&p.Burst, &p.Delay, &p.Limit} {
+		if i.notInt {
+			d.errorf(i, "expected an integer, got %s", describe(i.n))
+			ok = false
+		}
+	}
+	if !ok {
+		return spec, false
+	}
+	spec.Rate, spec.Window = p.Rate.text(), p.Window.text()
+	_, err := spec.Build()
+	le, isLimit := errors.AsType[*bucket.LimitError](err)
+	var f leafer
+	if isLimit {
+		f = byTag(reflect.ValueOf(p).Elem(), le.Field)
+	}
+	switch {
+	case err == nil:
+	case f == nil:
+		d.errorf(holder, "%v", err)
+	case !f.base().given() && le.Want != "":
+		d.missing(f, le.Want)
+	case le.Value != "":
+		d.errorf(f, "%s, got %s", le.Reason, le.Value)
+	default:
+		d.errorf(f, "%s", le.Reason)
+	}
+	return spec, err == nil
+}
+
+// overrides reads a tier's overrides into l.Overrides: each a key or
+// prefix, given once, and parameters of the tier's algorithm, validated
+// as the tier's own are.
+func (d *decoder) overrides(t *limitDoc, alg bucket.Algorithm, l *Limit) bool {
+	if len(t.Overrides) > 0 && l.Key.Kind == KeyGlobal {
+		d.errorf(&t.Overrides, "a global tier has one key, which its own parameters limit: overrides apply to header:NAME and ip tiers")
+		return false
+	}
+	var list []overrides.Override
+	seen := map[overrides.Pattern]int{} // → line
+	ok := true
+	for _, o := range t.Overrides {
+		if o == nil || !d.placed(o) {
+			ok = false
+			continue
+		}
+		var s string
+		var p overrides.Pattern
+		var err error
+		if d.need(&o.Key, wantPattern) && d.str(&o.Key, &s, nil) {
+			if p, err = overrides.ParsePattern(s); err != nil {
+				d.errorf(&o.Key, "%v", err)
+			} else if line, dup := seen[p]; dup {
+				d.errorf(&o.Key, "key %.80q is already overridden at line %d", s, line)
+				err = errors.New("duplicate")
+			} else {
+				seen[p] = o.Key.n.Line
+			}
+		}
+		spec, sok := d.params(o, &o.Params, alg.String())
+		if !sok || err != nil || !o.Key.given() {
+			ok = false
+			continue
+		}
+		built, _ := spec.Build()
+		list = append(list, overrides.Override{Pattern: p, Limit: built, Source: overrides.SourceConfig, Line: d.pos[o].line,
+			Params: overrides.Params{Rate: spec.Rate, Burst: spec.Burst, Delay: spec.Delay, NoDelay: spec.NoDelay, Limit: spec.Limit, Window: spec.Window}})
+	}
+	l.Overrides = overrides.NewTable(list)
+	return ok
+}
+
+// backlog reads a queue's backlog and ready sections into a queue.Config,
+// and queue's ValidateGiven decides what may be used. A backlog needs a
+// leak rate: the worker refuses a queue whose backlog would never drain.
+func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
+	b := &q.Backlog
+	cfg := queue.Config{
+		Name:            name,
+		Capacity:        queue.DefaultCapacity,
+		ReadyCapacity:   queue.DefaultReadyCapacity,
+		Replicas:        replicas,
+		DuplicateWindow: queue.DefaultDuplicateWindow,
+		MaxDelay:        queue.DefaultMaxDelay,
+	}
+	b.Capacity.into(&cfg.Capacity)
+	b.PerKeyCapacity.into(&cfg.PerKeyCapacity)
+	q.Ready.Capacity.into(&cfg.ReadyCapacity)
+	b.MaxAge.into(&cfg.MaxAge)
+	b.MaxDelay.into(&cfg.MaxDelay)
+	b.DuplicateWindow.into(&cfg.DuplicateWindow)
+	lr := &b.LeakRate
+	switch {
+	case !lr.isShort && !lr.Max.given() && !lr.Adaptive.given():
+		d.missing(lr, `a rate such as "50/s" at which the backlog drains; a worker refuses a queue without one`)
+	case !lr.isShort && !lr.Max.given():
+		d.missing(&lr.Max, `the most backlog jobs that start per unit of time, a rate such as "50/s"`)
+	}
+	cfg.LeakRate = lr.Max.V
+	d.boolean(&lr.Adaptive, &cfg.Adaptive)
+
+	f := &b.Fairness
+	cfg.Fairness.MinShare = f.MinShare.V // NaN when it is not a number: refused by queue
+	weights := d.weights(f, &cfg.Fairness)
+	d.owned(cfg.ValidateGiven(), func(name string) leafer {
+		switch {
+		case name == "ready_capacity":
+			return &q.Ready.Capacity
+		case strings.HasPrefix(name, "fairness.weights"):
+			return weights[name]
+		}
+		return byTag(reflect.ValueOf(b).Elem(), name)
+	})
+	return cfg
+}
+
+// weights reads fairness.weights into f, the rules in the order
+// queue.Fairness.WeightOf wants, and returns each rule's leaf by the name
+// queue gives it (fairness.weights["KEY"]).
+//
+// weights maps a key, or a prefix ending in * ("*" alone: every key), to
+// its weight. YAML mappings have no order, so the rules are sorted, most
+// specific first — exact keys (by key), then prefixes from the longest —
+// and the result depends on the rules, not on how the file lists them.
+func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer {
+	leaves := map[string]leafer{}
+	first := map[string]int{}
+	d.entries(&fd.Weights, "a mapping of keys (or prefixes ending in *) to weights", "a key or a prefix ending in *",
+		func(k, v *yaml.Node, path string) {
+			line, dup := first[k.Value]
+			switch {
+			case dup:
+				d.add(atNode(path, k), fmt.Sprintf("given twice (first at line %d)", line))
+				return
+			case k.Value == "":
+				d.add(atNode(path, k), `expected a key, or a prefix ending in * ("*" alone: every key)`)
+				return
+			}
+			first[k.Value] = k.Line
+			r := queue.WeightRule{KeyPattern: queue.KeyPattern{Key: k.Value}, Weight: -1} // -1: refused by queue
+			r.Key, r.Prefix = strings.CutSuffix(k.Value, "*")
+			if v.Kind == yaml.ScalarNode {
+				if w, err := yamlInt(v); err == nil {
+					r.Weight = int(min(max(w, -1), queue.MaxWeight+1))
+				}
+			}
+			l := &leaf{n: v}
+			d.pos[l] = atNode(path, v)
+			leaves[fmt.Sprintf("fairness.weights[%q]", r.String())] = l
+			f.Weights = append(f.Weights, r)
+		})
+	slices.SortFunc(f.Weights, func(a, b queue.WeightRule) int {
+		if a.Prefix != b.Prefix {
+			if a.Prefix {
+				return 1
+			}
+			return -1
+		}
+		if a.Prefix && len(a.Key) != len(b.Key) {
+			return len(b.Key) - len(a.Key)
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	return leaves
+}
+
+// entries calls fn with each entry of the mapping e whose key is a
+// scalar: the key, the value (aliases followed; the null node for a null)
+// and the entry's path. want is what e must be, wantKey what a key must
+// be.
+func (d *decoder) entries(e *entries, want, wantKey string, fn func(k, v *yaml.Node, path string)) {
+	n := deref(e.n)
+	if n == nil {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(e, "expected %s, got %s", want, describe(n))
+		return
+	}
+	path := d.pos[e].path
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := deref(n.Content[i]), n.Content[i+1]
+		if k == nil || k.Kind != yaml.ScalarNode {
+			d.add(atNode(path, n.Content[i]), fmt.Sprintf("expected %s, got %s", wantKey, describe(k)))
+			continue
+		}
+		if deref(v) != nil {
+			v = deref(v)
+		}
+		fn(k, v, fmt.Sprintf("%s[%q]", path, k.Value))
+	}
+}
+
+// retry reads a queue's retry section into a retry.Policy, and retry's
+// ValidateGiven decides what may be used.
+func (d *decoder) retry(r *retryDoc) retry.Policy {
+	p := retry.Policy{MaxAttempts: retry.DefaultMaxAttempts, Initial: retry.DefaultInitial, Max: retry.DefaultMax, Jitter: retry.DefaultJitter}
+	if r.MaxAttempts.given() {
+		p.MaxAttempts = int(max(-1, min(r.MaxAttempts.V, maxInt)))
+	}
+	r.Initial.into(&p.Initial)
+	r.Max.into(&p.Max)
+	if r.Jitter.given() {
+		p.Jitter = r.Jitter.V
+	}
+	d.owned(p.ValidateGiven(), func(name string) leafer { return byTag(reflect.ValueOf(r).Elem(), name) })
+	if p.Jitter == 0 {
+		p.Jitter = -1 // retry.Policy: 0 is the default, negative is none
+	}
+	return p
+}
+
+// handler reads a queue's handler: exactly one of http, nats and log: true.
+func (d *decoder) handler(hd *handlerDoc) Handler {
+	var h Handler
+	var kinds []string
+	if hh := hd.HTTP; hh != nil {
+		kinds = append(kinds, "http")
+		h.HTTP = &HTTPHandler{Timeout: DefaultHandlerTimeout}
+		if d.need(&hh.URL, wantHTTPURL) {
+			d.str(&hh.URL, &h.HTTP.URL, checkHTTPURL)
+		}
+		d.duration(&hh.Timeout, &h.HTTP.Timeout, true)
+		h.HTTP.Headers = d.headers(&hh.Headers)
+	}
+	if nh := hd.NATS; nh != nil {
+		kinds = append(kinds, "nats")
+		h.NATS = &NATSHandler{Timeout: DefaultHandlerTimeout}
+		if d.need(&nh.Subject, wantSubject) {
+			d.str(&nh.Subject, &h.NATS.Subject, checkSubject)
+		}
+		d.duration(&nh.Timeout, &h.NATS.Timeout, true)
+	}
+	if d.boolean(&hd.Log, &h.Log) && h.Log {
+		kinds = append(kinds, "log")
+	}
+	switch len(kinds) {
+	case 0:
+		d.errorf(hd, "expected one of http, nats or log: true (leave handler out for an admit-only queue)")
+	case 1:
+	default:
+		d.errorf(hd, "expected one kind of handler, got %s", joinOr(kinds, "and"))
+	}
+	return h
+}
+
+// headers reads an HTTP handler's headers: canonical names, given once.
+func (d *decoder) headers(e *entries) map[string]string {
+	if e.n == nil {
+		return nil
+	}
+	headers := map[string]string{}
+	first := map[string]int{}
+	d.entries(e, "a mapping of header names to values", "a header name", func(k, v *yaml.Node, _ string) {
+		field := d.pos[e].path + "." + k.Value
+		report := func(n *yaml.Node, err error) { d.add(atNode(field, n), err.Error()) }
+		name, err := headerName(k.Value)
+		if err != nil {
+			report(k, err)
+			return
+		}
+		if line, dup := first[name]; dup {
+			report(k, fmt.Errorf("header %s is already given at line %d", name, line))
+			return
+		}
+		first[name] = k.Line
+		if isNull(v) || v.Kind != yaml.ScalarNode {
+			report(v, fmt.Errorf("expected a header value, got %s", describe(v)))
+		} else if err := checkHeaderValue(v.Value); err != nil {
+			report(v, err)
+		} else {
+			headers[name] = v.Value
+		}
+	})
+	return headers
+}
+
+// redis reads redis.url, redis.sentinel, redis.cluster and their
+// credentials and TLS into c: at most one of url, sentinel and cluster.
+func (d *decoder) redis(r *redisDoc, c *Redis) {
+	d.str(&r.URL, &c.URL, checkRedisURL)
+	var given []any
+	if r.URL.given() && r.URL.n.Value != "" {
+		given = append(given, &r.URL)
+	}
+	if r.Sentinel != nil {
+		given = append(given, r.Sentinel)
+	}
+	if r.Cluster != nil {
+		given = append(given, r.Cluster)
+	}
+	if len(given) > 1 && d.pos[&r.URL].src != "" {
+		d.errorf(&r.URL, "the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
+	} else if len(given) > 1 {
+		first := d.pos[given[0]]
+		d.errorf(given[1], "give one of redis.url (one server), redis.sentinel (a Sentinel-managed master) and redis.cluster (a Redis Cluster), not %s too (line %d)",
+			first.path, first.line)
+	}
+	if s := r.Sentinel; s != nil {
+		st := &RedisSentinel{}
+		if d.need(&s.MasterName, "the master's name as the sentinels monitor it") {
+			d.str(&s.MasterName, &st.MasterName, func(v string) error {
+				if v == "" {
+					return errors.New("expected the master's name as the sentinels monitor it, got nothing")
+				}
+				return nil
+			})
+		}
+		st.Addrs = d.redisAddrs(&s.Addrs, "a list of sentinel addresses (host:port)")
+		d.str(&s.Username, &st.Username, nil)
+		d.str(&s.Password, &st.Password, nil)
+		if st.Username != "" && st.Password == "" {
+			d.errorf(&s.Username, "a sentinel user name needs redis.sentinel.password")
+		}
+		c.Sentinel = st
+	}
+	if cl := r.Cluster; cl != nil {
+		c.Cluster = &RedisCluster{Addrs: d.redisAddrs(&cl.Addrs, "a list of cluster node addresses (host:port)")}
+	}
+	d.str(&r.Username, &c.Username, nil)
+	d.str(&r.Password, &c.Password, nil)
+	if c.Username != "" && c.Password == "" {
+		d.errorf(&r.Username, "a user name needs redis.password")
+	}
+	if c.URL != "" && (c.Username != "" || c.Password != "") {
+		if u, err := url.Parse(c.URL); err == nil && u.User != nil {
+			f := &r.Password
+			if c.Username != "" {
+				f = &r.Username
+			}
+			d.errorf(f, "redis.url carries credentials too: give them in one place")
+		}
+	}
+	if t := r.TLS; t != nil {
+		tc := &RedisTLS{}
+		d.filename(&t.CAFile, &tc.CAFile)
+		d.filename(&t.CertFile, &tc.CertFile)
+		d.filename(&t.KeyFile, &tc.KeyFile)
+		d.str(&t.ServerName, &tc.ServerName, nil)
+		switch {
+		case tc.CertFile != "" && tc.KeyFile == "":
+			d.errorf(&t.CertFile, "a client certificate needs redis.tls.key_file")
+		case tc.KeyFile != "" && tc.CertFile == "":
+			d.errorf(&t.KeyFile, "a client key needs redis.tls.cert_file")
+		}
+		if strings.HasPrefix(c.URL, "unix:") {
+			d.errorf(t, "TLS over a unix socket: use a redis:// or rediss:// URL")
+		}
+		c.TLS = tc
+		if !c.Shared() {
+			d.errorf(t, "TLS without a server: give redis.url, redis.sentinel or redis.cluster")
+		}
+	}
+	var mode string
+	if d.str(&r.FailureMode, &mode, oneOf(FailOpen, FailClosed, FailLocal)) {
+		c.FailureMode = FailureMode(mode)
+	}
+	d.duration(&r.Timeout, &c.Timeout, true)
+}
+
+// redisAddrs reads a non-empty list of host:port addresses.
+func (d *decoder) redisAddrs(addrs *[]*text, want string) []string {
+	if *addrs == nil {
+		d.missing(addrs, want)
+		return nil
+	}
+	if len(*addrs) == 0 {
+		d.errorf(addrs, "expected at least one host:port address, got an empty list")
+	}
+	var out []string
+	for i, a := range *addrs {
+		var s string
+		if a == nil || a.n.Kind != yaml.ScalarNode {
+			d.errorf(&(*addrs)[i], "expected %s, got %s", wantRedisAddr, describe(a.node()))
+		} else if d.str(a, &s, checkRedisAddr) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
