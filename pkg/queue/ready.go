@@ -278,14 +278,23 @@ func (r *runner) execute(e *execution, slot bool) {
 		}
 	}
 	if r.w.pause.Paused() {
-		// Fetched before the pause came: handed back, to start after
-		// the resume (docs/design.md#pause).
-		if e.claim() {
-			if err := e.msg.Nak(); err != nil {
-				r.w.log.Warn("handing a job back while the queue is paused failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
+		// Pulled before the pause came: held here in its slot, with
+		// heartbeats, until the resume (docs/design.md#pause). Handed
+		// back, it would go at once to a pull still open — this
+		// worker's or another's — and back again, and every delivery
+		// counts as a try: it could use up its tries and be
+		// dead-lettered without ever running.
+		stop := heartbeat(e.msg, r.w.cfg.AckWait/3)
+		err := r.w.pause.Wait(r.ctx)
+		stop()
+		if err != nil {
+			if e.claim() { // stopping while paused: back to READY
+				if err := e.msg.Nak(); err != nil {
+					r.w.log.Warn("handing a job back failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
+				}
 			}
+			return
 		}
-		return
 	}
 	r.try(e, job)
 }
