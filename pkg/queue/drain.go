@@ -11,9 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/internal/leadership"
+	"github.com/spillway-dev/spillway/internal/loop"
 )
 
 // How the backlog drains (docs/design.md#fair-drain):
@@ -63,6 +65,9 @@ const (
 	headerGrantStart = "Spillway-Grant-Start" // its booked start, unix ns
 )
 
+// leaseKey is the entry in the pacer bucket of the lease on queue's drain.
+func leaseKey(queue string) string { return queue + ".drain-leader" }
+
 // GrantsConsumer is the durable consumer every worker pulls grants from.
 const GrantsConsumer = "spillway-grants"
 
@@ -101,13 +106,9 @@ func newDrainer(w *Worker, r *runner, grants jetstream.Consumer, backlog, gstrea
 // grants always. Grants taken and not started are handed back.
 func (d *drainer) run(ctx context.Context) {
 	var loops sync.WaitGroup
-	l := &lease{
-		kv: d.kv, key: leaseKey(d.w.cfg.Queue.Name), id: uuid.NewString(),
-		ttl: min(max(d.w.cfg.AckWait/2, time.Second), 5*time.Second),
-		log: d.w.log.Info,
-	}
+	lease := leadership.NewElector(d.kv, leaseKey(d.w.cfg.Queue.Name), min(max(d.w.cfg.AckWait/2, time.Second), 5*time.Second), d.w.log.Info)
 	loops.Go(func() {
-		l.hold(ctx, func(lctx context.Context) { newLeader(d).run(lctx) })
+		lease.Hold(ctx, func(lctx context.Context) { newLeader(d).run(lctx) })
 	})
 	d.take(ctx)
 	loops.Wait()
@@ -147,7 +148,7 @@ func (d *drainer) take(ctx context.Context) {
 		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
 			d.w.log.Warn("pulling backlog grants failed; retrying", "error", err, "failures", failures)
-			_ = sleep(ctx, backoff(failures))
+			_ = loop.Sleep(ctx, loop.Backoff(failures))
 			continue
 		}
 		failures = 0
@@ -192,13 +193,13 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 		d.mu.Unlock()
 	}()
 	stop := heartbeat(msg, d.w.cfg.AckWait/3)
-	err := sleep(ctx, time.Until(start))
+	err := loop.Sleep(ctx, time.Until(start))
 	if err == nil && d.paused(ctx) {
 		// A pushback came after the start was booked: book again, after
 		// the pause.
 		var wait time.Duration
 		if wait, err = d.w.cfg.Pacer.Reserve(ctx); err == nil {
-			err = sleep(ctx, wait)
+			err = loop.Sleep(ctx, wait)
 		}
 	}
 	stop()
@@ -406,7 +407,7 @@ func (l *leader) run(ctx context.Context) {
 			break
 		}
 		log.Warn("reading the backlog's keys failed; retrying", "error", err, "failures", failures+1)
-		_ = sleep(ctx, backoff(failures+1))
+		_ = loop.Sleep(ctx, loop.Backoff(failures+1))
 	}
 	go l.publishStats(ctx)
 	var pipe chan struct{}
@@ -611,7 +612,7 @@ func (l *leader) demand(ctx context.Context) bool {
 			l.takenAt = time.Now()
 			return true
 		}
-		if sleep(ctx, wait) != nil {
+		if loop.Sleep(ctx, wait) != nil {
 			return false
 		}
 		if err != nil {
@@ -634,7 +635,7 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	if err != nil {
 		if ctx.Err() == nil {
 			l.d.w.log.Warn("booking a backlog start failed; trying again", "error", err)
-			_ = sleep(ctx, time.Second)
+			_ = loop.Sleep(ctx, time.Second)
 		}
 		l.sched.putBack(f.subject, j, time.Now().UnixNano())
 		return nil

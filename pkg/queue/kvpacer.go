@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
@@ -167,7 +168,7 @@ func (p *KVPacer) reserve(ctx context.Context, floor, down int64) (time.Duration
 			return 0, err
 		}
 		// More than pacerAhead bookings are outstanding: wait for one.
-		if err := sleep(ctx, max(ahead.wait, time.Millisecond)); err != nil {
+		if err := loop.Sleep(ctx, max(ahead.wait, time.Millisecond)); err != nil {
 			return 0, err
 		}
 	}

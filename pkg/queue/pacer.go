@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
@@ -84,23 +85,8 @@ func (p *StorePacer) Reserve(ctx context.Context) (time.Duration, error) {
 			return d.NotBefore.Sub(d.At), nil
 		}
 		// More than pacerAhead bookings are outstanding: wait for one.
-		if err := sleep(ctx, max(d.RetryAfter, time.Millisecond)); err != nil {
+		if err := loop.Sleep(ctx, max(d.RetryAfter, time.Millisecond)); err != nil {
 			return 0, err
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

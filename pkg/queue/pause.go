@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/internal/loop"
 )
 
 // A queue is paused (docs/design.md#pause) by an operator: its workers
@@ -153,7 +155,7 @@ func (p *Pauser) run(ctx context.Context, kv jetstream.KeyValue, queue string, l
 		}
 		failures++
 		log.Warn("watching the queue's pause state failed; watching again", "error", err, "failures", failures)
-		_ = sleep(ctx, backoff(failures))
+		_ = loop.Sleep(ctx, loop.Backoff(failures))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
@@ -344,7 +345,7 @@ func (p *YieldingPacer) reserve(ctx context.Context, hold bool) (time.Duration, 
 		}
 		now := p.now()
 		if wait := st.PausedUntil.Sub(now); wait > 0 {
-			if err := sleep(ctx, wait); err != nil {
+			if err := loop.Sleep(ctx, wait); err != nil {
 				return 0, err
 			}
 			p.mu.Lock()
@@ -370,7 +371,7 @@ func (p *YieldingPacer) reserve(ctx context.Context, hold bool) (time.Duration, 
 		// Wait for the booked start here and look at the pause again: a
 		// pushback meanwhile (the jobs started just before it are the
 		// ones that see the overload) lets the booking go unused.
-		if err := sleep(ctx, wait); err != nil {
+		if err := loop.Sleep(ctx, wait); err != nil {
 			return 0, err
 		}
 		st, err = p.load(ctx)

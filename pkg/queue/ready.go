@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -106,7 +107,7 @@ func (r *runner) pull(ctx context.Context) {
 		if err != nil {
 			failures++
 			r.w.log.Warn("pulling ready jobs failed; retrying", "error", err, "failures", failures)
-			_ = sleep(ctx, backoff(failures))
+			_ = loop.Sleep(ctx, loop.Backoff(failures))
 			continue
 		}
 		got := 0
@@ -117,7 +118,7 @@ func (r *runner) pull(ctx context.Context) {
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
 			r.w.log.Warn("pulling ready jobs failed; retrying", "error", err, "failures", failures)
-			_ = sleep(ctx, backoff(failures))
+			_ = loop.Sleep(ctx, loop.Backoff(failures))
 			continue
 		}
 		failures = 0
@@ -254,7 +255,7 @@ func (r *runner) execute(e *execution, slot bool) {
 			slot = false
 		}
 		stop := heartbeat(e.msg, r.w.cfg.AckWait/3)
-		err := sleep(r.ctx, wait)
+		err := loop.Sleep(r.ctx, wait)
 		stop()
 		if err != nil {
 			if e.claim() { // stopping: back to READY until it is due
@@ -468,16 +469,7 @@ func ack(ctx context.Context, msg jetstream.Msg) error {
 		if ctx.Err() != nil {
 			break
 		}
-		_ = sleep(ctx, backoff(try))
+		_ = loop.Sleep(ctx, loop.Backoff(try))
 	}
 	return err
-}
-
-// backoff is the wait after the n-th consecutive failure of a loop:
-// 100ms doubling to 5s.
-func backoff(n int) time.Duration {
-	if n > 6 {
-		return 5 * time.Second
-	}
-	return min(5*time.Second, 100*time.Millisecond<<max(0, n-1))
 }

@@ -22,13 +22,9 @@ import (
 // out. j.Attempt is this try's number, from 1.
 type Handler func(ctx context.Context, j *Job) error
 
-// Durable consumer names, one of each per queue, shared by every worker.
-const (
-	ReadyConsumer = "spillway-ready"
-	// BacklogConsumer is the backlog consumer of earlier versions, whose
-	// workers each held the backlog's jobs; workers delete it at start.
-	BacklogConsumer = "spillway-backlog"
-)
+// ReadyConsumer is the durable consumer of a queue's READY stream, shared
+// by every worker.
+const ReadyConsumer = "spillway-ready"
 
 // Defaults of a WorkerConfig's zero fields.
 const (
@@ -312,9 +308,6 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainDe
 	if ready, err = w.readyConsumer(ctx); err != nil {
 		return nil, d, err
 	}
-	if err = w.retireBacklogConsumer(ctx); err != nil {
-		return nil, d, err
-	}
 	gname := GrantsStreamName(w.cfg.Queue.Name)
 	if d.grants, err = w.ensureConsumer(ctx, gname, jetstream.ConsumerConfig{
 		Durable:       GrantsConsumer,
@@ -344,22 +337,6 @@ type drainDeps struct {
 	grants           jetstream.Consumer
 	backlog, gstream jetstream.Stream
 	kv               jetstream.KeyValue
-}
-
-// retireBacklogConsumer deletes the backlog consumer of earlier versions,
-// whose workers held every backlog job: left in place, such a worker would
-// drain beside the leader.
-func (w *Worker) retireBacklogConsumer(ctx context.Context) error {
-	stream := StreamName(w.cfg.Queue.Name, Backlog)
-	err := w.js.DeleteConsumer(ctx, stream, BacklogConsumer)
-	switch {
-	case err == nil:
-		w.log.Warn("deleted the backlog consumer of an earlier Spillway version: the backlog now drains through grants; stop workers of earlier versions", "consumer", BacklogConsumer)
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
-	default:
-		return fmt.Errorf("queue: consumer %s on %s: %w", BacklogConsumer, stream, err)
-	}
-	return nil
 }
 
 // readyConsumer creates or updates the ready consumer. MaxAckPending only

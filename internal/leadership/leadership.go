@@ -1,21 +1,34 @@
-package queue
+// Package leadership elects one process at a time to lead a piece of
+// work, under a lease kept in a JetStream key-value entry.
+//
+// # The lease
+//
+// The holder writes its entry every TTL/4; the others read it every TTL/4
+// and take it over — with an update at the revision they read, so only one
+// of them can — once it has not changed for TTL by their own clock. No
+// clock is compared with another machine's, so clock skew cannot make two
+// leaders; a leader that cannot write its entry for TTL stops leading
+// before another can have taken over. Hold runs the leader's work while
+// the lease is held and ends it when the lease is lost; on the way out it
+// lets the lease go, so that a successor need not wait for TTL.
+package leadership
 
 import (
 	"context"
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// lease elects one worker process to lead a queue's drain. The holder
-// writes its entry in the pacer bucket every ttl/4; the others read it every
-// ttl/4 and take it over — with an update at the revision they read, so
-// only one of them can — once it has not changed for ttl by their own
-// clock. No clock is compared with another machine's, so clock skew cannot
-// make two leaders; a leader that cannot write its entry for ttl stops
-// leading before another can have taken over.
-type lease struct {
+// requestTimeout bounds one read or take-over of the lease.
+const requestTimeout = 5 * time.Second
+
+// Elector holds, or waits for, one lease: the entry key of a key-value
+// bucket. Its zero value is not usable: make one with NewElector. Hold is
+// not safe to call twice at once.
+type Elector struct {
 	kv  jetstream.KeyValue
 	key string
 	id  string
@@ -23,13 +36,20 @@ type lease struct {
 	log func(msg string, args ...any)
 }
 
-// leaseKey is the lease's entry for queue in the pacer bucket.
-func leaseKey(queue string) string { return queue + ".drain-leader" }
+// NewElector returns an elector for the lease at key in kv, held for ttl
+// without a renewal; this process's claims carry a random id of its own.
+// log, if not nil, is told when the lease is taken over or lost.
+func NewElector(kv jetstream.KeyValue, key string, ttl time.Duration, log func(msg string, args ...any)) *Elector {
+	if log == nil {
+		log = func(string, ...any) {}
+	}
+	return &Elector{kv: kv, key: key, id: uuid.NewString(), ttl: ttl, log: log}
+}
 
-// hold runs lead while this process holds the lease, as often as it gets
+// Hold runs lead while this process holds the lease, as often as it gets
 // it, until ctx ends; lead's context ends when the lease is lost. On the
 // way out it lets the lease go, so a successor need not wait for ttl.
-func (l *lease) hold(ctx context.Context, lead func(context.Context)) {
+func (l *Elector) Hold(ctx context.Context, lead func(context.Context)) {
 	var (
 		seenRev uint64
 		seenAt  time.Time
@@ -51,7 +71,7 @@ func (l *lease) hold(ctx context.Context, lead func(context.Context)) {
 }
 
 // acquire takes the lease if it is free or its holder stopped writing it.
-func (l *lease) acquire(ctx context.Context, seenRev *uint64, seenAt *time.Time) (uint64, bool) {
+func (l *Elector) acquire(ctx context.Context, seenRev *uint64, seenAt *time.Time) (uint64, bool) {
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	e, err := l.kv.Get(rctx, l.key)
@@ -70,14 +90,14 @@ func (l *lease) acquire(ctx context.Context, seenRev *uint64, seenAt *time.Time)
 		if time.Since(*seenAt) < l.ttl {
 			return 0, false
 		}
-		l.log("the drain's leader stopped renewing its lease; taking over", "after", l.ttl)
+		l.log("the leader stopped renewing its lease; taking over", "key", l.key, "after", l.ttl)
 	}
 	rev, err := l.kv.Update(rctx, l.key, []byte(l.id), e.Revision())
 	return rev, err == nil
 }
 
 // lead runs lead while renewing the lease at rev.
-func (l *lease) lead(ctx context.Context, rev uint64, lead func(context.Context)) {
+func (l *Elector) lead(ctx context.Context, rev uint64, lead func(context.Context)) {
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -109,7 +129,7 @@ func (l *lease) lead(ctx context.Context, rev uint64, lead func(context.Context)
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch), time.Since(renewed) > l.ttl*3/4:
 			// Taken over, or unwritable for so long that another worker
 			// may take over soon: stop leading first.
-			l.log("lost the drain's lease; no longer leading", "error", err)
+			l.log("lost the lease; no longer leading", "key", l.key, "error", err)
 			cancel()
 			<-done
 			return
@@ -118,7 +138,7 @@ func (l *lease) lead(ctx context.Context, rev uint64, lead func(context.Context)
 }
 
 // release lets the lease go, so the next worker takes it at once.
-func (l *lease) release(rev uint64) {
+func (l *Elector) release(rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, _ = l.kv.Update(ctx, l.key, nil, rev)
