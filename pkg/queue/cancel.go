@@ -55,7 +55,7 @@ func CancelBacklogJob(ctx context.Context, js jetstream.JetStream, queue string,
 	if got := m.Header.Get(HeaderJobID); got != id {
 		return fmt.Errorf("%w: cancel job %s: backlog message %d of %s is job %.64q", ErrNotThisJob, id, seq, queue, got)
 	}
-	if err := deleteMsg(ctx, s, seq); err != nil {
+	if err := RemoveMsg(ctx, s, seq); err != nil {
 		return fmt.Errorf("queue: cancel job %s: deleting backlog message %d: %w", id, seq, err)
 	}
 	return nil

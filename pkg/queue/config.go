@@ -83,7 +83,8 @@ type Config struct {
 	MaxDelay time.Duration
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults is c with each zero field set to its documented default.
+func (c Config) WithDefaults() Config {
 	if c.Capacity == 0 {
 		c.Capacity = DefaultCapacity
 	}
@@ -109,7 +110,7 @@ func (c Config) Validate() error {
 	if err := ValidateQueueName(c.Name); err != nil {
 		return fmt.Errorf("%w: name: %w", ErrInvalidConfig, err)
 	}
-	return c.withDefaults().ValidateGiven()
+	return c.WithDefaults().ValidateGiven()
 }
 
 // FieldError is one field of a Config that cannot be used. It wraps
@@ -264,8 +265,8 @@ func ClassSubject(queue string, d Destination, key string, p Priority) string {
 // with Discard New the server only refuses new jobs. Dead letters are kept
 // until purged (limits retention).
 func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
-	c = c.withDefaults()
-	sc := c.stream(StreamName(c.Name, d), fmt.Sprintf("%s jobs", d), subjectFilter(c.Name, d))
+	c = c.WithDefaults()
+	sc := c.stream(StreamName(c.Name, d), fmt.Sprintf("%s jobs", d), SubjectFilter(c.Name, d))
 	switch d {
 	case Ready:
 		sc.MaxMsgs = c.ReadyCapacity
@@ -444,4 +445,13 @@ func (f Fairness) WeightOf(key string) int {
 		}
 	}
 	return w
+}
+
+// GrantsStreamName is the stream of a queue's grants: SPILLWAY_<queue>_GRANTS.
+func GrantsStreamName(queue string) string { return "SPILLWAY_" + queue + "_GRANTS" }
+
+// grantsStreamConfig keeps a queue's grants until a worker settles them.
+func (c Config) grantsStreamConfig() jetstream.StreamConfig {
+	c = c.WithDefaults()
+	return c.stream(GrantsStreamName(c.Name), "backlog starts granted by the drain's leader", GrantSubject(c.Name))
 }

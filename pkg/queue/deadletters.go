@@ -299,7 +299,7 @@ func (d *DeadLetters) replayOne(ctx context.Context, l DeadLetter, o ReplayOptio
 		return res
 	}
 	now := o.Now()
-	mv := replayMove(d.queue, raw.Subject, raw.Header, raw.Data, o.To, job.ID, l.Seq, now)
+	mv := ReplayMove(Source{Queue: d.queue, Subject: raw.Subject, Stream: d.Stream(), Seq: l.Seq, Header: raw.Header, Data: raw.Data}, o.To, job.ID, now)
 	undo, note := func() {}, ""
 	if o.Prepare != nil {
 		if u, n := o.Prepare(ctx, job, l, o.To, now); u != nil {
@@ -308,7 +308,7 @@ func (d *DeadLetters) replayOne(ctx context.Context, l DeadLetter, o ReplayOptio
 			note = n
 		}
 	}
-	ack, err := mv.do(ctx, d.js, func(ctx context.Context) error {
+	ack, err := mv.Do(ctx, d.js, func(ctx context.Context) error {
 		if err := d.dead.DeleteMsg(ctx, l.Seq); err != nil && !gone(err) {
 			return err
 		}
@@ -317,12 +317,12 @@ func (d *DeadLetters) replayOne(ctx context.Context, l DeadLetter, o ReplayOptio
 	if ack == nil {
 		undo()
 		res.Kept = fmt.Sprintf("publishing to %s failed: %v", StreamName(d.queue, o.To), err)
-		switch full := publishError(o.To, job.ID, err); {
-		case errors.Is(full, ErrReadyFull):
+		switch {
+		case errors.Is(err, ErrReadyFull):
 			res.Kept += " (READY is full, at ready.capacity: replay to the backlog, or wait for workers to take jobs)"
-		case errors.Is(full, ErrKeyQueueFull):
+		case errors.Is(err, ErrKeyQueueFull):
 			res.Kept += " (this key's share of the backlog is full: replay to READY, or wait for it to drain)"
-		case errors.Is(full, ErrQueueFull):
+		case errors.Is(err, ErrQueueFull):
 			res.Kept += " (the backlog is full: replay to READY, or wait for it to drain)"
 		}
 		return res

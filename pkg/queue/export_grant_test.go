@@ -10,7 +10,7 @@ import (
 // GrantMsg is the grant the drain's leader would publish for the backlog
 // job at seq, booked to start at start (tests only).
 func GrantMsg(queue string, seq uint64, start time.Time) *nats.Msg {
-	m := nats.NewMsg(grantSubject(queue))
+	m := nats.NewMsg(GrantSubject(queue))
 	m.Header.Set(headerGrantSeq, strconv.FormatUint(seq, 10))
 	m.Header.Set(headerGrantStart, strconv.FormatInt(start.UnixNano(), 10))
 	m.Header.Set(nats.MsgIdHdr, "grant:"+strconv.FormatUint(seq, 10))

@@ -121,7 +121,7 @@ func newFairSched(minShare float64) *fairSched {
 func (s *fairSched) flow(subject string) *flow {
 	f := s.flows[subject]
 	if f == nil {
-		f = &flow{subject: subject, class: classOf(subject), dueIdx: -1, waitIdx: -1}
+		f = &flow{subject: subject, class: SubjectClass(subject), dueIdx: -1, waitIdx: -1}
 		s.flows[subject] = f
 	}
 	return f

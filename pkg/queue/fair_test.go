@@ -160,8 +160,8 @@ func TestFairSchedPriorityAndMinShare(t *testing.T) {
 func TestClassSubjects(t *testing.T) {
 	for _, p := range Priorities {
 		sub := classSubject("q", Backlog, p, KeyToken("k"))
-		if classOf(sub) != p || tokenOf(sub) != KeyToken("k") {
-			t.Errorf("%v: subject %s reads back as class %v token %s", p, sub, classOf(sub), tokenOf(sub))
+		if SubjectClass(sub) != p || SubjectToken(sub) != KeyToken("k") {
+			t.Errorf("%v: subject %s reads back as class %v token %s", p, sub, SubjectClass(sub), SubjectToken(sub))
 		}
 		if r := classSubject("q", Ready, p, KeyToken("k")); r != Subject("q", Ready, "k") {
 			t.Errorf("%v: READY subject %s, want the key's one subject", p, r)
@@ -171,7 +171,7 @@ func TestClassSubjects(t *testing.T) {
 
 func TestHashOfTokenIsKeyHash(t *testing.T) {
 	for _, k := range []string{"", "tenant-a", "a.b*>", "\x00\xff"} {
-		if got, want := hashOfToken(KeyToken(k)), KeyHash(k); got != want {
+		if got, want := KeyHashOfToken(KeyToken(k)), KeyHash(k); got != want {
 			t.Errorf("key %q: hash of its token %s, want KeyHash %s", k, got, want)
 		}
 	}

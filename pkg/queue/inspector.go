@@ -163,7 +163,7 @@ func (in *Inspector) read(ctx context.Context, cfgs []Config) (*Snapshot, error)
 		streams[GrantsStreamName(c.Name)] = slot{q, len(inspected)}
 	}
 	states := make([][len(inspected) + 1]*jetstream.StreamInfo, len(cfgs))
-	l := in.js.ListStreams(ctx, jetstream.WithStreamListSubject(subjectRoot+">"))
+	l := in.js.ListStreams(ctx, jetstream.WithStreamListSubject(SubjectRoot+">"))
 	for si := range l.Info() {
 		if at, ok := streams[si.Config.Name]; ok {
 			states[at.q][at.i] = si

@@ -3,9 +3,6 @@ package queue
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,15 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// KeyHash is a key's stable public name where the key itself should not
-// show (an API listing, the drain's release counts): the first 64 bits of
-// its SHA-256 in lower-case hex, 16 characters. They are the bits its
-// KeyToken begins with.
-func KeyHash(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:8])
-}
 
 // Bounds of BacklogKeys: DefaultTopKeys and MaxTopKeys bound how many keys
 // it lists.
@@ -69,7 +57,7 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top 
 	if err != nil {
 		return nil, 0, fmt.Errorf("queue: listing the keys of %s: stream %s: %w", queue, name, err)
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subjectFilter(queue, Backlog)))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(SubjectFilter(queue, Backlog)))
 	if err != nil {
 		return nil, 0, fmt.Errorf("queue: listing the keys of %s: %w", queue, err)
 	}
@@ -84,7 +72,7 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top 
 		if n == 0 {
 			continue
 		}
-		tok := tokenOf(subject)
+		tok := SubjectToken(subject)
 		k := byToken[tok]
 		if k == nil {
 			k = &key{token: tok, classes: map[Priority]int{High: 0, Normal: 0, Low: 0}}
@@ -92,7 +80,7 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top 
 		}
 		k.n += n
 		k.subjects = append(k.subjects, subject)
-		k.classes[classOf(subject)] += int(n)
+		k.classes[SubjectClass(subject)] += int(n)
 	}
 	sorted := make([]*key, 0, len(byToken))
 	for _, k := range byToken {
@@ -147,55 +135,4 @@ func readKey(ctx context.Context, s jetstream.Stream, subjects []string, now tim
 		k.Weight = w
 	}
 	return k, true, nil
-}
-
-// KeyReleasesKey is the key, in PacerBucket, of the document the drain's
-// leader publishes for a queue: how many jobs of each key it released
-// over a recent window (KeyReleases).
-func KeyReleasesKey(queue string) string { return queue + ".keys" }
-
-// KeyReleases is the drain leader's count of releases per key over the
-// Window ending At, keyed by KeyHash.
-type KeyReleases struct {
-	At       time.Time        `json:"at"`
-	WindowS  int64            `json:"window_s"`
-	Releases map[string]int64 `json:"releases"`
-}
-
-// Share is the key's share of the releases, 0 to 1 (0 when nothing was
-// released).
-func (r *KeyReleases) Share(hash string) float64 {
-	var total int64
-	for _, n := range r.Releases {
-		total += max(0, n)
-	}
-	if total == 0 {
-		return 0
-	}
-	return float64(max(0, r.Releases[hash])) / float64(total)
-}
-
-// ReadKeyReleases reads a queue's KeyReleases from PacerBucket: nil,
-// without error, when the bucket or the document does not exist (no
-// leader has published one).
-func ReadKeyReleases(ctx context.Context, js jetstream.JetStream, queue string) (*KeyReleases, error) {
-	kv, err := js.KeyValue(ctx, PacerBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %w", queue, err)
-	}
-	e, err := kv.Get(ctx, KeyReleasesKey(queue))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %w", queue, err)
-	}
-	var r KeyReleases
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %s in %s: %w", queue, KeyReleasesKey(queue), PacerBucket, err)
-	}
-	return &r, nil
 }

@@ -60,11 +60,16 @@ type execution struct {
 // delivery; it deletes a backlog job's message, then acks its grant.
 func (e *execution) settleSource(ctx context.Context) error {
 	if e.backlog != nil {
-		if err := deleteMsg(ctx, e.backlog, e.seq); err != nil {
+		if err := RemoveMsg(ctx, e.backlog, e.seq); err != nil {
 			return err
 		}
 	}
 	return ack(ctx, e.msg)
+}
+
+// source is the delivered message, the source of its moves.
+func (e *execution) source(queue string) Source {
+	return Source{Queue: queue, Subject: e.subject, Stream: e.stream, Seq: e.seq, Header: e.header, Data: e.data}
 }
 
 // claim reports whether the caller is the one to settle the delivery.
@@ -377,12 +382,10 @@ func (r *runner) moveToRetry(e *execution, delay time.Duration, herr error) {
 		err   error
 	)
 	if _, pushback := retry.IsPushback(herr); pushback {
-		mv := retryMove(r.w.cfg.Queue.Name, e.subject, e.header, e.data, e.stream, e.seq, e.attempt, notBefore, Backlog)
-		moved, err = mv.do(ctx, r.w.js, e.settleSource)
+		moved, err = RetryMove(e.source(r.w.cfg.Queue.Name), e.attempt, notBefore, Backlog).Do(ctx, r.w.js, e.settleSource)
 	}
 	if moved == nil {
-		mv := retryMove(r.w.cfg.Queue.Name, e.subject, e.header, e.data, e.stream, e.seq, e.attempt, notBefore, Ready)
-		moved, err = mv.do(ctx, r.w.js, e.settleSource)
+		moved, err = RetryMove(e.source(r.w.cfg.Queue.Name), e.attempt, notBefore, Ready).Do(ctx, r.w.js, e.settleSource)
 	}
 	switch {
 	case moved == nil:
@@ -398,18 +401,14 @@ func (r *runner) moveToRetry(e *execution, delay time.Duration, herr error) {
 func (r *runner) deadLetter(e *execution, attempts int, reason string, cause error, took time.Duration) {
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
-	dl := deadLetter{
-		queue: r.w.cfg.Queue.Name, subject: e.subject, stream: e.stream, seq: e.seq,
-		header: e.header, data: e.data, attempts: attempts, reason: reason, err: cause,
-	}
-	moved, err := dl.store(ctx, r.w.js, time.Now(), e.settleSource)
+	moved, err := DeadMove(e.source(r.w.cfg.Queue.Name), attempts, reason, cause, time.Now()).Do(ctx, r.w.js, e.settleSource)
 	if moved == nil {
-		r.w.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", dl.stream, "stream_seq", dl.seq, "error", err)
+		r.w.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", e.stream, "stream_seq", e.seq, "error", err)
 		_ = e.msg.NakWithDelay(time.Second)
 		return
 	}
 	if err != nil {
-		r.w.log.Error("job dead-lettered but its ack failed; it will be dead-lettered again (stored once)", "stream", dl.stream, "stream_seq", dl.seq, "error", err)
+		r.w.log.Error("job dead-lettered but its ack failed; it will be dead-lettered again (stored once)", "stream", e.stream, "stream_seq", e.seq, "error", err)
 		return
 	}
 	r.w.observe(Event{Kind: DeadLettered, Job: e.job, Attempt: attempts, Stream: e.stream, Sequence: e.seq, Err: cause, Reason: reason, Took: took})
@@ -435,41 +434,4 @@ func (r *runner) checkStall(ctx context.Context) {
 		r.w.log.Warn("ready consumer stalled at max ack pending: jobs running or waiting for a retry hold every slot while others wait; raise max_ack_pending",
 			"ack_pending", info.NumAckPending, "max_ack_pending", info.Config.MaxAckPending, "waiting", info.NumPending)
 	}
-}
-
-// heartbeat tells JetStream every interval that msg is still being worked
-// on, so that AckWait does not hand it to another worker. The returned
-// function stops it.
-func heartbeat(msg jetstream.Msg, every time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				_ = msg.InProgress() // a lost beat is covered by the next one
-			case <-done:
-				return
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
-}
-
-// ack acknowledges msg and waits for JetStream to confirm, trying again a
-// few times on a timeout.
-func ack(ctx context.Context, msg jetstream.Msg) error {
-	var err error
-	for try := 1; try <= 3; try++ {
-		if err = msg.DoubleAck(ctx); err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			return nil
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		_ = loop.Sleep(ctx, loop.Backoff(try))
-	}
-	return err
 }

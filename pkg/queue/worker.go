@@ -230,7 +230,7 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	cfg.Queue = cfg.Queue.withDefaults()
+	cfg.Queue = cfg.Queue.WithDefaults()
 	if cfg.Pacer == nil {
 		mem, err := bucket.NewMemory()
 		if err != nil {
@@ -409,12 +409,3 @@ func (w *Worker) yield(herr error) {
 type globalRand struct{}
 
 func (globalRand) Int64N(n int64) int64 { return rand.Int64N(n) }
-
-// settleTimeout bounds one ack, nak or dead-letter publish.
-const settleTimeout = 10 * time.Second
-
-// settleCtx is the context for settling a job: not canceled with the
-// worker's, so a stopping worker still acks what finished.
-func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-}
