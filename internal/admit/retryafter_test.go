@@ -10,6 +10,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 // releases runs a worker of queue q (no-op handler) until the test ends and
@@ -45,7 +46,7 @@ func startWorker(t *testing.T, b *testBundle, q string) *releases {
 	})
 	// Draining: a pull request waits on the backlog consumer.
 	admittest.WaitFor(t, 20*time.Second, "the worker to pull from the backlog", func() bool {
-		in, err := queue.Inspect(context.Background(), b.JS, cfg)
+		in, err := admin.Inspect(context.Background(), b.JS, cfg)
 		return err == nil && in.BacklogPullers > 0 && in.ReadyPullers > 0
 	})
 	return r

@@ -34,6 +34,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 // Options configure a Service. Config is required.
@@ -191,7 +192,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	inspector := queue.NewInspector(s.js) // one snapshot of the queues for /metrics and GET /v1/queues
+	inspector := admin.NewInspector(s.js) // one snapshot of the queues for /metrics and GET /v1/queues
 	o.Registry.MustRegister(newQueueCollector(inspector, s.admitter.Config, s.log), newFailureModeCollector(s.failover))
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel

@@ -18,6 +18,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -148,8 +149,8 @@ queues:
 	scrapeUntil(t, reg, "spillway_queue_paused{queue=q} = 1 after a pause", func(g map[string]float64) bool {
 		return g["spillway_queue_paused{queue=q}"] == 1
 	})
-	// The gauges agree with what the API reports (queue.Inspect).
-	info, err := queue.Inspect(t.Context(), srv.JetStream(t), cfg.Queues[0].Backlog)
+	// The gauges agree with what the API reports (admin.Inspect).
+	info, err := admin.Inspect(t.Context(), srv.JetStream(t), cfg.Queues[0].Backlog)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 // HTTPOptions are the HTTP door's parts. Admitter and JS are required.
@@ -40,7 +41,7 @@ type HTTPOptions struct {
 	// Inspector, if set, serves GET /v1/queues from its shared snapshot
 	// of every queue (docs/design.md#many-queues); nil reads each queue in
 	// turn.
-	Inspector *queue.Inspector
+	Inspector *admin.Inspector
 	// Keys authenticates submissions and API reads; nil or empty: open.
 	Keys *APIKeys
 	// AdminKeys are the keys allowed on the admin endpoints (pause and
@@ -484,11 +485,11 @@ func (h *httpDoor) queueInfo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, "application/json", qi)
 }
 
-// QueueInfo reads one queue's state (queue.Inspect) as the API shows it.
+// QueueInfo reads one queue's state (admin.Inspect) as the API shows it.
 func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (api.QueueInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	in, err := queue.Inspect(ctx, js, q.Backlog)
+	in, err := admin.Inspect(ctx, js, q.Backlog)
 	if err != nil {
 		return api.QueueInfo{}, err
 	}
@@ -504,7 +505,7 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 }
 
 // queueInfoOf is queue q's state as the API shows it.
-func queueInfoOf(q *config.Queue, in queue.Info, st queue.LeakState, ps queue.PauseState) api.QueueInfo {
+func queueInfoOf(q *config.Queue, in admin.Info, st queue.LeakState, ps queue.PauseState) api.QueueInfo {
 	leak := 0.0
 	if in.LeakRate.Count > 0 {
 		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()

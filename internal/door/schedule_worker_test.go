@@ -11,6 +11,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 // starts records the handler's calls of a worker the test runs.
@@ -149,11 +150,11 @@ queues:
 	if rec.LastError == "" {
 		t.Error("the expired job's status has no last error")
 	}
-	dl, err := queue.OpenDeadLetters(context.Background(), b.JS, "q")
+	dl, err := admin.OpenDeadLetters(context.Background(), b.JS, "q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	letters, err := dl.List(context.Background(), queue.ListOptions{})
+	letters, err := dl.List(context.Background(), admin.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func withClaim(rec, claim Record) Record {
 // revision check; a record in the older versions' bucket only the latter,
 // which is what a start of such a job races (StartGate): so
 // after Cancel returns nil the job never starts, and the caller removes it
-// from the backlog (queue.CancelBacklogJob at Record.BacklogSeq). A job in
+// from the backlog (admin.CancelBacklogJob at Record.BacklogSeq). A job in
 // any other state is a *NotCancellableError holding its record; none is
 // ErrNotFound.
 func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -156,7 +157,7 @@ func TestCancelledJobLeftInTheBacklog(t *testing.T) {
 	waitFor(t, store, kept.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := queue.Inspect(t.Context(), js, cfg)
+		info, err := admin.Inspect(t.Context(), js, cfg)
 		if err == nil && info.Backlog == 0 {
 			break
 		}
@@ -206,7 +207,7 @@ func TestStartClaim(t *testing.T) {
 	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Running {
 		t.Errorf("Cancel a started job: %v, want NotCancellableError, running", err)
 	}
-	undo, note := s.ResetForReplay(ctx, *j, queue.DeadLetter{Attempts: 1, LastError: "boom"}, queue.Backlog, time.Now())
+	undo, note := s.ResetForReplay(ctx, *j, admin.DeadLetter{Attempts: 1, LastError: "boom"}, queue.Backlog, time.Now())
 	if undo == nil {
 		t.Fatalf("ResetForReplay: %s", note)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -292,7 +293,7 @@ func TestInspect(t *testing.T) {
 	if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "look", "a")); err != nil {
 		t.Fatal(err)
 	}
-	info, err := queue.Inspect(ctx, b.js, cfg)
+	info, err := admin.Inspect(ctx, b.js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +305,7 @@ func TestInspect(t *testing.T) {
 	if info.InFlight != 0 || info.MaxAckPending != 0 || info.BacklogHeld != 0 {
 		t.Errorf("no worker ran, yet consumer figures are %+v", info)
 	}
-	if _, err := queue.Inspect(ctx, b.js, queue.Config{Name: "missing"}); err == nil {
+	if _, err := admin.Inspect(ctx, b.js, queue.Config{Name: "missing"}); err == nil {
 		t.Error("Inspect of a queue without streams did not fail")
 	}
 }

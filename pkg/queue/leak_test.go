@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/bucket/buckettest"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -48,7 +49,7 @@ func TestLeakRateAcrossProcesses(t *testing.T) {
 	// hold part of it.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		info, err := queue.Inspect(ctx, js, cfg)
+		info, err := admin.Inspect(ctx, js, cfg)
 		if err == nil && info.BacklogPullers >= workers {
 			break
 		}

@@ -70,12 +70,12 @@ func ReadPause(ctx context.Context, js jetstream.JetStream, queue string) (Pause
 	if err != nil {
 		return PauseState{}, fmt.Errorf("queue: pause state of %s: %w", queue, err)
 	}
-	return decodePause(e.Value()), nil
+	return DecodePause(e.Value()), nil
 }
 
-// decodePause reads an entry's value; an unreadable one is not a pause
+// DecodePause reads an entry's value; an unreadable one is not a pause
 // (a worker must not stop on garbage), nor is a deleted entry's.
-func decodePause(b []byte) PauseState {
+func DecodePause(b []byte) PauseState {
 	var st PauseState
 	if len(b) == 0 || json.Unmarshal(b, &st) != nil {
 		return PauseState{}
@@ -179,7 +179,7 @@ func (p *Pauser) watch(ctx context.Context, kv jetstream.KeyValue, queue string,
 			}
 			st := PauseState{}
 			if e.Operation() == jetstream.KeyValuePut {
-				st = decodePause(e.Value())
+				st = DecodePause(e.Value())
 			}
 			if p.set(st.Paused) {
 				if st.Paused {

@@ -170,7 +170,7 @@ func loadLeak(ctx context.Context, kv jetstream.KeyValue, key string) (LeakState
 	if err != nil {
 		return LeakState{}, 0, fmt.Errorf("queue: leak state %s: %w", key, err)
 	}
-	st, err := decodeLeak(e.Value())
+	st, err := DecodeLeak(e.Value())
 	if err != nil {
 		return LeakState{}, e.Revision(), nil // unreadable: written over
 	}
@@ -205,7 +205,7 @@ func fromUnixNano(n int64) time.Time {
 	return time.Unix(0, n)
 }
 
-func decodeLeak(b []byte) (LeakState, error) {
+func DecodeLeak(b []byte) (LeakState, error) {
 	f := strings.Fields(string(b))
 	if len(f) != 4 {
 		return LeakState{}, fmt.Errorf("queue: leak state %q: want 4 fields", b)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -45,7 +46,7 @@ func TestReadyCapacityIsExact(t *testing.T) {
 	if n := stored(t, ctx, b.js, queue.StreamName("rc", queue.Ready)); n != capacity {
 		t.Fatalf("READY holds %d jobs, want %d", n, capacity)
 	}
-	in, err := queue.Inspect(ctx, b.js, cfg)
+	in, err := admin.Inspect(ctx, b.js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

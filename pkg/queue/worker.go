@@ -26,6 +26,10 @@ type Handler func(ctx context.Context, j *Job) error
 // by every worker.
 const ReadyConsumer = "spillway-ready"
 
+// ErrJobCancelled is what a StartGate returns for a job that was
+// cancelled: the worker deletes its backlog message and runs nothing.
+var ErrJobCancelled = errors.New("queue: job cancelled")
+
 // Defaults of a WorkerConfig's zero fields.
 const (
 	DefaultConcurrency = 16

@@ -1,4 +1,4 @@
-package queue_test
+package admin_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -61,9 +62,9 @@ func (f *deadFixture) bury(t *testing.T, id, key string) uint64 {
 	return ack.Sequence
 }
 
-func (f *deadFixture) open(t *testing.T) *queue.DeadLetters {
+func (f *deadFixture) open(t *testing.T) *admin.DeadLetters {
 	t.Helper()
-	dl, err := queue.OpenDeadLetters(t.Context(), f.js, f.cfg.Name)
+	dl, err := admin.OpenDeadLetters(t.Context(), f.js, f.cfg.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func (f *deadFixture) count(t *testing.T, d queue.Destination) uint64 {
 	return s.CachedInfo().State.Msgs
 }
 
-func seqs(ls []queue.DeadLetter) []uint64 {
+func seqs(ls []admin.DeadLetter) []uint64 {
 	var s []uint64
 	for _, l := range ls {
 		s = append(s, l.Seq)
@@ -90,7 +91,7 @@ func seqs(ls []queue.DeadLetter) []uint64 {
 func TestDeadLettersList(t *testing.T) {
 	t.Parallel()
 	f := newDeadFixture(t, queue.Config{Name: "mail"})
-	if _, err := queue.OpenDeadLetters(t.Context(), f.js, "nope"); !errors.Is(err, queue.ErrNoStream) {
+	if _, err := admin.OpenDeadLetters(t.Context(), f.js, "nope"); !errors.Is(err, admin.ErrNoStream) {
 		t.Fatalf("open of a queue without streams: %v, want ErrNoStream", err)
 	}
 	for i := range 5 {
@@ -102,28 +103,28 @@ func TestDeadLettersList(t *testing.T) {
 		t.Fatalf("total %d stream %s queue %s", dl.Total(), dl.Stream(), dl.Queue())
 	}
 	for _, c := range []struct {
-		o    queue.ListOptions
+		o    admin.ListOptions
 		want string
 	}{
-		{queue.ListOptions{}, "[1 2 3 4 5]"},
-		{queue.ListOptions{Limit: 2}, "[1 2]"},
-		{queue.ListOptions{After: 2, Limit: 2}, "[3 4]"},
-		{queue.ListOptions{After: 4}, "[5]"},
-		{queue.ListOptions{After: 5}, "[]"},
-		{queue.ListOptions{JobID: "job-1"}, "[2 5]"},
-		{queue.ListOptions{JobID: "job-1", Limit: 1}, "[2]"},
-		{queue.ListOptions{JobID: "job-1", After: 2}, "[5]"},
-		{queue.ListOptions{JobID: "job-late"}, "[]"},
+		{admin.ListOptions{}, "[1 2 3 4 5]"},
+		{admin.ListOptions{Limit: 2}, "[1 2]"},
+		{admin.ListOptions{After: 2, Limit: 2}, "[3 4]"},
+		{admin.ListOptions{After: 4}, "[5]"},
+		{admin.ListOptions{After: 5}, "[]"},
+		{admin.ListOptions{JobID: "job-1"}, "[2 5]"},
+		{admin.ListOptions{JobID: "job-1", Limit: 1}, "[2]"},
+		{admin.ListOptions{JobID: "job-1", After: 2}, "[5]"},
+		{admin.ListOptions{JobID: "job-late"}, "[]"},
 	} {
 		ls, err := dl.List(t.Context(), c.o)
 		if got := fmt.Sprint(seqs(ls)); err != nil || got != c.want {
 			t.Errorf("List(%+v): %s %v, want %s", c.o, got, err, c.want)
 		}
 	}
-	if _, err := dl.List(t.Context(), queue.ListOptions{Limit: -1}); err == nil || !strings.Contains(err.Error(), "limit -1") {
+	if _, err := dl.List(t.Context(), admin.ListOptions{Limit: -1}); err == nil || !strings.Contains(err.Error(), "limit -1") {
 		t.Errorf("negative limit: %v", err)
 	}
-	ls, err := dl.List(t.Context(), queue.ListOptions{Limit: 1})
+	ls, err := dl.List(t.Context(), admin.ListOptions{Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +143,13 @@ func TestDeadLettersReplay(t *testing.T) {
 	b := f.bury(t, "job-b", "k2")
 	notJob := f.bury(t, "", "k3")
 	dl := f.open(t)
-	letters, err := dl.List(t.Context(), queue.ListOptions{})
+	letters, err := dl.List(t.Context(), admin.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// A destination that does not exist: nothing is tried.
-	if _, err := dl.Replay(t.Context(), letters, queue.ReplayOptions{To: queue.Dead}); err == nil {
+	if _, err := dl.Replay(t.Context(), letters, admin.ReplayOptions{To: queue.Dead}); err == nil {
 		t.Fatal("replay to DEAD accepted")
 	}
 
@@ -157,13 +158,13 @@ func TestDeadLettersReplay(t *testing.T) {
 	// undone for the one kept.
 	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	var prepared, undone, reported []string
-	res, err := dl.Replay(t.Context(), letters, queue.ReplayOptions{
+	res, err := dl.Replay(t.Context(), letters, admin.ReplayOptions{
 		To: queue.Backlog, Now: func() time.Time { return now },
-		Prepare: func(_ context.Context, j queue.Job, _ queue.DeadLetter, to queue.Destination, _ time.Time) (func(), string) {
+		Prepare: func(_ context.Context, j queue.Job, _ admin.DeadLetter, to queue.Destination, _ time.Time) (func(), string) {
 			prepared = append(prepared, j.ID+"→"+to.String())
 			return func() { undone = append(undone, j.ID) }, "noted"
 		},
-		Report: func(r queue.ReplayResult) { reported = append(reported, r.ID) },
+		Report: func(r admin.ReplayResult) { reported = append(reported, r.ID) },
 	})
 	if err != nil || len(res) != 3 || len(reported) != 3 {
 		t.Fatalf("replay: %v, %d results, %d reported", err, len(res), len(reported))
@@ -206,11 +207,11 @@ func TestDeadLettersReplay(t *testing.T) {
 	// The one kept, to READY: it goes. The same dead letter replayed
 	// again (by someone who listed it before) is gone meanwhile.
 	rest := letters[1:2]
-	res, err = dl.Replay(t.Context(), rest, queue.ReplayOptions{To: queue.Ready})
+	res, err = dl.Replay(t.Context(), rest, admin.ReplayOptions{To: queue.Ready})
 	if err != nil || res[0].Kept != "" || res[0].Stream != "SPILLWAY_mail_READY" {
 		t.Fatalf("replay to READY: %v %+v", err, res)
 	}
-	res, err = dl.Replay(t.Context(), rest, queue.ReplayOptions{To: queue.Ready})
+	res, err = dl.Replay(t.Context(), rest, admin.ReplayOptions{To: queue.Ready})
 	if err != nil || !strings.Contains(res[0].Kept, "gone meanwhile") || f.count(t, queue.Ready) != 1 {
 		t.Fatalf("second replay of one dead letter: %v %+v, READY %d", err, res, f.count(t, queue.Ready))
 	}
@@ -219,8 +220,8 @@ func TestDeadLettersReplay(t *testing.T) {
 	if err := f.js.DeleteStream(t.Context(), queue.StreamName("mail", queue.Ready)); err != nil {
 		t.Fatal(err)
 	}
-	res, err = dl.Replay(t.Context(), letters[2:], queue.ReplayOptions{To: queue.Ready})
-	if !errors.Is(err, queue.ErrNoStream) || len(res) != 0 || f.count(t, queue.Dead) != 1 {
+	res, err = dl.Replay(t.Context(), letters[2:], admin.ReplayOptions{To: queue.Ready})
+	if !errors.Is(err, admin.ErrNoStream) || len(res) != 0 || f.count(t, queue.Dead) != 1 {
 		t.Fatalf("replay without READY: %v %+v", err, res)
 	}
 }
@@ -231,11 +232,11 @@ func TestDeadLettersReplayToFullReady(t *testing.T) {
 	f.bury(t, "job-a", "k")
 	f.bury(t, "job-b", "k")
 	dl := f.open(t)
-	letters, err := dl.List(t.Context(), queue.ListOptions{})
+	letters, err := dl.List(t.Context(), admin.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := dl.Replay(t.Context(), letters, queue.ReplayOptions{To: queue.Ready})
+	res, err := dl.Replay(t.Context(), letters, admin.ReplayOptions{To: queue.Ready})
 	if err != nil || res[0].Kept != "" || !strings.Contains(res[1].Kept, "READY is full") {
 		t.Fatalf("replay to a READY with room for one: %v %+v", err, res)
 	}
@@ -254,14 +255,14 @@ func TestDeadLettersPurge(t *testing.T) {
 	if n, err := dl.Purge(t.Context(), []uint64{2, 3, 3}); err != nil || n != 3 {
 		t.Fatalf("purge 2, 3, 3: %d %v", n, err)
 	}
-	if ls, _ := dl.List(t.Context(), queue.ListOptions{}); fmt.Sprint(seqs(ls)) != "[1 4]" {
+	if ls, _ := dl.List(t.Context(), admin.ListOptions{}); fmt.Sprint(seqs(ls)) != "[1 4]" {
 		t.Fatalf("after purging 2 and 3: %v", seqs(ls))
 	}
 	late := f.bury(t, "job-late", "k") // after the open: kept by PurgeAll
 	if n, err := dl.PurgeAll(t.Context()); err != nil || n != 4 {
 		t.Fatalf("purge all: %d %v (counts the dead letters there were when opened)", n, err)
 	}
-	ls, err := f.open(t).List(t.Context(), queue.ListOptions{})
+	ls, err := f.open(t).List(t.Context(), admin.ListOptions{})
 	if err != nil || fmt.Sprint(seqs(ls)) != fmt.Sprint([]uint64{late}) {
 		t.Fatalf("after purge all: %v %v, want only the late one", seqs(ls), err)
 	}

@@ -1,4 +1,4 @@
-package queue
+package admin
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // Info is what a queue looks like now: read from JetStream, so it is the
@@ -58,23 +59,23 @@ type Info struct {
 // Inspect reads a queue's state from its streams and consumers. cfg
 // supplies what JetStream does not keep (the leak rate). A queue whose
 // workers never ran has no consumers yet: their figures are 0.
-func Inspect(ctx context.Context, js jetstream.JetStream, cfg Config) (Info, error) {
+func Inspect(ctx context.Context, js jetstream.JetStream, cfg queue.Config) (Info, error) {
 	if err := cfg.Validate(); err != nil {
 		return Info{}, err
 	}
 	var states [len(inspected)]*jetstream.StreamInfo
 	for i, d := range inspected {
-		s, err := js.Stream(ctx, StreamName(cfg.Name, d))
+		s, err := js.Stream(ctx, queue.StreamName(cfg.Name, d))
 		if err != nil {
-			return Info{}, fmt.Errorf("queue: inspecting %s: stream %s: %w", cfg.Name, StreamName(cfg.Name, d), err)
+			return Info{}, fmt.Errorf("admin: inspecting %s: stream %s: %w", cfg.Name, queue.StreamName(cfg.Name, d), err)
 		}
 		states[i] = s.CachedInfo()
 	}
-	ready, err := consumerInfo(ctx, js, StreamName(cfg.Name, Ready), ReadyConsumer)
+	ready, err := consumerInfo(ctx, js, queue.StreamName(cfg.Name, queue.Ready), queue.ReadyConsumer)
 	if err != nil {
 		return Info{}, err
 	}
-	grants, err := consumerInfo(ctx, js, GrantsStreamName(cfg.Name), GrantsConsumer)
+	grants, err := consumerInfo(ctx, js, queue.GrantsStreamName(cfg.Name), queue.GrantsConsumer)
 	if err != nil {
 		return Info{}, err
 	}
@@ -82,7 +83,7 @@ func Inspect(ctx context.Context, js jetstream.JetStream, cfg Config) (Info, err
 }
 
 // inspected are the streams whose state makes a queue's Info.
-var inspected = [...]Destination{Ready, Backlog, Dead}
+var inspected = [...]queue.Destination{queue.Ready, queue.Backlog, queue.Dead}
 
 // consumers is what Info takes from a queue's two consumers.
 type consumers struct {
@@ -104,7 +105,7 @@ func consumerFigures(ready, grants *jetstream.ConsumerInfo) consumers {
 
 // infoOf is the Info of queue cfg from its streams' states (inspected's
 // order) and its consumers' figures.
-func infoOf(cfg Config, states [len(inspected)]*jetstream.StreamInfo, c consumers) Info {
+func infoOf(cfg queue.Config, states [len(inspected)]*jetstream.StreamInfo, c consumers) Info {
 	info := Info{Queue: cfg.Name, LeakRate: cfg.LeakRate}
 	info.Ready = int64(states[0].State.Msgs)
 	info.ReadyCapacity = max(0, states[0].Config.MaxMsgs)
@@ -133,7 +134,7 @@ func consumerInfo(ctx context.Context, js jetstream.JetStream, stream, name stri
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: consumer %s on %s: %w", name, stream, err)
+		return nil, fmt.Errorf("admin: consumer %s on %s: %w", name, stream, err)
 	}
 	return c.CachedInfo(), nil
 }

@@ -1,4 +1,4 @@
-package queue_test
+package admin_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 // CancelBacklogJob deletes the job it is told of, only that job, and
@@ -24,21 +25,21 @@ func TestCancelBacklogJob(t *testing.T) {
 	if _, err := b.pub.Publish(ctx, queue.Backlog, c); err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.CancelBacklogJob(ctx, b.js, "cancel", sa.Sequence, c.ID); !errors.Is(err, queue.ErrNotThisJob) {
+	if err := admin.CancelBacklogJob(ctx, b.js, "cancel", sa.Sequence, c.ID); !errors.Is(err, admin.ErrNotThisJob) {
 		t.Errorf("cancel job c at job a's place: %v, want ErrNotThisJob", err)
 	}
 	if n := stored(t, ctx, b.js, queue.StreamName("cancel", queue.Backlog)); n != 2 {
 		t.Fatalf("the backlog holds %d jobs after a refused cancel, want 2", n)
 	}
 	for range 2 { // the second time, it is gone already
-		if err := queue.CancelBacklogJob(ctx, b.js, "cancel", sa.Sequence, a.ID); err != nil {
+		if err := admin.CancelBacklogJob(ctx, b.js, "cancel", sa.Sequence, a.ID); err != nil {
 			t.Fatalf("cancel job a: %v", err)
 		}
 	}
 	if n := stored(t, ctx, b.js, queue.StreamName("cancel", queue.Backlog)); n != 1 {
 		t.Errorf("the backlog holds %d jobs after job a's cancel, want 1", n)
 	}
-	if err := queue.CancelBacklogJob(ctx, b.js, "cancel", 0, a.ID); err == nil {
+	if err := admin.CancelBacklogJob(ctx, b.js, "cancel", 0, a.ID); err == nil {
 		t.Error("cancel at sequence 0: no error")
 	}
 }

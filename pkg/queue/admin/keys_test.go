@@ -1,4 +1,4 @@
-package queue_test
+package admin_test
 
 import (
 	"crypto/sha256"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 func TestKeyHash(t *testing.T) {
@@ -55,7 +56,7 @@ func TestBacklogKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	keys, total, err := queue.BacklogKeys(ctx, b.js, cfg.Name, 3)
+	keys, total, err := admin.BacklogKeys(ctx, b.js, cfg.Name, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,14 +85,14 @@ func TestBacklogKeys(t *testing.T) {
 		t.Errorf("a: %+v, want depth 5, weight 2, 2 high and 3 low", a)
 	}
 
-	all, total, err := queue.BacklogKeys(ctx, b.js, cfg.Name, 0)
+	all, total, err := admin.BacklogKeys(ctx, b.js, cfg.Name, 0)
 	if err != nil || total != 5 || len(all) != 5 || all[4].Key != "d" || all[4].Weight != 1 || all[4].Priorities[queue.High] != 1 {
 		t.Errorf("BacklogKeys(default top): %+v, %d, %v; want the 5 keys, d last, high", all, total, err)
 	}
-	if _, _, err := queue.BacklogKeys(ctx, b.js, cfg.Name, queue.MaxTopKeys+1); err == nil {
-		t.Errorf("top %d: no error", queue.MaxTopKeys+1)
+	if _, _, err := admin.BacklogKeys(ctx, b.js, cfg.Name, admin.MaxTopKeys+1); err == nil {
+		t.Errorf("top %d: no error", admin.MaxTopKeys+1)
 	}
-	if _, _, err := queue.BacklogKeys(ctx, b.js, "missing", 1); err == nil {
+	if _, _, err := admin.BacklogKeys(ctx, b.js, "missing", 1); err == nil {
 		t.Error("a queue without streams: no error")
 	}
 }

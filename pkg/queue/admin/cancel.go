@@ -1,4 +1,4 @@
-package queue
+package admin
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // Cancelling a queued job (docs/design.md#cancel) takes two steps, and
@@ -23,40 +25,32 @@ import (
 //     worker that is granted the job finds it cancelled at its start gate
 //     and deletes it then (ErrJobCancelled).
 
-// ErrJobCancelled is what a StartGate returns for a job that was
-// cancelled: the worker deletes its backlog message and runs nothing.
-var ErrJobCancelled = errors.New("queue: job cancelled")
-
-// ErrNotThisJob is wrapped by CancelBacklogJob's error when the backlog
-// message at the given sequence is another job: nothing is deleted.
-var ErrNotThisJob = errors.New("queue: the backlog message is another job")
-
 // CancelBacklogJob deletes job id's message, at sequence seq of queue's
 // backlog. It checks that the message there is job id before deleting it;
 // a message that is gone already (deleted before, or settled) is not an
 // error. Call it only for a job that can no longer start — one whose
 // status record is cancelled — or the job may run all the same (see
 // WorkerConfig.StartGate).
-func CancelBacklogJob(ctx context.Context, js jetstream.JetStream, queue string, seq uint64, id string) error {
+func CancelBacklogJob(ctx context.Context, js jetstream.JetStream, q string, seq uint64, id string) error {
 	if seq == 0 {
-		return fmt.Errorf("queue: cancel job %s: no backlog sequence", id)
+		return fmt.Errorf("admin: cancel job %s: no backlog sequence", id)
 	}
-	s, err := js.Stream(ctx, StreamName(queue, Backlog))
+	s, err := js.Stream(ctx, queue.StreamName(q, queue.Backlog))
 	if err != nil {
-		return fmt.Errorf("queue: backlog of %s: %w", queue, err)
+		return fmt.Errorf("admin: backlog of %s: %w", q, err)
 	}
 	m, err := s.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("queue: cancel job %s: reading backlog message %d: %w", id, seq, err)
+		return fmt.Errorf("admin: cancel job %s: reading backlog message %d: %w", id, seq, err)
 	}
-	if got := m.Header.Get(HeaderJobID); got != id {
-		return fmt.Errorf("%w: cancel job %s: backlog message %d of %s is job %.64q", ErrNotThisJob, id, seq, queue, got)
+	if got := m.Header.Get(queue.HeaderJobID); got != id {
+		return fmt.Errorf("%w: cancel job %s: backlog message %d of %s is job %.64q", ErrNotThisJob, id, seq, q, got)
 	}
-	if err := RemoveMsg(ctx, s, seq); err != nil {
-		return fmt.Errorf("queue: cancel job %s: deleting backlog message %d: %w", id, seq, err)
+	if err := queue.RemoveMsg(ctx, s, seq); err != nil {
+		return fmt.Errorf("admin: cancel job %s: deleting backlog message %d: %w", id, seq, err)
 	}
 	return nil
 }

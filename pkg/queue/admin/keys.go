@@ -1,4 +1,4 @@
-package queue
+package admin
 
 import (
 	"cmp"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // Bounds of BacklogKeys: DefaultTopKeys and MaxTopKeys bound how many keys
@@ -33,7 +35,7 @@ type KeyBacklog struct {
 	Weight int
 	// Priorities counts the key's jobs of each class: each class has a
 	// backlog subject of its own, so the counts are JetStream's, exact.
-	Priorities map[Priority]int
+	Priorities map[queue.Priority]int
 }
 
 // BacklogKeys lists the top keys of a queue's backlog, the deepest first
@@ -45,42 +47,42 @@ type KeyBacklog struct {
 // has one per priority class it uses), then for each listed key one read
 // of the first job of each of its classes. Jobs leave while it reads: a
 // key whose jobs are all gone by then is left out.
-func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top int) (keys []KeyBacklog, total int, err error) {
+func BacklogKeys(ctx context.Context, js jetstream.JetStream, q string, top int) (keys []KeyBacklog, total int, err error) {
 	if top <= 0 {
 		top = DefaultTopKeys
 	}
 	if top > MaxTopKeys {
-		return nil, 0, fmt.Errorf("queue: listing the keys of %s: top %d: want at most %d", queue, top, MaxTopKeys)
+		return nil, 0, fmt.Errorf("admin: listing the keys of %s: top %d: want at most %d", q, top, MaxTopKeys)
 	}
-	name := StreamName(queue, Backlog)
+	name := queue.StreamName(q, queue.Backlog)
 	s, err := js.Stream(ctx, name)
 	if err != nil {
-		return nil, 0, fmt.Errorf("queue: listing the keys of %s: stream %s: %w", queue, name, err)
+		return nil, 0, fmt.Errorf("admin: listing the keys of %s: stream %s: %w", q, name, err)
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(SubjectFilter(queue, Backlog)))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(queue.SubjectFilter(q, queue.Backlog)))
 	if err != nil {
-		return nil, 0, fmt.Errorf("queue: listing the keys of %s: %w", queue, err)
+		return nil, 0, fmt.Errorf("admin: listing the keys of %s: %w", q, err)
 	}
 	type key struct {
 		token    string
 		n        uint64
 		subjects []string
-		classes  map[Priority]int
+		classes  map[queue.Priority]int
 	}
 	byToken := make(map[string]*key)
 	for subject, n := range info.State.Subjects {
 		if n == 0 {
 			continue
 		}
-		tok := SubjectToken(subject)
+		tok := queue.SubjectToken(subject)
 		k := byToken[tok]
 		if k == nil {
-			k = &key{token: tok, classes: map[Priority]int{High: 0, Normal: 0, Low: 0}}
+			k = &key{token: tok, classes: map[queue.Priority]int{queue.High: 0, queue.Normal: 0, queue.Low: 0}}
 			byToken[tok] = k
 		}
 		k.n += n
 		k.subjects = append(k.subjects, subject)
-		k.classes[SubjectClass(subject)] += int(n)
+		k.classes[queue.SubjectClass(subject)] += int(n)
 	}
 	sorted := make([]*key, 0, len(byToken))
 	for _, k := range byToken {
@@ -98,7 +100,7 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, queue string, top 
 	for _, k := range sorted[:min(top, len(sorted))] {
 		kb, ok, err := readKey(ctx, s, k.subjects, now)
 		if err != nil {
-			return nil, 0, fmt.Errorf("queue: listing the keys of %s: %w", queue, err)
+			return nil, 0, fmt.Errorf("admin: listing the keys of %s: %w", q, err)
 		}
 		if ok {
 			kb.Depth, kb.Priorities = k.n, k.classes
@@ -127,11 +129,11 @@ func readKey(ctx context.Context, s jetstream.Stream, subjects []string, now tim
 	if oldest == nil {
 		return k, false, nil
 	}
-	k.Key = oldest.Header.Get(HeaderKey)
-	k.Hash = KeyHash(k.Key)
+	k.Key = oldest.Header.Get(queue.HeaderKey)
+	k.Hash = queue.KeyHash(k.Key)
 	k.OldestAge = max(0, now.Sub(oldest.Time))
 	k.Weight = 1
-	if w, err := strconv.Atoi(oldest.Header.Get(HeaderWeight)); err == nil && w >= 1 && w <= MaxWeight {
+	if w, err := strconv.Atoi(oldest.Header.Get(queue.HeaderWeight)); err == nil && w >= 1 && w <= queue.MaxWeight {
 		k.Weight = w
 	}
 	return k, true, nil

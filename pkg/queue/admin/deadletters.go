@@ -1,4 +1,4 @@
-package queue
+package admin
 
 import (
 	"context"
@@ -10,15 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Errors of OpenDeadLetters and DeadLetters.Replay.
-var (
-	// ErrNoStream: a stream of the queue does not exist (a worker creates
-	// them when it first runs the queue).
-	ErrNoStream = errors.New("queue: no such stream")
-	// ErrNoJetStream: the NATS server has no JetStream.
-	ErrNoJetStream = errors.New("queue: NATS has no JetStream")
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // apiTimeout bounds one JetStream API call of DeadLetters.
@@ -38,18 +31,18 @@ type DeadLetters struct {
 
 // OpenDeadLetters opens queue's DEAD stream. A stream that does not exist
 // is ErrNoStream; a server without JetStream ErrNoJetStream.
-func OpenDeadLetters(ctx context.Context, js jetstream.JetStream, queue string) (*DeadLetters, error) {
-	if err := ValidateQueueName(queue); err != nil {
+func OpenDeadLetters(ctx context.Context, js jetstream.JetStream, q string) (*DeadLetters, error) {
+	if err := queue.ValidateQueueName(q); err != nil {
 		return nil, err
 	}
-	name := StreamName(queue, Dead)
+	name := queue.StreamName(q, queue.Dead)
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	s, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, streamError(name, err)
 	}
-	return &DeadLetters{js: js, queue: queue, dead: s, info: s.CachedInfo()}, nil
+	return &DeadLetters{js: js, queue: q, dead: s, info: s.CachedInfo()}, nil
 }
 
 func streamError(name string, err error) error {
@@ -59,7 +52,7 @@ func streamError(name string, err error) error {
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("%w: %w", ErrNoJetStream, err)
 	}
-	return fmt.Errorf("queue: reading stream %s: %w", name, err)
+	return fmt.Errorf("admin: reading stream %s: %w", name, err)
 }
 
 // Queue is the queue's name.
@@ -94,16 +87,16 @@ type DeadLetter struct {
 // and the job's).
 func deadLetterOf(seq uint64, h nats.Header, stored time.Time, size int) DeadLetter {
 	l := DeadLetter{
-		Seq: seq, ID: h.Get(HeaderJobID), Reason: h.Get(HeaderDeadReason),
-		LastError: h.Get(HeaderLastError), SourceStream: h.Get(HeaderSourceStream), PayloadBytes: size,
+		Seq: seq, ID: h.Get(queue.HeaderJobID), Reason: h.Get(queue.HeaderDeadReason),
+		LastError: h.Get(queue.HeaderLastError), SourceStream: h.Get(queue.HeaderSourceStream), PayloadBytes: size,
 		DeadAt: stored,
 	}
-	l.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempt))
-	l.SourceSeq, _ = strconv.ParseUint(h.Get(HeaderSourceSeq), 10, 64)
-	if t, err := time.Parse(time.RFC3339Nano, h.Get(HeaderDeadAt)); err == nil {
+	l.Attempts, _ = strconv.Atoi(h.Get(queue.HeaderAttempt))
+	l.SourceSeq, _ = strconv.ParseUint(h.Get(queue.HeaderSourceSeq), 10, 64)
+	if t, err := time.Parse(time.RFC3339Nano, h.Get(queue.HeaderDeadAt)); err == nil {
 		l.DeadAt = t
 	}
-	if t, err := time.Parse(time.RFC3339Nano, h.Get(HeaderEnqueuedAt)); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, h.Get(queue.HeaderEnqueuedAt)); err == nil {
 		l.EnqueuedAt = t
 	}
 	return l
@@ -124,7 +117,7 @@ type ListOptions struct {
 // List reads dead letters, oldest first, headers only.
 func (d *DeadLetters) List(ctx context.Context, o ListOptions) ([]DeadLetter, error) {
 	if o.Limit < 0 {
-		return nil, fmt.Errorf("queue: listing dead letters: limit %d: want 0 (all) or more", o.Limit)
+		return nil, fmt.Errorf("admin: listing dead letters: limit %d: want 0 (all) or more", o.Limit)
 	}
 	letters := []DeadLetter{}
 	err := d.scan(ctx, o.After, func(l DeadLetter) bool {
@@ -199,7 +192,7 @@ func (d *DeadLetters) scan(ctx context.Context, after uint64, fn func(DeadLetter
 // ReplayOptions say where and how dead letters are replayed.
 type ReplayOptions struct {
 	// To is Ready (run now) or Backlog (drained at the leak rate).
-	To Destination
+	To queue.Destination
 	// Now is the replay's clock (default time.Now): the replayed job's
 	// enqueued-at.
 	Now func() time.Time
@@ -208,7 +201,7 @@ type ReplayOptions struct {
 	// workers only advance a record, and would leave a dead one dead). If
 	// the publish fails, undo (if not nil) is called. A note is reported
 	// in the result; it does not stop the replay.
-	Prepare func(ctx context.Context, job Job, l DeadLetter, to Destination, now time.Time) (undo func(), note string)
+	Prepare func(ctx context.Context, job queue.Job, l DeadLetter, to queue.Destination, now time.Time) (undo func(), note string)
 	// Report, if set, is called with each result as it is known.
 	Report func(ReplayResult)
 }
@@ -247,13 +240,13 @@ type ReplayResult struct {
 // is tried (ErrNoStream). If ctx ends, the results so far are returned
 // with its error.
 func (d *DeadLetters) Replay(ctx context.Context, letters []DeadLetter, o ReplayOptions) ([]ReplayResult, error) {
-	if o.To != Ready && o.To != Backlog {
-		return nil, fmt.Errorf("queue: replaying dead letters to %v: want ready or backlog", o.To)
+	if o.To != queue.Ready && o.To != queue.Backlog {
+		return nil, fmt.Errorf("admin: replaying dead letters to %v: want ready or backlog", o.To)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	destName := StreamName(d.queue, o.To)
+	destName := queue.StreamName(d.queue, o.To)
 	octx, cancel := context.WithTimeout(ctx, apiTimeout)
 	ds, err := d.js.Stream(octx, destName)
 	cancel()
@@ -289,7 +282,7 @@ func (d *DeadLetters) replayOne(ctx context.Context, l DeadLetter, o ReplayOptio
 		res.Kept = "reading it failed: " + err.Error()
 		return res
 	}
-	job, err := ParseJob(raw.Header, raw.Data)
+	job, err := queue.ParseJob(raw.Header, raw.Data)
 	if err != nil {
 		res.Kept = fmt.Sprintf("not a job, so it cannot be replayed (%v); purge it by hand (nats stream rmm %s %d)", err, d.Stream(), l.Seq)
 		return res
@@ -299,7 +292,7 @@ func (d *DeadLetters) replayOne(ctx context.Context, l DeadLetter, o ReplayOptio
 		return res
 	}
 	now := o.Now()
-	mv := ReplayMove(Source{Queue: d.queue, Subject: raw.Subject, Stream: d.Stream(), Seq: l.Seq, Header: raw.Header, Data: raw.Data}, o.To, job.ID, now)
+	mv := queue.ReplayMove(queue.Source{Queue: d.queue, Subject: raw.Subject, Stream: d.Stream(), Seq: l.Seq, Header: raw.Header, Data: raw.Data}, o.To, job.ID, now)
 	undo, note := func() {}, ""
 	if o.Prepare != nil {
 		if u, n := o.Prepare(ctx, job, l, o.To, now); u != nil {
@@ -316,13 +309,13 @@ func (d *DeadLetters) replayOne(ctx context.Context, l DeadLetter, o ReplayOptio
 	})
 	if ack == nil {
 		undo()
-		res.Kept = fmt.Sprintf("publishing to %s failed: %v", StreamName(d.queue, o.To), err)
+		res.Kept = fmt.Sprintf("publishing to %s failed: %v", queue.StreamName(d.queue, o.To), err)
 		switch {
-		case errors.Is(err, ErrReadyFull):
+		case errors.Is(err, queue.ErrReadyFull):
 			res.Kept += " (READY is full, at ready.capacity: replay to the backlog, or wait for workers to take jobs)"
-		case errors.Is(err, ErrKeyQueueFull):
+		case errors.Is(err, queue.ErrKeyQueueFull):
 			res.Kept += " (this key's share of the backlog is full: replay to READY, or wait for it to drain)"
-		case errors.Is(err, ErrQueueFull):
+		case errors.Is(err, queue.ErrQueueFull):
 			res.Kept += " (the backlog is full: replay to READY, or wait for it to drain)"
 		}
 		return res

@@ -1,4 +1,4 @@
-package queue
+package admin
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // Snapshot is the state of many queues, read at one time by an Inspector.
@@ -20,12 +22,12 @@ type Snapshot struct {
 	Errs  map[string]error
 	// Pause and Leak are the queues' pause and pushback states, from the
 	// pacers' bucket (absent: never paused, never pushed back).
-	Pause map[string]PauseState
-	Leak  map[string]LeakState
+	Pause map[string]queue.PauseState
+	Leak  map[string]queue.LeakState
 }
 
 // covers reports whether s has something to say of every queue of cfgs.
-func (s *Snapshot) covers(cfgs []Config) bool {
+func (s *Snapshot) covers(cfgs []queue.Config) bool {
 	for _, c := range cfgs {
 		if _, ok := s.Infos[c.Name]; !ok {
 			if _, ok := s.Errs[c.Name]; !ok {
@@ -85,7 +87,7 @@ func NewInspector(js jetstream.JetStream) *Inspector {
 // it is younger than MaxAge, else a fresh one — or, when the refresh takes
 // longer than Wait, the last one all the same. It fails only when there is
 // no snapshot of all those queues and none comes before ctx ends.
-func (in *Inspector) Snapshot(ctx context.Context, cfgs []Config) (*Snapshot, error) {
+func (in *Inspector) Snapshot(ctx context.Context, cfgs []queue.Config) (*Snapshot, error) {
 	in.mu.Lock()
 	s := in.snap
 	usable := s != nil && s.covers(cfgs)
@@ -111,7 +113,7 @@ func (in *Inspector) Snapshot(ctx context.Context, cfgs []Config) (*Snapshot, er
 		s = in.snap
 		in.mu.Unlock()
 		if s == nil || !s.covers(cfgs) {
-			return nil, errors.New("queue: the queues' state could not be read from JetStream")
+			return nil, errors.New("admin: the queues' state could not be read from JetStream")
 		}
 		return s, nil
 	case <-wait:
@@ -120,7 +122,7 @@ func (in *Inspector) Snapshot(ctx context.Context, cfgs []Config) (*Snapshot, er
 		if usable {
 			return s, nil
 		}
-		return nil, fmt.Errorf("queue: reading the queues' state: %w", ctx.Err())
+		return nil, fmt.Errorf("admin: reading the queues' state: %w", ctx.Err())
 	}
 }
 
@@ -135,7 +137,7 @@ func (in *Inspector) Invalidate() {
 // refreshTimeout bounds one refresh.
 const refreshTimeout = 30 * time.Second
 
-func (in *Inspector) refresh(cfgs []Config, done chan struct{}) {
+func (in *Inspector) refresh(cfgs []queue.Config, done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
 	defer cancel()
 	s, err := in.read(ctx, cfgs)
@@ -148,9 +150,9 @@ func (in *Inspector) refresh(cfgs []Config, done chan struct{}) {
 	close(done)
 }
 
-func (in *Inspector) read(ctx context.Context, cfgs []Config) (*Snapshot, error) {
+func (in *Inspector) read(ctx context.Context, cfgs []queue.Config) (*Snapshot, error) {
 	s := &Snapshot{At: time.Now(), Infos: make(map[string]Info, len(cfgs)), Errs: map[string]error{},
-		Pause: map[string]PauseState{}, Leak: map[string]LeakState{}}
+		Pause: map[string]queue.PauseState{}, Leak: map[string]queue.LeakState{}}
 	type slot struct {
 		q int
 		i int // in inspected, or len(inspected) for GRANTS
@@ -158,19 +160,19 @@ func (in *Inspector) read(ctx context.Context, cfgs []Config) (*Snapshot, error)
 	streams := make(map[string]slot, 4*len(cfgs))
 	for q, c := range cfgs {
 		for i, d := range inspected {
-			streams[StreamName(c.Name, d)] = slot{q, i}
+			streams[queue.StreamName(c.Name, d)] = slot{q, i}
 		}
-		streams[GrantsStreamName(c.Name)] = slot{q, len(inspected)}
+		streams[queue.GrantsStreamName(c.Name)] = slot{q, len(inspected)}
 	}
 	states := make([][len(inspected) + 1]*jetstream.StreamInfo, len(cfgs))
-	l := in.js.ListStreams(ctx, jetstream.WithStreamListSubject(SubjectRoot+">"))
+	l := in.js.ListStreams(ctx, jetstream.WithStreamListSubject(queue.SubjectRoot+">"))
 	for si := range l.Info() {
 		if at, ok := streams[si.Config.Name]; ok {
 			states[at.q][at.i] = si
 		}
 	}
 	if err := l.Err(); err != nil {
-		return nil, fmt.Errorf("queue: listing the queues' streams: %w", err)
+		return nil, fmt.Errorf("admin: listing the queues' streams: %w", err)
 	}
 	if err := in.pacerEntries(ctx, s); err != nil {
 		return nil, err
@@ -193,7 +195,7 @@ func (in *Inspector) read(ctx context.Context, cfgs []Config) (*Snapshot, error)
 	for q, c := range cfgs {
 		st := states[q]
 		if st[0] == nil || st[1] == nil || st[2] == nil {
-			s.Errs[c.Name] = fmt.Errorf("queue: inspecting %s: a stream of the queue is missing", c.Name)
+			s.Errs[c.Name] = fmt.Errorf("admin: inspecting %s: a stream of the queue is missing", c.Name)
 			continue
 		}
 		var mark [len(inspected) + 1]uint64
@@ -219,10 +221,10 @@ func (in *Inspector) read(ctx context.Context, cfgs []Config) (*Snapshot, error)
 		wg.Go(func() {
 			defer func() { <-sem }()
 			name := cfgs[j.q].Name
-			ready, err := consumerInfo(ctx, in.js, StreamName(name, Ready), ReadyConsumer)
+			ready, err := consumerInfo(ctx, in.js, queue.StreamName(name, queue.Ready), queue.ReadyConsumer)
 			var grants *jetstream.ConsumerInfo
 			if err == nil {
-				grants, err = consumerInfo(ctx, in.js, GrantsStreamName(name), GrantsConsumer)
+				grants, err = consumerInfo(ctx, in.js, queue.GrantsStreamName(name), queue.GrantsConsumer)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -260,31 +262,31 @@ func (in *Inspector) read(ctx context.Context, cfgs []Config) (*Snapshot, error)
 // pacerEntries reads every queue's pause and pushback entry in one
 // listing of the pacers' bucket.
 func (in *Inspector) pacerEntries(ctx context.Context, s *Snapshot) error {
-	kv, err := in.js.KeyValue(ctx, PacerBucket)
+	kv, err := in.js.KeyValue(ctx, queue.PacerBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("queue: pacer bucket %s: %w", PacerBucket, err)
+		return fmt.Errorf("admin: pacer bucket %s: %w", queue.PacerBucket, err)
 	}
-	w, err := kv.WatchFiltered(ctx, []string{PauseKey("*"), LeakStateKey("*")}, jetstream.IgnoreDeletes())
+	w, err := kv.WatchFiltered(ctx, []string{queue.PauseKey("*"), queue.LeakStateKey("*")}, jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("queue: listing the pause and pushback states: %w", err)
+		return fmt.Errorf("admin: listing the pause and pushback states: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("queue: listing the pause and pushback states: %w", ctx.Err())
+			return fmt.Errorf("admin: listing the pause and pushback states: %w", ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok || e == nil {
 				return nil // the initial values are in
 			}
 			k := e.Key()
 			if q, ok := strings.CutSuffix(k, ".paused"); ok {
-				s.Pause[q] = decodePause(e.Value())
+				s.Pause[q] = queue.DecodePause(e.Value())
 			} else if q, ok := strings.CutSuffix(k, ".pushback"); ok {
-				if st, err := decodeLeak(e.Value()); err == nil {
+				if st, err := queue.DecodeLeak(e.Value()); err == nil {
 					s.Leak[q] = st
 				}
 			}
