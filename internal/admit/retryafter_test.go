@@ -11,6 +11,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // releases runs a worker of queue q (no-op handler) until the test ends and
@@ -25,8 +26,8 @@ func startWorker(t *testing.T, b *testBundle, q string) *releases {
 	r := &releases{at: map[string]time.Time{}}
 	cfg := b.Config.Queue(q).Backlog
 	cfg.Memory = true
-	w, err := queue.NewWorker(b.JS, queue.WorkerConfig{Queue: cfg, Concurrency: 4, Observe: func(e queue.Event) {
-		if e.Kind == queue.Released {
+	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: cfg, Concurrency: 4, Observe: func(e worker.Event) {
+		if e.Kind == worker.Released {
 			r.mu.Lock()
 			r.at[e.Job.ID] = time.Now()
 			r.mu.Unlock()

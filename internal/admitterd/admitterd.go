@@ -35,6 +35,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // Options configure a Service. Config is required.
@@ -47,7 +48,7 @@ type Options struct {
 	// (default: a new registry).
 	Registry *prometheus.Registry
 	// Handlers overrides queue handlers of the dev-mode workers.
-	Handlers map[string]queue.Handler
+	Handlers map[string]worker.Handler
 	Logger   *slog.Logger
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // keysCacheFor is how long a queue's key listing is served again rather
@@ -34,7 +35,7 @@ type keysEntry struct {
 	top      int
 	keys     []admin.KeyBacklog
 	total    int
-	releases *queue.KeyReleases
+	releases *worker.KeyReleases
 }
 
 func (c *keysCache) entry(q string) *keysEntry {
@@ -85,7 +86,7 @@ func (h *httpDoor) readKeys(ctx context.Context, e *keysEntry, q string, top int
 	if err != nil {
 		return err
 	}
-	releases, err := queue.ReadKeyReleases(ctx, h.o.JS, q)
+	releases, err := worker.ReadKeyReleases(ctx, h.o.JS, q)
 	if err != nil {
 		// The listing stands without the shares.
 		h.o.Logger.Warn("door: reading the drain's release counts", "queue", q, "err", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // keysConfig: per X-Client a first job admitted, the next ten queued;
@@ -79,7 +80,7 @@ func TestHTTPBacklogKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := `{"at": "2026-01-02T03:04:05Z", "window_s": 60, "releases": {"` + a.KeyHash + `": 3, "` + bb.KeyHash + `": 1}}`
-	if _, err := kv.Put(t.Context(), queue.KeyReleasesKey("q"), []byte(doc)); err != nil {
+	if _, err := kv.Put(t.Context(), worker.KeyReleasesKey("q"), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
 	// Another top is another listing: read anew, not from the cache.

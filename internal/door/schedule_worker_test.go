@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // starts records the handler's calls of a worker the test runs.
@@ -30,7 +31,7 @@ func runRecordingWorker(t *testing.T, b *testBundle, q string) *starts {
 	rec := jobstatus.NewRecorder(b.status, nil, 0)
 	cfg := b.Config.Queue(q).Backlog
 	cfg.Memory = true // as the test kit made the streams
-	w, err := queue.NewWorker(b.JS, queue.WorkerConfig{Queue: cfg, FetchWait: 100 * time.Millisecond, Observe: rec.Observe},
+	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: cfg, FetchWait: 100 * time.Millisecond, Observe: rec.Observe},
 		func(_ context.Context, j *queue.Job) error {
 			s.mu.Lock()
 			s.at[j.ID] = time.Now()

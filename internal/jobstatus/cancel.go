@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // NotCancellableError is Store.Cancel's error for a job that is not
@@ -169,15 +169,15 @@ func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64, lega
 	}
 }
 
-// StartGate is a queue.WorkerConfig.StartGate over s: before a backlog
+// StartGate is a worker.WorkerConfig.StartGate over s: before a backlog
 // job's handler runs it wins the job's claim, holding the running record
-// — one write, no read — and answers queue.ErrJobCancelled when a cancel
+// — one write, no read — and answers worker.ErrJobCancelled when a cancel
 // won it. A claim held by an earlier start (a worker that stopped or died
 // mid-try) lets the job start again. A job with no record (the
 // admitter's write was lost, or the record expired) starts. A job whose
 // record is in the older versions' bucket starts as those versions start
 // it (Advance), racing their cancel.
-func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
+func (s *Store) StartGate(ctx context.Context, e worker.Event) error {
 	rec, ok := update(e, time.Now())
 	if !ok {
 		return nil
@@ -203,7 +203,7 @@ func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
 		return err
 	}
 	if !took && cur.State == Cancelled {
-		return fmt.Errorf("%w: %s", queue.ErrJobCancelled, rec.ID)
+		return fmt.Errorf("%w: %s", worker.ErrJobCancelled, rec.ID)
 	}
 	return nil
 }

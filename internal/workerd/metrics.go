@@ -7,6 +7,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // metrics are the worker metrics, fed by queue.Events.
@@ -144,21 +145,21 @@ func (m *metrics) dropLeak(q string) {
 	m.mu.Unlock()
 }
 
-func (m *metrics) observe(e queue.Event) {
+func (m *metrics) observe(e worker.Event) {
 	if m == nil {
 		return
 	}
 	switch e.Kind {
-	case queue.Started:
+	case worker.Started:
 		m.mu.Lock()
 		m.running[runKey{e.Queue, e.Stream, e.Sequence}] = struct{}{}
 		m.mu.Unlock()
 		m.inFlight.WithLabelValues(e.Queue).Inc()
-	case queue.Succeeded:
+	case worker.Succeeded:
 		m.ran(e, "succeeded")
-	case queue.Retrying:
+	case worker.Retrying:
 		m.ran(e, "retrying")
-	case queue.DeadLettered:
+	case worker.DeadLettered:
 		if e.Took > 0 {
 			m.ran(e, "dead")
 		}
@@ -166,15 +167,15 @@ func (m *metrics) observe(e queue.Event) {
 		if e.Reason == queue.ReasonExpired {
 			m.expired.WithLabelValues(e.Queue).Inc()
 		}
-	case queue.Released:
+	case worker.Released:
 		m.wait.WithLabelValues(e.Queue).Observe(e.Waited.Seconds())
-	case queue.HandedBack:
+	case worker.HandedBack:
 		m.ended(e)
 	}
 }
 
 // ended takes a run out of the in-flight gauge if it was counted in.
-func (m *metrics) ended(e queue.Event) {
+func (m *metrics) ended(e worker.Event) {
 	k := runKey{e.Queue, e.Stream, e.Sequence}
 	m.mu.Lock()
 	_, ok := m.running[k]
@@ -185,7 +186,7 @@ func (m *metrics) ended(e queue.Event) {
 	}
 }
 
-func (m *metrics) ran(e queue.Event, result string) {
+func (m *metrics) ran(e worker.Event, result string) {
 	m.ended(e)
 	m.completed.WithLabelValues(e.Queue, result).Inc()
 	m.duration.WithLabelValues(e.Queue).Observe(e.Took.Seconds())

@@ -1,4 +1,4 @@
-// Package workerd runs a worker process's queues: one queue.Worker per
+// Package workerd runs a worker process's queues: one worker.Worker per
 // queue with the queue's handler, a pacer shared by every worker process,
 // job-status records and the worker metrics (spillway_jobs_*,
 // spillway_leak_rate, spillway_leak_rate_current, spillway_leak_pauses_total,
@@ -24,7 +24,7 @@
 // whose leak rate (or adaptive setting) alone changed keeps its worker and
 // its pacer takes the new rate at the next booking; a queue whose worker settings changed
 // (concurrency, handler, retry policy, backlog bounds, ack wait, grace
-// period) gets a new queue.Worker, started before the old one is stopped
+// period) gets a new worker.Worker, started before the old one is stopped
 // gracefully — the old one's running handlers finish within the grace
 // period (meanwhile both run, so the queue briefly has up to old + new
 // concurrency handlers), and the backlog jobs it held are handed back to
@@ -54,6 +54,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -73,7 +74,7 @@ type Options struct {
 	// Recorder writes job-status records; nil keeps none.
 	Recorder *jobstatus.Recorder
 	// Handlers overrides the handler of a queue by name (tests, embedding).
-	Handlers map[string]queue.Handler
+	Handlers map[string]worker.Handler
 	// Registerer receives the worker metrics; nil records none.
 	Registerer prometheus.Registerer
 	HTTPClient *http.Client
@@ -180,7 +181,7 @@ func (p *Pool) Reload(cfg *config.Config) error {
 type plan struct {
 	q    *config.Queue
 	spec spec
-	h    queue.Handler
+	h    worker.Handler
 }
 
 func (p *Pool) apply(cfg *config.Config) error {
@@ -210,7 +211,7 @@ func (p *Pool) apply(cfg *config.Config) error {
 		}
 		starts = append(starts, plan{q: q, spec: sp, h: h})
 	}
-	workers := make([]*queue.Worker, len(starts))
+	workers := make([]*worker.Worker, len(starts))
 	for i, st := range starts {
 		pc, err := p.pacer(st.q)
 		if err != nil {
@@ -290,7 +291,7 @@ func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 		fp.Peers = func(ctx context.Context) int {
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			c, err := js.Consumer(ctx, stream, queue.GrantsConsumer)
+			c, err := js.Consumer(ctx, stream, worker.GrantsConsumer)
 			if err != nil {
 				return 1
 			}
@@ -313,15 +314,15 @@ func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 	return yp, nil
 }
 
-func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (*queue.Worker, error) {
+func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (*worker.Worker, error) {
 	observe := p.m.observe
-	var gate func(context.Context, queue.Event) error
+	var gate func(context.Context, worker.Event) error
 	if p.o.Recorder != nil {
 		rec := p.o.Recorder
-		observe = func(e queue.Event) { p.m.observe(e); rec.Observe(e) }
+		observe = func(e worker.Event) { p.m.observe(e); rec.Observe(e) }
 		gate = rec.StartGate // a cancel and a start: one wins (docs/design.md#cancel)
 	}
-	w, err := queue.NewWorker(p.o.JS, queue.WorkerConfig{
+	w, err := worker.NewWorker(p.o.JS, worker.WorkerConfig{
 		Queue:       st.q.Backlog,
 		Concurrency: st.spec.concurrency,
 		Retry:       st.q.Retry,
@@ -339,7 +340,7 @@ func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (
 }
 
 // launch runs w until the pool stops or the returned worker is stopped.
-func (p *Pool) launch(name string, sp spec, w *queue.Worker) *running {
+func (p *Pool) launch(name string, sp spec, w *worker.Worker) *running {
 	ctx, stop := context.WithCancel(p.ctx)
 	r := &running{spec: sp, stop: stop, done: make(chan struct{})}
 	p.wg.Add(1)
@@ -362,7 +363,7 @@ func (p *Pool) launch(name string, sp spec, w *queue.Worker) *running {
 
 // pick returns the queues to work: the named ones (each must exist and
 // have a handler), or every queue with a handler.
-func pick(cfg *config.Config, names []string, overrides map[string]queue.Handler) ([]*config.Queue, error) {
+func pick(cfg *config.Config, names []string, overrides map[string]worker.Handler) ([]*config.Queue, error) {
 	hasHandler := func(q *config.Queue) bool {
 		_, ok := overrides[q.Name]
 		return ok || q.Handler.HTTP != nil || q.Handler.NATS != nil || q.Handler.Log

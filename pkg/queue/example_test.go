@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // Publish a job to a queue's READY stream and run it with a Worker. A
@@ -60,7 +61,7 @@ func Example() {
 
 	// Run a worker until the job is done, then stop it.
 	done := make(chan struct{})
-	w, err := queue.NewWorker(js, queue.WorkerConfig{Queue: cfg}, func(_ context.Context, j *queue.Job) error {
+	w, err := worker.NewWorker(js, worker.WorkerConfig{Queue: cfg}, func(_ context.Context, j *queue.Job) error {
 		fmt.Printf("sending %q for %s, try %d\n", j.Payload, j.Key, j.Attempt)
 		close(done)
 		return nil

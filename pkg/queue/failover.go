@@ -53,7 +53,7 @@ type FailoverPacer struct {
 	// (err: why) or back to the primary (err nil). Set before use.
 	OnSwitch func(fallback bool, err error)
 	// Peers, if set, says how many worker processes pace the queue (for a
-	// queue.Worker: the grants consumer's waiting pulls). When
+	// worker.Worker: the grants consumer's waiting pulls). When
 	// the primary fails, the first fallback start is put after the starts
 	// they may still hold from the primary — at most two each — so that
 	// the two chains do not overlap. Unset, only this process's own

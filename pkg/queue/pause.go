@@ -92,8 +92,8 @@ type Pauser struct {
 	resumed chan struct{} // closed when not paused; replaced on a pause
 }
 
-// newPauser returns a Pauser not paused, which run keeps up to date.
-func newPauser() *Pauser {
+// NewPauser returns a Pauser not paused, which Run keeps up to date.
+func NewPauser() *Pauser {
 	p := &Pauser{resumed: make(chan struct{})}
 	close(p.resumed)
 	return p
@@ -141,10 +141,10 @@ func (p *Pauser) set(paused bool) (changed bool) {
 	return true
 }
 
-// run watches queue's entry in kv until ctx ends, watching again after a
+// Run watches queue's entry in kv until ctx ends, watching again after a
 // failure. While the watch is broken the last state holds. It closes
 // known once the entry's value at the start was delivered.
-func (p *Pauser) run(ctx context.Context, kv jetstream.KeyValue, queue string, log *slog.Logger, known chan<- struct{}) {
+func (p *Pauser) Run(ctx context.Context, kv jetstream.KeyValue, queue string, log *slog.Logger, known chan<- struct{}) {
 	var once sync.Once
 	told := func() { once.Do(func() { close(known) }) }
 	defer told()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // CancelBacklogJob deletes the job it is told of, only that job, and
@@ -62,16 +63,16 @@ func TestStartGate(t *testing.T) {
 		asked      = map[string]int{}
 		flakyFails atomic.Int32
 	)
-	gate := func(_ context.Context, e queue.Event) error {
+	gate := func(_ context.Context, e worker.Event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		asked[e.Job.ID]++
-		if e.Kind != queue.Started || e.Attempt != 1 || e.Stream != queue.StreamName("gate", queue.Backlog) || e.Sequence == 0 {
+		if e.Kind != worker.Started || e.Attempt != 1 || e.Stream != queue.StreamName("gate", queue.Backlog) || e.Sequence == 0 {
 			t.Errorf("gate asked with %+v; want the Started event of a first try from the backlog", e)
 		}
 		switch e.Job.ID {
 		case cancelled.ID:
-			return queue.ErrJobCancelled
+			return worker.ErrJobCancelled
 		case flaky.ID:
 			if flakyFails.Add(1) == 1 {
 				return errors.New("status store unreachable")
@@ -79,7 +80,7 @@ func TestStartGate(t *testing.T) {
 		}
 		return nil
 	}
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, FetchWait: 50 * time.Millisecond, StartGate: gate}, func(_ context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, FetchWait: 50 * time.Millisecond, StartGate: gate}, func(_ context.Context, j *queue.Job) error {
 		mu.Lock()
 		ran[j.ID]++
 		mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 type bundle struct {
@@ -63,7 +64,7 @@ func stored(t *testing.T, ctx context.Context, js jetstream.JetStream, stream st
 // test wait for a condition on them without sleeping.
 type recorder struct {
 	mu      sync.Mutex
-	events  []queue.Event
+	events  []worker.Event
 	starts  map[string][]time.Time // job id → handler calls
 	order   []string               // job ids in the order handlers started
 	changed chan struct{}
@@ -73,7 +74,7 @@ func newRecorder() *recorder {
 	return &recorder{starts: map[string][]time.Time{}, changed: make(chan struct{}, 1)}
 }
 
-func (r *recorder) observe(e queue.Event) {
+func (r *recorder) observe(e worker.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
@@ -95,7 +96,7 @@ func (r *recorder) poke() {
 	}
 }
 
-func (r *recorder) count(kind queue.EventKind) int {
+func (r *recorder) count(kind worker.EventKind) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
@@ -126,9 +127,9 @@ func (r *recorder) waitFor(t *testing.T, d time.Duration, what string, cond func
 
 // runWorker runs a worker until the test ends, then stops it and checks
 // that Run returned nil.
-func runWorker(t *testing.T, js jetstream.JetStream, cfg queue.WorkerConfig, h queue.Handler) context.CancelFunc {
+func runWorker(t *testing.T, js jetstream.JetStream, cfg worker.WorkerConfig, h worker.Handler) context.CancelFunc {
 	t.Helper()
-	w, err := queue.NewWorker(js, cfg, h)
+	w, err := worker.NewWorker(js, cfg, h)
 	if err != nil {
 		t.Fatal(err)
 	}

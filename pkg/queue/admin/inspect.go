@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // Info is what a queue looks like now: read from JetStream, so it is the
@@ -71,11 +72,11 @@ func Inspect(ctx context.Context, js jetstream.JetStream, cfg queue.Config) (Inf
 		}
 		states[i] = s.CachedInfo()
 	}
-	ready, err := consumerInfo(ctx, js, queue.StreamName(cfg.Name, queue.Ready), queue.ReadyConsumer)
+	ready, err := consumerInfo(ctx, js, queue.StreamName(cfg.Name, queue.Ready), worker.ReadyConsumer)
 	if err != nil {
 		return Info{}, err
 	}
-	grants, err := consumerInfo(ctx, js, queue.GrantsStreamName(cfg.Name), queue.GrantsConsumer)
+	grants, err := consumerInfo(ctx, js, queue.GrantsStreamName(cfg.Name), worker.GrantsConsumer)
 	if err != nil {
 		return Info{}, err
 	}

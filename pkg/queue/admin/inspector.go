@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // Snapshot is the state of many queues, read at one time by an Inspector.
@@ -221,10 +222,10 @@ func (in *Inspector) read(ctx context.Context, cfgs []queue.Config) (*Snapshot, 
 		wg.Go(func() {
 			defer func() { <-sem }()
 			name := cfgs[j.q].Name
-			ready, err := consumerInfo(ctx, in.js, queue.StreamName(name, queue.Ready), queue.ReadyConsumer)
+			ready, err := consumerInfo(ctx, in.js, queue.StreamName(name, queue.Ready), worker.ReadyConsumer)
 			var grants *jetstream.ConsumerInfo
 			if err == nil {
-				grants, err = consumerInfo(ctx, in.js, queue.GrantsStreamName(name), queue.GrantsConsumer)
+				grants, err = consumerInfo(ctx, in.js, queue.GrantsStreamName(name), worker.GrantsConsumer)
 			}
 			mu.Lock()
 			defer mu.Unlock()

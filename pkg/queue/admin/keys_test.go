@@ -11,6 +11,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 func TestKeyHash(t *testing.T) {
@@ -103,32 +104,32 @@ func TestReadKeyReleases(t *testing.T) {
 	t.Parallel()
 	cfg := queue.Config{Name: "rel", Memory: true, LeakRate: bucket.Rate{Count: 1, Per: time.Second}}
 	ctx, b := setup(t, cfg)
-	if r, err := queue.ReadKeyReleases(ctx, b.js, "rel"); r != nil || err != nil {
+	if r, err := worker.ReadKeyReleases(ctx, b.js, "rel"); r != nil || err != nil {
 		t.Errorf("no bucket: %+v, %v; want nil, nil", r, err)
 	}
 	kv, err := queue.OpenPacerBucket(ctx, b.js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := queue.ReadKeyReleases(ctx, b.js, "rel"); r != nil || err != nil {
+	if r, err := worker.ReadKeyReleases(ctx, b.js, "rel"); r != nil || err != nil {
 		t.Errorf("no document: %+v, %v; want nil, nil", r, err)
 	}
 	ha, hb := queue.KeyHash("a"), queue.KeyHash("b")
 	doc := `{"at": "2026-01-02T03:04:05Z", "window_s": 60, "releases": {"` + ha + `": 30, "` + hb + `": 10}}`
-	if _, err := kv.Put(ctx, queue.KeyReleasesKey("rel"), []byte(doc)); err != nil {
+	if _, err := kv.Put(ctx, worker.KeyReleasesKey("rel"), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
-	r, err := queue.ReadKeyReleases(ctx, b.js, "rel")
+	r, err := worker.ReadKeyReleases(ctx, b.js, "rel")
 	if err != nil || r == nil {
 		t.Fatalf("ReadKeyReleases: %+v, %v", r, err)
 	}
 	if !r.At.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) || r.WindowS != 60 || r.Share(ha) != 0.75 || r.Share(hb) != 0.25 || r.Share("none") != 0 {
 		t.Errorf("releases %+v: shares %v, %v", r, r.Share(ha), r.Share(hb))
 	}
-	if _, err := kv.Put(ctx, queue.KeyReleasesKey("rel"), []byte("{not json")); err != nil {
+	if _, err := kv.Put(ctx, worker.KeyReleasesKey("rel"), []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.ReadKeyReleases(ctx, b.js, "rel"); err == nil || !strings.Contains(err.Error(), "rel.keys") {
+	if _, err := worker.ReadKeyReleases(ctx, b.js, "rel"); err == nil || !strings.Contains(err.Error(), "rel.keys") {
 		t.Errorf("a broken document: %v, want an error naming it", err)
 	}
 }

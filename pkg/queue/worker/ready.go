@@ -1,4 +1,4 @@
-package queue
+package worker
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -43,7 +44,7 @@ type execution struct {
 	subject string
 	header  nats.Header // the stored message, for a dead letter or a retry
 	data    []byte
-	job     *Job
+	job     *queue.Job
 	attempt int
 	// backlog is set for a job run from its backlog message, msg being
 	// its grant: settling it deletes the message there, then acks the
@@ -60,7 +61,7 @@ type execution struct {
 // delivery; it deletes a backlog job's message, then acks its grant.
 func (e *execution) settleSource(ctx context.Context) error {
 	if e.backlog != nil {
-		if err := RemoveMsg(ctx, e.backlog, e.seq); err != nil {
+		if err := queue.RemoveMsg(ctx, e.backlog, e.seq); err != nil {
 			return err
 		}
 	}
@@ -68,8 +69,8 @@ func (e *execution) settleSource(ctx context.Context) error {
 }
 
 // source is the delivered message, the source of its moves.
-func (e *execution) source(queue string) Source {
-	return Source{Queue: queue, Subject: e.subject, Stream: e.stream, Seq: e.seq, Header: e.header, Data: e.data}
+func (e *execution) source(q string) queue.Source {
+	return queue.Source{Queue: q, Subject: e.subject, Stream: e.stream, Seq: e.seq, Header: e.header, Data: e.data}
 }
 
 // claim reports whether the caller is the one to settle the delivery.
@@ -144,7 +145,7 @@ func (r *runner) start(msg jetstream.Msg) {
 
 // runBacklog runs a backlog job whose booked start came, in the handler
 // slot the drainer took for it.
-func (r *runner) runBacklog(e *execution, job Job) {
+func (r *runner) runBacklog(e *execution, job queue.Job) {
 	r.track(e)
 	go func() {
 		defer r.finish(e)
@@ -241,7 +242,7 @@ func (r *runner) execute(e *execution, slot bool) {
 	}
 	e.stream, e.seq, e.subject = meta.Stream, meta.Sequence.Stream, e.msg.Subject()
 	e.header, e.data = e.msg.Headers(), e.msg.Data()
-	job, err := ParseJob(e.header, e.data)
+	job, err := queue.ParseJob(e.header, e.data)
 	if err != nil {
 		if e.claim() {
 			r.deadLetter(e, int(meta.NumDelivered), "invalid job", err, 0)
@@ -297,7 +298,7 @@ func (r *runner) execute(e *execution, slot bool) {
 }
 
 // try runs one try of a job in a slot of its own and settles it.
-func (r *runner) try(e *execution, job Job) {
+func (r *runner) try(e *execution, job queue.Job) {
 	if most := r.w.cfg.Retry.Attempts(); e.attempt > most {
 		// The worker of the last allowed try stopped before settling it.
 		if e.claim() {
@@ -318,7 +319,7 @@ func (r *runner) try(e *execution, job Job) {
 }
 
 // call runs the handler, turning a panic into an error.
-func (r *runner) call(j *Job) (err error) {
+func (r *runner) call(j *queue.Job) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.w.log.Error("handler panicked", "job", j.ID, "attempt", j.Attempt, "panic", p, "stack", string(debug.Stack()))
@@ -382,10 +383,10 @@ func (r *runner) moveToRetry(e *execution, delay time.Duration, herr error) {
 		err   error
 	)
 	if _, pushback := retry.IsPushback(herr); pushback {
-		moved, err = RetryMove(e.source(r.w.cfg.Queue.Name), e.attempt, notBefore, Backlog).Do(ctx, r.w.js, e.settleSource)
+		moved, err = queue.RetryMove(e.source(r.w.cfg.Queue.Name), e.attempt, notBefore, queue.Backlog).Do(ctx, r.w.js, e.settleSource)
 	}
 	if moved == nil {
-		moved, err = RetryMove(e.source(r.w.cfg.Queue.Name), e.attempt, notBefore, Ready).Do(ctx, r.w.js, e.settleSource)
+		moved, err = queue.RetryMove(e.source(r.w.cfg.Queue.Name), e.attempt, notBefore, queue.Ready).Do(ctx, r.w.js, e.settleSource)
 	}
 	switch {
 	case moved == nil:
@@ -401,7 +402,7 @@ func (r *runner) moveToRetry(e *execution, delay time.Duration, herr error) {
 func (r *runner) deadLetter(e *execution, attempts int, reason string, cause error, took time.Duration) {
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
-	moved, err := DeadMove(e.source(r.w.cfg.Queue.Name), attempts, reason, cause, time.Now()).Do(ctx, r.w.js, e.settleSource)
+	moved, err := queue.DeadMove(e.source(r.w.cfg.Queue.Name), attempts, reason, cause, time.Now()).Do(ctx, r.w.js, e.settleSource)
 	if moved == nil {
 		r.w.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", e.stream, "stream_seq", e.seq, "error", err)
 		_ = e.msg.NakWithDelay(time.Second)

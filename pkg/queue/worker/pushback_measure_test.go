@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -89,7 +90,7 @@ func TestMeasureAdaptiveLeak(t *testing.T) {
 			t.Fatal(err)
 		}
 		yps = append(yps, yp)
-		runWorker(t, js, queue.WorkerConfig{Queue: cfg, Concurrency: 8, Pacer: yp}, downstream)
+		runWorker(t, js, worker.WorkerConfig{Queue: cfg, Concurrency: 8, Pacer: yp}, downstream)
 	}
 	time.Sleep(run)
 	mu.Lock()

@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -59,9 +60,9 @@ func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 4, Pacer: yp, Observe: rec.observe}, handler)
+		runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 4, Pacer: yp, Observe: rec.observe}, handler)
 	}
-	rec.waitFor(t, 30*time.Second, "every job done", func() bool { return rec.count(queue.Succeeded) == jobs })
+	rec.waitFor(t, 30*time.Second, "every job done", func() bool { return rec.count(worker.Succeeded) == jobs })
 
 	st, err := queue.ReadLeakState(ctx, kv, b.cfg.Name)
 	if err != nil {
@@ -91,7 +92,7 @@ func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 	defer rec.mu.Unlock()
 	released := 0
 	for _, e := range rec.events {
-		if e.Kind == queue.Released && e.Job.ID == pushedID {
+		if e.Kind == worker.Released && e.Job.ID == pushedID {
 			released++
 			if released == 2 && (e.Attempt != 2 || e.Stream != queue.StreamName(b.cfg.Name, queue.Backlog)) {
 				t.Errorf("the pushed-back job's retry: attempt %d from %s, want attempt 2 from the backlog", e.Attempt, e.Stream)

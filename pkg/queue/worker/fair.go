@@ -1,6 +1,10 @@
-package queue
+package worker
 
-import "container/heap"
+import (
+	"container/heap"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
 
 // The drain's scheduler decides which backlog job the next start of the
 // leak goes to (docs/design.md#fair-drain). It sees the backlog as flows:
@@ -31,7 +35,7 @@ import "container/heap"
 type fairSched struct {
 	minShare int64 // per mille of the starts each lower class keeps
 	flows    map[string]*flow
-	classes  [len(Priorities)]classQueue
+	classes  [len(queue.Priorities)]classQueue
 	waiting  flowHeap // flows with jobs, none due yet: by their next due time
 	order    uint64
 	// reads are the flows that need a read from the stream (needsRead);
@@ -65,7 +69,7 @@ type classQueue struct {
 // flow is the scheduler's view of one backlog subject.
 type flow struct {
 	subject string
-	class   Priority
+	class   queue.Priority
 	window  []pendingJob // read and not granted, in stream order
 	last    uint64       // the highest sequence read into the window, or skipped
 	more    bool         // jobs after last may be in the stream: read them when there is room
@@ -121,7 +125,7 @@ func newFairSched(minShare float64) *fairSched {
 func (s *fairSched) flow(subject string) *flow {
 	f := s.flows[subject]
 	if f == nil {
-		f = &flow{subject: subject, class: SubjectClass(subject), dueIdx: -1, waitIdx: -1}
+		f = &flow{subject: subject, class: queue.SubjectClass(subject), dueIdx: -1, waitIdx: -1}
 		s.flows[subject] = f
 	}
 	return f
@@ -211,7 +215,7 @@ func (s *fairSched) place(f *flow, now int64) {
 			next = j.wakes()
 		}
 	}
-	c := &s.classes[f.class.index()]
+	c := &s.classes[f.class.Index()]
 	switch {
 	case due:
 		if f.waitIdx >= 0 {

@@ -1,9 +1,11 @@
-package queue
+package worker
 
 import (
 	"fmt"
 	"math"
 	"testing"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // fill gives each subject n due jobs, in one stream, round robin.
@@ -140,7 +142,7 @@ func TestFairSchedPriorityAndMinShare(t *testing.T) {
 		for range 100 {
 			fs.read(s, 0)
 			f, _, _ := s.pick(0)
-			if f.class == Low {
+			if f.class == queue.Low {
 				low++
 			}
 		}
@@ -152,28 +154,8 @@ func TestFairSchedPriorityAndMinShare(t *testing.T) {
 	s := newFairSched(0)
 	fill(s, 0, 5, []string{"spillway.backlog.q.a"}, nil)
 	s.add("spillway.backlog.q.high.a", pendingJob{seq: 100, weight: 1}, 0)
-	if f, _, _ := s.pick(0); f.class != High {
+	if f, _, _ := s.pick(0); f.class != queue.High {
 		t.Fatalf("first start went to class %v, want high", f.class)
-	}
-}
-
-func TestClassSubjects(t *testing.T) {
-	for _, p := range Priorities {
-		sub := classSubject("q", Backlog, p, KeyToken("k"))
-		if SubjectClass(sub) != p || SubjectToken(sub) != KeyToken("k") {
-			t.Errorf("%v: subject %s reads back as class %v token %s", p, sub, SubjectClass(sub), SubjectToken(sub))
-		}
-		if r := classSubject("q", Ready, p, KeyToken("k")); r != Subject("q", Ready, "k") {
-			t.Errorf("%v: READY subject %s, want the key's one subject", p, r)
-		}
-	}
-}
-
-func TestHashOfTokenIsKeyHash(t *testing.T) {
-	for _, k := range []string{"", "tenant-a", "a.b*>", "\x00\xff"} {
-		if got, want := KeyHashOfToken(KeyToken(k)), KeyHash(k); got != want {
-			t.Errorf("key %q: hash of its token %s, want KeyHash %s", k, got, want)
-		}
 	}
 }
 

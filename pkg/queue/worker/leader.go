@@ -1,4 +1,4 @@
-package queue
+package worker
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // leader runs a queue's drain while its worker holds the lease.
@@ -58,7 +59,7 @@ const demandFresh = 50 * time.Millisecond
 func newLeader(d *drainer) *leader {
 	q := d.w.cfg.Queue
 	return &leader{
-		d: d, sched: newFairSched(q.Fairness.MinShare), filter: SubjectFilter(q.Name, Backlog),
+		d: d, sched: newFairSched(q.Fairness.MinShare), filter: queue.SubjectFilter(q.Name, queue.Backlog),
 		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
 	}
 }
@@ -156,7 +157,7 @@ func (l *leader) index(ctx context.Context) error {
 		return err
 	}
 	for seq := gi.State.FirstSeq; gi.State.Msgs > 0 && seq <= gi.State.LastSeq; {
-		m, err := l.d.gstream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(GrantSubject(l.d.w.cfg.Queue.Name)))
+		m, err := l.d.gstream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(queue.GrantSubject(l.d.w.cfg.Queue.Name)))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -260,7 +261,7 @@ func (l *leader) readFlow(ctx context.Context, f *flow, want func(*flow) bool) {
 
 // pending is a backlog message as the scheduler sees it.
 func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
-	j, err := ParseJob(m.Header, nil)
+	j, err := queue.ParseJob(m.Header, nil)
 	if err != nil {
 		return pendingJob{seq: m.Sequence, bad: err}
 	}
@@ -332,12 +333,12 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 		}
 	}
 	q := l.d.w.cfg.Queue
-	m := nats.NewMsg(GrantSubject(q.Name))
+	m := nats.NewMsg(queue.GrantSubject(q.Name))
 	m.Header.Set(headerGrantSeq, strconv.FormatUint(j.seq, 10))
 	m.Header.Set(headerGrantStart, strconv.FormatInt(start.UnixNano(), 10))
 	m.Header.Set(nats.MsgIdHdr, "grant:"+strconv.FormatUint(j.seq, 10))
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	_, err = l.d.w.js.PublishMsg(rctx, m, jetstream.WithExpectStream(GrantsStreamName(q.Name)))
+	_, err = l.d.w.js.PublishMsg(rctx, m, jetstream.WithExpectStream(queue.GrantsStreamName(q.Name)))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -346,7 +347,7 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 		l.sched.putBack(f.subject, j, time.Now().UnixNano())
 		return nil
 	}
-	l.stats.add(SubjectToken(f.subject), start)
+	l.stats.add(queue.SubjectToken(f.subject), start)
 	next := make(chan struct{})
 	time.AfterFunc(time.Until(start)-bookAhead*l.d.period, func() { close(next) })
 	return next
@@ -375,7 +376,7 @@ func (l *leader) settled(ctx context.Context, f *flow, j pendingJob, now time.Ti
 // expire dead-letters a job that cannot start before its expiry: it has
 // come by now, or the start the job could have is at.
 func (l *leader) expire(ctx context.Context, subject string, j pendingJob, at time.Time) {
-	l.deadLetter(ctx, subject, j, ReasonExpired, expiredError(time.Unix(0, j.expires), at))
+	l.deadLetter(ctx, subject, j, queue.ReasonExpired, expiredError(time.Unix(0, j.expires), at))
 }
 
 // expiredError says when a job expired and when it could have started.
@@ -394,18 +395,18 @@ func (l *leader) deadLetter(ctx context.Context, subject string, j pendingJob, r
 		return // gone already
 	}
 	if err == nil {
-		src := Source{Queue: q.Name, Subject: raw.Subject, Stream: StreamName(q.Name, Backlog), Seq: j.seq, Header: raw.Header, Data: raw.Data}
-		_, err = DeadMove(src, 0, reason, cause, time.Now()).Do(sctx, l.d.w.js, func(ctx context.Context) error { return RemoveMsg(ctx, l.d.backlog, j.seq) })
+		src := queue.Source{Queue: q.Name, Subject: raw.Subject, Stream: queue.StreamName(q.Name, queue.Backlog), Seq: j.seq, Header: raw.Header, Data: raw.Data}
+		_, err = queue.DeadMove(src, 0, reason, cause, time.Now()).Do(sctx, l.d.w.js, func(ctx context.Context) error { return queue.RemoveMsg(ctx, l.d.backlog, j.seq) })
 	}
 	if err != nil {
 		l.d.w.log.Error("dead-lettering a backlog job failed; it stays in the backlog", "stream_seq", j.seq, "reason", reason, "error", err)
 		l.sched.putBack(subject, j, time.Now().Add(time.Second).UnixNano())
 		return
 	}
-	var job *Job
-	if parsed, err := ParseJob(raw.Header, nil); err == nil {
+	var job *queue.Job
+	if parsed, err := queue.ParseJob(raw.Header, nil); err == nil {
 		job = &parsed
 	}
-	l.d.w.observe(Event{Kind: DeadLettered, Job: job, Reason: reason, Stream: StreamName(q.Name, Backlog), Sequence: j.seq,
+	l.d.w.observe(Event{Kind: DeadLettered, Job: job, Reason: reason, Stream: queue.StreamName(q.Name, queue.Backlog), Sequence: j.seq,
 		Waited: time.Since(time.Unix(0, j.enqueued))})
 }

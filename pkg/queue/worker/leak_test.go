@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"

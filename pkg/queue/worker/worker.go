@@ -1,4 +1,4 @@
-package queue
+package worker
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -20,7 +21,7 @@ import (
 // retry.Permanent(err) sends it to the dead-letter stream at once. A panic
 // counts as an error. ctx ends when the worker's grace period at stop runs
 // out. j.Attempt is this try's number, from 1.
-type Handler func(ctx context.Context, j *Job) error
+type Handler func(ctx context.Context, j *queue.Job) error
 
 // ReadyConsumer is the durable consumer of a queue's READY stream, shared
 // by every worker.
@@ -44,7 +45,7 @@ const (
 type WorkerConfig struct {
 	// Queue is the queue to work. Its streams are created or updated
 	// (EnsureStreams) when Run starts; its LeakRate is required.
-	Queue Config
+	Queue queue.Config
 	// Concurrency is how many handlers run at once in this worker,
 	// admitted and backlog jobs together (default 16).
 	Concurrency int
@@ -58,7 +59,7 @@ type WorkerConfig struct {
 	// NewYieldingPacer so that pushback pauses them all) or each drains at
 	// the full leak rate. A handler's pushback (retry.Pushback) is told to
 	// a Pacer that is a Yielder (the default is one) and ignored by others.
-	Pacer Pacer
+	Pacer queue.Pacer
 	// AckWait is how long JetStream waits for an ack before it hands a job
 	// to another worker (default 30s). Running jobs, and backlog grants
 	// waiting for their start, are kept alive with heartbeats every
@@ -129,7 +130,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind    EventKind
 	Queue   string
-	Job     *Job
+	Job     *queue.Job
 	Attempt int
 	// Stream and Sequence are the job's place: the READY stream for an
 	// admitted job or a retry; the BACKLOG stream for a backlog job, from
@@ -185,22 +186,22 @@ func (c WorkerConfig) Validate() error {
 	q := c.Queue.Name
 	switch {
 	case c.Queue.LeakRate.Count == 0:
-		return fmt.Errorf("%w: queue %s: leak_rate is not set: the backlog would never drain (want COUNT/UNIT such as 50/s)", ErrInvalidConfig, q)
+		return fmt.Errorf("%w: queue %s: leak_rate is not set: the backlog would never drain (want COUNT/UNIT such as 50/s)", queue.ErrInvalidConfig, q)
 	case c.Concurrency < 0:
-		return fmt.Errorf("%w: queue %s: concurrency %d: must be ≥ 1", ErrInvalidConfig, q, c.Concurrency)
+		return fmt.Errorf("%w: queue %s: concurrency %d: must be ≥ 1", queue.ErrInvalidConfig, q, c.Concurrency)
 	case c.AckWait < 0 || (c.AckWait > 0 && c.AckWait < 300*time.Millisecond):
-		return fmt.Errorf("%w: queue %s: ack_wait %v: must be at least 300ms", ErrInvalidConfig, q, c.AckWait)
+		return fmt.Errorf("%w: queue %s: ack_wait %v: must be at least 300ms", queue.ErrInvalidConfig, q, c.AckWait)
 	case c.MaxAckPending < 0:
-		return fmt.Errorf("%w: queue %s: max_ack_pending %d: must be ≥ 1", ErrInvalidConfig, q, c.MaxAckPending)
+		return fmt.Errorf("%w: queue %s: max_ack_pending %d: must be ≥ 1", queue.ErrInvalidConfig, q, c.MaxAckPending)
 	case c.MaxAckPending > 0 && c.MaxAckPending < c.withDefaults().Concurrency:
-		return fmt.Errorf("%w: queue %s: max_ack_pending %d is below concurrency %d: handlers would sit idle", ErrInvalidConfig, q, c.MaxAckPending, c.withDefaults().Concurrency)
+		return fmt.Errorf("%w: queue %s: max_ack_pending %d is below concurrency %d: handlers would sit idle", queue.ErrInvalidConfig, q, c.MaxAckPending, c.withDefaults().Concurrency)
 	case c.GracePeriod < 0:
-		return fmt.Errorf("%w: queue %s: grace_period %v: must be positive", ErrInvalidConfig, q, c.GracePeriod)
+		return fmt.Errorf("%w: queue %s: grace_period %v: must be positive", queue.ErrInvalidConfig, q, c.GracePeriod)
 	case c.FetchWait < 0 || (c.FetchWait > 0 && c.FetchWait < 10*time.Millisecond):
-		return fmt.Errorf("%w: queue %s: fetch_wait %v: must be at least 10ms", ErrInvalidConfig, q, c.FetchWait)
+		return fmt.Errorf("%w: queue %s: fetch_wait %v: must be at least 10ms", queue.ErrInvalidConfig, q, c.FetchWait)
 	}
 	if err := c.Retry.Validate(); err != nil {
-		return fmt.Errorf("%w: queue %s: retry: %w", ErrInvalidConfig, q, err)
+		return fmt.Errorf("%w: queue %s: retry: %w", queue.ErrInvalidConfig, q, err)
 	}
 	return nil
 }
@@ -216,7 +217,7 @@ type Worker struct {
 	log    *slog.Logger
 	// pause is the queue's pause state (docs/design.md#pause), followed
 	// while Run runs.
-	pause *Pauser
+	pause *queue.Pauser
 
 	randMu sync.Mutex
 }
@@ -225,10 +226,10 @@ type Worker struct {
 // until Run.
 func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, error) {
 	if js == nil {
-		return nil, fmt.Errorf("%w: nil JetStream", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil JetStream", queue.ErrInvalidConfig)
 	}
 	if h == nil {
-		return nil, fmt.Errorf("%w: queue %s: nil handler", ErrInvalidConfig, cfg.Queue.Name)
+		return nil, fmt.Errorf("%w: queue %s: nil handler", queue.ErrInvalidConfig, cfg.Queue.Name)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -240,11 +241,11 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 		if err != nil {
 			return nil, fmt.Errorf("queue: pacer store: %w", err)
 		}
-		sp, err := NewPacer(mem, cfg.Queue.Name, cfg.Queue.LeakRate)
+		sp, err := queue.NewPacer(mem, cfg.Queue.Name, cfg.Queue.LeakRate)
 		if err != nil {
 			return nil, err
 		}
-		if cfg.Pacer, err = NewYieldingPacer(sp, nil, cfg.Queue.Name, cfg.Queue.LeakRate, cfg.Queue.Adaptive); err != nil {
+		if cfg.Pacer, err = queue.NewYieldingPacer(sp, nil, cfg.Queue.Name, cfg.Queue.LeakRate, cfg.Queue.Adaptive); err != nil {
 			return nil, err
 		}
 	}
@@ -276,9 +277,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// The pause state is known before the first pull (the watch's first
 	// values), so that a worker started while its queue is paused starts
 	// nothing.
-	w.pause = newPauser()
+	w.pause = queue.NewPauser()
 	watching := make(chan struct{})
-	loops.Go(func() { w.pause.run(ctx, deps.kv, w.cfg.Queue.Name, w.log, watching) })
+	loops.Go(func() { w.pause.Run(ctx, deps.kv, w.cfg.Queue.Name, w.log, watching) })
 	select {
 	case <-watching:
 	case <-ctx.Done():
@@ -306,13 +307,13 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // start makes sure of the queue's streams and the workers' consumers.
 func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainDeps, err error) {
-	if err = EnsureStreams(ctx, w.js, w.cfg.Queue); err != nil {
+	if err = queue.EnsureStreams(ctx, w.js, w.cfg.Queue); err != nil {
 		return nil, d, err
 	}
 	if ready, err = w.readyConsumer(ctx); err != nil {
 		return nil, d, err
 	}
-	gname := GrantsStreamName(w.cfg.Queue.Name)
+	gname := queue.GrantsStreamName(w.cfg.Queue.Name)
 	if d.grants, err = w.ensureConsumer(ctx, gname, jetstream.ConsumerConfig{
 		Durable:       GrantsConsumer,
 		Description:   "Spillway workers: backlog jobs whose start the drain's leader booked",
@@ -324,13 +325,13 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainDe
 	}); err != nil {
 		return nil, d, err
 	}
-	if d.backlog, err = w.js.Stream(ctx, StreamName(w.cfg.Queue.Name, Backlog)); err != nil {
-		return nil, d, fmt.Errorf("queue: stream %s: %w", StreamName(w.cfg.Queue.Name, Backlog), err)
+	if d.backlog, err = w.js.Stream(ctx, queue.StreamName(w.cfg.Queue.Name, queue.Backlog)); err != nil {
+		return nil, d, fmt.Errorf("queue: stream %s: %w", queue.StreamName(w.cfg.Queue.Name, queue.Backlog), err)
 	}
 	if d.gstream, err = w.js.Stream(ctx, gname); err != nil {
 		return nil, d, fmt.Errorf("queue: stream %s: %w", gname, err)
 	}
-	if d.kv, err = OpenPacerBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
+	if d.kv, err = queue.OpenPacerBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
 		return nil, d, err
 	}
 	return ready, d, nil
@@ -347,7 +348,7 @@ type drainDeps struct {
 // grows: workers with different concurrency settings do not take turns
 // shrinking it under each other.
 func (w *Worker) readyConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	stream := StreamName(w.cfg.Queue.Name, Ready)
+	stream := queue.StreamName(w.cfg.Queue.Name, queue.Ready)
 	pending := w.cfg.MaxAckPending
 	if c, err := w.js.Consumer(ctx, stream, ReadyConsumer); err == nil {
 		pending = max(pending, c.CachedInfo().Config.MaxAckPending)
@@ -398,7 +399,7 @@ func (w *Worker) yield(herr error) {
 	if !ok {
 		return
 	}
-	y, ok := w.cfg.Pacer.(Yielder)
+	y, ok := w.cfg.Pacer.(queue.Yielder)
 	if !ok {
 		return
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // A job's expiry travels in Spillway-Expires-At and reads back; a
@@ -57,17 +58,17 @@ func TestBacklogExpiredJobsNeverRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
-	rec.waitFor(t, 20*time.Second, "the first job's success", func() bool { return rec.count(queue.Succeeded) == 1 })
+	rec.waitFor(t, 20*time.Second, "the first job's success", func() bool { return rec.count(worker.Succeeded) == 1 })
 	late := newJob(t, "expiry", "b")
 	late.ExpiresAt = time.Now().Add(2 * time.Second)
 	if _, err := b.pub.Publish(ctx, queue.Backlog, late); err != nil {
 		t.Fatal(err)
 	}
-	rec.waitFor(t, 20*time.Second, "2 dead letters", func() bool { return rec.count(queue.DeadLettered) == 2 })
+	rec.waitFor(t, 20*time.Second, "2 dead letters", func() bool { return rec.count(worker.DeadLettered) == 2 })
 	rec.mu.Lock()
 	for _, j := range []*queue.Job{gone, late} {
 		if _, ran := rec.starts[j.ID]; ran {
@@ -78,7 +79,7 @@ func TestBacklogExpiredJobsNeverRun(t *testing.T) {
 		t.Error("the first job did not run")
 	}
 	for _, e := range rec.events {
-		if e.Kind == queue.DeadLettered && e.Reason != queue.ReasonExpired {
+		if e.Kind == worker.DeadLettered && e.Reason != queue.ReasonExpired {
 			t.Errorf("job %s dead with reason %q, want %q", e.Job.ID, e.Reason, queue.ReasonExpired)
 		}
 	}
@@ -114,22 +115,22 @@ func TestGrantedJobStartingAfterItsExpiryIsNotRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.js.PublishMsg(ctx, queue.GrantMsg("lategrant", ack.Sequence, j.ExpiresAt.Add(500*time.Millisecond))); err != nil {
+	if _, err := b.js.PublishMsg(ctx, worker.GrantMsg("lategrant", ack.Sequence, j.ExpiresAt.Add(500*time.Millisecond))); err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
-	rec.waitFor(t, 20*time.Second, "a dead letter", func() bool { return rec.count(queue.DeadLettered) == 1 })
+	rec.waitFor(t, 20*time.Second, "a dead letter", func() bool { return rec.count(worker.DeadLettered) == 1 })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if _, ran := rec.starts[j.ID]; ran {
 		t.Error("the job ran after its expiry")
 	}
 	for _, e := range rec.events {
-		if e.Kind == queue.DeadLettered && (e.Reason != queue.ReasonExpired || e.Job == nil || e.Job.ID != j.ID) {
+		if e.Kind == worker.DeadLettered && (e.Reason != queue.ReasonExpired || e.Job == nil || e.Job.ID != j.ID) {
 			t.Errorf("dead letter %+v, want job %s with reason %s", e, j.ID, queue.ReasonExpired)
 		}
 	}

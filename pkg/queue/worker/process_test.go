@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 // Tests with workers in processes of their own: the test binary started
 // again with SPILLWAY_TEST_WORKER set runs one worker (childMain) instead of
@@ -29,6 +29,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/testkit/proc"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -91,16 +92,16 @@ func runChild(cfg childConfig) error {
 	if err != nil {
 		return err
 	}
-	wc := queue.WorkerConfig{
+	wc := worker.WorkerConfig{
 		Queue: cfg.Queue, Concurrency: cfg.Concurrency, AckWait: cfg.AckWait,
 		Retry: retry.Policy{MaxAttempts: cfg.MaxAttempts, Initial: 100 * time.Millisecond, Max: time.Second},
-		Observe: func(e queue.Event) {
+		Observe: func(e worker.Event) {
 			switch e.Kind {
-			case queue.Succeeded:
+			case worker.Succeeded:
 				write("ack %s %d", e.Job.ID, pid)
-			case queue.Released:
+			case worker.Released:
 				write("release %s %d %d %d", e.Job.ID, pid, time.Now().UnixNano(), e.Sequence)
-			case queue.DeadLettered:
+			case worker.DeadLettered:
 				if e.Job != nil {
 					write("dead %s %d", e.Job.ID, pid)
 				}
@@ -122,7 +123,7 @@ func runChild(cfg childConfig) error {
 			return err
 		}
 	}
-	w, err := queue.NewWorker(js, wc, func(ctx context.Context, j *queue.Job) error {
+	w, err := worker.NewWorker(js, wc, func(ctx context.Context, j *queue.Job) error {
 		write("start %s %d %d %d", j.ID, pid, time.Now().UnixNano(), j.Attempt)
 		if cfg.Work > 0 {
 			time.Sleep(cfg.Work + rand.N(cfg.Work))

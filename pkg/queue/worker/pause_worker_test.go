@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // Two workers drain a backlog at 20/s through a shared pacer. A pause
@@ -57,7 +58,7 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 4, Pacer: yp, Observe: rec.observe}, handler)
+		runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 4, Pacer: yp, Observe: rec.observe}, handler)
 	}
 	backlog := map[string]bool{}
 	for i := range backlogJobs {
@@ -89,7 +90,7 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 	if err := queue.SetPause(ctx, b.js, cfg.Name, 1, queue.PauseState{At: resumedAt, By: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	rec.waitFor(t, 40*time.Second, "every job done", func() bool { return rec.count(queue.Succeeded) == backlogJobs+readyJobs })
+	rec.waitFor(t, 40*time.Second, "every job done", func() bool { return rec.count(worker.Succeeded) == backlogJobs+readyJobs })
 
 	mu.Lock()
 	defer mu.Unlock()

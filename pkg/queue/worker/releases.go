@@ -1,4 +1,4 @@
-package queue
+package worker
 
 import (
 	"context"
@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // KeyReleasesKey is the key, in PacerBucket, of the document the drain's
 // leader publishes for a queue: how many jobs of each key it released
 // over a recent window (KeyReleases).
-func KeyReleasesKey(queue string) string { return queue + ".keys" }
+func KeyReleasesKey(q string) string { return q + ".keys" }
 
 // KeyReleases is the drain leader's count of releases per key over the
 // Window ending At, keyed by KeyHash.
@@ -40,24 +42,24 @@ func (r *KeyReleases) Share(hash string) float64 {
 // ReadKeyReleases reads a queue's KeyReleases from PacerBucket: nil,
 // without error, when the bucket or the document does not exist (no
 // leader has published one).
-func ReadKeyReleases(ctx context.Context, js jetstream.JetStream, queue string) (*KeyReleases, error) {
-	kv, err := js.KeyValue(ctx, PacerBucket)
+func ReadKeyReleases(ctx context.Context, js jetstream.JetStream, q string) (*KeyReleases, error) {
+	kv, err := js.KeyValue(ctx, queue.PacerBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %w", queue, err)
+		return nil, fmt.Errorf("queue: release counts of %s: %w", q, err)
 	}
-	e, err := kv.Get(ctx, KeyReleasesKey(queue))
+	e, err := kv.Get(ctx, KeyReleasesKey(q))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %w", queue, err)
+		return nil, fmt.Errorf("queue: release counts of %s: %w", q, err)
 	}
 	var r KeyReleases
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %s in %s: %w", queue, KeyReleasesKey(queue), PacerBucket, err)
+		return nil, fmt.Errorf("queue: release counts of %s: %s in %s: %w", q, KeyReleasesKey(q), queue.PacerBucket, err)
 	}
 	return &r, nil
 }
@@ -92,7 +94,7 @@ func (s *releaseStats) last(now time.Time) map[string]int64 {
 	for i, m := range s.buckets {
 		if b-s.at[i] < int64(len(s.buckets)) {
 			for token, n := range m {
-				out[KeyHashOfToken(token)] += int64(n)
+				out[queue.KeyHashOfToken(token)] += int64(n)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -59,7 +60,7 @@ func TestReliabilityPanickingHandler(t *testing.T) {
 	}
 	quiet := slog.New(slog.DiscardHandler) // each panic logs its stack
 	for range 2 {
-		runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 8, Retry: policy, Logger: quiet}, h)
+		runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 8, Retry: policy, Logger: quiet}, h)
 	}
 
 	// publish sends one job of key every `every` until stop closes.

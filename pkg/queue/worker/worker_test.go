@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -24,7 +25,7 @@ import (
 // test wait for a condition on them without sleeping.
 type recorder struct {
 	mu      sync.Mutex
-	events  []queue.Event
+	events  []worker.Event
 	starts  map[string][]time.Time // job id → handler calls
 	order   []string               // job ids in the order handlers started
 	changed chan struct{}
@@ -34,7 +35,7 @@ func newRecorder() *recorder {
 	return &recorder{starts: map[string][]time.Time{}, changed: make(chan struct{}, 1)}
 }
 
-func (r *recorder) observe(e queue.Event) {
+func (r *recorder) observe(e worker.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
@@ -56,7 +57,7 @@ func (r *recorder) poke() {
 	}
 }
 
-func (r *recorder) count(kind queue.EventKind) int {
+func (r *recorder) count(kind worker.EventKind) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
@@ -87,9 +88,9 @@ func (r *recorder) waitFor(t *testing.T, d time.Duration, what string, cond func
 
 // runWorker runs a worker until the test ends, then stops it and checks
 // that Run returned nil.
-func runWorker(t *testing.T, js jetstream.JetStream, cfg queue.WorkerConfig, h queue.Handler) context.CancelFunc {
+func runWorker(t *testing.T, js jetstream.JetStream, cfg worker.WorkerConfig, h worker.Handler) context.CancelFunc {
 	t.Helper()
-	w, err := queue.NewWorker(js, cfg, h)
+	w, err := worker.NewWorker(js, cfg, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestWorkerRunsReadyJobsOnce(t *testing.T) {
 	ctx, b := setup(t, testQueue("ready"))
 	rec := newRecorder()
 	var running, peak atomic.Int64
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 8, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 8, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -142,7 +143,7 @@ func TestWorkerRunsReadyJobsOnce(t *testing.T) {
 	if ok, _, _, other := publishAll(ctx, b, queue.Ready, jobs); ok != len(jobs) {
 		t.Fatalf("published %d of %d: %v", ok, len(jobs), other)
 	}
-	rec.waitFor(t, 30*time.Second, "100 successes", func() bool { return rec.count(queue.Succeeded) == 100 })
+	rec.waitFor(t, 30*time.Second, "100 successes", func() bool { return rec.count(worker.Succeeded) == 100 })
 	for _, j := range jobs {
 		if n := len(rec.starts[j.ID]); n != 1 {
 			t.Errorf("job %s ran %d times", j.ID, n)
@@ -154,7 +155,7 @@ func TestWorkerRunsReadyJobsOnce(t *testing.T) {
 	if p := peak.Load(); p < 2 || p > 8 {
 		t.Errorf("peak concurrency %d, want between 2 and the configured 8", p)
 	}
-	if n := rec.count(queue.DeadLettered); n != 0 {
+	if n := rec.count(worker.DeadLettered); n != 0 {
 		t.Errorf("%d jobs dead-lettered", n)
 	}
 }
@@ -172,7 +173,7 @@ func TestPoisonJobIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 	ctx, b := setup(t, testQueue("poison"))
 	rec := newRecorder()
 	policy := retry.Policy{MaxAttempts: 4, Initial: 200 * time.Millisecond, Max: time.Second, Jitter: 0.5}
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Retry: policy, Rand: fixedRand{}, Observe: rec.observe},
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Retry: policy, Rand: fixedRand{}, Observe: rec.observe},
 		func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			if j.Key == "good" {
@@ -188,7 +189,7 @@ func TestPoisonJobIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rec.waitFor(t, 20*time.Second, "the poison job in DEAD", func() bool { return rec.count(queue.DeadLettered) == 1 })
+	rec.waitFor(t, 20*time.Second, "the poison job in DEAD", func() bool { return rec.count(worker.DeadLettered) == 1 })
 
 	rec.mu.Lock()
 	tries := rec.starts[poison.ID]
@@ -203,8 +204,8 @@ func TestPoisonJobIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 			t.Errorf("try %d came %v after try %d, want %v (the schedule) and not seconds later", i+1, gap, i, want)
 		}
 	}
-	if rec.count(queue.Retrying) != policy.MaxAttempts-1 || rec.count(queue.Succeeded) != 1 {
-		t.Errorf("events: %d retrying, %d succeeded; want %d and 1", rec.count(queue.Retrying), rec.count(queue.Succeeded), policy.MaxAttempts-1)
+	if rec.count(worker.Retrying) != policy.MaxAttempts-1 || rec.count(worker.Succeeded) != 1 {
+		t.Errorf("events: %d retrying, %d succeeded; want %d and 1", rec.count(worker.Retrying), rec.count(worker.Succeeded), policy.MaxAttempts-1)
 	}
 
 	dead := deadLetters(t, ctx, b.js, "poison")
@@ -266,7 +267,7 @@ func TestPermanentErrorsAndPanics(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t, testQueue("perm"))
 	rec := newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Retry: retry.Policy{MaxAttempts: 2, Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}, Observe: rec.observe},
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Retry: retry.Policy{MaxAttempts: 2, Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}, Observe: rec.observe},
 		func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			if j.Key == "permanent" {
@@ -280,7 +281,7 @@ func TestPermanentErrorsAndPanics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rec.waitFor(t, 20*time.Second, "2 dead letters", func() bool { return rec.count(queue.DeadLettered) == 2 })
+	rec.waitFor(t, 20*time.Second, "2 dead letters", func() bool { return rec.count(worker.DeadLettered) == 2 })
 	if n := len(rec.starts[perm.ID]); n != 1 {
 		t.Errorf("permanent failure tried %d times, want 1", n)
 	}
@@ -305,7 +306,7 @@ func TestHeartbeatsKeepLongJobs(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t, testQueue("slow"))
 	rec := newRecorder()
-	cfg := queue.WorkerConfig{Queue: b.cfg, AckWait: 400 * time.Millisecond, Observe: rec.observe}
+	cfg := worker.WorkerConfig{Queue: b.cfg, AckWait: 400 * time.Millisecond, Observe: rec.observe}
 	h := func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		time.Sleep(2 * time.Second) // five ack waits
@@ -317,7 +318,7 @@ func TestHeartbeatsKeepLongJobs(t *testing.T) {
 	if ok, _, _, other := publishAll(ctx, b, queue.Ready, jobs); ok != 3 {
 		t.Fatal(other)
 	}
-	rec.waitFor(t, 20*time.Second, "3 successes", func() bool { return rec.count(queue.Succeeded) == 3 })
+	rec.waitFor(t, 20*time.Second, "3 successes", func() bool { return rec.count(worker.Succeeded) == 3 })
 	for _, j := range jobs {
 		if n := len(rec.starts[j.ID]); n != 1 {
 			t.Errorf("job %s ran %d times, want once", j.ID, n)
@@ -333,7 +334,7 @@ func TestGracefulStop(t *testing.T) {
 	ctx, b := setup(t, testQueue("stop"))
 	rec := newRecorder()
 	release := make(chan struct{})
-	first := queue.WorkerConfig{Queue: b.cfg, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}
+	first := worker.WorkerConfig{Queue: b.cfg, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}
 	stop := runWorker(t, b.js, first, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		if j.Key == "quick" {
@@ -351,8 +352,8 @@ func TestGracefulStop(t *testing.T) {
 	rec.waitFor(t, 10*time.Second, "both running", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.order) == 2 })
 	close(release)
 	stop()
-	if rec.count(queue.Succeeded) != 1 || rec.count(queue.HandedBack) != 1 {
-		t.Fatalf("after stop: %d succeeded, %d handed back; want 1 and 1", rec.count(queue.Succeeded), rec.count(queue.HandedBack))
+	if rec.count(worker.Succeeded) != 1 || rec.count(worker.HandedBack) != 1 {
+		t.Fatalf("after stop: %d succeeded, %d handed back; want 1 and 1", rec.count(worker.Succeeded), rec.count(worker.HandedBack))
 	}
 	if n := stored(t, ctx, b.js, queue.StreamName("stop", queue.Ready)); n != 1 {
 		t.Fatalf("READY holds %d jobs after the stop, want the handed-back one", n)
@@ -361,12 +362,12 @@ func TestGracefulStop(t *testing.T) {
 	// ack wait.
 	second := newRecorder()
 	began := time.Now()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
 		second.started(j)
 		return nil
 	})
-	second.waitFor(t, 10*time.Second, "the handed-back job", func() bool { return second.count(queue.Succeeded) == 1 })
-	if waited := time.Since(began); waited > queue.DefaultAckWait/2 {
+	second.waitFor(t, 10*time.Second, "the handed-back job", func() bool { return second.count(worker.Succeeded) == 1 })
+	if waited := time.Since(began); waited > worker.DefaultAckWait/2 {
 		t.Errorf("handed-back job took %v to run again: it waited for the ack wait", waited)
 	}
 	if _, ok := second.starts[stuck.ID]; !ok {
@@ -384,7 +385,7 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t, testQueue("early"))
 	handler := func(context.Context, *queue.Job) error { return nil }
-	w, err := queue.NewWorker(b.js, queue.WorkerConfig{Queue: b.cfg}, handler)
+	w, err := worker.NewWorker(b.js, worker.WorkerConfig{Queue: b.cfg}, handler)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +404,7 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Close()
-	if w, err = queue.NewWorker(js, queue.WorkerConfig{Queue: b.cfg}, handler); err != nil {
+	if w, err = worker.NewWorker(js, worker.WorkerConfig{Queue: b.cfg}, handler); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Run(context.Background()); err == nil {
@@ -417,14 +418,14 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t, testQueue("junk"))
 	rec := newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		t.Errorf("handler called for %+v", j)
 		return nil
 	})
 	if _, err := b.js.Publish(ctx, "spillway.ready.junk.sometoken", []byte("not a job")); err != nil {
 		t.Fatal(err)
 	}
-	rec.waitFor(t, 10*time.Second, "the dead letter", func() bool { return rec.count(queue.DeadLettered) == 1 })
+	rec.waitFor(t, 10*time.Second, "the dead letter", func() bool { return rec.count(worker.DeadLettered) == 1 })
 	dead := deadLetters(t, ctx, b.js, "junk")
 	if len(dead) != 1 || dead[0].Header.Get(queue.HeaderDeadReason) != "invalid job" || string(dead[0].Data) != "not a job" ||
 		dead[0].Header.Get(queue.HeaderLastError) != "queue: invalid job: header Spillway-Job-Id is missing" {
@@ -438,16 +439,16 @@ func TestWorkerConfigErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	q := testQueue("cfg")
 	for _, tc := range []struct {
-		cfg  queue.WorkerConfig
+		cfg  worker.WorkerConfig
 		want string
 	}{
-		{queue.WorkerConfig{Queue: queue.Config{Name: "cfg"}}, "leak_rate is not set"},
-		{queue.WorkerConfig{Queue: q, Concurrency: -1}, "concurrency -1"},
-		{queue.WorkerConfig{Queue: q, AckWait: time.Millisecond}, "ack_wait 1ms"},
-		{queue.WorkerConfig{Queue: q, Concurrency: 32, MaxAckPending: 8}, "max_ack_pending 8 is below concurrency 32"},
-		{queue.WorkerConfig{Queue: q, GracePeriod: -time.Second}, "grace_period -1s"},
-		{queue.WorkerConfig{Queue: q, Retry: retry.Policy{Jitter: 2}}, "retry: retry: invalid policy: jitter 2"},
-		{queue.WorkerConfig{Queue: queue.Config{Name: "cfg", LeakRate: bucket.Rate{Count: 5}}}, "leak_rate 5/0s"},
+		{worker.WorkerConfig{Queue: queue.Config{Name: "cfg"}}, "leak_rate is not set"},
+		{worker.WorkerConfig{Queue: q, Concurrency: -1}, "concurrency -1"},
+		{worker.WorkerConfig{Queue: q, AckWait: time.Millisecond}, "ack_wait 1ms"},
+		{worker.WorkerConfig{Queue: q, Concurrency: 32, MaxAckPending: 8}, "max_ack_pending 8 is below concurrency 32"},
+		{worker.WorkerConfig{Queue: q, GracePeriod: -time.Second}, "grace_period -1s"},
+		{worker.WorkerConfig{Queue: q, Retry: retry.Policy{Jitter: 2}}, "retry: retry: invalid policy: jitter 2"},
+		{worker.WorkerConfig{Queue: queue.Config{Name: "cfg", LeakRate: bucket.Rate{Count: 5}}}, "leak_rate 5/0s"},
 	} {
 		err := tc.cfg.Validate()
 		if !errors.Is(err, queue.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
@@ -455,7 +456,7 @@ func TestWorkerConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 	js := queuetest.Start(t).JetStream(t)
-	if _, err := queue.NewWorker(js, queue.WorkerConfig{Queue: q}, nil); !errors.Is(err, queue.ErrInvalidConfig) {
+	if _, err := worker.NewWorker(js, worker.WorkerConfig{Queue: q}, nil); !errors.Is(err, queue.ErrInvalidConfig) {
 		t.Errorf("nil handler: %v", err)
 	}
 }
@@ -468,7 +469,7 @@ func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
 	t.Parallel()
 	ctx, b := setup(t, testQueue("again"))
 	rec := newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe},
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe},
 		func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			return retry.Permanent(errors.New("still broken"))
@@ -477,7 +478,7 @@ func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
 	if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
 		t.Fatal(err)
 	}
-	rec.waitFor(t, 20*time.Second, "the first dead letter", func() bool { return rec.count(queue.DeadLettered) == 1 })
+	rec.waitFor(t, 20*time.Second, "the first dead letter", func() bool { return rec.count(worker.DeadLettered) == 1 })
 	first := deadLetters(t, ctx, b.js, "again")
 	if len(first) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(first))
@@ -495,7 +496,7 @@ func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
 	if _, err := b.js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	rec.waitFor(t, 20*time.Second, "the second dead letter", func() bool { return rec.count(queue.DeadLettered) == 2 })
+	rec.waitFor(t, 20*time.Second, "the second dead letter", func() bool { return rec.count(worker.DeadLettered) == 2 })
 	dead := deadLetters(t, ctx, b.js, "again")
 	if len(dead) != 2 {
 		t.Fatalf("%d dead letters after the replay died again, want 2 (the second was dropped as a duplicate: the job is lost)", len(dead))

@@ -1,4 +1,4 @@
-package queue
+package worker
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/leadership"
 	"github.com/spillway-dev/spillway/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // How the backlog drains (docs/design.md#fair-drain):
@@ -62,7 +63,7 @@ const (
 )
 
 // leaseKey is the entry in the pacer bucket of the lease on queue's drain.
-func leaseKey(queue string) string { return queue + ".drain-leader" }
+func leaseKey(q string) string { return q + ".drain-leader" }
 
 // GrantsConsumer is the durable consumer every worker pulls grants from.
 const GrantsConsumer = "spillway-grants"
@@ -222,10 +223,10 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 		return
 	}
 	e := &execution{
-		msg: msg, stream: StreamName(d.w.cfg.Queue.Name, Backlog), seq: seq, subject: raw.Subject,
+		msg: msg, stream: queue.StreamName(d.w.cfg.Queue.Name, queue.Backlog), seq: seq, subject: raw.Subject,
 		header: raw.Header, data: raw.Data, backlog: d.backlog,
 	}
-	job, err := ParseJob(raw.Header, raw.Data)
+	job, err := queue.ParseJob(raw.Header, raw.Data)
 	if err != nil {
 		d.r.slots.put()
 		if e.claim() {
@@ -239,7 +240,7 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 		d.r.slots.put()
 		if e.claim() {
 			e.job = &job
-			d.r.deadLetter(e, 0, ReasonExpired, expiredError(job.ExpiresAt, now), 0)
+			d.r.deadLetter(e, 0, queue.ReasonExpired, expiredError(job.ExpiresAt, now), 0)
 		}
 		return
 	}

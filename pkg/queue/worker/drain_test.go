@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -112,11 +113,11 @@ func TestBacklogNotBeforeWithoutHeadOfLineBlocking(t *testing.T) {
 	notYet := began.Add(1500 * time.Millisecond)
 	late := publishBacklog(t, ctx, b, "late", 3, notYet)
 	due := publishBacklog(t, ctx, b, "due", 3, time.Time{})
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
-	rec.waitFor(t, 20*time.Second, "6 successes", func() bool { return rec.count(queue.Succeeded) == 6 })
+	rec.waitFor(t, 20*time.Second, "6 successes", func() bool { return rec.count(worker.Succeeded) == 6 })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	for _, j := range due {
@@ -170,13 +171,13 @@ func TestBacklogKeyOrderAcrossWorkers(t *testing.T) {
 	}
 	rec := newRecorder()
 	for range 3 { // each on a connection of its own
-		runWorker(t, b.srv.JetStream(t), queue.WorkerConfig{Queue: cfg, Pacer: pacer, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		runWorker(t, b.srv.JetStream(t), worker.WorkerConfig{Queue: cfg, Pacer: pacer, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			return nil
 		})
 	}
 	rec.waitFor(t, 30*time.Second, "60 releases and successes", func() bool {
-		return rec.count(queue.Released) == len(published) && rec.count(queue.Succeeded) == len(published)
+		return rec.count(worker.Released) == len(published) && rec.count(worker.Succeeded) == len(published)
 	})
 
 	rec.mu.Lock()
@@ -213,12 +214,12 @@ func TestBacklogMaxAgeDeadLetters(t *testing.T) {
 	}
 	fresh := publishBacklog(t, ctx, b, "a", 1, time.Time{})[0]
 	rec := newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
 	rec.waitFor(t, 20*time.Second, "1 success and 1 dead letter", func() bool {
-		return rec.count(queue.Succeeded) == 1 && rec.count(queue.DeadLettered) == 1
+		return rec.count(worker.Succeeded) == 1 && rec.count(worker.DeadLettered) == 1
 	})
 	if _, ran := rec.starts[old.ID]; ran {
 		t.Error("the expired job ran")
@@ -245,7 +246,7 @@ func TestBacklogHandBackOnStop(t *testing.T) {
 	notBefore := time.Now().Add(2 * time.Second)
 	jobs := publishBacklog(t, ctx, b, "k", 3, notBefore)
 	first := newRecorder()
-	stop := runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: first.observe}, func(ctx context.Context, j *queue.Job) error {
+	stop := runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: first.observe}, func(ctx context.Context, j *queue.Job) error {
 		first.started(j)
 		return nil
 	})
@@ -254,11 +255,11 @@ func TestBacklogHandBackOnStop(t *testing.T) {
 	})
 	stop()
 	second := newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
 		second.started(j)
 		return nil
 	})
-	second.waitFor(t, 10*time.Second, "3 successes on the second worker", func() bool { return second.count(queue.Succeeded) == 3 })
+	second.waitFor(t, 10*time.Second, "3 successes on the second worker", func() bool { return second.count(worker.Succeeded) == 3 })
 	if len(first.order) != 0 {
 		t.Errorf("the stopped worker ran %v", first.order)
 	}
@@ -319,11 +320,11 @@ func TestBacklogGrantOfVanishedWorkerRunsAgain(t *testing.T) {
 	ctx, b := setup(t, testQueue("head"))
 	// A worker makes the grants consumer; stopped, it leaves it behind.
 	rec := newRecorder()
-	stop := runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error { return nil })
+	stop := runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error { return nil })
 	var cons jetstream.Consumer
 	rec.waitFor(t, 10*time.Second, "the grants consumer", func() bool {
 		var err error
-		cons, err = b.js.Consumer(ctx, queue.GrantsStreamName("head"), queue.GrantsConsumer)
+		cons, err = b.js.Consumer(ctx, queue.GrantsStreamName("head"), worker.GrantsConsumer)
 		return err == nil
 	})
 	stop()
@@ -333,7 +334,7 @@ func TestBacklogGrantOfVanishedWorkerRunsAgain(t *testing.T) {
 	// The next worker leads; the test takes the first grant as a worker
 	// that dies at once would.
 	rec = newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
@@ -345,7 +346,7 @@ func TestBacklogGrantOfVanishedWorkerRunsAgain(t *testing.T) {
 	if taken == nil {
 		t.Fatal("no grant came")
 	}
-	rec.waitFor(t, 15*time.Second, "every job, the vanished worker's one after the ack wait", func() bool { return rec.count(queue.Succeeded) == 6 })
+	rec.waitFor(t, 15*time.Second, "every job, the vanished worker's one after the ack wait", func() bool { return rec.count(worker.Succeeded) == 6 })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	var lost string
@@ -378,12 +379,12 @@ func TestBacklogKeyDueJobPassesOneNotYetDue(t *testing.T) {
 	sooner := publishBacklog(t, ctx, b, "k", 1, began.Add(300*time.Millisecond)) // stored second, due at 0.3s
 	due := publishBacklog(t, ctx, b, "k", 2, time.Time{})                        // due at once, behind both
 	for range 2 {
-		runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			return nil
 		})
 	}
-	rec.waitFor(t, 20*time.Second, "4 successes", func() bool { return rec.count(queue.Succeeded) == 4 })
+	rec.waitFor(t, 20*time.Second, "4 successes", func() bool { return rec.count(worker.Succeeded) == 4 })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	all := append(append(append([]*queue.Job{}, later...), sooner...), due...)
@@ -416,11 +417,11 @@ func TestBacklogDueJobBehindManyNotDue(t *testing.T) {
 	began := time.Now()
 	waiting := publishBacklog(t, ctx, b, "k", 40, began.Add(time.Hour))
 	due := publishBacklog(t, ctx, b, "k", 1, time.Time{})
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
-	rec.waitFor(t, 20*time.Second, "the due job to start", func() bool { return rec.count(queue.Succeeded) >= 1 })
+	rec.waitFor(t, 20*time.Second, "the due job to start", func() bool { return rec.count(worker.Succeeded) >= 1 })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.starts[due[0].ID]) != 1 {
@@ -462,7 +463,7 @@ func TestBacklogStartsNeverBurstAboveLeakRate(t *testing.T) {
 	}
 	rec := newRecorder()
 	var running, peak atomic.Int64
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -471,7 +472,7 @@ func TestBacklogStartsNeverBurstAboveLeakRate(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // slow: 2 handlers run at most 20 jobs/s
 		return nil
 	})
-	rec.waitFor(t, 60*time.Second, "every job to succeed", func() bool { return rec.count(queue.Succeeded) == backlogJobs+readyJobs })
+	rec.waitFor(t, 60*time.Second, "every job to succeed", func() bool { return rec.count(worker.Succeeded) == backlogJobs+readyJobs })
 	if p := peak.Load(); p > 2 {
 		t.Errorf("%d handlers ran at once, admitted and backlog jobs together; want at most the concurrency, 2", p)
 	}
@@ -536,7 +537,7 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 	rec := newRecorder()
 	var mu sync.Mutex
 	attempts := map[string][]int{}
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Retry: policy, Rand: fixedRand{}, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Retry: policy, Rand: fixedRand{}, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		mu.Lock()
 		attempts[j.ID] = append(attempts[j.ID], j.Attempt)
@@ -553,7 +554,7 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 		return nil
 	})
 	rec.waitFor(t, 20*time.Second, "1 success and 2 dead letters", func() bool {
-		return rec.count(queue.Succeeded) == 1 && rec.count(queue.DeadLettered) == 2
+		return rec.count(worker.Succeeded) == 1 && rec.count(worker.DeadLettered) == 2
 	})
 	mu.Lock()
 	defer mu.Unlock()
@@ -569,7 +570,7 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 	}
 	backlog, ready := queue.StreamName("bfail", queue.Backlog), queue.StreamName("bfail", queue.Ready)
 	type step struct {
-		kind    queue.EventKind
+		kind    worker.EventKind
 		attempt int
 		stream  string
 	}
@@ -578,8 +579,8 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 		steps[e.Job.ID] = append(steps[e.Job.ID], step{e.Kind, e.Attempt, e.Stream})
 	}
 	for id, want := range map[string][]step{
-		flaky.ID: {{queue.Released, 1, backlog}, {queue.Started, 1, backlog}, {queue.Retrying, 1, backlog}, {queue.Started, 2, ready}, {queue.Succeeded, 2, ready}},
-		perm.ID:  {{queue.Released, 1, backlog}, {queue.Started, 1, backlog}, {queue.DeadLettered, 1, backlog}},
+		flaky.ID: {{worker.Released, 1, backlog}, {worker.Started, 1, backlog}, {worker.Retrying, 1, backlog}, {worker.Started, 2, ready}, {worker.Succeeded, 2, ready}},
+		perm.ID:  {{worker.Released, 1, backlog}, {worker.Started, 1, backlog}, {worker.DeadLettered, 1, backlog}},
 	} {
 		if got := steps[id]; !slices.Equal(got, want) {
 			t.Errorf("job %s's events %v, want %v", id, got, want)
@@ -613,7 +614,7 @@ func TestBacklogJobRunningAtStop(t *testing.T) {
 	stuck := publishBacklog(t, ctx, b, "stuck", 1, time.Time{})[0]
 	rec := newRecorder()
 	release := make(chan struct{})
-	stop := runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	stop := runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		if j.Key == "quick" {
 			<-release
@@ -626,8 +627,8 @@ func TestBacklogJobRunningAtStop(t *testing.T) {
 	rec.waitFor(t, 10*time.Second, "both running", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.order) == 2 })
 	close(release)
 	stop()
-	if rec.count(queue.Succeeded) != 1 || rec.count(queue.HandedBack) != 1 {
-		t.Fatalf("after stop: %d succeeded, %d handed back; want 1 and 1", rec.count(queue.Succeeded), rec.count(queue.HandedBack))
+	if rec.count(worker.Succeeded) != 1 || rec.count(worker.HandedBack) != 1 {
+		t.Fatalf("after stop: %d succeeded, %d handed back; want 1 and 1", rec.count(worker.Succeeded), rec.count(worker.HandedBack))
 	}
 	if n := stored(t, ctx, b.js, queue.StreamName("bstop", queue.Backlog)); n != 1 {
 		t.Fatalf("the backlog holds %d jobs after the stop, want the handed-back one", n)
@@ -636,11 +637,11 @@ func TestBacklogJobRunningAtStop(t *testing.T) {
 		t.Fatalf("READY holds %d jobs after the stop, want none", n)
 	}
 	second := newRecorder()
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
 		second.started(j)
 		return nil
 	})
-	second.waitFor(t, 10*time.Second, "the handed-back job", func() bool { return second.count(queue.Succeeded) == 1 })
+	second.waitFor(t, 10*time.Second, "the handed-back job", func() bool { return second.count(worker.Succeeded) == 1 })
 	if got := second.order; !slices.Equal(got, []string{stuck.ID}) {
 		t.Errorf("second worker ran %v, want the stuck job %s (and not the finished %s)", got, stuck.ID, quick.ID)
 	}
@@ -654,7 +655,7 @@ func TestBacklogBusyWorkerHandsDueJobsOn(t *testing.T) {
 	ctx, b := setup(t, testQueue("busy"))
 	busy, free := newRecorder(), newRecorder()
 	unblock := make(chan struct{})
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 1, FetchWait: 100 * time.Millisecond, Observe: busy.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 1, FetchWait: 100 * time.Millisecond, Observe: busy.observe}, func(ctx context.Context, j *queue.Job) error {
 		busy.started(j)
 		if j.Key == "long" {
 			select {
@@ -668,17 +669,17 @@ func TestBacklogBusyWorkerHandsDueJobsOn(t *testing.T) {
 	if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "busy", "long")); err != nil {
 		t.Fatal(err)
 	}
-	busy.waitFor(t, 10*time.Second, "the long job to run", func() bool { return busy.count(queue.Started) == 1 })
+	busy.waitFor(t, 10*time.Second, "the long job to run", func() bool { return busy.count(worker.Started) == 1 })
 	queued := publishBacklog(t, ctx, b, "q", 2, time.Time{})
 	busy.waitFor(t, 10*time.Second, "a grant waiting for a free handler", func() bool {
-		c, err := b.js.Consumer(ctx, queue.GrantsStreamName("busy"), queue.GrantsConsumer)
+		c, err := b.js.Consumer(ctx, queue.GrantsStreamName("busy"), worker.GrantsConsumer)
 		return err == nil && c.CachedInfo().NumPending > 0
 	})
-	runWorker(t, b.js, queue.WorkerConfig{Queue: b.cfg, Observe: free.observe}, func(ctx context.Context, j *queue.Job) error {
+	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: free.observe}, func(ctx context.Context, j *queue.Job) error {
 		free.started(j)
 		return nil
 	})
-	free.waitFor(t, 15*time.Second, "the free worker to run the backlog jobs", func() bool { return free.count(queue.Succeeded) == 2 })
+	free.waitFor(t, 15*time.Second, "the free worker to run the backlog jobs", func() bool { return free.count(worker.Succeeded) == 2 })
 	free.mu.Lock()
 	defer free.mu.Unlock()
 	if got, want := free.order, ids(queued); !slices.Equal(got, want) {

@@ -1,4 +1,4 @@
-package queue_test
+package worker_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -142,7 +143,7 @@ func TestReliabilityClusterLeaderLoss(t *testing.T) {
 	streams := []string{queue.StreamName("r3", queue.Ready), queue.StreamName("r3", queue.Backlog), queue.StreamName("r3", queue.Dead)}
 
 	l := &clLedger{acked: map[string]time.Time{}, dest: map[string]queue.Destination{}, seq: map[string]uint64{}, runs: map[string]int{}}
-	w, err := queue.NewWorker(c.JetStream(t), queue.WorkerConfig{
+	w, err := worker.NewWorker(c.JetStream(t), worker.WorkerConfig{
 		Queue: cfg, Concurrency: 8, AckWait: 2 * time.Second, FetchWait: 250 * time.Millisecond,
 		Retry: retry.Policy{MaxAttempts: 1000, Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 	}, func(_ context.Context, j *queue.Job) error {
@@ -168,7 +169,7 @@ func TestReliabilityClusterLeaderLoss(t *testing.T) {
 	waitCluster(t, time.Minute, "the worker's consumers", func() bool {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err := js.Consumer(rctx, queue.GrantsStreamName("r3"), queue.GrantsConsumer)
+		_, err := js.Consumer(rctx, queue.GrantsStreamName("r3"), worker.GrantsConsumer)
 		return err == nil
 	})
 	for _, s := range streams {
@@ -357,9 +358,9 @@ func clDiagnose(t *testing.T, js jetstream.JetStream, l *clLedger, lost []string
 	for _, d := range []queue.Destination{queue.Ready, queue.Backlog} {
 		info := clusterInfo(t, js, queue.StreamName("r3", d))
 		t.Logf("%s: state %+v cluster leader %s", info.Config.Name, info.State, info.Cluster.Leader)
-		stream, name := info.Config.Name, queue.ReadyConsumer
+		stream, name := info.Config.Name, worker.ReadyConsumer
 		if d == queue.Backlog {
-			stream, name = queue.GrantsStreamName("r3"), queue.GrantsConsumer
+			stream, name = queue.GrantsStreamName("r3"), worker.GrantsConsumer
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		c, err := js.Consumer(ctx, stream, name)
