@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
@@ -112,7 +113,7 @@ func TestTopKeysFromARealAdmitter(t *testing.T) {
 	}
 
 	// The drain's leader publishes releases per key: each key's share.
-	kv, err := queue.OpenPacerBucket(t.Context(), ns.JetStream(t), 1)
+	kv, err := pace.OpenPacerBucket(t.Context(), ns.JetStream(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

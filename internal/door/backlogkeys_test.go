@@ -10,6 +10,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -75,7 +76,7 @@ func TestHTTPBacklogKeys(t *testing.T) {
 	}
 
 	// The drain leader's release counts give each key its share.
-	kv, err := queue.OpenPacerBucket(t.Context(), b.JS, 1)
+	kv, err := pace.OpenPacerBucket(t.Context(), b.JS, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // HTTPOptions are the HTTP door's parts. Admitter and JS are required.
@@ -497,7 +498,7 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 	if err != nil {
 		return api.QueueInfo{}, err
 	}
-	ps, err := queue.ReadPause(ctx, js, q.Name)
+	ps, err := pace.ReadPause(ctx, js, q.Name)
 	if err != nil {
 		return api.QueueInfo{}, err
 	}
@@ -505,7 +506,7 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (ap
 }
 
 // queueInfoOf is queue q's state as the API shows it.
-func queueInfoOf(q *config.Queue, in admin.Info, st queue.LeakState, ps queue.PauseState) api.QueueInfo {
+func queueInfoOf(q *config.Queue, in admin.Info, st pace.LeakState, ps pace.PauseState) api.QueueInfo {
 	leak := 0.0
 	if in.LeakRate.Count > 0 {
 		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()
@@ -532,15 +533,15 @@ func queueInfoOf(q *config.Queue, in admin.Info, st queue.LeakState, ps queue.Pa
 
 // leakState reads a queue's pushback state, which the workers share in
 // the pacers' bucket; before any worker made the bucket, there is none.
-func leakState(ctx context.Context, js jetstream.JetStream, name string) (queue.LeakState, error) {
-	kv, err := js.KeyValue(ctx, queue.PacerBucket)
+func leakState(ctx context.Context, js jetstream.JetStream, name string) (pace.LeakState, error) {
+	kv, err := js.KeyValue(ctx, pace.PacerBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return queue.LeakState{}, nil
+		return pace.LeakState{}, nil
 	}
 	if err != nil {
-		return queue.LeakState{}, fmt.Errorf("pacer bucket %s: %w", queue.PacerBucket, err)
+		return pace.LeakState{}, fmt.Errorf("pacer bucket %s: %w", pace.PacerBucket, err)
 	}
-	return queue.ReadLeakState(ctx, kv, name)
+	return pace.ReadLeakState(ctx, kv, name)
 }
 
 func (h *httpDoor) readyz(w http.ResponseWriter, r *http.Request) {

@@ -29,6 +29,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/api"
 	"github.com/spillway-dev/spillway/internal/ui"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -726,7 +727,7 @@ func TestPageShowsTopKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := queue.OpenPacerBucket(t.Context(), js, 1)
+	kv, err := pace.OpenPacerBucket(t.Context(), js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -21,8 +22,8 @@ type metrics struct {
 	leak      *prometheus.GaugeVec
 
 	mu      sync.Mutex
-	running map[runKey]struct{}             // started and not yet ended, so the gauge never drifts
-	pacers  map[string]*queue.YieldingPacer // the queues worked here, for leakCollector
+	running map[runKey]struct{}            // started and not yet ended, so the gauge never drifts
+	pacers  map[string]*pace.YieldingPacer // the queues worked here, for leakCollector
 }
 
 // leakCollector reports each queue's current leak rate and the pauses
@@ -91,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"queue"}),
 	}
 	m.running = make(map[runKey]struct{})
-	m.pacers = make(map[string]*queue.YieldingPacer)
+	m.pacers = make(map[string]*pace.YieldingPacer)
 	lc := leakCollector{m: m,
 		current: prometheus.NewDesc("spillway_leak_rate_current",
 			"The backlog's leak rate now in jobs per second, by queue: the configured one, or less while an adaptive leak climbs back after a pushback.",
@@ -106,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // setLeak sets queue q's configured leak rate and the pacer its current
 // rate and pauses are read from (nil: none yet).
-func (m *metrics) setLeak(q string, r bucket.Rate, p *queue.YieldingPacer) {
+func (m *metrics) setLeak(q string, r bucket.Rate, p *pace.YieldingPacer) {
 	if m == nil || r.Count <= 0 {
 		return
 	}

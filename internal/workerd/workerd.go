@@ -8,12 +8,12 @@
 // # Pacing
 //
 // A queue's backlog leak is global across worker processes. Without
-// redis.url the pacer keeps its state in JetStream (queue.KVPacer: one
+// redis.url the pacer keeps its state in JetStream (pace.KVPacer: one
 // key-value entry per queue, updated by compare-and-set), so NATS alone
 // gives a global leak. With redis.url it paces in Redis and falls back to
-// the JetStream pacer while Redis is unreachable (queue.FailoverPacer), so a
+// the JetStream pacer while Redis is unreachable (pace.FailoverPacer), so a
 // Redis outage does not stop the drain. docs/reliability.md has the
-// figures. Either pacer runs inside a queue.YieldingPacer: a handler's
+// figures. Either pacer runs inside a pace.YieldingPacer: a handler's
 // pushback pauses the leak of every worker process, and an adaptive
 // leak's rate is cut and climbs back, through one more entry in the same
 // key-value bucket (docs/design.md#pushback).
@@ -54,6 +54,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
@@ -106,7 +107,7 @@ type Pool struct {
 
 	mu      sync.Mutex // serialises Reload; guards the fields below
 	running map[string]*running
-	pacers  map[string]*queue.YieldingPacer // kept when a queue goes, for when it comes back
+	pacers  map[string]*pace.YieldingPacer // kept when a queue goes, for when it comes back
 }
 
 // running is one queue's current worker.
@@ -140,12 +141,12 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 		return nil, errors.New("workerd: Options need Config and JS")
 	}
 	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	kv, err := queue.OpenPacerBucket(kctx, o.JS, max(o.Config.NATS.Replicas, 1))
+	kv, err := pace.OpenPacerBucket(kctx, o.JS, max(o.Config.NATS.Replicas, 1))
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("workerd: %w", err)
 	}
-	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]*queue.YieldingPacer{}}
+	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]*pace.YieldingPacer{}}
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	if err := p.apply(o.Config); err != nil {
 		p.cancel()
@@ -268,21 +269,21 @@ func (p *Pool) specOf(cfg *config.Config, q *config.Queue) spec {
 // pacer returns the queue's pacer, made on first use: a YieldingPacer, so
 // that a handler's pushback pauses the leak of every worker, over the
 // JetStream pacer or the Redis one with JetStream as its fallback.
-func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
+func (p *Pool) pacer(q *config.Queue) (*pace.YieldingPacer, error) {
 	if pc := p.pacers[q.Name]; pc != nil {
 		return pc, nil
 	}
-	kvp, err := queue.NewKVPacer(p.kv, q.Name, q.Backlog.LeakRate)
+	kvp, err := pace.NewKVPacer(p.kv, q.Name, q.Backlog.LeakRate)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 	}
-	var pc queue.RatePacer = kvp
+	var pc pace.RatePacer = kvp
 	if p.o.PacerStore != nil {
-		sp, err := queue.NewPacer(p.o.PacerStore, q.Name, q.Backlog.LeakRate)
+		sp, err := pace.NewPacer(p.o.PacerStore, q.Name, q.Backlog.LeakRate)
 		if err != nil {
 			return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 		}
-		fp, err := queue.NewFailoverPacer(sp, kvp)
+		fp, err := pace.NewFailoverPacer(sp, kvp)
 		if err != nil {
 			return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 		}
@@ -306,7 +307,7 @@ func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 		}
 		pc = fp
 	}
-	yp, err := queue.NewYieldingPacer(pc, p.kv, q.Name, q.Backlog.LeakRate, q.Backlog.Adaptive)
+	yp, err := pace.NewYieldingPacer(pc, p.kv, q.Name, q.Backlog.LeakRate, q.Backlog.Adaptive)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 	}
@@ -314,7 +315,7 @@ func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 	return yp, nil
 }
 
-func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (*worker.Worker, error) {
+func (p *Pool) newWorker(cfg *config.Config, st plan, pc *pace.YieldingPacer) (*worker.Worker, error) {
 	observe := p.m.observe
 	var gate func(context.Context, worker.Event) error
 	if p.o.Recorder != nil {

@@ -13,9 +13,6 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
-// ErrInvalidConfig is wrapped by every error of Config.Validate.
-var ErrInvalidConfig = errors.New("queue: invalid config")
-
 // Defaults of a Config's zero fields.
 const (
 	DefaultCapacity        = 10_000
@@ -112,37 +109,6 @@ func (c Config) Validate() error {
 	}
 	return c.WithDefaults().ValidateGiven()
 }
-
-// FieldError is one field of a Config that cannot be used. It wraps
-// ErrInvalidConfig.
-type FieldError struct {
-	Queue string
-	// Field is the field's name in a configuration file: capacity,
-	// per_key_capacity, ready_capacity, replicas, duplicate_window,
-	// leak_rate, max_age, max_delay, fairness.min_share, or fairness.weights["KEY"]
-	// for one weight rule (KEY* for a prefix rule).
-	Field string
-	Value string // the value found
-	Want  string // what was expected: "an integer ≥ 1", "at most capacity"
-	// Other names the field whose value bounds this one ("capacity"), and
-	// OtherValue is that value; both are empty when the field is wrong on
-	// its own.
-	Other, OtherValue string
-}
-
-func (e *FieldError) Error() string {
-	prefix := ErrInvalidConfig.Error() + ": "
-	if e.Queue != "" {
-		prefix += "queue " + e.Queue + ": "
-	}
-	if e.Other != "" {
-		return fmt.Sprintf("%s%s %s is larger than %s %s", prefix, e.Field, e.Value, e.Other, e.OtherValue)
-	}
-	return fmt.Sprintf("%s%s %s: expected %s", prefix, e.Field, e.Value, e.Want)
-}
-
-// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
-func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
 
 // ValidateReplicas checks a stream's replica count: 1 to 5.
 func ValidateReplicas(n int) error {

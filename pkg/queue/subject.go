@@ -4,14 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 )
-
-// ErrInvalidQueueName is wrapped by the error for a queue name that cannot
-// be used in stream names and subjects.
-var ErrInvalidQueueName = errors.New("queue: invalid queue name")
 
 // MaxQueueNameLen bounds a queue name (it appears in stream names, subjects
 // and metric labels).

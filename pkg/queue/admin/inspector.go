@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -23,8 +24,8 @@ type Snapshot struct {
 	Errs  map[string]error
 	// Pause and Leak are the queues' pause and pushback states, from the
 	// pacers' bucket (absent: never paused, never pushed back).
-	Pause map[string]queue.PauseState
-	Leak  map[string]queue.LeakState
+	Pause map[string]pace.PauseState
+	Leak  map[string]pace.LeakState
 }
 
 // covers reports whether s has something to say of every queue of cfgs.
@@ -153,7 +154,7 @@ func (in *Inspector) refresh(cfgs []queue.Config, done chan struct{}) {
 
 func (in *Inspector) read(ctx context.Context, cfgs []queue.Config) (*Snapshot, error) {
 	s := &Snapshot{At: time.Now(), Infos: make(map[string]Info, len(cfgs)), Errs: map[string]error{},
-		Pause: map[string]queue.PauseState{}, Leak: map[string]queue.LeakState{}}
+		Pause: map[string]pace.PauseState{}, Leak: map[string]pace.LeakState{}}
 	type slot struct {
 		q int
 		i int // in inspected, or len(inspected) for GRANTS
@@ -263,14 +264,14 @@ func (in *Inspector) read(ctx context.Context, cfgs []queue.Config) (*Snapshot, 
 // pacerEntries reads every queue's pause and pushback entry in one
 // listing of the pacers' bucket.
 func (in *Inspector) pacerEntries(ctx context.Context, s *Snapshot) error {
-	kv, err := in.js.KeyValue(ctx, queue.PacerBucket)
+	kv, err := in.js.KeyValue(ctx, pace.PacerBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("admin: pacer bucket %s: %w", queue.PacerBucket, err)
+		return fmt.Errorf("admin: pacer bucket %s: %w", pace.PacerBucket, err)
 	}
-	w, err := kv.WatchFiltered(ctx, []string{queue.PauseKey("*"), queue.LeakStateKey("*")}, jetstream.IgnoreDeletes())
+	w, err := kv.WatchFiltered(ctx, []string{pace.PauseKey("*"), pace.LeakStateKey("*")}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("admin: listing the pause and pushback states: %w", err)
 	}
@@ -285,9 +286,9 @@ func (in *Inspector) pacerEntries(ctx context.Context, s *Snapshot) error {
 			}
 			k := e.Key()
 			if q, ok := strings.CutSuffix(k, ".paused"); ok {
-				s.Pause[q] = queue.DecodePause(e.Value())
+				s.Pause[q] = pace.DecodePause(e.Value())
 			} else if q, ok := strings.CutSuffix(k, ".pushback"); ok {
-				if st, err := queue.DecodeLeak(e.Value()); err == nil {
+				if st, err := pace.DecodeLeak(e.Value()); err == nil {
 					s.Leak[q] = st
 				}
 			}

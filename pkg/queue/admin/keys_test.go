@@ -11,6 +11,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -107,7 +108,7 @@ func TestReadKeyReleases(t *testing.T) {
 	if r, err := worker.ReadKeyReleases(ctx, b.js, "rel"); r != nil || err != nil {
 		t.Errorf("no bucket: %+v, %v; want nil, nil", r, err)
 	}
-	kv, err := queue.OpenPacerBucket(ctx, b.js, 1)
+	kv, err := pace.OpenPacerBucket(ctx, b.js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
@@ -33,7 +34,7 @@ func TestPacerSpacesStartsExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := queue.NewPacer(store, "email", bucket.Rate{Count: 3, Per: time.Second}) // 333,333,333.3 ns apart
+	p, err := pace.NewPacer(store, "email", bucket.Rate{Count: 3, Per: time.Second}) // 333,333,333.3 ns apart
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +80,10 @@ func TestPacerSpacesStartsExactly(t *testing.T) {
 			t.Fatalf("sorted booking %d waits %v, want %v", i, w, slot)
 		}
 	}
-	if _, err := queue.NewPacer(nil, "email", bucket.Rate{Count: 1, Per: time.Second}); err == nil {
+	if _, err := pace.NewPacer(nil, "email", bucket.Rate{Count: 1, Per: time.Second}); err == nil {
 		t.Error("NewPacer accepted a nil store")
 	}
-	if _, err := queue.NewPacer(store, "email", bucket.Rate{}); err == nil {
+	if _, err := pace.NewPacer(store, "email", bucket.Rate{}); err == nil {
 		t.Error("NewPacer accepted a zero rate")
 	}
 }
@@ -165,7 +166,7 @@ func TestBacklogKeyOrderAcrossWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pacer, err := queue.NewPacer(store, "fifo", cfg.LeakRate)
+	pacer, err := pace.NewPacer(store, "fifo", cfg.LeakRate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestBacklogHandBackOnStop(t *testing.T) {
 
 // drainLeader is the id in the drain's lease of queue, "" if none.
 func drainLeader(ctx context.Context, js jetstream.JetStream, q string) string {
-	kv, err := js.KeyValue(ctx, queue.PacerBucket)
+	kv, err := js.KeyValue(ctx, pace.PacerBucket)
 	if err != nil {
 		return ""
 	}

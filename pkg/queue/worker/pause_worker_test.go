@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -28,7 +29,7 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 	cfg := testQueue("paused")
 	cfg.LeakRate = bucket.Rate{Count: 20, Per: time.Second}
 	ctx, b := setup(t, cfg)
-	kv, err := queue.OpenPacerBucket(ctx, b.js, 1)
+	kv, err := pace.OpenPacerBucket(ctx, b.js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +51,11 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 	}
 	rec := newRecorder()
 	for range workers {
-		kp, err := queue.NewKVPacer(kv, cfg.Name, cfg.LeakRate)
+		kp, err := pace.NewKVPacer(kv, cfg.Name, cfg.LeakRate)
 		if err != nil {
 			t.Fatal(err)
 		}
-		yp, err := queue.NewYieldingPacer(kp, kv, cfg.Name, cfg.LeakRate, false)
+		yp, err := pace.NewYieldingPacer(kp, kv, cfg.Name, cfg.LeakRate, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +70,7 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 	rec.waitFor(t, 30*time.Second, "40 backlog jobs started", func() bool { return count() >= 40 })
 
 	pausedAt := time.Now()
-	if err := queue.SetPause(ctx, b.js, cfg.Name, 1, queue.PauseState{Paused: true, At: pausedAt, By: "test", Reason: "maintenance"}); err != nil {
+	if err := pace.SetPause(ctx, b.js, cfg.Name, 1, pace.PauseState{Paused: true, At: pausedAt, By: "test", Reason: "maintenance"}); err != nil {
 		t.Fatal(err)
 	}
 	// Admitted while paused: they wait too.
@@ -82,12 +83,12 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 		ready = append(ready, j.ID)
 	}
 	time.Sleep(4 * time.Second)
-	st, err := queue.ReadPause(ctx, b.js, cfg.Name)
+	st, err := pace.ReadPause(ctx, b.js, cfg.Name)
 	if err != nil || !st.Paused || st.By != "test" || st.Reason != "maintenance" {
 		t.Fatalf("ReadPause = %+v, %v; want paused by test for maintenance", st, err)
 	}
 	resumedAt := time.Now()
-	if err := queue.SetPause(ctx, b.js, cfg.Name, 1, queue.PauseState{At: resumedAt, By: "test"}); err != nil {
+	if err := pace.SetPause(ctx, b.js, cfg.Name, 1, pace.PauseState{At: resumedAt, By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, 40*time.Second, "every job done", func() bool { return rec.count(worker.Succeeded) == backlogJobs+readyJobs })

@@ -29,6 +29,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/testkit/proc"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
@@ -119,7 +120,7 @@ func runChild(cfg childConfig) error {
 		if err != nil {
 			return err
 		}
-		if wc.Pacer, err = queue.NewPacer(store, cfg.Queue.Name, cfg.Queue.LeakRate); err != nil {
+		if wc.Pacer, err = pace.NewPacer(store, cfg.Queue.Name, cfg.Queue.LeakRate); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
@@ -50,7 +51,7 @@ func TestMeasureAdaptiveLeak(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kv, err := queue.OpenPacerBucket(ctx, js, 1)
+	kv, err := pace.OpenPacerBucket(ctx, js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,13 +80,13 @@ func TestMeasureAdaptiveLeak(t *testing.T) {
 		return nil
 	}
 	began := time.Now()
-	var yps []*queue.YieldingPacer
+	var yps []*pace.YieldingPacer
 	for range workers {
-		kp, err := queue.NewKVPacer(kv, cfg.Name, maxRate)
+		kp, err := pace.NewKVPacer(kv, cfg.Name, maxRate)
 		if err != nil {
 			t.Fatal(err)
 		}
-		yp, err := queue.NewYieldingPacer(kp, kv, cfg.Name, maxRate, true)
+		yp, err := pace.NewYieldingPacer(kp, kv, cfg.Name, maxRate, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
@@ -22,7 +23,7 @@ func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 	t.Parallel()
 	const jobs, workers, pause = 80, 2, 2 * time.Second
 	ctx, b := setup(t, testQueue("push")) // 50/s
-	kv, err := queue.OpenPacerBucket(ctx, b.js, 1)
+	kv, err := pace.OpenPacerBucket(ctx, b.js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,11 +53,11 @@ func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 		return nil
 	}
 	for range workers {
-		kp, err := queue.NewKVPacer(kv, b.cfg.Name, b.cfg.LeakRate)
+		kp, err := pace.NewKVPacer(kv, b.cfg.Name, b.cfg.LeakRate)
 		if err != nil {
 			t.Fatal(err)
 		}
-		yp, err := queue.NewYieldingPacer(kp, kv, b.cfg.Name, b.cfg.LeakRate, false)
+		yp, err := pace.NewYieldingPacer(kp, kv, b.cfg.Name, b.cfg.LeakRate, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 	}
 	rec.waitFor(t, 30*time.Second, "every job done", func() bool { return rec.count(worker.Succeeded) == jobs })
 
-	st, err := queue.ReadLeakState(ctx, kv, b.cfg.Name)
+	st, err := pace.ReadLeakState(ctx, kv, b.cfg.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

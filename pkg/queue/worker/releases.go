@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // KeyReleasesKey is the key, in PacerBucket, of the document the drain's
@@ -43,23 +44,23 @@ func (r *KeyReleases) Share(hash string) float64 {
 // without error, when the bucket or the document does not exist (no
 // leader has published one).
 func ReadKeyReleases(ctx context.Context, js jetstream.JetStream, q string) (*KeyReleases, error) {
-	kv, err := js.KeyValue(ctx, queue.PacerBucket)
+	kv, err := js.KeyValue(ctx, pace.PacerBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %w", q, err)
+		return nil, fmt.Errorf("worker: release counts of %s: %w", q, err)
 	}
 	e, err := kv.Get(ctx, KeyReleasesKey(q))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %w", q, err)
+		return nil, fmt.Errorf("worker: release counts of %s: %w", q, err)
 	}
 	var r KeyReleases
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, fmt.Errorf("queue: release counts of %s: %s in %s: %w", q, KeyReleasesKey(q), queue.PacerBucket, err)
+		return nil, fmt.Errorf("worker: release counts of %s: %s in %s: %w", q, KeyReleasesKey(q), pace.PacerBucket, err)
 	}
 	return &r, nil
 }

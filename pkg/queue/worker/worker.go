@@ -13,6 +13,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -26,10 +27,6 @@ type Handler func(ctx context.Context, j *queue.Job) error
 // ReadyConsumer is the durable consumer of a queue's READY stream, shared
 // by every worker.
 const ReadyConsumer = "spillway-ready"
-
-// ErrJobCancelled is what a StartGate returns for a job that was
-// cancelled: the worker deletes its backlog message and runs nothing.
-var ErrJobCancelled = errors.New("queue: job cancelled")
 
 // Defaults of a WorkerConfig's zero fields.
 const (
@@ -59,7 +56,7 @@ type WorkerConfig struct {
 	// NewYieldingPacer so that pushback pauses them all) or each drains at
 	// the full leak rate. A handler's pushback (retry.Pushback) is told to
 	// a Pacer that is a Yielder (the default is one) and ignored by others.
-	Pacer queue.Pacer
+	Pacer pace.Pacer
 	// AckWait is how long JetStream waits for an ack before it hands a job
 	// to another worker (default 30s). Running jobs, and backlog grants
 	// waiting for their start, are kept alive with heartbeats every
@@ -217,7 +214,7 @@ type Worker struct {
 	log    *slog.Logger
 	// pause is the queue's pause state (docs/design.md#pause), followed
 	// while Run runs.
-	pause *queue.Pauser
+	pause *pace.Pauser
 
 	randMu sync.Mutex
 }
@@ -239,13 +236,13 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 	if cfg.Pacer == nil {
 		mem, err := bucket.NewMemory()
 		if err != nil {
-			return nil, fmt.Errorf("queue: pacer store: %w", err)
+			return nil, fmt.Errorf("worker: pacer store: %w", err)
 		}
-		sp, err := queue.NewPacer(mem, cfg.Queue.Name, cfg.Queue.LeakRate)
+		sp, err := pace.NewPacer(mem, cfg.Queue.Name, cfg.Queue.LeakRate)
 		if err != nil {
 			return nil, err
 		}
-		if cfg.Pacer, err = queue.NewYieldingPacer(sp, nil, cfg.Queue.Name, cfg.Queue.LeakRate, cfg.Queue.Adaptive); err != nil {
+		if cfg.Pacer, err = pace.NewYieldingPacer(sp, nil, cfg.Queue.Name, cfg.Queue.LeakRate, cfg.Queue.Adaptive); err != nil {
 			return nil, err
 		}
 	}
@@ -277,7 +274,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// The pause state is known before the first pull (the watch's first
 	// values), so that a worker started while its queue is paused starts
 	// nothing.
-	w.pause = queue.NewPauser()
+	w.pause = pace.NewPauser()
 	watching := make(chan struct{})
 	loops.Go(func() { w.pause.Run(ctx, deps.kv, w.cfg.Queue.Name, w.log, watching) })
 	select {
@@ -326,12 +323,12 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainDe
 		return nil, d, err
 	}
 	if d.backlog, err = w.js.Stream(ctx, queue.StreamName(w.cfg.Queue.Name, queue.Backlog)); err != nil {
-		return nil, d, fmt.Errorf("queue: stream %s: %w", queue.StreamName(w.cfg.Queue.Name, queue.Backlog), err)
+		return nil, d, fmt.Errorf("worker: stream %s: %w", queue.StreamName(w.cfg.Queue.Name, queue.Backlog), err)
 	}
 	if d.gstream, err = w.js.Stream(ctx, gname); err != nil {
-		return nil, d, fmt.Errorf("queue: stream %s: %w", gname, err)
+		return nil, d, fmt.Errorf("worker: stream %s: %w", gname, err)
 	}
-	if d.kv, err = queue.OpenPacerBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
+	if d.kv, err = pace.OpenPacerBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
 		return nil, d, err
 	}
 	return ready, d, nil
@@ -353,7 +350,7 @@ func (w *Worker) readyConsumer(ctx context.Context) (jetstream.Consumer, error) 
 	if c, err := w.js.Consumer(ctx, stream, ReadyConsumer); err == nil {
 		pending = max(pending, c.CachedInfo().Config.MaxAckPending)
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, fmt.Errorf("queue: consumer %s on %s: %w", ReadyConsumer, stream, err)
+		return nil, fmt.Errorf("worker: consumer %s on %s: %w", ReadyConsumer, stream, err)
 	}
 	return w.ensureConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       ReadyConsumer,
@@ -369,7 +366,7 @@ func (w *Worker) readyConsumer(ctx context.Context) (jetstream.Consumer, error) 
 func (w *Worker) ensureConsumer(ctx context.Context, stream string, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	c, err := w.js.CreateOrUpdateConsumer(ctx, stream, cc)
 	if err != nil {
-		return nil, fmt.Errorf("queue: consumer %s on %s: %w", cc.Durable, stream, err)
+		return nil, fmt.Errorf("worker: consumer %s on %s: %w", cc.Durable, stream, err)
 	}
 	return c, nil
 }
@@ -399,7 +396,7 @@ func (w *Worker) yield(herr error) {
 	if !ok {
 		return
 	}
-	y, ok := w.cfg.Pacer.(queue.Yielder)
+	y, ok := w.cfg.Pacer.(pace.Yielder)
 	if !ok {
 		return
 	}

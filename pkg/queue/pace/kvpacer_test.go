@@ -1,4 +1,4 @@
-package queue_test
+package pace_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
-	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -33,20 +33,20 @@ func (c *frozen) Add(d time.Duration) {
 
 // kvPacers returns n KVPacers of one queue, each on a connection of its
 // own (as n worker processes would be), on clock.
-func kvPacers(t *testing.T, srv *queuetest.Server, n int, rate bucket.Rate, clock *frozen) []*queue.KVPacer {
+func kvPacers(t *testing.T, srv *queuetest.Server, n int, rate bucket.Rate, clock *frozen) []*pace.KVPacer {
 	t.Helper()
-	var ps []*queue.KVPacer
+	var ps []*pace.KVPacer
 	for range n {
-		kv, err := queue.OpenPacerBucket(t.Context(), srv.JetStream(t), 1)
+		kv, err := pace.OpenPacerBucket(t.Context(), srv.JetStream(t), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := queue.NewKVPacer(kv, "email", rate)
+		p, err := pace.NewKVPacer(kv, "email", rate)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if clock != nil {
-			queue.SetKVPacerClock(p, clock.Now)
+			pace.SetKVPacerClock(p, clock.Now)
 		}
 		ps = append(ps, p)
 	}
@@ -122,7 +122,7 @@ func TestKVPacerSpacesStartsExactly(t *testing.T) {
 	if err := ps[0].SetRate(bucket.Rate{}); err == nil {
 		t.Error("SetRate accepted a zero rate")
 	}
-	if _, err := queue.NewKVPacer(nil, "email", bucket.Rate{Count: 1, Per: time.Second}); err == nil {
+	if _, err := pace.NewKVPacer(nil, "email", bucket.Rate{Count: 1, Per: time.Second}); err == nil {
 		t.Error("NewKVPacer accepted a nil bucket")
 	}
 }
@@ -198,7 +198,7 @@ func TestKVPacerConflictsAtLeakRate(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	var st queue.KVPacerStats
+	var st pace.KVPacerStats
 	for _, p := range ps {
 		s := p.Stats()
 		st.Bookings += s.Bookings
@@ -232,7 +232,7 @@ func TestFailoverPacer(t *testing.T) {
 	srv := queuetest.Start(t)
 	rds := redistest.Start(t, redistest.WithOwnProcess())
 	rate := bucket.Rate{Count: 100, Per: time.Second}
-	mk := func(redisURL string) *queue.FailoverPacer {
+	mk := func(redisURL string) *pace.FailoverPacer {
 		opts, err := redis.ParseURL(redisURL)
 		if err != nil {
 			t.Fatal(err)
@@ -245,12 +245,12 @@ func TestFailoverPacer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sp, err := queue.NewPacer(st, "email", rate)
+		sp, err := pace.NewPacer(st, "email", rate)
 		if err != nil {
 			t.Fatal(err)
 		}
 		kvp := kvPacers(t, srv, 1, rate, nil)[0]
-		fp, err := queue.NewFailoverPacer(sp, kvp)
+		fp, err := pace.NewFailoverPacer(sp, kvp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +261,7 @@ func TestFailoverPacer(t *testing.T) {
 	cutOff := mk("redis://127.0.0.1:1/0") // a worker that cannot reach Redis
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	reserve := func(p *queue.FailoverPacer) time.Time {
+	reserve := func(p *pace.FailoverPacer) time.Time {
 		t.Helper()
 		d, err := p.Reserve(ctx)
 		if err != nil {
@@ -321,13 +321,13 @@ func BenchmarkKVPacerReserve(b *testing.B) {
 	for _, workers := range []int{1, 3} {
 		b.Run("kv/workers="+string(rune('0'+workers)), func(b *testing.B) {
 			srv := queuetest.Start(b)
-			var ps []*queue.KVPacer
+			var ps []*pace.KVPacer
 			for range workers {
-				kv, err := queue.OpenPacerBucket(context.Background(), srv.JetStream(b), 1)
+				kv, err := pace.OpenPacerBucket(context.Background(), srv.JetStream(b), 1)
 				if err != nil {
 					b.Fatal(err)
 				}
-				p, err := queue.NewKVPacer(kv, "bench", fast)
+				p, err := pace.NewKVPacer(kv, "bench", fast)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -354,7 +354,7 @@ func BenchmarkKVPacerReserve(b *testing.B) {
 					latency.Add(int64(time.Since(t0)))
 				}
 			})
-			var st queue.KVPacerStats
+			var st pace.KVPacerStats
 			for _, p := range ps {
 				s := p.Stats()
 				st.Bookings += s.Bookings
@@ -376,7 +376,7 @@ func BenchmarkKVPacerReserve(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		p, err := queue.NewPacer(st, "bench", fast)
+		p, err := pace.NewPacer(st, "bench", fast)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package queue
+package pace
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // DefaultPacerDownFor is how long a FailoverPacer that could not reach its
@@ -70,10 +71,10 @@ type FailoverPacer struct {
 // Both must pace the same queue; SetRate sets both.
 func NewFailoverPacer(primary *StorePacer, fallback *KVPacer) (*FailoverPacer, error) {
 	if primary == nil || fallback == nil {
-		return nil, fmt.Errorf("%w: failover pacer: nil pacer", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: failover pacer: nil pacer", queue.ErrInvalidConfig)
 	}
 	if primary.queue != fallback.key {
-		return nil, fmt.Errorf("%w: failover pacer: queues %s and %s differ", ErrInvalidConfig, primary.queue, fallback.key)
+		return nil, fmt.Errorf("%w: failover pacer: queues %s and %s differ", queue.ErrInvalidConfig, primary.queue, fallback.key)
 	}
 	return &FailoverPacer{primary: primary, fallback: fallback}, nil
 }
@@ -114,7 +115,7 @@ func (p *FailoverPacer) Reserve(ctx context.Context) (time.Duration, error) {
 		p.checked = now
 		if st.down > now.UnixNano() {
 			// Some worker cannot reach the primary: everybody paces here.
-			p.switchTo(true, fmt.Errorf("queue: pacer %s: another worker lost the primary store", p.fallback.key))
+			p.switchTo(true, fmt.Errorf("pace: pacer %s: another worker lost the primary store", p.fallback.key))
 			return p.fallback.reserve(ctx, p.floor(), 0)
 		}
 	}

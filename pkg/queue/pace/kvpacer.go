@@ -1,4 +1,4 @@
-package queue
+package pace
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // PacerBucket is the JetStream key-value bucket that KVPacers keep their
@@ -27,7 +28,7 @@ func KVReplicas(n int) (int, error) {
 	if n == 0 {
 		return 1, nil
 	}
-	return n, ValidateReplicas(n)
+	return n, queue.ValidateReplicas(n)
 }
 
 // OpenPacerBucket creates the pacers' key-value bucket, or opens it if it
@@ -35,7 +36,7 @@ func KVReplicas(n int) (int, error) {
 // bucket's replica count (1 to 5; 0 means 1).
 func OpenPacerBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
 	if js == nil {
-		return nil, fmt.Errorf("%w: pacer: nil JetStream", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: pacer: nil JetStream", queue.ErrInvalidConfig)
 	}
 	replicas, err := KVReplicas(replicas)
 	if err != nil {
@@ -49,7 +50,7 @@ func OpenPacerBucket(ctx context.Context, js jetstream.JetStream, replicas int) 
 		Replicas:    replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: pacer bucket %s: %w", PacerBucket, err)
+		return nil, fmt.Errorf("pace: pacer bucket %s: %w", PacerBucket, err)
 	}
 	return kv, nil
 }
@@ -107,16 +108,16 @@ type KVPacer struct {
 }
 
 // NewKVPacer paces the backlog of queue at rate in kv (OpenPacerBucket).
-func NewKVPacer(kv jetstream.KeyValue, queue string, rate bucket.Rate) (*KVPacer, error) {
+func NewKVPacer(kv jetstream.KeyValue, q string, rate bucket.Rate) (*KVPacer, error) {
 	if kv == nil {
-		return nil, fmt.Errorf("%w: pacer: nil key-value bucket", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: pacer: nil key-value bucket", queue.ErrInvalidConfig)
 	}
-	if err := ValidateQueueName(queue); err != nil {
-		return nil, fmt.Errorf("%w: pacer: %w", ErrInvalidConfig, err)
+	if err := queue.ValidateQueueName(q); err != nil {
+		return nil, fmt.Errorf("%w: pacer: %w", queue.ErrInvalidConfig, err)
 	}
-	p := &KVPacer{kv: kv, key: queue, now: time.Now}
+	p := &KVPacer{kv: kv, key: q, now: time.Now}
 	if err := p.SetRate(rate); err != nil {
-		return nil, fmt.Errorf("%w: queue %s: %w", ErrInvalidConfig, queue, err)
+		return nil, fmt.Errorf("%w: queue %s: %w", queue.ErrInvalidConfig, q, err)
 	}
 	return p, nil
 }
@@ -183,10 +184,6 @@ func (p *KVPacer) Last(ctx context.Context) (time.Time, error) {
 	return time.Unix(0, st.last()), nil
 }
 
-type aheadError struct{ wait time.Duration }
-
-func (e *aheadError) Error() string { return "queue: pacer: too many bookings ahead" }
-
 // book writes one booking into the entry, retrying on conflicts, and
 // returns its start in unix ns. A chain that ends before floor (unix ns)
 // restarts at floor.
@@ -215,7 +212,7 @@ func (p *KVPacer) book(ctx context.Context, rate bucket.Rate, floor, down int64)
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 			p.conflicts.Add(1) // another worker booked since we read: read again
 		default:
-			return 0, fmt.Errorf("queue: pacer %s: %w", p.key, err)
+			return 0, fmt.Errorf("pace: pacer %s: %w", p.key, err)
 		}
 	}
 }
@@ -227,7 +224,7 @@ func (p *KVPacer) load(ctx context.Context) (chain, uint64, error) {
 		return chain{}, 0, nil
 	}
 	if err != nil {
-		return chain{}, 0, fmt.Errorf("queue: pacer %s: %w", p.key, err)
+		return chain{}, 0, fmt.Errorf("pace: pacer %s: %w", p.key, err)
 	}
 	st, err := decodeChain(e.Value())
 	if err != nil {
@@ -304,19 +301,19 @@ func (c chain) encode() []byte {
 func decodeChain(b []byte) (chain, error) {
 	f := strings.Fields(string(b))
 	if len(f) != 5 {
-		return chain{}, fmt.Errorf("queue: pacer state %q: want 5 fields", b)
+		return chain{}, fmt.Errorf("pace: pacer state %q: want 5 fields", b)
 	}
 	var v [5]int64
 	for i, s := range f {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return chain{}, fmt.Errorf("queue: pacer state %q: %w", b, err)
+			return chain{}, fmt.Errorf("pace: pacer state %q: %w", b, err)
 		}
 		v[i] = n
 	}
 	c := chain{anchor: v[0], n: v[1], count: v[2], per: v[3], down: v[4]}
 	if c.count <= 0 || c.per <= 0 || c.n < 0 || c.n >= c.count {
-		return chain{}, fmt.Errorf("queue: pacer state %q: out of range", b)
+		return chain{}, fmt.Errorf("pace: pacer state %q: out of range", b)
 	}
 	return c, nil
 }

@@ -1,4 +1,4 @@
-package queue
+package pace
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // Pacer spaces the starts of a queue's backlog jobs at its leak rate.
@@ -43,16 +44,16 @@ type StorePacer struct {
 // NewPacer paces the backlog of queue at rate, keeping its state in store:
 // a bucket.Memory paces one process; a redisbucket.Store paces every
 // process that uses the same Redis.
-func NewPacer(store bucket.Store, queue string, rate bucket.Rate) (*StorePacer, error) {
+func NewPacer(store bucket.Store, q string, rate bucket.Rate) (*StorePacer, error) {
 	if store == nil {
-		return nil, fmt.Errorf("%w: pacer: nil store", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: pacer: nil store", queue.ErrInvalidConfig)
 	}
-	if err := ValidateQueueName(queue); err != nil {
-		return nil, fmt.Errorf("%w: pacer: %w", ErrInvalidConfig, err)
+	if err := queue.ValidateQueueName(q); err != nil {
+		return nil, fmt.Errorf("%w: pacer: %w", queue.ErrInvalidConfig, err)
 	}
-	p := &StorePacer{store: store, queue: queue}
+	p := &StorePacer{store: store, queue: q}
 	if err := p.SetRate(rate); err != nil {
-		return nil, fmt.Errorf("%w: queue %s: %w", ErrInvalidConfig, queue, err)
+		return nil, fmt.Errorf("%w: queue %s: %w", queue.ErrInvalidConfig, q, err)
 	}
 	return p, nil
 }
@@ -76,7 +77,7 @@ func (p *StorePacer) Reserve(ctx context.Context) (time.Duration, error) {
 	for {
 		d, err := p.store.Decide(ctx, PacerGroup, *p.tiers.Load(), 1)
 		if err != nil {
-			return 0, fmt.Errorf("queue: pacer: %w", err)
+			return 0, fmt.Errorf("pace: pacer: %w", err)
 		}
 		switch d.Verdict {
 		case bucket.Admitted:

@@ -1,4 +1,4 @@
-package queue_test
+package pace_test
 
 import (
 	"math/rand/v2"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
-	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -14,19 +14,19 @@ var per100 = bucket.Rate{Count: 100, Per: time.Second}
 
 // yieldingPacers returns n YieldingPacers of one queue over KVPacers, each
 // on a connection of its own (as n worker processes would be).
-func yieldingPacers(t *testing.T, srv *queuetest.Server, n int, maxRate bucket.Rate, adaptive bool) []*queue.YieldingPacer {
+func yieldingPacers(t *testing.T, srv *queuetest.Server, n int, maxRate bucket.Rate, adaptive bool) []*pace.YieldingPacer {
 	t.Helper()
-	var ps []*queue.YieldingPacer
+	var ps []*pace.YieldingPacer
 	for range n {
-		kv, err := queue.OpenPacerBucket(t.Context(), srv.JetStream(t), 1)
+		kv, err := pace.OpenPacerBucket(t.Context(), srv.JetStream(t), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		kp, err := queue.NewKVPacer(kv, "hooks", maxRate)
+		kp, err := pace.NewKVPacer(kv, "hooks", maxRate)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := queue.NewYieldingPacer(kp, kv, "hooks", maxRate, adaptive)
+		p, err := pace.NewYieldingPacer(kp, kv, "hooks", maxRate, adaptive)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,11 +49,11 @@ func TestPushbackPausesEveryWorker(t *testing.T) {
 	if err := ps[0].Yield(ctx, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := queue.OpenPacerBucket(ctx, srv.JetStream(t), 1)
+	kv, err := pace.OpenPacerBucket(ctx, srv.JetStream(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := queue.ReadLeakState(ctx, kv, "hooks")
+	st, err := pace.ReadLeakState(ctx, kv, "hooks")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,16 +91,16 @@ func TestAdaptiveLeakCutsAndShares(t *testing.T) {
 	ps := yieldingPacers(t, srv, 2, per100, true)
 	ctx := t.Context()
 	clock := &frozen{now: time.Now().Add(-time.Hour)} // pauses of the past: Reserve need not wait
-	queue.SetYieldingPacerClock(ps[0], clock.Now)
+	pace.SetYieldingPacerClock(ps[0], clock.Now)
 
 	if err := ps[0].Yield(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := queue.OpenPacerBucket(ctx, srv.JetStream(t), 1)
+	kv, err := pace.OpenPacerBucket(ctx, srv.JetStream(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := queue.ReadLeakState(ctx, kv, "hooks")
+	st, err := pace.ReadLeakState(ctx, kv, "hooks")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestAdaptiveLeakCutsAndShares(t *testing.T) {
 	if err := ps[0].Yield(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := queue.ReadLeakState(ctx, kv, "hooks"); again.From != st.From || !again.CutAt.Equal(st.CutAt) {
+	if again, _ := pace.ReadLeakState(ctx, kv, "hooks"); again.From != st.From || !again.CutAt.Equal(st.CutAt) {
 		t.Fatalf("a pushback during the pause cut again: %+v", again)
 	}
 	clock.Add(1400 * time.Millisecond) // 2.3 s after the cut, 400 ms after the pause
@@ -119,7 +119,7 @@ func TestAdaptiveLeakCutsAndShares(t *testing.T) {
 	if err := ps[0].Yield(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	st, _ = queue.ReadLeakState(ctx, kv, "hooks")
+	st, _ = pace.ReadLeakState(ctx, kv, "hooks")
 	if st.From != want || st.To != want*7/10 {
 		t.Fatalf("second cut: %+v, want from %d to %d", st, want, want*7/10)
 	}
@@ -143,19 +143,19 @@ func TestAdaptiveLeakCutsAndShares(t *testing.T) {
 func TestAdaptiveLeakRateOverTime(t *testing.T) {
 	t.Parallel()
 	cut := time.Unix(1_700_000_000, 0)
-	st := queue.LeakState{CutAt: cut, From: 30_000, To: 21_000}
+	st := pace.LeakState{CutAt: cut, From: 30_000, To: 21_000}
 	for _, tc := range []struct {
 		after time.Duration
 		want  int64
 	}{
 		{0, 21_000},
-		{time.Second, 30_000 - 9_000*81/100},      // 1 − τ/C = 0.9
-		{5 * time.Second, 30_000 - 9_000/4},       // halfway: 3/4 of the way back
-		{9 * time.Second, 30_000 - 9_000/100},     // nearly there
-		{queue.LeakClimb, 30_000},                 // back at the pushback's rate
-		{queue.LeakClimb + 3*time.Second, 30_700}, // probing: 70,000·(3/30)²
-		{queue.LeakClimb + 15*time.Second, 47_500},
-		{queue.LeakClimb + queue.LeakProbe, 100_000},
+		{time.Second, 30_000 - 9_000*81/100},     // 1 − τ/C = 0.9
+		{5 * time.Second, 30_000 - 9_000/4},      // halfway: 3/4 of the way back
+		{9 * time.Second, 30_000 - 9_000/100},    // nearly there
+		{pace.LeakClimb, 30_000},                 // back at the pushback's rate
+		{pace.LeakClimb + 3*time.Second, 30_700}, // probing: 70,000·(3/30)²
+		{pace.LeakClimb + 15*time.Second, 47_500},
+		{pace.LeakClimb + pace.LeakProbe, 100_000},
 		{time.Hour, 100_000},
 		{-time.Second, 21_000}, // a clock behind the cut's
 	} {
@@ -166,14 +166,14 @@ func TestAdaptiveLeakRateOverTime(t *testing.T) {
 	if got := st.Rate(cut, per100, false); got != 100_000 {
 		t.Errorf("not adaptive: %d, want the maximum", got)
 	}
-	low := queue.LeakState{CutAt: cut, From: 1_200, To: 10}
+	low := pace.LeakState{CutAt: cut, From: 1_200, To: 10}
 	if got := low.Rate(cut, per100, true); got != 1_000 {
 		t.Errorf("below the floor: %d, want 1/s", got)
 	}
-	if got := queue.LeakFloor(bucket.Rate{Count: 500, Per: time.Second}); got != 5_000 {
+	if got := pace.LeakFloor(bucket.Rate{Count: 500, Per: time.Second}); got != 5_000 {
 		t.Errorf("floor of 500/s = %d, want 5/s", got)
 	}
-	if got := (queue.LeakState{}).Rate(cut, bucket.Rate{Count: 600, Per: time.Minute}, true); got != 10_000 {
+	if got := (pace.LeakState{}).Rate(cut, bucket.Rate{Count: 600, Per: time.Minute}, true); got != 10_000 {
 		t.Errorf("never cut, 600/m: %d, want 10/s", got)
 	}
 }
@@ -186,11 +186,11 @@ func TestAdaptiveLeakRateBounds(t *testing.T) {
 	cut := time.Unix(1_700_000_000, 0)
 	for range 10_000 {
 		maxRate := bucket.Rate{Count: 1 + rnd.Int64N(100_000), Per: []time.Duration{time.Millisecond, time.Second, time.Minute, time.Hour}[rnd.IntN(4)]}
-		st := queue.LeakState{CutAt: cut, From: rnd.Int64N(1 << 40), To: rnd.Int64N(1 << 40)}
+		st := pace.LeakState{CutAt: cut, From: rnd.Int64N(1 << 40), To: rnd.Int64N(1 << 40)}
 		at := cut.Add(time.Duration(rnd.Int64N(int64(time.Minute))) - time.Second)
 		r := st.Rate(at, maxRate, true)
-		if r < queue.LeakFloor(maxRate) || r > queue.MilliRate(maxRate) {
-			t.Fatalf("%+v at %v, max %v: rate %d outside [%d, %d]", st, at.Sub(cut), maxRate, r, queue.LeakFloor(maxRate), queue.MilliRate(maxRate))
+		if r < pace.LeakFloor(maxRate) || r > pace.MilliRate(maxRate) {
+			t.Fatalf("%+v at %v, max %v: rate %d outside [%d, %d]", st, at.Sub(cut), maxRate, r, pace.LeakFloor(maxRate), pace.MilliRate(maxRate))
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package queue
+package pace
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // Pushback's parameters (docs/design.md#pushback).
@@ -153,12 +154,12 @@ func rateOf(m int64, maxRate bucket.Rate) bucket.Rate {
 
 // LeakStateKey is the key of a queue's LeakState in the pacers' bucket
 // (PacerBucket), next to its chain of starts.
-func LeakStateKey(queue string) string { return queue + ".pushback" }
+func LeakStateKey(q string) string { return q + ".pushback" }
 
 // ReadLeakState reads a queue's shared pushback state from the pacers'
 // bucket: the zero LeakState if it was never pushed back.
-func ReadLeakState(ctx context.Context, kv jetstream.KeyValue, queue string) (LeakState, error) {
-	st, _, err := loadLeak(ctx, kv, LeakStateKey(queue))
+func ReadLeakState(ctx context.Context, kv jetstream.KeyValue, q string) (LeakState, error) {
+	st, _, err := loadLeak(ctx, kv, LeakStateKey(q))
 	return st, err
 }
 
@@ -168,7 +169,7 @@ func loadLeak(ctx context.Context, kv jetstream.KeyValue, key string) (LeakState
 		return LeakState{}, 0, nil
 	}
 	if err != nil {
-		return LeakState{}, 0, fmt.Errorf("queue: leak state %s: %w", key, err)
+		return LeakState{}, 0, fmt.Errorf("pace: leak state %s: %w", key, err)
 	}
 	st, err := DecodeLeak(e.Value())
 	if err != nil {
@@ -208,13 +209,13 @@ func fromUnixNano(n int64) time.Time {
 func DecodeLeak(b []byte) (LeakState, error) {
 	f := strings.Fields(string(b))
 	if len(f) != 4 {
-		return LeakState{}, fmt.Errorf("queue: leak state %q: want 4 fields", b)
+		return LeakState{}, fmt.Errorf("pace: leak state %q: want 4 fields", b)
 	}
 	var v [4]int64
 	for i, s := range f {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			return LeakState{}, fmt.Errorf("queue: leak state %q: field %d: want an integer ≥ 0", b, i+1)
+			return LeakState{}, fmt.Errorf("pace: leak state %q: field %d: want an integer ≥ 0", b, i+1)
 		}
 		v[i] = n
 	}
@@ -274,16 +275,16 @@ type YieldingPacer struct {
 // or below it while an adaptive leak climbs back from a pushback. kv is
 // the pacers' bucket (OpenPacerBucket) where every worker shares the
 // pushback state; nil keeps it in this process.
-func NewYieldingPacer(inner RatePacer, kv jetstream.KeyValue, queue string, maxRate bucket.Rate, adaptive bool) (*YieldingPacer, error) {
+func NewYieldingPacer(inner RatePacer, kv jetstream.KeyValue, q string, maxRate bucket.Rate, adaptive bool) (*YieldingPacer, error) {
 	if inner == nil {
-		return nil, fmt.Errorf("%w: yielding pacer: nil pacer", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: yielding pacer: nil pacer", queue.ErrInvalidConfig)
 	}
-	if err := ValidateQueueName(queue); err != nil {
-		return nil, fmt.Errorf("%w: pacer: %w", ErrInvalidConfig, err)
+	if err := queue.ValidateQueueName(q); err != nil {
+		return nil, fmt.Errorf("%w: pacer: %w", queue.ErrInvalidConfig, err)
 	}
-	p := &YieldingPacer{inner: inner, kv: kv, key: LeakStateKey(queue), now: time.Now, fresh: leakFresh}
+	p := &YieldingPacer{inner: inner, kv: kv, key: LeakStateKey(q), now: time.Now, fresh: leakFresh}
 	if err := p.SetRate(maxRate); err != nil {
-		return nil, fmt.Errorf("%w: queue %s: %w", ErrInvalidConfig, queue, err)
+		return nil, fmt.Errorf("%w: queue %s: %w", queue.ErrInvalidConfig, q, err)
 	}
 	p.adaptive.Store(adaptive)
 	return p, nil
@@ -359,7 +360,7 @@ func (p *YieldingPacer) reserve(ctx context.Context, hold bool) (time.Duration, 
 		if rate != p.applied {
 			if err := p.inner.SetRate(rate); err != nil {
 				p.mu.Unlock()
-				return 0, fmt.Errorf("queue: pacer %s: %w", p.key, err)
+				return 0, fmt.Errorf("pace: pacer %s: %w", p.key, err)
 			}
 			p.applied = rate
 		}
@@ -450,7 +451,7 @@ func (p *YieldingPacer) Yield(ctx context.Context, after time.Duration) error {
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 			// Another worker wrote it since we read: read again.
 		default:
-			return fmt.Errorf("queue: leak state %s: %w", p.key, err)
+			return fmt.Errorf("pace: leak state %s: %w", p.key, err)
 		}
 	}
 }

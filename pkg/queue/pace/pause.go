@@ -1,4 +1,4 @@
-package queue
+package pace
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 
 // PauseKey is the key of a queue's PauseState in the pacers' bucket
 // (PacerBucket).
-func PauseKey(queue string) string { return queue + ".paused" }
+func PauseKey(q string) string { return q + ".paused" }
 
 // PauseState is whether a queue is paused, as kept in its PauseKey entry.
 // The zero value is a queue never paused.
@@ -38,37 +38,37 @@ type PauseState struct {
 
 // SetPause writes a queue's pause state in the pacers' bucket, which it
 // creates if no worker did yet (replicas as OpenPacerBucket's).
-func SetPause(ctx context.Context, js jetstream.JetStream, queue string, replicas int, st PauseState) error {
+func SetPause(ctx context.Context, js jetstream.JetStream, q string, replicas int, st PauseState) error {
 	kv, err := OpenPacerBucket(ctx, js, replicas)
 	if err != nil {
 		return err
 	}
 	b, err := json.Marshal(st)
 	if err != nil {
-		return fmt.Errorf("queue: pause state of %s: %w", queue, err)
+		return fmt.Errorf("pace: pause state of %s: %w", q, err)
 	}
-	if _, err := kv.Put(ctx, PauseKey(queue), b); err != nil {
-		return fmt.Errorf("queue: pause state of %s: %w", queue, err)
+	if _, err := kv.Put(ctx, PauseKey(q), b); err != nil {
+		return fmt.Errorf("pace: pause state of %s: %w", q, err)
 	}
 	return nil
 }
 
 // ReadPause reads a queue's pause state: the zero PauseState when the
 // bucket or the entry does not exist.
-func ReadPause(ctx context.Context, js jetstream.JetStream, queue string) (PauseState, error) {
+func ReadPause(ctx context.Context, js jetstream.JetStream, q string) (PauseState, error) {
 	kv, err := js.KeyValue(ctx, PacerBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return PauseState{}, nil
 	}
 	if err != nil {
-		return PauseState{}, fmt.Errorf("queue: pacer bucket %s: %w", PacerBucket, err)
+		return PauseState{}, fmt.Errorf("pace: pacer bucket %s: %w", PacerBucket, err)
 	}
-	e, err := kv.Get(ctx, PauseKey(queue))
+	e, err := kv.Get(ctx, PauseKey(q))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return PauseState{}, nil
 	}
 	if err != nil {
-		return PauseState{}, fmt.Errorf("queue: pause state of %s: %w", queue, err)
+		return PauseState{}, fmt.Errorf("pace: pause state of %s: %w", q, err)
 	}
 	return DecodePause(e.Value()), nil
 }
@@ -144,12 +144,12 @@ func (p *Pauser) set(paused bool) (changed bool) {
 // Run watches queue's entry in kv until ctx ends, watching again after a
 // failure. While the watch is broken the last state holds. It closes
 // known once the entry's value at the start was delivered.
-func (p *Pauser) Run(ctx context.Context, kv jetstream.KeyValue, queue string, log *slog.Logger, known chan<- struct{}) {
+func (p *Pauser) Run(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger, known chan<- struct{}) {
 	var once sync.Once
 	told := func() { once.Do(func() { close(known) }) }
 	defer told()
 	for failures := 0; ctx.Err() == nil; {
-		err := p.watch(ctx, kv, queue, log, told)
+		err := p.watch(ctx, kv, q, log, told)
 		if ctx.Err() != nil {
 			return
 		}
@@ -159,8 +159,8 @@ func (p *Pauser) Run(ctx context.Context, kv jetstream.KeyValue, queue string, l
 	}
 }
 
-func (p *Pauser) watch(ctx context.Context, kv jetstream.KeyValue, queue string, log *slog.Logger, known func()) error {
-	w, err := kv.Watch(ctx, PauseKey(queue))
+func (p *Pauser) watch(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger, known func()) error {
+	w, err := kv.Watch(ctx, PauseKey(q))
 	if err != nil {
 		return err
 	}
@@ -171,7 +171,7 @@ func (p *Pauser) watch(ctx context.Context, kv jetstream.KeyValue, queue string,
 			return ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return errors.New("queue: the pause watch ended")
+				return errors.New("pace: the pause watch ended")
 			}
 			if e == nil { // the initial values are all delivered
 				known()

@@ -1,4 +1,4 @@
-package queue_test
+package pace_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
-	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // TestPacerOnCluster: two pacers of one queue, each with its own cluster
@@ -25,7 +25,7 @@ func TestPacerOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pacers []*queue.StorePacer
+	var pacers []*pace.StorePacer
 	for range 2 {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
 		t.Cleanup(func() { _ = c.Close() })
@@ -33,7 +33,7 @@ func TestPacerOnCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := queue.NewPacer(st, "paced", rate)
+		p, err := pace.NewPacer(st, "paced", rate)
 		if err != nil {
 			t.Fatal(err)
 		}
