@@ -204,6 +204,15 @@ func StreamName(queue string, d Destination) string {
 	return "SPILLWAY_" + queue + "_READY"
 }
 
+// GrantsStreamName is the stream of a queue's grants: SPILLWAY_<queue>_GRANTS.
+func GrantsStreamName(queue string) string { return "SPILLWAY_" + queue + "_GRANTS" }
+
+// grantsStreamConfig keeps a queue's grants until a worker settles them.
+func (c Config) grantsStreamConfig() jetstream.StreamConfig {
+	c = c.WithDefaults()
+	return c.stream(GrantsStreamName(c.Name), "backlog starts granted by the drain's leader", GrantSubject(c.Name))
+}
+
 // Subject is where a job of key lands (in the backlog, a job of the
 // normal class): spillway.<destination>.<queue>.<key token>. One subject
 // per key (and class) is what makes the per-key capacity a JetStream limit.
@@ -411,13 +420,4 @@ func (f Fairness) WeightOf(key string) int {
 		}
 	}
 	return w
-}
-
-// GrantsStreamName is the stream of a queue's grants: SPILLWAY_<queue>_GRANTS.
-func GrantsStreamName(queue string) string { return "SPILLWAY_" + queue + "_GRANTS" }
-
-// grantsStreamConfig keeps a queue's grants until a worker settles them.
-func (c Config) grantsStreamConfig() jetstream.StreamConfig {
-	c = c.WithDefaults()
-	return c.stream(GrantsStreamName(c.Name), "backlog starts granted by the drain's leader", GrantSubject(c.Name))
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
 )
 
 // PacerBucket is the JetStream key-value bucket that KVPacers keep their

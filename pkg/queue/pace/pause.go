@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
 )
 
 // A queue is paused (docs/design.md#pause) by an operator: its workers

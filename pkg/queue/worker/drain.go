@@ -4,15 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/leadership"
-	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/leadership"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // How the backlog drains (docs/design.md#fair-drain):
@@ -68,24 +70,29 @@ func leaseKey(q string) string { return q + ".drain-leader" }
 // GrantsConsumer is the durable consumer every worker pulls grants from.
 const GrantsConsumer = "spillway-grants"
 
+// drainer takes a queue's grants and starts their jobs in this worker,
+// and leads the drain (leader) while this worker holds the lease. It holds
+// what it works with; the Worker hands it over in newDrainer.
 type drainer struct {
-	w       *Worker
-	r       *runner // runs the jobs it starts, in slots shared with READY jobs
-	grants  jetstream.Consumer
-	backlog jetstream.Stream
-	gstream jetstream.Stream
-	kv      jetstream.KeyValue // the pacer bucket: the lease
-	period  time.Duration      // one start's share of the leak
+	cfg WorkerConfig
+	js  jetstream.JetStream
+	drainStreams
+	slots   *slots  // the worker's handler slots, shared with READY jobs
+	r       *runner // runs the jobs it starts
+	pause   *pace.Pauser
+	log     *slog.Logger
+	observe func(Event)
+	period  time.Duration // one start's share of the leak
 
 	mu      sync.Mutex
 	waiting map[jetstream.Msg]struct{} // grants taken, not started yet
 	starts  sync.WaitGroup
 }
 
-func newDrainer(w *Worker, r *runner, grants jetstream.Consumer, backlog, gstream jetstream.Stream, kv jetstream.KeyValue) *drainer {
+func newDrainer(cfg WorkerConfig, js jetstream.JetStream, s drainStreams, slots *slots, r *runner, pause *pace.Pauser, log *slog.Logger, observe func(Event)) *drainer {
 	return &drainer{
-		w: w, r: r, grants: grants, backlog: backlog, gstream: gstream, kv: kv,
-		period:  w.cfg.Queue.LeakRate.Per / time.Duration(w.cfg.Queue.LeakRate.Count),
+		cfg: cfg, js: js, drainStreams: s, slots: slots, r: r, pause: pause, log: log, observe: observe,
+		period:  cfg.Queue.LeakRate.Per / time.Duration(cfg.Queue.LeakRate.Count),
 		waiting: make(map[jetstream.Msg]struct{}),
 	}
 }
@@ -94,9 +101,14 @@ func newDrainer(w *Worker, r *runner, grants jetstream.Consumer, backlog, gstrea
 // grants always. Grants taken and not started are handed back.
 func (d *drainer) run(ctx context.Context) {
 	var loops sync.WaitGroup
-	lease := leadership.NewElector(d.kv, leaseKey(d.w.cfg.Queue.Name), min(max(d.w.cfg.AckWait/2, time.Second), 5*time.Second), d.w.log.Info)
+	lease := leadership.NewElector(d.kv, leaseKey(d.cfg.Queue.Name), min(max(d.cfg.AckWait/2, time.Second), 5*time.Second), d.log.Info)
 	loops.Go(func() {
-		lease.Hold(ctx, func(lctx context.Context) { newLeader(d).run(lctx) })
+		lease.Hold(ctx, func(lctx context.Context) {
+			newLeader(leaderDeps{
+				js: d.js, queue: d.cfg.Queue, drainStreams: d.drainStreams, book: d.book,
+				pause: d.pause, period: d.period, log: d.log, observe: d.observe,
+			}).run(lctx)
+		})
 	})
 	d.take(ctx)
 	loops.Wait()
@@ -107,20 +119,20 @@ func (d *drainer) run(ctx context.Context) {
 func (d *drainer) take(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
-		if d.w.pause.Wait(ctx) != nil { // paused: take no grant
+		if d.pause.Wait(ctx) != nil { // paused: take no grant
 			return
 		}
-		if !d.r.slots.reserve(ctx.Done()) {
+		if !d.slots.reserve(ctx.Done()) {
 			return
 		}
-		batch, err := d.grants.Fetch(1, jetstream.FetchMaxWait(d.w.cfg.FetchWait))
+		batch, err := d.grants.Fetch(1, jetstream.FetchMaxWait(d.cfg.FetchWait))
 		got := false
 		if err == nil {
 			for msg := range batch.Messages() {
 				got = true
 				seq, start, ok := d.grantOf(ctx, msg)
 				if !ok {
-					d.r.slots.unreserve()
+					d.slots.unreserve()
 					continue
 				}
 				d.mu.Lock()
@@ -131,11 +143,11 @@ func (d *drainer) take(ctx context.Context) {
 			err = batch.Error()
 		}
 		if !got {
-			d.r.slots.unreserve()
+			d.slots.unreserve()
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
-			d.w.log.Warn("pulling backlog grants failed; retrying", "error", err, "failures", failures)
+			d.log.Warn("pulling backlog grants failed; retrying", "error", err, "failures", failures)
 			_ = loop.Sleep(ctx, loop.Backoff(failures))
 			continue
 		}
@@ -155,7 +167,7 @@ func (d *drainer) grantOf(ctx context.Context, msg jetstream.Msg) (seq uint64, s
 	seq, err := strconv.ParseUint(msg.Headers().Get(headerGrantSeq), 10, 64)
 	at, err2 := strconv.ParseInt(msg.Headers().Get(headerGrantStart), 10, 64)
 	if err != nil || err2 != nil {
-		d.w.log.Error("a grant names no backlog job; dropped", "seq", msg.Headers().Get(headerGrantSeq), "start", msg.Headers().Get(headerGrantStart))
+		d.log.Error("a grant names no backlog job; dropped", "seq", msg.Headers().Get(headerGrantSeq), "start", msg.Headers().Get(headerGrantStart))
 		_ = msg.Term()
 		return 0, time.Time{}, false
 	}
@@ -180,30 +192,30 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 		delete(d.waiting, msg)
 		d.mu.Unlock()
 	}()
-	stop := heartbeat(msg, d.w.cfg.AckWait/3)
+	stop := heartbeat(msg, d.cfg.AckWait/3)
 	err := loop.Sleep(ctx, time.Until(start))
 	if err == nil && d.paused(ctx) {
 		// A pushback came after the start was booked: book again, after
 		// the pause.
 		var wait time.Duration
-		if wait, err = d.w.cfg.Pacer.Reserve(ctx); err == nil {
+		if wait, err = d.cfg.Pacer.Reserve(ctx); err == nil {
 			err = loop.Sleep(ctx, wait)
 		}
 	}
 	stop()
 	if err != nil {
-		d.r.slots.unreserve()
+		d.slots.unreserve()
 		d.handBack(msg, 0, nil) // stopping, or the pacer failed: another start
 		return
 	}
-	if d.w.pause.Paused() {
+	if d.pause.Paused() {
 		// Paused after the start was booked: the grant goes back, and
 		// whoever takes it after the resume books a new start.
-		d.r.slots.unreserve()
+		d.slots.unreserve()
 		d.handBack(msg, 0, nil)
 		return
 	}
-	if !d.r.slots.claim() {
+	if !d.slots.claim() {
 		// A READY job took the slot meanwhile: another worker, or this one
 		// later, books the job a new start.
 		d.handBack(msg, 0, nil)
@@ -214,21 +226,21 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 	cancel()
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		d.r.slots.put()
+		d.slots.put()
 		_ = ack(ctx, msg) // settled already, by whoever ran it before
 		return
 	case err != nil:
-		d.r.slots.put()
+		d.slots.put()
 		d.handBack(msg, time.Second, err)
 		return
 	}
 	e := &execution{
-		msg: msg, stream: queue.StreamName(d.w.cfg.Queue.Name, queue.Backlog), seq: seq, subject: raw.Subject,
+		msg: msg, stream: queue.StreamName(d.cfg.Queue.Name, queue.Backlog), seq: seq, subject: raw.Subject,
 		header: raw.Header, data: raw.Data, backlog: d.backlog,
 	}
 	job, err := queue.ParseJob(raw.Header, raw.Data)
 	if err != nil {
-		d.r.slots.put()
+		d.slots.put()
 		if e.claim() {
 			d.r.deadLetter(e, 0, "invalid job", err, 0)
 		}
@@ -237,7 +249,7 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 	if now := time.Now(); !job.ExpiresAt.IsZero() && now.After(job.ExpiresAt) {
 		// Granted before its expiry but started after it (a late grant,
 		// or one taken again): it never runs.
-		d.r.slots.put()
+		d.slots.put()
 		if e.claim() {
 			e.job = &job
 			d.r.deadLetter(e, 0, queue.ReasonExpired, expiredError(job.ExpiresAt, now), 0)
@@ -246,10 +258,10 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 	}
 	e.job, e.attempt = &job, job.Attempt+1
 	if !d.gate(ctx, e) {
-		d.r.slots.put()
+		d.slots.put()
 		return
 	}
-	d.w.observe(Event{Kind: Released, Job: &job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Waited: time.Since(job.EnqueuedAt)})
+	d.observe(Event{Kind: Released, Job: &job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Waited: time.Since(job.EnqueuedAt)})
 	d.r.runBacklog(e, job)
 }
 
@@ -269,16 +281,16 @@ type (
 // stays unbroken while the grant is published and taken. The worker looks
 // at the pause again at the start (pausedAt).
 func (d *drainer) book(ctx context.Context) (time.Duration, error) {
-	if b, ok := d.w.cfg.Pacer.(booker); ok {
+	if b, ok := d.cfg.Pacer.(booker); ok {
 		return b.Book(ctx)
 	}
-	return d.w.cfg.Pacer.Reserve(ctx)
+	return d.cfg.Pacer.Reserve(ctx)
 }
 
 // paused reports whether the leak is paused now (a pushback came after the
 // start was booked): the start is then booked again, after the pause.
 func (d *drainer) paused(ctx context.Context) bool {
-	p, ok := d.w.cfg.Pacer.(pauser)
+	p, ok := d.cfg.Pacer.(pauser)
 	if !ok {
 		return false
 	}
@@ -290,11 +302,11 @@ func (d *drainer) paused(ctx context.Context) bool {
 // job's backlog message is deleted and its grant acked; a gate that fails
 // hands the grant back. It reports whether the job starts now.
 func (d *drainer) gate(ctx context.Context, e *execution) bool {
-	if d.w.cfg.StartGate == nil {
+	if d.cfg.StartGate == nil {
 		return true
 	}
 	gctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	err := d.w.cfg.StartGate(gctx, Event{Kind: Started, Queue: d.w.cfg.Queue.Name, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
+	err := d.cfg.StartGate(gctx, Event{Kind: Started, Queue: d.cfg.Queue.Name, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
 	cancel()
 	switch {
 	case err == nil:
@@ -304,7 +316,7 @@ func (d *drainer) gate(ctx context.Context, e *execution) bool {
 			sctx, cancel := settleCtx(ctx)
 			defer cancel()
 			if err := e.settleSource(sctx); err != nil {
-				d.w.log.Warn("a cancelled backlog job was not removed; its next grant removes it", "job", e.job.ID, "error", err)
+				d.log.Warn("a cancelled backlog job was not removed; its next grant removes it", "job", e.job.ID, "error", err)
 			}
 		}
 		return false
@@ -317,9 +329,9 @@ func (d *drainer) gate(ctx context.Context, e *execution) bool {
 // handBack gives a grant back for another start.
 func (d *drainer) handBack(msg jetstream.Msg, delay time.Duration, cause error) {
 	if cause != nil {
-		d.w.log.Warn("starting a backlog job failed; its grant goes back", "error", cause)
+		d.log.Warn("starting a backlog job failed; its grant goes back", "error", cause)
 	}
 	if err := msg.NakWithDelay(delay); err != nil {
-		d.w.log.Warn("handing a backlog grant back failed; it is delivered again after the ack wait", "error", err)
+		d.log.Warn("handing a backlog grant back failed; it is delivered again after the ack wait", "error", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -11,13 +12,28 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
+
+// leaderDeps are what a leader works with: the drainer hands them over
+// when its worker takes the lease.
+type leaderDeps struct {
+	js    jetstream.JetStream
+	queue queue.Config
+	drainStreams
+	// book books a start ahead, without waiting for it.
+	book    func(context.Context) (time.Duration, error)
+	pause   *pace.Pauser
+	period  time.Duration // one start's share of the leak
+	log     *slog.Logger
+	observe func(Event)
+}
 
 // leader runs a queue's drain while its worker holds the lease.
 type leader struct {
-	d      *drainer
+	leaderDeps
 	sched  *fairSched
 	filter string
 	wake   chan struct{} // a job was published to the backlog
@@ -56,20 +72,19 @@ const feedRecheck = 20 * time.Millisecond
 // leak's starts can be granted ahead of the workers.
 const demandFresh = 50 * time.Millisecond
 
-func newLeader(d *drainer) *leader {
-	q := d.w.cfg.Queue
+func newLeader(deps leaderDeps) *leader {
 	return &leader{
-		d: d, sched: newFairSched(q.Fairness.MinShare), filter: queue.SubjectFilter(q.Name, queue.Backlog),
+		leaderDeps: deps, sched: newFairSched(deps.queue.Fairness.MinShare), filter: queue.SubjectFilter(deps.queue.Name, queue.Backlog),
 		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
 	}
 }
 
 // run leads until ctx ends.
 func (l *leader) run(ctx context.Context) {
-	log := l.d.w.log
+	log := l.log
 	log.Info("leading the backlog's drain")
 	defer log.Info("no longer leading the backlog's drain")
-	sub, err := l.d.w.js.Conn().Subscribe(l.filter, func(*nats.Msg) {
+	sub, err := l.js.Conn().Subscribe(l.filter, func(*nats.Msg) {
 		l.arrived.Store(true)
 		select {
 		case l.wake <- struct{}{}:
@@ -108,9 +123,9 @@ func (l *leader) run(ctx context.Context) {
 			l.idle(ctx, now)
 			continue
 		}
-		if l.d.w.pause.Paused() {
+		if l.pause.Paused() {
 			// Paused: grant nothing until the resume.
-			if l.d.w.pause.Wait(ctx) != nil {
+			if l.pause.Wait(ctx) != nil {
 				return
 			}
 			continue
@@ -152,12 +167,12 @@ func (l *leader) idle(ctx context.Context, now time.Time) {
 func (l *leader) index(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 4*requestTimeout)
 	defer cancel()
-	gi, err := l.d.gstream.Info(rctx)
+	gi, err := l.gstream.Info(rctx)
 	if err != nil {
 		return err
 	}
 	for seq := gi.State.FirstSeq; gi.State.Msgs > 0 && seq <= gi.State.LastSeq; {
-		m, err := l.d.gstream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(queue.GrantSubject(l.d.w.cfg.Queue.Name)))
+		m, err := l.gstream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(queue.GrantSubject(l.queue.Name)))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -169,7 +184,7 @@ func (l *leader) index(ctx context.Context) error {
 		}
 		seq = m.Sequence + 1
 	}
-	info, err := l.d.backlog.Info(rctx, jetstream.WithSubjectFilter(l.filter))
+	info, err := l.backlog.Info(rctx, jetstream.WithSubjectFilter(l.filter))
 	if err != nil {
 		return err
 	}
@@ -180,7 +195,7 @@ func (l *leader) index(ctx context.Context) error {
 		f.more = true
 		l.sched.place(f, now)
 	}
-	l.d.w.log.Debug("backlog indexed", "flows", len(info.State.Subjects), "jobs", info.State.Msgs, "granted", len(l.granted))
+	l.log.Debug("backlog indexed", "flows", len(info.State.Subjects), "jobs", info.State.Msgs, "granted", len(l.granted))
 	return nil
 }
 
@@ -188,14 +203,14 @@ func (l *leader) index(ctx context.Context) error {
 func (l *leader) feed(ctx context.Context) (n int) {
 	for ; ctx.Err() == nil; n++ {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		m, err := l.d.backlog.GetMsg(rctx, l.next, jetstream.WithGetMsgSubject(l.filter))
+		m, err := l.backlog.GetMsg(rctx, l.next, jetstream.WithGetMsgSubject(l.filter))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				l.d.w.log.Warn("reading new backlog jobs failed; trying again", "error", err)
+				l.log.Warn("reading new backlog jobs failed; trying again", "error", err)
 			}
 			return
 		}
@@ -238,7 +253,7 @@ const readAheadRate = 100
 func (l *leader) readFlow(ctx context.Context, f *flow, want func(*flow) bool) {
 	for want(f) && ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		m, err := l.d.backlog.GetMsg(rctx, f.last+1, jetstream.WithGetMsgSubject(f.subject))
+		m, err := l.backlog.GetMsg(rctx, f.last+1, jetstream.WithGetMsgSubject(f.subject))
 		cancel()
 		now := time.Now().UnixNano()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -247,7 +262,7 @@ func (l *leader) readFlow(ctx context.Context, f *flow, want func(*flow) bool) {
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				l.d.w.log.Warn("reading a backlog key's jobs failed; trying again", "error", err)
+				l.log.Warn("reading a backlog key's jobs failed; trying again", "error", err)
 			}
 			return
 		}
@@ -285,7 +300,7 @@ func (l *leader) demand(ctx context.Context) bool {
 	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		info, err := l.d.grants.Info(rctx)
+		info, err := l.grants.Info(rctx)
 		cancel()
 		if err == nil && info.NumPending <= bookAhead {
 			l.takenAt = time.Now()
@@ -295,7 +310,7 @@ func (l *leader) demand(ctx context.Context) bool {
 			return false
 		}
 		if err != nil {
-			l.d.w.log.Warn("reading the grants consumer failed; trying again", "error", err)
+			l.log.Warn("reading the grants consumer failed; trying again", "error", err)
 			return false
 		}
 	}
@@ -310,10 +325,10 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	if !ok || l.settled(ctx, f, j, now) {
 		return nil
 	}
-	wait, err := l.d.book(ctx)
+	wait, err := l.book(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			l.d.w.log.Warn("booking a backlog start failed; trying again", "error", err)
+			l.log.Warn("booking a backlog start failed; trying again", "error", err)
 			_ = loop.Sleep(ctx, time.Second)
 		}
 		l.sched.putBack(f.subject, j, time.Now().UnixNano())
@@ -332,24 +347,24 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 			return nil
 		}
 	}
-	q := l.d.w.cfg.Queue
+	q := l.queue
 	m := nats.NewMsg(queue.GrantSubject(q.Name))
 	m.Header.Set(headerGrantSeq, strconv.FormatUint(j.seq, 10))
 	m.Header.Set(headerGrantStart, strconv.FormatInt(start.UnixNano(), 10))
 	m.Header.Set(nats.MsgIdHdr, "grant:"+strconv.FormatUint(j.seq, 10))
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	_, err = l.d.w.js.PublishMsg(rctx, m, jetstream.WithExpectStream(queue.GrantsStreamName(q.Name)))
+	_, err = l.js.PublishMsg(rctx, m, jetstream.WithExpectStream(queue.GrantsStreamName(q.Name)))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			l.d.w.log.Warn("granting a backlog start failed; trying again", "error", err)
+			l.log.Warn("granting a backlog start failed; trying again", "error", err)
 		}
 		l.sched.putBack(f.subject, j, time.Now().UnixNano())
 		return nil
 	}
 	l.stats.add(queue.SubjectToken(f.subject), start)
 	next := make(chan struct{})
-	time.AfterFunc(time.Until(start)-bookAhead*l.d.period, func() { close(next) })
+	time.AfterFunc(time.Until(start)-bookAhead*l.period, func() { close(next) })
 	return next
 }
 
@@ -357,7 +372,7 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 // over the queue's max age, or past its expiry — and reports whether it
 // did: such a job takes no start.
 func (l *leader) settled(ctx context.Context, f *flow, j pendingJob, now time.Time) bool {
-	q := l.d.w.cfg.Queue
+	q := l.queue
 	switch {
 	case j.bad != nil:
 		l.deadLetter(ctx, f.subject, j, "invalid job", j.bad)
@@ -389,17 +404,17 @@ func expiredError(expires, at time.Time) error {
 func (l *leader) deadLetter(ctx context.Context, subject string, j pendingJob, reason string, cause error) {
 	sctx, cancel := settleCtx(ctx)
 	defer cancel()
-	q := l.d.w.cfg.Queue
-	raw, err := l.d.backlog.GetMsg(sctx, j.seq)
+	q := l.queue
+	raw, err := l.backlog.GetMsg(sctx, j.seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return // gone already
 	}
 	if err == nil {
 		src := queue.Source{Queue: q.Name, Subject: raw.Subject, Stream: queue.StreamName(q.Name, queue.Backlog), Seq: j.seq, Header: raw.Header, Data: raw.Data}
-		_, err = queue.DeadMove(src, 0, reason, cause, time.Now()).Do(sctx, l.d.w.js, func(ctx context.Context) error { return queue.RemoveMsg(ctx, l.d.backlog, j.seq) })
+		_, err = queue.DeadMove(src, 0, reason, cause, time.Now()).Do(sctx, l.js, func(ctx context.Context) error { return queue.RemoveMsg(ctx, l.backlog, j.seq) })
 	}
 	if err != nil {
-		l.d.w.log.Error("dead-lettering a backlog job failed; it stays in the backlog", "stream_seq", j.seq, "reason", reason, "error", err)
+		l.log.Error("dead-lettering a backlog job failed; it stays in the backlog", "stream_seq", j.seq, "reason", reason, "error", err)
 		l.sched.putBack(subject, j, time.Now().Add(time.Second).UnixNano())
 		return
 	}
@@ -407,6 +422,6 @@ func (l *leader) deadLetter(ctx context.Context, subject string, j pendingJob, r
 	if parsed, err := queue.ParseJob(raw.Header, nil); err == nil {
 		job = &parsed
 	}
-	l.d.w.observe(Event{Kind: DeadLettered, Job: job, Reason: reason, Stream: queue.StreamName(q.Name, queue.Backlog), Sequence: j.seq,
+	l.observe(Event{Kind: DeadLettered, Job: job, Reason: reason, Stream: queue.StreamName(q.Name, queue.Backlog), Sequence: j.seq,
 		Waited: time.Since(time.Unix(0, j.enqueued))})
 }

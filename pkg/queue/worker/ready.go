@@ -11,8 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -26,7 +27,8 @@ type runner struct {
 	cons  jetstream.Consumer
 	ctx   context.Context // Run's: a job not started yet when it ends is handed back
 	hctx  context.Context // handlers' context: canceled when the grace period ends
-	slots *slots
+	slots *slots          // the worker's handler slots, shared with the drainer
+	pause *pace.Pauser    // the queue's pause state
 
 	mu         sync.Mutex
 	active     map[*execution]struct{}
@@ -84,10 +86,10 @@ func (e *execution) claim() bool {
 	return true
 }
 
-func newRunner(w *Worker, cons jetstream.Consumer, ctx, hctx context.Context) *runner {
+func newRunner(w *Worker, cons jetstream.Consumer, slots *slots, pause *pace.Pauser, ctx, hctx context.Context) *runner {
 	return &runner{
-		w: w, cons: cons, ctx: ctx, hctx: hctx,
-		slots:  newSlots(w.cfg.Concurrency),
+		w: w, cons: cons, ctx: ctx, hctx: hctx, pause: pause,
+		slots:  slots,
 		active: make(map[*execution]struct{}),
 		idleCh: make(chan struct{}),
 	}
@@ -102,7 +104,7 @@ func newRunner(w *Worker, cons jetstream.Consumer, ctx, hctx context.Context) *r
 func (r *runner) pull(ctx context.Context) {
 	var failures int
 	for ctx.Err() == nil {
-		if r.w.pause.Wait(ctx) != nil { // paused: pull nothing
+		if r.pause.Wait(ctx) != nil { // paused: pull nothing
 			return
 		}
 		n := r.slots.room(ctx.Done())
@@ -284,7 +286,7 @@ func (r *runner) execute(e *execution, slot bool) {
 			return
 		}
 	}
-	if r.w.pause.Paused() {
+	if r.pause.Paused() {
 		// Fetched before the pause came: handed back, to start after
 		// the resume (docs/design.md#pause).
 		if e.claim() {

@@ -124,10 +124,10 @@ func (l *leader) publishStats(ctx context.Context) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		_, err = l.d.kv.Put(rctx, KeyReleasesKey(l.d.w.cfg.Queue.Name), b)
+		_, err = l.kv.Put(rctx, KeyReleasesKey(l.queue.Name), b)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			l.d.w.log.Debug("publishing the releases per key failed", "error", err)
+			l.log.Debug("publishing the releases per key failed", "error", err)
 		}
 	}
 }

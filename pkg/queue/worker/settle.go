@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
 )
 
 // settleTimeout bounds one ack, nak or dead-letter publish.

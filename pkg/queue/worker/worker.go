@@ -212,9 +212,6 @@ type Worker struct {
 	cfg    WorkerConfig
 	handle Handler
 	log    *slog.Logger
-	// pause is the queue's pause state (docs/design.md#pause), followed
-	// while Run runs.
-	pause *pace.Pauser
 
 	randMu sync.Mutex
 }
@@ -255,7 +252,7 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 // after a graceful stop — ctx ending while it starts is one too: nothing
 // was pulled yet — or the error that kept it from starting.
 func (w *Worker) Run(ctx context.Context) error {
-	ready, deps, err := w.start(ctx)
+	ready, streams, err := w.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -267,16 +264,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	// period.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
-	r := newRunner(w, ready, ctx, hctx)
-	d := newDrainer(w, r, deps.grants, deps.backlog, deps.gstream, deps.kv)
+	// The pause state (docs/design.md#pause) is followed while Run runs.
+	// READY jobs and backlog starts share the handler slots.
+	pause, slots := pace.NewPauser(), newSlots(w.cfg.Concurrency)
+	r := newRunner(w, ready, slots, pause, ctx, hctx)
+	d := newDrainer(w.cfg, w.js, streams, slots, r, pause, w.log, w.observe)
 
 	var loops sync.WaitGroup
 	// The pause state is known before the first pull (the watch's first
 	// values), so that a worker started while its queue is paused starts
 	// nothing.
-	w.pause = pace.NewPauser()
 	watching := make(chan struct{})
-	loops.Go(func() { w.pause.Run(ctx, deps.kv, w.cfg.Queue.Name, w.log, watching) })
+	loops.Go(func() { pause.Run(ctx, streams.kv, w.cfg.Queue.Name, w.log, watching) })
 	select {
 	case <-watching:
 	case <-ctx.Done():
@@ -303,7 +302,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // start makes sure of the queue's streams and the workers' consumers.
-func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainDeps, err error) {
+func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainStreams, err error) {
 	if err = queue.EnsureStreams(ctx, w.js, w.cfg.Queue); err != nil {
 		return nil, d, err
 	}
@@ -334,11 +333,12 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainDe
 	return ready, d, nil
 }
 
-// drainDeps are what the drain works with.
-type drainDeps struct {
-	grants           jetstream.Consumer
-	backlog, gstream jetstream.Stream
-	kv               jetstream.KeyValue
+// drainStreams are the JetStream handles the drain works with.
+type drainStreams struct {
+	grants  jetstream.Consumer // the workers' consumer of the GRANTS stream
+	backlog jetstream.Stream
+	gstream jetstream.Stream   // GRANTS
+	kv      jetstream.KeyValue // the pacers' bucket: the lease, the pause, the releases per key
 }
 
 // readyConsumer creates or updates the ready consumer. MaxAckPending only

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
 )
 
 func TestBackoff(t *testing.T) {
