@@ -16,14 +16,14 @@ import (
 //  1. The job's status record goes from queued to cancelled under a
 //     revision check (internal/jobstatus). A worker about to start a
 //     backlog job first moves the same record to running under the same
-//     check (WorkerConfig.StartGate), so exactly one of them wins: a job
+//     check (worker.WorkerConfig.StartGate), so exactly one of them wins: a job
 //     is either cancelled and never started, or started and not
 //     cancelled.
 //  2. CancelBacklogJob deletes the job's backlog message, freeing its
 //     place (and its key's) at once. A grant for it that a worker takes
 //     later finds no message and runs nothing. If this step fails, the
 //     worker that is granted the job finds it cancelled at its start gate
-//     and deletes it then (ErrJobCancelled).
+//     and deletes it then (worker.ErrJobCancelled).
 
 // CancelBacklogJob deletes job id's message, at sequence seq of queue's
 // backlog. It checks that the message there is job id before deleting it;

@@ -72,7 +72,7 @@ type DeadLetter struct {
 	Reason    string // HeaderDeadReason
 	Attempts  int    // tries it had
 	LastError string // HeaderLastError
-	// DeadAt is when it was moved (HeaderDeadAt, or else when DEAD
+	// DeadAt is when it was moved (queue.HeaderDeadAt, or else when DEAD
 	// stored it).
 	DeadAt time.Time
 	// EnqueuedAt is when the job was submitted (zero if unknown).

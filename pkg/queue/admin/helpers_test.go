@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -60,71 +59,6 @@ func stored(t *testing.T, ctx context.Context, js jetstream.JetStream, stream st
 	return info.State.Msgs
 }
 
-// recorder keeps a worker's events and the handler's calls, and lets a
-// test wait for a condition on them without sleeping.
-type recorder struct {
-	mu      sync.Mutex
-	events  []worker.Event
-	starts  map[string][]time.Time // job id → handler calls
-	order   []string               // job ids in the order handlers started
-	changed chan struct{}
-}
-
-func newRecorder() *recorder {
-	return &recorder{starts: map[string][]time.Time{}, changed: make(chan struct{}, 1)}
-}
-
-func (r *recorder) observe(e worker.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *recorder) started(j *queue.Job) {
-	r.mu.Lock()
-	r.starts[j.ID] = append(r.starts[j.ID], time.Now())
-	r.order = append(r.order, j.ID)
-	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *recorder) poke() {
-	select {
-	case r.changed <- struct{}{}:
-	default:
-	}
-}
-
-func (r *recorder) count(kind worker.EventKind) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if e.Kind == kind {
-			n++
-		}
-	}
-	return n
-}
-
-// waitFor waits until cond holds, failing the test after d.
-func (r *recorder) waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	poll := time.NewTicker(50 * time.Millisecond) // for conditions on JetStream's state
-	defer poll.Stop()
-	for !cond() {
-		select {
-		case <-r.changed:
-		case <-poll.C:
-		case <-deadline.C:
-			t.Fatalf("after %v: still waiting for %s", d, what)
-		}
-	}
-}
-
 // runWorker runs a worker until the test ends, then stops it and checks
 // that Run returned nil.
 func runWorker(t *testing.T, js jetstream.JetStream, cfg worker.WorkerConfig, h worker.Handler) context.CancelFunc {
@@ -154,32 +88,4 @@ func runWorker(t *testing.T, js jetstream.JetStream, cfg worker.WorkerConfig, h 
 
 func testQueue(name string) queue.Config {
 	return queue.Config{Name: name, Capacity: 1000, Memory: true, LeakRate: bucket.Rate{Count: 50, Per: time.Second}}
-}
-
-// fixedRand takes off the same jitter every time: Int64N(n) = n/2.
-type fixedRand struct{}
-
-// deadLetters reads every message of a queue's DEAD stream.
-func deadLetters(t *testing.T, ctx context.Context, js jetstream.JetStream, q string) []*jetstream.RawStreamMsg {
-	t.Helper()
-	s, err := js.Stream(ctx, queue.StreamName(q, queue.Dead))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
 }

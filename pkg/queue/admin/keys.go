@@ -24,7 +24,7 @@ const (
 // KeyBacklog is one key's part of a queue's backlog.
 type KeyBacklog struct {
 	// Key is the client key, from its first job's Spillway-Key header;
-	// Hash is KeyHash(Key).
+	// Hash is queue.KeyHash(Key).
 	Key, Hash string
 	// Depth is how many of the key's jobs the backlog holds.
 	Depth uint64

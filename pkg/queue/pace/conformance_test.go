@@ -14,9 +14,7 @@ import (
 
 func TestStorePacerConforms(t *testing.T) {
 	t.Parallel()
-	pacetest.Exercise(t, func(t *testing.T, n int, rate bucket.Rate) []pace.RatePacer {
-		return storePacers(t, n, rate)
-	})
+	pacetest.Exercise(t, storePacers)
 }
 
 func TestKVPacerConforms(t *testing.T) {

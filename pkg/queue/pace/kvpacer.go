@@ -23,7 +23,7 @@ import (
 const PacerBucket = "spillway-pacer"
 
 // KVReplicas is the replica count of a key-value bucket asked for as n: 0
-// means 1, any other n must be a stream's (ValidateReplicas: 1 to 5).
+// means 1, any other n must be a stream's (queue.ValidateReplicas: 1 to 5).
 func KVReplicas(n int) (int, error) {
 	if n == 0 {
 		return 1, nil

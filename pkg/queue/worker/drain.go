@@ -25,7 +25,7 @@ import (
 //     flow's first jobs (headers only), and learns of new jobs by reading
 //     the stream after the last one it read, woken by the jobs' own
 //     publishes. Its fair scheduler (fairSched) picks the next job.
-//   - For each pick it books a start from the Pacer — shared by all
+//   - For each pick it books a start from the pace.Pacer — shared by all
 //     workers — and publishes a grant: the job's backlog sequence and its
 //     booked start, on the queue's GRANTS stream, with the sequence as the
 //     message id so a job is granted once. It books at most one start
@@ -36,7 +36,7 @@ import (
 //     slot free for it — waits for the booked start and runs the job's
 //     handler from its backlog message, heartbeating the grant. Its
 //     StartGate, if any, is asked first: a job cancelled meanwhile is
-//     deleted and not run (cancel.go). A success
+//     deleted and not run (admin.CancelBacklogJob). A success
 //     deletes the backlog message, then acks the grant; a failure that may
 //     be retried moves the job to READY (the move's message id is its
 //     backlog place, so a crash between the move and the delete stores it
@@ -265,9 +265,9 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 	d.r.runBacklog(e, job)
 }
 
-// booker is a Pacer that can book a start ahead without waiting for it
-// (YieldingPacer.Book); pauser tells whether the leak is paused
-// (YieldingPacer.PausedUntil).
+// booker is a pace.Pacer that can book a start ahead without waiting for it
+// (pace.YieldingPacer.Book); pauser tells whether the leak is paused
+// (pace.YieldingPacer.PausedUntil).
 type (
 	booker interface {
 		Book(ctx context.Context) (time.Duration, error)

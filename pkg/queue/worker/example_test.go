@@ -79,21 +79,6 @@ func Example() {
 	// Output: sending "welcome mail" for customer-42, try 1
 }
 
-// exampleJetStream is a JetStream context on an embedded server, and what
-// stops both.
-func exampleJetStream() (jetstream.JetStream, func()) {
-	url, stopServer := embeddedServer()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return js, func() { nc.Close(); stopServer() }
-}
-
 // embeddedServer starts a JetStream server on a random port with its store
 // in a temporary directory (tests use queuetest.Start instead).
 func embeddedServer() (url string, stop func()) {

@@ -14,13 +14,13 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
-// KeyReleasesKey is the key, in PacerBucket, of the document the drain's
+// KeyReleasesKey is the key, in pace.PacerBucket, of the document the drain's
 // leader publishes for a queue: how many jobs of each key it released
 // over a recent window (KeyReleases).
 func KeyReleasesKey(q string) string { return q + ".keys" }
 
 // KeyReleases is the drain leader's count of releases per key over the
-// Window ending At, keyed by KeyHash.
+// Window ending At, keyed by queue.KeyHash.
 type KeyReleases struct {
 	At       time.Time        `json:"at"`
 	WindowS  int64            `json:"window_s"`
@@ -40,7 +40,7 @@ func (r *KeyReleases) Share(hash string) float64 {
 	return float64(max(0, r.Releases[hash])) / float64(total)
 }
 
-// ReadKeyReleases reads a queue's KeyReleases from PacerBucket: nil,
+// ReadKeyReleases reads a queue's KeyReleases from pace.PacerBucket: nil,
 // without error, when the bucket or the document does not exist (no
 // leader has published one).
 func ReadKeyReleases(ctx context.Context, js jetstream.JetStream, q string) (*KeyReleases, error) {
@@ -86,7 +86,7 @@ func (s *releaseStats) add(token string, at time.Time) {
 	s.buckets[i][token]++
 }
 
-// last is the grants per key over the minute before now, by KeyHash.
+// last is the grants per key over the minute before now, by queue.KeyHash.
 func (s *releaseStats) last(now time.Time) map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -41,7 +41,7 @@ const (
 // WorkerConfig configures a Worker. Every zero field takes its default.
 type WorkerConfig struct {
 	// Queue is the queue to work. Its streams are created or updated
-	// (EnsureStreams) when Run starts; its LeakRate is required.
+	// (queue.EnsureStreams) when Run starts; its LeakRate is required.
 	Queue queue.Config
 	// Concurrency is how many handlers run at once in this worker,
 	// admitted and backlog jobs together (default 16).
@@ -51,11 +51,11 @@ type WorkerConfig struct {
 	Retry retry.Policy
 	// Pacer spaces backlog starts at Queue.LeakRate. Default: a pacer in
 	// this process's memory, which paces this worker alone — workers in
-	// several processes must share one (NewKVPacer in JetStream, NewPacer
-	// over a redisbucket.Store, or NewFailoverPacer over both, within a
+	// several processes must share one (pace.NewKVPacer in JetStream, pace.NewPacer
+	// over a redisbucket.Store, or pace.NewFailoverPacer over both, within a
 	// NewYieldingPacer so that pushback pauses them all) or each drains at
 	// the full leak rate. A handler's pushback (retry.Pushback) is told to
-	// a Pacer that is a Yielder (the default is one) and ignored by others.
+	// a pace.Pacer that is a pace.Yielder (the default is one) and ignored by others.
 	Pacer pace.Pacer
 	// AckWait is how long JetStream waits for an ack before it hands a job
 	// to another worker (default 30s). Running jobs, and backlog grants
