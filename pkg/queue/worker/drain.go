@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/leadership"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
-	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // How the backlog drains (docs/design.md#fair-drain):
@@ -71,28 +69,23 @@ func leaseKey(q string) string { return q + ".drain-leader" }
 const GrantsConsumer = "spillway-grants"
 
 // drainer takes a queue's grants and starts their jobs in this worker,
-// and leads the drain (leader) while this worker holds the lease. It holds
-// what it works with; the Worker hands it over in newDrainer.
+// and leads the drain (leader) while this worker holds the lease. The
+// Worker hands it what it works with in newDrainer.
 type drainer struct {
-	cfg WorkerConfig
-	js  jetstream.JetStream
+	parts
 	drainStreams
-	slots   *slots  // the worker's handler slots, shared with READY jobs
-	r       *runner // runs the jobs it starts
-	pause   *pace.Pauser
-	log     *slog.Logger
-	observe func(Event)
-	period  time.Duration // one start's share of the leak
+	r      *runner       // runs the jobs it starts
+	period time.Duration // one start's share of the leak
 
 	mu      sync.Mutex
 	waiting map[jetstream.Msg]struct{} // grants taken, not started yet
 	starts  sync.WaitGroup
 }
 
-func newDrainer(cfg WorkerConfig, js jetstream.JetStream, s drainStreams, slots *slots, r *runner, pause *pace.Pauser, log *slog.Logger, observe func(Event)) *drainer {
+func newDrainer(p parts, s drainStreams, r *runner) *drainer {
 	return &drainer{
-		cfg: cfg, js: js, drainStreams: s, slots: slots, r: r, pause: pause, log: log, observe: observe,
-		period:  cfg.Queue.LeakRate.Per / time.Duration(cfg.Queue.LeakRate.Count),
+		parts: p, drainStreams: s, r: r,
+		period:  p.cfg.Queue.LeakRate.Per / time.Duration(p.cfg.Queue.LeakRate.Count),
 		waiting: make(map[jetstream.Msg]struct{}),
 	}
 }

@@ -23,18 +23,18 @@ import (
 // for a retry, dead-lettered or handed back. It also runs the backlog jobs
 // the drainer starts (runBacklog), in the same slots.
 type runner struct {
-	w     *Worker
-	cons  jetstream.Consumer
-	ctx   context.Context // Run's: a job not started yet when it ends is handed back
-	hctx  context.Context // handlers' context: canceled when the grace period ends
-	slots *slots          // the worker's handler slots, shared with the drainer
-	pause *pace.Pauser    // the queue's pause state
+	parts
+	handle Handler
+	cons   jetstream.Consumer
+	ctx    context.Context // Run's: a job not started yet when it ends is handed back
+	hctx   context.Context // handlers' context: canceled when the grace period ends
 
 	mu         sync.Mutex
 	active     map[*execution]struct{}
 	stopping   bool
 	idleCh     chan struct{}
 	lastStallW time.Time
+	randMu     sync.Mutex // guards cfg.Rand, which need not be safe for concurrent use
 }
 
 // execution is one delivery of a job being run: from READY, or a backlog
@@ -86,10 +86,9 @@ func (e *execution) claim() bool {
 	return true
 }
 
-func newRunner(w *Worker, cons jetstream.Consumer, slots *slots, pause *pace.Pauser, ctx, hctx context.Context) *runner {
+func newRunner(ctx, hctx context.Context, p parts, h Handler, cons jetstream.Consumer) *runner {
 	return &runner{
-		w: w, cons: cons, ctx: ctx, hctx: hctx, pause: pause,
-		slots:  slots,
+		parts: p, handle: h, cons: cons, ctx: ctx, hctx: hctx,
 		active: make(map[*execution]struct{}),
 		idleCh: make(chan struct{}),
 	}
@@ -111,10 +110,10 @@ func (r *runner) pull(ctx context.Context) {
 		if n == 0 {
 			return
 		}
-		batch, err := r.cons.Fetch(n, jetstream.FetchMaxWait(r.w.cfg.FetchWait))
+		batch, err := r.cons.Fetch(n, jetstream.FetchMaxWait(r.cfg.FetchWait))
 		if err != nil {
 			failures++
-			r.w.log.Warn("pulling ready jobs failed; retrying", "error", err, "failures", failures)
+			r.log.Warn("pulling ready jobs failed; retrying", "error", err, "failures", failures)
 			_ = loop.Sleep(ctx, loop.Backoff(failures))
 			continue
 		}
@@ -125,7 +124,7 @@ func (r *runner) pull(ctx context.Context) {
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 			failures++
-			r.w.log.Warn("pulling ready jobs failed; retrying", "error", err, "failures", failures)
+			r.log.Warn("pulling ready jobs failed; retrying", "error", err, "failures", failures)
 			_ = loop.Sleep(ctx, loop.Backoff(failures))
 			continue
 		}
@@ -223,9 +222,9 @@ func (r *runner) handBackAll() {
 // start.
 func (r *runner) handBack(e *execution) {
 	if err := e.msg.Nak(); err != nil {
-		r.w.log.Warn("handing a job back failed; JetStream will deliver it again after the ack wait", "error", err)
+		r.log.Warn("handing a job back failed; JetStream will deliver it again after the ack wait", "error", err)
 	}
-	r.w.observe(Event{Kind: HandedBack, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
+	r.observe(Event{Kind: HandedBack, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
 }
 
 // execute runs a READY delivery, in the slot start took or, if none was
@@ -239,7 +238,7 @@ func (r *runner) execute(e *execution, slot bool) {
 	}()
 	meta, err := e.msg.Metadata()
 	if err != nil { // not a JetStream delivery: cannot happen on a pull consumer
-		r.w.log.Error("a ready delivery has no JetStream metadata", "subject", e.msg.Subject(), "error", err)
+		r.log.Error("a ready delivery has no JetStream metadata", "subject", e.msg.Subject(), "error", err)
 		return
 	}
 	e.stream, e.seq, e.subject = meta.Stream, meta.Sequence.Stream, e.msg.Subject()
@@ -262,13 +261,13 @@ func (r *runner) execute(e *execution, slot bool) {
 			r.slots.put()
 			slot = false
 		}
-		stop := heartbeat(e.msg, r.w.cfg.AckWait/3)
+		stop := heartbeat(e.msg, r.cfg.AckWait/3)
 		err := loop.Sleep(r.ctx, wait)
 		stop()
 		if err != nil {
 			if e.claim() { // stopping: back to READY until it is due
 				if err := e.msg.NakWithDelay(max(time.Until(job.NotBefore), 0)); err != nil {
-					r.w.log.Warn("handing back a job that is not due failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
+					r.log.Warn("handing back a job that is not due failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
 				}
 			}
 			return
@@ -280,7 +279,7 @@ func (r *runner) execute(e *execution, slot bool) {
 		if slot = r.slots.take(r.ctx.Done()); !slot {
 			if e.claim() { // stopping before it started: not a try
 				if err := e.msg.Nak(); err != nil {
-					r.w.log.Warn("handing a job back failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
+					r.log.Warn("handing a job back failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
 				}
 			}
 			return
@@ -291,7 +290,7 @@ func (r *runner) execute(e *execution, slot bool) {
 		// the resume (docs/design.md#pause).
 		if e.claim() {
 			if err := e.msg.Nak(); err != nil {
-				r.w.log.Warn("handing a job back while the queue is paused failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
+				r.log.Warn("handing a job back while the queue is paused failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
 			}
 		}
 		return
@@ -301,7 +300,7 @@ func (r *runner) execute(e *execution, slot bool) {
 
 // try runs one try of a job in a slot of its own and settles it.
 func (r *runner) try(e *execution, job queue.Job) {
-	if most := r.w.cfg.Retry.Attempts(); e.attempt > most {
+	if most := r.cfg.Retry.Attempts(); e.attempt > most {
 		// The worker of the last allowed try stopped before settling it.
 		if e.claim() {
 			r.deadLetter(e, e.attempt-1, fmt.Sprintf("attempts exhausted (%d of %d; the last try did not finish)", e.attempt-1, most), nil, 0)
@@ -309,8 +308,8 @@ func (r *runner) try(e *execution, job queue.Job) {
 		return
 	}
 	job.Attempt = e.attempt
-	r.w.observe(Event{Kind: Started, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
-	stop := heartbeat(e.msg, r.w.cfg.AckWait/3)
+	r.observe(Event{Kind: Started, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
+	stop := heartbeat(e.msg, r.cfg.AckWait/3)
 	began := time.Now()
 	herr := r.call(&job)
 	took := time.Since(began)
@@ -324,11 +323,39 @@ func (r *runner) try(e *execution, job queue.Job) {
 func (r *runner) call(j *queue.Job) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.w.log.Error("handler panicked", "job", j.ID, "attempt", j.Attempt, "panic", p, "stack", string(debug.Stack()))
+			r.log.Error("handler panicked", "job", j.ID, "attempt", j.Attempt, "panic", p, "stack", string(debug.Stack()))
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
 	}()
-	return r.w.handle(r.hctx, j)
+	return r.handle(r.hctx, j)
+}
+
+// next decides what follows a failed try. The random source need not be
+// safe for concurrent use, so it is guarded here.
+func (r *runner) next(attempt int, err error) retry.Decision {
+	r.randMu.Lock()
+	defer r.randMu.Unlock()
+	return r.cfg.Retry.Next(attempt, err, r.cfg.Rand)
+}
+
+// yield tells the pacer when a handler's downstream pushed back
+// (retry.IsPushback): the queue's leak pauses on every worker
+// (docs/design.md#pushback). READY jobs are not held: they were admitted
+// within the queue's limits.
+func (r *runner) yield(herr error) {
+	after, ok := retry.IsPushback(herr)
+	if !ok {
+		return
+	}
+	y, ok := r.cfg.Pacer.(pace.Yielder)
+	if !ok {
+		return
+	}
+	ctx, cancel := settleCtx(context.Background())
+	defer cancel()
+	if err := y.Yield(ctx, after); err != nil {
+		r.log.Warn("the downstream pushed back but pausing the leak failed; the leak runs on", "error", err)
+	}
 }
 
 // settle acks a success, and after a failure schedules a retry or moves the
@@ -341,25 +368,25 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 		ctx, cancel := settleCtx(r.hctx)
 		defer cancel()
 		if err := e.settleSource(ctx); err != nil {
-			r.w.log.Error("job succeeded but its ack failed; JetStream will deliver it again", "job", e.job.ID, "error", err)
+			r.log.Error("job succeeded but its ack failed; JetStream will deliver it again", "job", e.job.ID, "error", err)
 			return
 		}
-		r.w.observe(Event{Kind: Succeeded, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Took: took})
+		r.observe(Event{Kind: Succeeded, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Took: took})
 		return
 	}
 	if r.hctx.Err() != nil {
 		r.handBack(e)
 		return
 	}
-	r.w.yield(herr)
-	d := r.w.next(e.attempt, herr)
+	r.yield(herr)
+	d := r.next(e.attempt, herr)
 	if d.Verdict == retry.Retry {
 		if e.backlog != nil {
 			r.moveToRetry(e, d.Delay, herr)
 		} else if err := e.msg.NakWithDelay(d.Delay); err != nil {
-			r.w.log.Warn("scheduling a retry failed; JetStream will deliver the job again after the ack wait", "job", e.job.ID, "error", err)
+			r.log.Warn("scheduling a retry failed; JetStream will deliver the job again after the ack wait", "job", e.job.ID, "error", err)
 		}
-		r.w.observe(Event{Kind: Retrying, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Err: herr, Delay: d.Delay, Took: took})
+		r.observe(Event{Kind: Retrying, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Err: herr, Delay: d.Delay, Took: took})
 		return
 	}
 	r.deadLetter(e, e.attempt, d.Reason, herr, took)
@@ -385,17 +412,17 @@ func (r *runner) moveToRetry(e *execution, delay time.Duration, herr error) {
 		err   error
 	)
 	if _, pushback := retry.IsPushback(herr); pushback {
-		moved, err = queue.RetryMove(e.source(r.w.cfg.Queue.Name), e.attempt, notBefore, queue.Backlog).Do(ctx, r.w.js, e.settleSource)
+		moved, err = queue.RetryMove(e.source(r.cfg.Queue.Name), e.attempt, notBefore, queue.Backlog).Do(ctx, r.js, e.settleSource)
 	}
 	if moved == nil {
-		moved, err = queue.RetryMove(e.source(r.w.cfg.Queue.Name), e.attempt, notBefore, queue.Ready).Do(ctx, r.w.js, e.settleSource)
+		moved, err = queue.RetryMove(e.source(r.cfg.Queue.Name), e.attempt, notBefore, queue.Ready).Do(ctx, r.js, e.settleSource)
 	}
 	switch {
 	case moved == nil:
-		r.w.log.Error("moving a failed backlog job for its retry failed; it stays in the backlog", "job", e.job.ID, "error", err)
+		r.log.Error("moving a failed backlog job for its retry failed; it stays in the backlog", "job", e.job.ID, "error", err)
 		_ = e.msg.NakWithDelay(delay)
 	case err != nil:
-		r.w.log.Warn("failed backlog job moved for its retry but its removal from the backlog failed; it may run once more from the backlog", "job", e.job.ID, "error", err)
+		r.log.Warn("failed backlog job moved for its retry but its removal from the backlog failed; it may run once more from the backlog", "job", e.job.ID, "error", err)
 	}
 }
 
@@ -404,17 +431,17 @@ func (r *runner) moveToRetry(e *execution, delay time.Duration, herr error) {
 func (r *runner) deadLetter(e *execution, attempts int, reason string, cause error, took time.Duration) {
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
-	moved, err := queue.DeadMove(e.source(r.w.cfg.Queue.Name), attempts, reason, cause, time.Now()).Do(ctx, r.w.js, e.settleSource)
+	moved, err := queue.DeadMove(e.source(r.cfg.Queue.Name), attempts, reason, cause, time.Now()).Do(ctx, r.js, e.settleSource)
 	if moved == nil {
-		r.w.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", e.stream, "stream_seq", e.seq, "error", err)
+		r.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", e.stream, "stream_seq", e.seq, "error", err)
 		_ = e.msg.NakWithDelay(time.Second)
 		return
 	}
 	if err != nil {
-		r.w.log.Error("job dead-lettered but its ack failed; it will be dead-lettered again (stored once)", "stream", e.stream, "stream_seq", e.seq, "error", err)
+		r.log.Error("job dead-lettered but its ack failed; it will be dead-lettered again (stored once)", "stream", e.stream, "stream_seq", e.seq, "error", err)
 		return
 	}
-	r.w.observe(Event{Kind: DeadLettered, Job: e.job, Attempt: attempts, Stream: e.stream, Sequence: e.seq, Err: cause, Reason: reason, Took: took})
+	r.observe(Event{Kind: DeadLettered, Job: e.job, Attempt: attempts, Stream: e.stream, Sequence: e.seq, Err: cause, Reason: reason, Took: took})
 }
 
 // checkStall warns, at most every 10 s, when the ready consumer delivers
@@ -434,7 +461,7 @@ func (r *runner) checkStall(ctx context.Context) {
 		return
 	}
 	if info.NumAckPending >= info.Config.MaxAckPending && info.NumPending > 0 {
-		r.w.log.Warn("ready consumer stalled at max ack pending: jobs running or waiting for a retry hold every slot while others wait; raise max_ack_pending",
+		r.log.Warn("ready consumer stalled at max ack pending: jobs running or waiting for a retry hold every slot while others wait; raise max_ack_pending",
 			"ack_pending", info.NumAckPending, "max_ack_pending", info.Config.MaxAckPending, "waiting", info.NumPending)
 	}
 }

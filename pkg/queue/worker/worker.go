@@ -212,8 +212,6 @@ type Worker struct {
 	cfg    WorkerConfig
 	handle Handler
 	log    *slog.Logger
-
-	randMu sync.Mutex
 }
 
 // NewWorker returns a worker for cfg.Queue that runs h. Nothing happens
@@ -267,8 +265,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// The pause state (docs/design.md#pause) is followed while Run runs.
 	// READY jobs and backlog starts share the handler slots.
 	pause, slots := pace.NewPauser(), newSlots(w.cfg.Concurrency)
-	r := newRunner(w, ready, slots, pause, ctx, hctx)
-	d := newDrainer(w.cfg, w.js, streams, slots, r, pause, w.log, w.observe)
+	p := parts{cfg: w.cfg, js: w.js, pause: pause, slots: slots, log: w.log, observe: w.observe}
+	r := newRunner(ctx, hctx, p, w.handle, ready)
+	d := newDrainer(p, streams, r)
 
 	var loops sync.WaitGroup
 	// The pause state is known before the first pull (the watch's first
@@ -333,6 +332,18 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainSt
 	return ready, d, nil
 }
 
+// parts are what the worker hands the two loops it runs, the runner
+// (READY) and the drainer (the backlog): its configuration and what both
+// of them work with.
+type parts struct {
+	cfg     WorkerConfig
+	js      jetstream.JetStream
+	pause   *pace.Pauser // the queue's pause state, followed while Run runs
+	slots   *slots       // the handler slots, shared by READY jobs and backlog starts
+	log     *slog.Logger
+	observe func(Event)
+}
+
 // drainStreams are the JetStream handles the drain works with.
 type drainStreams struct {
 	grants  jetstream.Consumer // the workers' consumer of the GRANTS stream
@@ -376,34 +387,6 @@ func (w *Worker) observe(e Event) {
 	if w.cfg.Observe != nil {
 		e.Queue = w.cfg.Queue.Name
 		w.cfg.Observe(e)
-	}
-}
-
-// next decides what follows a failed try. The random source need not be
-// safe for concurrent use, so it is guarded here.
-func (w *Worker) next(attempt int, err error) retry.Decision {
-	w.randMu.Lock()
-	defer w.randMu.Unlock()
-	return w.cfg.Retry.Next(attempt, err, w.cfg.Rand)
-}
-
-// yield tells the pacer when a handler's downstream pushed back
-// (retry.IsPushback): the queue's leak pauses on every worker
-// (docs/design.md#pushback). READY jobs are not held: they were admitted
-// within the queue's limits.
-func (w *Worker) yield(herr error) {
-	after, ok := retry.IsPushback(herr)
-	if !ok {
-		return
-	}
-	y, ok := w.cfg.Pacer.(pace.Yielder)
-	if !ok {
-		return
-	}
-	ctx, cancel := settleCtx(context.Background())
-	defer cancel()
-	if err := y.Yield(ctx, after); err != nil {
-		w.log.Warn("the downstream pushed back but pausing the leak failed; the leak runs on", "error", err)
 	}
 }
 
