@@ -137,9 +137,16 @@ func (l *Elector) lead(ctx context.Context, rev uint64, lead func(context.Contex
 	}
 }
 
-// release lets the lease go, so the next worker takes it at once.
+// release lets the lease go, so the next process takes it at once. A
+// renewal the server applied after its caller gave up waiting leaves the
+// entry at a later revision, still this process's: it is let go there.
 func (l *Elector) release(rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, _ = l.kv.Update(ctx, l.key, nil, rev)
+	if _, err := l.kv.Update(ctx, l.key, nil, rev); err == nil {
+		return
+	}
+	if e, err := l.kv.Get(ctx, l.key); err == nil && string(e.Value()) == l.id {
+		_, _ = l.kv.Update(ctx, l.key, nil, e.Revision())
+	}
 }
