@@ -75,7 +75,7 @@ fuzz-short: ## Same as fuzz with FUZZTIME=30s
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=30s
 
 kill-test: ## kill -9 a worker process mid-job KILLS times (default 100; CI runs 20)
-	SPILLWAY_KILLS=$(KILLS) $(GO) test -count=1 -race -v -run '^TestKillWorkerLosesNothing$$' -timeout 30m ./pkg/queue/
+	SPILLWAY_KILLS=$(KILLS) $(GO) test -count=1 -race -v -run '^TestKillWorkerLosesNothing$$' -timeout 30m ./pkg/queue/worker/
 
 reliability: ## The fault and bad-input suite at full length; `make test` runs its short version. Figures: reliability.log
 	@set -o pipefail; SPILLWAY_RELIABILITY=full $(GO) test -count=1 -v -run '^TestReliability' -timeout 90m ./pkg/... ./internal/... ./test/... 2>&1 | tee reliability.log

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 const dlqUsage = `Usage: spillctl dlq <list|replay|purge> --queue Q [flags]
@@ -155,20 +156,20 @@ const dlqTimeout = 10 * time.Second
 
 // open connects to NATS and opens queue q's dead letters; closeNATS ends the
 // connection.
-func (d *dlq) open(ctx context.Context, cmd, q, natsURL string) (dl *queue.DeadLetters, js jetstream.JetStream, closeNATS func(), err error) {
+func (d *dlq) open(ctx context.Context, cmd, q, natsURL string) (dl *admin.DeadLetters, js jetstream.JetStream, closeNATS func(), err error) {
 	nc, err := connectNATS(natsURL, "spillctl dlq")
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	if js, err = jetstream.New(nc); err == nil {
-		dl, err = queue.OpenDeadLetters(ctx, js, q)
+		dl, err = admin.OpenDeadLetters(ctx, js, q)
 	}
 	if err != nil {
 		nc.Close()
 		switch {
-		case errors.Is(err, queue.ErrNoStream):
+		case errors.Is(err, admin.ErrNoStream):
 			return nil, nil, nil, fmt.Errorf("%s: queue %q has no dead-letter stream %s on %s (is the name right? a worker creates the streams when it first runs the queue)", cmd, q, queue.StreamName(q, queue.Dead), natsURL)
-		case errors.Is(err, queue.ErrNoJetStream):
+		case errors.Is(err, admin.ErrNoJetStream):
 			return nil, nil, nil, fmt.Errorf("%s: NATS at %s has no JetStream (is --nats Spillway's server?)", cmd, natsURL)
 		}
 		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
@@ -190,7 +191,7 @@ type deadLetter struct {
 	PayloadBytes int        `json:"payload_bytes"`
 }
 
-func letterOf(l queue.DeadLetter, now time.Time) deadLetter {
+func letterOf(l admin.DeadLetter, now time.Time) deadLetter {
 	v := deadLetter{
 		Seq: l.Seq, ID: l.ID, Reason: l.Reason, Attempts: l.Attempts, LastError: l.LastError, DeadAt: l.DeadAt,
 		AgeMS: max(0, now.Sub(l.DeadAt).Milliseconds()), SourceStream: l.SourceStream, PayloadBytes: l.PayloadBytes,
@@ -216,7 +217,7 @@ func (d *dlq) list(ctx context.Context, args []string) error {
 	}
 	defer closeNATS()
 	now := d.now()
-	found, err := dl.List(ctx, queue.ListOptions{Limit: *limit})
+	found, err := dl.List(ctx, admin.ListOptions{Limit: *limit})
 	if err != nil {
 		return fmt.Errorf("spillctl dlq list: %w", err)
 	}
@@ -296,7 +297,7 @@ type replayed struct {
 	Note string `json:"note,omitempty"`
 }
 
-func replayedOf(r queue.ReplayResult, q string) replayed {
+func replayedOf(r admin.ReplayResult, q string) replayed {
 	v := replayed{DeadSeq: r.DeadSeq, ID: r.ID, Stream: r.Stream, Seq: r.Seq, Kept: r.Kept, Warning: r.Warning, Note: r.Note}
 	if v.Warning != "" {
 		v.Warning += fmt.Sprintf("; delete it with spillctl dlq purge --queue %s --id %s --yes", q, r.ID)
@@ -330,9 +331,9 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 	}
 	defer closeNATS()
 	destName := queue.StreamName(dl.Queue(), dest)
-	opts := queue.ReplayOptions{To: dest, Now: d.now}
+	opts := admin.ReplayOptions{To: dest, Now: d.now}
 
-	targets, err := dl.List(ctx, queue.ListOptions{JobID: *id})
+	targets, err := dl.List(ctx, admin.ListOptions{JobID: *id})
 	if err != nil {
 		return fmt.Errorf("spillctl dlq replay: %w", err)
 	}
@@ -347,7 +348,7 @@ func (d *dlq) replay(ctx context.Context, args []string) error {
 	}
 	var results []replayed
 	failed := 0
-	opts.Report = func(r queue.ReplayResult) {
+	opts.Report = func(r admin.ReplayResult) {
 		res := replayedOf(r, dl.Queue())
 		if res.Kept != "" || res.Warning != "" {
 			failed++
@@ -454,7 +455,7 @@ func (d *dlq) purge(ctx context.Context, args []string) error {
 		}
 		what = fmt.Sprintf("all %d dead letter%s of queue %s (%s)", n, plural(n), dl.Queue(), stream)
 	} else {
-		letters, err := dl.List(ctx, queue.ListOptions{JobID: *id})
+		letters, err := dl.List(ctx, admin.ListOptions{JobID: *id})
 		if err != nil {
 			return fmt.Errorf("spillctl dlq purge: %w", err)
 		}

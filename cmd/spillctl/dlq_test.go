@@ -19,6 +19,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -29,7 +30,7 @@ type dlqBundle struct {
 	cfg queue.Config
 	pub *queue.Publisher
 	// observe, if set, also sees the workers' events.
-	observe func(queue.Event)
+	observe func(worker.Event)
 }
 
 func setupDLQ(t *testing.T, capacity int64, dupWindow time.Duration) *dlqBundle {
@@ -66,11 +67,11 @@ func (b *dlqBundle) newJob(t *testing.T, i int) *queue.Job {
 
 // work runs a real worker on the queue with h until want events of kind
 // happened, then stops it.
-func (b *dlqBundle) work(t *testing.T, kind queue.EventKind, want int, h queue.Handler) {
+func (b *dlqBundle) work(t *testing.T, kind worker.EventKind, want int, h worker.Handler) {
 	t.Helper()
-	events := make(chan queue.Event, 100)
+	events := make(chan worker.Event, 100)
 	policy := retry.Policy{MaxAttempts: 2, Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
-	w, err := queue.NewWorker(b.js, queue.WorkerConfig{Queue: b.cfg, Concurrency: 4, Retry: policy, Observe: func(e queue.Event) {
+	w, err := worker.NewWorker(b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 4, Retry: policy, Observe: func(e worker.Event) {
 		if b.observe != nil {
 			b.observe(e)
 		}
@@ -151,7 +152,7 @@ func (b *dlqBundle) kill(t *testing.T, n int) []*queue.Job {
 		}
 		jobs = append(jobs, j)
 	}
-	b.work(t, queue.DeadLettered, n, func(_ context.Context, j *queue.Job) error {
+	b.work(t, worker.DeadLettered, n, func(_ context.Context, j *queue.Job) error {
 		return fmt.Errorf("smtp: 550 mailbox %s unavailable", j.Key)
 	})
 	return jobs
@@ -308,7 +309,7 @@ func TestDLQReplayToReady(t *testing.T) {
 	// A worker runs both again: same ids, payloads and headers, first try.
 	var mu sync.Mutex
 	ran := map[string]queue.Job{}
-	b.work(t, queue.Succeeded, 2, func(_ context.Context, j *queue.Job) error {
+	b.work(t, worker.Succeeded, 2, func(_ context.Context, j *queue.Job) error {
 		mu.Lock()
 		ran[j.ID] = *j
 		mu.Unlock()
@@ -343,7 +344,7 @@ func TestDLQReplayAtOnce(t *testing.T) {
 	if err != nil || b.count(t, queue.Ready) != 1 || b.count(t, queue.Dead) != 0 {
 		t.Fatalf("replay at once: %v\n%s", err, out)
 	}
-	b.work(t, queue.DeadLettered, 1, func(context.Context, *queue.Job) error { return errors.New("still failing") })
+	b.work(t, worker.DeadLettered, 1, func(context.Context, *queue.Job) error { return errors.New("still failing") })
 	if r, d := b.count(t, queue.Ready), b.count(t, queue.Dead); r != 0 || d != 1 {
 		t.Fatalf("after the replayed job failed again: %d in READY, %d dead letters; want 0 and 1", r, d)
 	}
@@ -361,7 +362,7 @@ func TestDLQReplayToBacklogDrains(t *testing.T) {
 		t.Fatalf("replay after the window: %v\n%s", err, out)
 	}
 	ran := make(chan queue.Job, 1)
-	b.work(t, queue.Succeeded, 1, func(_ context.Context, j *queue.Job) error {
+	b.work(t, worker.Succeeded, 1, func(_ context.Context, j *queue.Job) error {
 		ran <- *j
 		return nil
 	})

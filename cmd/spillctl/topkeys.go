@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 // The keys section of spillctl top: the keys with the deepest backlogs of
@@ -48,8 +48,8 @@ func (f topKeysFlags) check(fs *flag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	if *f.n < 0 || *f.n > queue.MaxTopKeys {
-		return usageErrorf("spillctl top: --keys %d: want 0 (no keys) to %d", *f.n, queue.MaxTopKeys)
+	if *f.n < 0 || *f.n > admin.MaxTopKeys {
+		return usageErrorf("spillctl top: --keys %d: want 0 (no keys) to %d", *f.n, admin.MaxTopKeys)
 	}
 	return nil
 }

@@ -15,8 +15,10 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // topKeysConfig: per X-Client a first job admitted (to READY), the next
@@ -111,13 +113,13 @@ func TestTopKeysFromARealAdmitter(t *testing.T) {
 	}
 
 	// The drain's leader publishes releases per key: each key's share.
-	kv, err := queue.OpenPacerBucket(t.Context(), ns.JetStream(t), 1)
+	kv, err := pace.OpenPacerBucket(t.Context(), ns.JetStream(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(-2 * time.Second).UTC().Truncate(time.Second)
 	doc := fmt.Sprintf(`{"at": %q, "window_s": 60, "releases": {%q: 3, %q: 1}}`, at.Format(time.RFC3339), hashA, hashC)
-	if _, err := kv.Put(t.Context(), queue.KeyReleasesKey("email"), []byte(doc)); err != nil {
+	if _, err := kv.Put(t.Context(), worker.KeyReleasesKey("email"), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
 	out = top() // the default: 5 (another top: the admitter reads anew)

@@ -10,6 +10,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // releases runs a worker of queue q (no-op handler) until the test ends and
@@ -24,8 +26,8 @@ func startWorker(t *testing.T, b *testBundle, q string) *releases {
 	r := &releases{at: map[string]time.Time{}}
 	cfg := b.Config.Queue(q).Backlog
 	cfg.Memory = true
-	w, err := queue.NewWorker(b.JS, queue.WorkerConfig{Queue: cfg, Concurrency: 4, Observe: func(e queue.Event) {
-		if e.Kind == queue.Released {
+	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: cfg, Concurrency: 4, Observe: func(e worker.Event) {
+		if e.Kind == worker.Released {
 			r.mu.Lock()
 			r.at[e.Job.ID] = time.Now()
 			r.mu.Unlock()
@@ -45,7 +47,7 @@ func startWorker(t *testing.T, b *testBundle, q string) *releases {
 	})
 	// Draining: a pull request waits on the backlog consumer.
 	admittest.WaitFor(t, 20*time.Second, "the worker to pull from the backlog", func() bool {
-		in, err := queue.Inspect(context.Background(), b.JS, cfg)
+		in, err := admin.Inspect(context.Background(), b.JS, cfg)
 		return err == nil && in.BacklogPullers > 0 && in.ReadyPullers > 0
 	})
 	return r

@@ -34,6 +34,8 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // Options configure a Service. Config is required.
@@ -46,7 +48,7 @@ type Options struct {
 	// (default: a new registry).
 	Registry *prometheus.Registry
 	// Handlers overrides queue handlers of the dev-mode workers.
-	Handlers map[string]queue.Handler
+	Handlers map[string]worker.Handler
 	Logger   *slog.Logger
 }
 
@@ -194,7 +196,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	inspector := queue.NewInspector(s.js) // one snapshot of the queues for /metrics and GET /v1/queues
+	inspector := admin.NewInspector(s.js) // one snapshot of the queues for /metrics and GET /v1/queues
 	o.Registry.MustRegister(newQueueCollector(inspector, s.admitter.Config, s.log), newFailureModeCollector(s.failover))
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel

@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket/buckettest"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // In dev mode the admitter's reload reaches its in-process workers: a leak
@@ -62,7 +63,7 @@ queues:
 	cfg := load("4/s")
 	s, err := admitterd.Start(t.Context(), admitterd.Options{
 		Config: cfg, Dev: true, Logger: slog.New(slog.DiscardHandler),
-		Handlers: map[string]queue.Handler{"d": func(context.Context, *queue.Job) error {
+		Handlers: map[string]worker.Handler{"d": func(context.Context, *queue.Job) error {
 			mu.Lock()
 			starts = append(starts, time.Now())
 			mu.Unlock()

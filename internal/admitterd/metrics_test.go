@@ -18,6 +18,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -142,14 +144,14 @@ queues:
 	}
 	// Paused (docs/design.md#pause): the gauge says so once the shared
 	// snapshot of the queues is refreshed, a second or two later at most.
-	if err := queue.SetPause(t.Context(), srv.JetStream(t), "q", 0, queue.PauseState{Paused: true, At: time.Now(), By: "test"}); err != nil {
+	if err := pace.SetPause(t.Context(), srv.JetStream(t), "q", 0, pace.PauseState{Paused: true, At: time.Now(), By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	scrapeUntil(t, reg, "spillway_queue_paused{queue=q} = 1 after a pause", func(g map[string]float64) bool {
 		return g["spillway_queue_paused{queue=q}"] == 1
 	})
-	// The gauges agree with what the API reports (queue.Inspect).
-	info, err := queue.Inspect(t.Context(), srv.JetStream(t), cfg.Queues[0].Backlog)
+	// The gauges agree with what the API reports (admin.Inspect).
+	info, err := admin.Inspect(t.Context(), srv.JetStream(t), cfg.Queues[0].Backlog)
 	if err != nil {
 		t.Fatal(err)
 	}

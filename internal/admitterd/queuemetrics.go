@@ -10,6 +10,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 // inspectTimeout bounds one scrape's reads of JetStream, all queues
@@ -24,7 +25,7 @@ const inspectTimeout = 3 * time.Second
 // spillway_queue_inspect_errors_total and left out of that scrape rather
 // than reported as empty.
 type queueCollector struct {
-	in     *queue.Inspector
+	in     *admin.Inspector
 	config func() *config.Config
 	log    *slog.Logger
 	errors *prometheus.CounterVec
@@ -35,7 +36,7 @@ type queueCollector struct {
 	readyCapacity, paused                        *prometheus.Desc
 }
 
-func newQueueCollector(in *queue.Inspector, cfg func() *config.Config, log *slog.Logger) *queueCollector {
+func newQueueCollector(in *admin.Inspector, cfg func() *config.Config, log *slog.Logger) *queueCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("spillway_queue_"+name, help, []string{"queue"}, nil)
 	}

@@ -154,7 +154,7 @@ type HTTP struct {
 
 // Worker holds worker-process settings (worker:).
 type Worker struct {
-	Concurrency int           // per queue (default queue.DefaultConcurrency)
+	Concurrency int           // per queue (default worker.DefaultConcurrency)
 	GracePeriod time.Duration // default 30s
 	AckWait     time.Duration // default 30s
 }

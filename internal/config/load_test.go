@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -67,7 +68,7 @@ func TestDesignExample(t *testing.T) {
 		NATS:   NATS{URL: "nats://127.0.0.1:4222", Listen: DefaultNATSListen, Replicas: 1},
 		Redis:  Redis{URL: "redis://127.0.0.1:6379/0", FailureMode: FailOpen, Timeout: 50 * time.Millisecond},
 		HTTP:   HTTP{Listen: ":8080", MaxBodyBytes: 1048576},
-		Worker: Worker{Concurrency: queue.DefaultConcurrency, GracePeriod: 30 * time.Second, AckWait: 30 * time.Second},
+		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: 30 * time.Second, AckWait: 30 * time.Second},
 		Status: Status{TTL: 24 * time.Hour},
 	}
 	top := *c

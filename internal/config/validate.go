@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -31,7 +32,7 @@ func defaults() *Config {
 		NATS:   NATS{URL: DefaultNATSURL, Listen: DefaultNATSListen, Replicas: 1},
 		Redis:  Redis{FailureMode: FailOpen, Timeout: DefaultStoreTimeout},
 		HTTP:   HTTP{Listen: DefaultHTTPListen, MaxBodyBytes: DefaultMaxBodyBytes},
-		Worker: Worker{Concurrency: queue.DefaultConcurrency, GracePeriod: DefaultGracePeriod, AckWait: DefaultAckWait},
+		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: DefaultGracePeriod, AckWait: DefaultAckWait},
 		Status: Status{TTL: DefaultStatusTTL},
 	}
 }

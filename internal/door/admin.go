@@ -7,8 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // The admin endpoints (docs/design.md#pause) take an admin key, one of
@@ -72,7 +72,7 @@ func (h *httpDoor) pause(w http.ResponseWriter, r *http.Request, by string) {
 			Detail: fmt.Sprintf("a reason of %d characters: want at most %d", n, maxPauseReason)})
 		return
 	}
-	h.setPause(w, r, name, queue.PauseState{Paused: true, At: time.Now().UTC(), By: by, Reason: req.Reason})
+	h.setPause(w, r, name, pace.PauseState{Paused: true, At: time.Now().UTC(), By: by, Reason: req.Reason})
 }
 
 // resume is POST /v1/queues/{queue}/resume: 200 with the queue's pause
@@ -84,14 +84,14 @@ func (h *httpDoor) resume(w http.ResponseWriter, r *http.Request, by string) {
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
 		return
 	}
-	h.setPause(w, r, name, queue.PauseState{At: time.Now().UTC(), By: by})
+	h.setPause(w, r, name, pace.PauseState{At: time.Now().UTC(), By: by})
 }
 
 // setPause writes st, unless the queue is in that state already: pausing a
 // paused queue keeps when and by whom it was paused.
-func (h *httpDoor) setPause(w http.ResponseWriter, r *http.Request, name string, st queue.PauseState) {
+func (h *httpDoor) setPause(w http.ResponseWriter, r *http.Request, name string, st pace.PauseState) {
 	q := h.cfg().Queue(name)
-	cur, err := queue.ReadPause(r.Context(), h.o.JS, name)
+	cur, err := pace.ReadPause(r.Context(), h.o.JS, name)
 	if err != nil {
 		h.unavailable(w, r, "reading the pause state of queue "+name, err)
 		return
@@ -99,7 +99,7 @@ func (h *httpDoor) setPause(w http.ResponseWriter, r *http.Request, name string,
 	if cur.Paused == st.Paused && !cur.At.IsZero() {
 		st = cur
 	} else {
-		if err := queue.SetPause(r.Context(), h.o.JS, name, q.Backlog.Replicas, st); err != nil {
+		if err := pace.SetPause(r.Context(), h.o.JS, name, q.Backlog.Replicas, st); err != nil {
 			h.unavailable(w, r, "writing the pause state of queue "+name, err)
 			return
 		}

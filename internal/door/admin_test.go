@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/spillway-dev/spillway/internal/door"
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 const adminKey = "adm1n-0123456789abcdef"
@@ -57,7 +57,7 @@ func TestPauseAuth(t *testing.T) {
 			t.Errorf("pause with %s: %d %s, want %d %s", c.name, r.code, r.body, c.code, c.typ)
 		}
 	}
-	if st, err := queue.ReadPause(t.Context(), b.JS, "mail"); err != nil || st.Paused {
+	if st, err := pace.ReadPause(t.Context(), b.JS, "mail"); err != nil || st.Paused {
 		t.Fatalf("after refused pauses the state is %+v, %v; want not paused", st, err)
 	}
 
@@ -69,7 +69,7 @@ func TestPauseAuth(t *testing.T) {
 	if fp := door.KeyFingerprint(adminKey); rep.By != fp || strings.Contains(string(r.body), adminKey) {
 		t.Errorf("pause by %q in %s: want the key's fingerprint %s and never the key", rep.By, r.body, fp)
 	}
-	st, err := queue.ReadPause(t.Context(), b.JS, "mail")
+	st, err := pace.ReadPause(t.Context(), b.JS, "mail")
 	if err != nil || !st.Paused || st.By != rep.By || st.Reason != rep.Reason {
 		t.Errorf("the queue's pause entry: %+v, %v; want paused as answered %+v", st, err, rep)
 	}
@@ -90,7 +90,7 @@ func TestPauseAuth(t *testing.T) {
 	if res.code != http.StatusOK || json.Unmarshal(res.body, &rep) != nil || rep.Paused {
 		t.Fatalf("resume with the admin key: %d %s, want 200 not paused", res.code, res.body)
 	}
-	if st, err := queue.ReadPause(t.Context(), b.JS, "mail"); err != nil || st.Paused {
+	if st, err := pace.ReadPause(t.Context(), b.JS, "mail"); err != nil || st.Paused {
 		t.Errorf("after the resume the state is %+v, %v; want not paused", st, err)
 	}
 	if r := b.do(t, http.MethodPost, "/v1/queues/nope/resume", nil, "X-Api-Key", adminKey); r.code != http.StatusNotFound {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // keysCacheFor is how long a queue's key listing is served again rather
@@ -31,9 +33,9 @@ type keysEntry struct {
 	mu       sync.Mutex
 	at       time.Time
 	top      int
-	keys     []queue.KeyBacklog
+	keys     []admin.KeyBacklog
 	total    int
-	releases *queue.KeyReleases
+	releases *worker.KeyReleases
 }
 
 func (c *keysCache) entry(q string) *keysEntry {
@@ -80,11 +82,11 @@ func (h *httpDoor) queueKeys(w http.ResponseWriter, r *http.Request) {
 func (h *httpDoor) readKeys(ctx context.Context, e *keysEntry, q string, top int) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	keys, total, err := queue.BacklogKeys(ctx, h.o.JS, q, top)
+	keys, total, err := admin.BacklogKeys(ctx, h.o.JS, q, top)
 	if err != nil {
 		return err
 	}
-	releases, err := queue.ReadKeyReleases(ctx, h.o.JS, q)
+	releases, err := worker.ReadKeyReleases(ctx, h.o.JS, q)
 	if err != nil {
 		// The listing stands without the shares.
 		h.o.Logger.Warn("door: reading the drain's release counts", "queue", q, "err", err)
@@ -120,14 +122,14 @@ func keyList(q string, e *keysEntry, raw bool) spillway.KeyList {
 }
 
 // parseTop reads the top query parameter: empty means
-// queue.DefaultTopKeys.
+// admin.DefaultTopKeys.
 func parseTop(s string) (int, error) {
 	if s == "" {
-		return queue.DefaultTopKeys, nil
+		return admin.DefaultTopKeys, nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 1 || n > queue.MaxTopKeys {
-		return 0, fmt.Errorf("top %.40q: want an integer from 1 to %d", s, queue.MaxTopKeys)
+	if err != nil || n < 1 || n > admin.MaxTopKeys {
+		return 0, fmt.Errorf("top %.40q: want an integer from 1 to %d", s, admin.MaxTopKeys)
 	}
 	return n, nil
 }

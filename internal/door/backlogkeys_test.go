@@ -10,6 +10,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // keysConfig: per X-Client a first job admitted, the next ten queued;
@@ -74,12 +76,12 @@ func TestHTTPBacklogKeys(t *testing.T) {
 	}
 
 	// The drain leader's release counts give each key its share.
-	kv, err := queue.OpenPacerBucket(t.Context(), b.JS, 1)
+	kv, err := pace.OpenPacerBucket(t.Context(), b.JS, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := `{"at": "2026-01-02T03:04:05Z", "window_s": 60, "releases": {"` + a.KeyHash + `": 3, "` + bb.KeyHash + `": 1}}`
-	if _, err := kv.Put(t.Context(), queue.KeyReleasesKey("q"), []byte(doc)); err != nil {
+	if _, err := kv.Put(t.Context(), worker.KeyReleasesKey("q"), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
 	// Another top is another listing: read anew, not from the cache.

@@ -15,14 +15,14 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
 // A cancel (docs/design.md#cancel) takes a queued job out of the backlog:
 // its status record goes from queued to cancelled, under the same
 // revision check a worker's start passes (jobstatus.Store.Cancel and
-// StartGate), then its backlog message is deleted (queue.CancelBacklogJob),
+// StartGate), then its backlog message is deleted (admin.CancelBacklogJob),
 // which frees its place and its key's at once. Both doors answer the same:
 // DELETE /v1/jobs/{id} and a request on spillway.cancel.<queue>.
 
@@ -61,7 +61,7 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 		cur := nc.Record
 		if cur.State == jobstatus.Cancelled && cur.BacklogSeq != 0 {
 			// An earlier cancel may have failed to free the place: finish it.
-			if err := queue.CancelBacklogJob(ctx, js, cur.Queue, cur.BacklogSeq, id); err != nil {
+			if err := admin.CancelBacklogJob(ctx, js, cur.Queue, cur.BacklogSeq, id); err != nil {
 				log.Warn("door: removing a cancelled job from the backlog", "job", id, "err", err)
 			}
 		}
@@ -82,8 +82,8 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 		log.Warn("door: a cancelled job's backlog place is unknown; it is freed when the drain reaches it", "job", id)
 		return rec, nil
 	}
-	if err := queue.CancelBacklogJob(ctx, js, rec.Queue, rec.BacklogSeq, id); err != nil {
-		if errors.Is(err, queue.ErrNotThisJob) {
+	if err := admin.CancelBacklogJob(ctx, js, rec.Queue, rec.BacklogSeq, id); err != nil {
+		if errors.Is(err, admin.ErrNotThisJob) {
 			log.Error("door: a cancelled job's record names another backlog message; it is freed when the drain reaches it", "job", id, "err", err)
 			return rec, nil
 		}

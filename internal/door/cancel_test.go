@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // cancelConfig: per X-Client, one job at once and the rest excess, due at
@@ -226,12 +227,12 @@ func TestNATSCancel(t *testing.T) {
 
 // runWorker runs a worker of queue q with job status records and their
 // start gate, as workerd does, until the test ends.
-func runWorker(t *testing.T, b *testBundle, h queue.Handler) {
+func runWorker(t *testing.T, b *testBundle, h worker.Handler) {
 	t.Helper()
 	rec := jobstatus.NewRecorder(b.status, nil, 0)
 	qc := b.Config.Queues[0].Backlog
 	qc.Memory = true // as admittest made the streams
-	w, err := queue.NewWorker(b.JS, queue.WorkerConfig{
+	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{
 		Queue:     qc,
 		FetchWait: 50 * time.Millisecond,
 		Observe:   rec.Observe,

@@ -30,6 +30,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // HTTPOptions are the HTTP door's parts. Admitter and JS are required.
@@ -41,7 +43,7 @@ type HTTPOptions struct {
 	// Inspector, if set, serves GET /v1/queues from its shared snapshot
 	// of every queue (docs/design.md#many-queues); nil reads each queue in
 	// turn.
-	Inspector *queue.Inspector
+	Inspector *admin.Inspector
 	// Keys authenticates submissions and API reads; nil or empty: open.
 	Keys *APIKeys
 	// AdminKeys are the keys allowed on the admin endpoints (pause and
@@ -465,11 +467,11 @@ func (h *httpDoor) queueInfo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, "application/json", qi)
 }
 
-// QueueInfo reads one queue's state (queue.Inspect) as the API shows it.
+// QueueInfo reads one queue's state (admin.Inspect) as the API shows it.
 func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (spillway.QueueInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	in, err := queue.Inspect(ctx, js, q.Backlog)
+	in, err := admin.Inspect(ctx, js, q.Backlog)
 	if err != nil {
 		return spillway.QueueInfo{}, err
 	}
@@ -477,7 +479,7 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (sp
 	if err != nil {
 		return spillway.QueueInfo{}, err
 	}
-	ps, err := queue.ReadPause(ctx, js, q.Name)
+	ps, err := pace.ReadPause(ctx, js, q.Name)
 	if err != nil {
 		return spillway.QueueInfo{}, err
 	}
@@ -485,7 +487,7 @@ func QueueInfo(ctx context.Context, js jetstream.JetStream, q *config.Queue) (sp
 }
 
 // queueInfoOf is queue q's state as the API shows it.
-func queueInfoOf(q *config.Queue, in queue.Info, st queue.LeakState, ps queue.PauseState) spillway.QueueInfo {
+func queueInfoOf(q *config.Queue, in admin.Info, st pace.LeakState, ps pace.PauseState) spillway.QueueInfo {
 	leak := 0.0
 	if in.LeakRate.Count > 0 {
 		leak = float64(in.LeakRate.Count) / in.LeakRate.Per.Seconds()
@@ -512,15 +514,15 @@ func queueInfoOf(q *config.Queue, in queue.Info, st queue.LeakState, ps queue.Pa
 
 // leakState reads a queue's pushback state, which the workers share in
 // the pacers' bucket; before any worker made the bucket, there is none.
-func leakState(ctx context.Context, js jetstream.JetStream, name string) (queue.LeakState, error) {
-	kv, err := js.KeyValue(ctx, queue.PacerBucket)
+func leakState(ctx context.Context, js jetstream.JetStream, name string) (pace.LeakState, error) {
+	kv, err := js.KeyValue(ctx, pace.PacerBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return queue.LeakState{}, nil
+		return pace.LeakState{}, nil
 	}
 	if err != nil {
-		return queue.LeakState{}, fmt.Errorf("pacer bucket %s: %w", queue.PacerBucket, err)
+		return pace.LeakState{}, fmt.Errorf("pacer bucket %s: %w", pace.PacerBucket, err)
 	}
-	return queue.ReadLeakState(ctx, kv, name)
+	return pace.ReadLeakState(ctx, kv, name)
 }
 
 func (h *httpDoor) readyz(w http.ResponseWriter, r *http.Request) {

@@ -19,6 +19,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // basicConfig: per X-Client, rate 1/m (nothing leaks out during a test),
@@ -588,15 +589,15 @@ queues:
 	if qi := leak(); qi.LeakRateCurrent != 100 || qi.LeakPausedMS != 0 { // no worker yet: no pacer bucket
 		t.Errorf("before any worker: leak_rate_current %v, leak_paused_ms %d; want 100, 0", qi.LeakRateCurrent, qi.LeakPausedMS)
 	}
-	kv, err := queue.OpenPacerBucket(t.Context(), b.JS, 1)
+	kv, err := pace.OpenPacerBucket(t.Context(), b.JS, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, err := queue.NewKVPacer(kv, "q", bucket.Rate{Count: 100, Per: time.Second})
+	kp, err := pace.NewKVPacer(kv, "q", bucket.Rate{Count: 100, Per: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	yp, err := queue.NewYieldingPacer(kp, kv, "q", bucket.Rate{Count: 100, Per: time.Second}, true)
+	yp, err := pace.NewYieldingPacer(kp, kv, "q", bucket.Rate{Count: 100, Per: time.Second}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

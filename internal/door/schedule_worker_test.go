@@ -11,6 +11,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // starts records the handler's calls of a worker the test runs.
@@ -29,7 +31,7 @@ func runRecordingWorker(t *testing.T, b *testBundle, q string) *starts {
 	rec := jobstatus.NewRecorder(b.status, nil, 0)
 	cfg := b.Config.Queue(q).Backlog
 	cfg.Memory = true // as the test kit made the streams
-	w, err := queue.NewWorker(b.JS, queue.WorkerConfig{Queue: cfg, FetchWait: 100 * time.Millisecond, Observe: rec.Observe},
+	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: cfg, FetchWait: 100 * time.Millisecond, Observe: rec.Observe},
 		func(_ context.Context, j *queue.Job) error {
 			s.mu.Lock()
 			s.at[j.ID] = time.Now()
@@ -149,11 +151,11 @@ queues:
 	if rec.LastError == "" {
 		t.Error("the expired job's status has no last error")
 	}
-	dl, err := queue.OpenDeadLetters(context.Background(), b.JS, "q")
+	dl, err := admin.OpenDeadLetters(context.Background(), b.JS, "q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	letters, err := dl.List(context.Background(), queue.ListOptions{})
+	letters, err := dl.List(context.Background(), admin.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

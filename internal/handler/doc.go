@@ -1,4 +1,4 @@
-// Package handler builds the queue.Handler that runs a queue's jobs in a
+// Package handler builds the worker.Handler that runs a queue's jobs in a
 // worker, from the queue's handler config (docs/design.md#handlers): an HTTP webhook,
 // a NATS request, or the dev-mode log handler. New picks the one a
 // config.Handler names.

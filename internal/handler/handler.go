@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // MaxRetryAfter caps the delay a downstream may ask for with Retry-After.
@@ -43,7 +44,7 @@ var (
 // New returns the handler cfg names. nc is needed by a NATS handler only,
 // client by an HTTP handler only (nil: see HTTP), logger by the log handler
 // only (nil: slog.Default()).
-func New(cfg config.Handler, nc *nats.Conn, client *http.Client, logger *slog.Logger) (queue.Handler, error) {
+func New(cfg config.Handler, nc *nats.Conn, client *http.Client, logger *slog.Logger) (worker.Handler, error) {
 	set := 0
 	for _, on := range []bool{cfg.HTTP != nil, cfg.NATS != nil, cfg.Log} {
 		if on {
@@ -68,7 +69,7 @@ func New(cfg config.Handler, nc *nats.Conn, client *http.Client, logger *slog.Lo
 // payload size and the key's token (queue.KeyToken), never the key — and
 // succeeds. It is the dev-mode demo queue's handler. A nil logger means
 // slog.Default().
-func Log(logger *slog.Logger) queue.Handler {
+func Log(logger *slog.Logger) worker.Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -51,7 +52,7 @@ func (e *StatusError) Error() string {
 // caller's keeps its own redirect policy.
 //
 // The handler is safe for concurrent use.
-func HTTP(cfg config.HTTPHandler, client *http.Client) (queue.Handler, error) {
+func HTTP(cfg config.HTTPHandler, client *http.Client) (worker.Handler, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%w: http url: want an absolute http:// or https:// URL", ErrInvalidConfig)

@@ -20,6 +20,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -65,7 +66,7 @@ func capture(t *testing.T, answer http.HandlerFunc) (*httptest.Server, <-chan re
 	return srv, got
 }
 
-func mustHTTP(t *testing.T, cfg config.HTTPHandler, client *http.Client) queue.Handler {
+func mustHTTP(t *testing.T, cfg config.HTTPHandler, client *http.Client) worker.Handler {
 	t.Helper()
 	h, err := handler.HTTP(cfg, client)
 	if err != nil {

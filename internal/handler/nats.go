@@ -11,6 +11,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
@@ -20,7 +21,7 @@ import (
 // cfg.Timeout (default config.DefaultHandlerTimeout) to be answered.
 //
 // The handler is safe for concurrent use.
-func NATS(nc *nats.Conn, cfg config.NATSHandler) (queue.Handler, error) {
+func NATS(nc *nats.Conn, cfg config.NATSHandler) (worker.Handler, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nats handler: no NATS connection", ErrInvalidConfig)
 	}

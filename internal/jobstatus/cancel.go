@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // NotCancellableError is Store.Cancel's error for a job that is not
@@ -82,7 +82,7 @@ func withClaim(rec, claim Record) Record {
 // the job's claim (a worker starting the job races for the same claim in
 // StartGate), then writes cancelled over the queued record under a
 // revision check: so after Cancel returns nil the job never starts, and
-// the caller removes it from the backlog (queue.CancelBacklogJob at
+// the caller removes it from the backlog (admin.CancelBacklogJob at
 // Record.BacklogSeq). A job in any other state is a *NotCancellableError
 // holding its record; none is ErrNotFound.
 func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
@@ -150,13 +150,13 @@ func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64) erro
 	}
 }
 
-// StartGate is a queue.WorkerConfig.StartGate over s: before a backlog
+// StartGate is a worker.WorkerConfig.StartGate over s: before a backlog
 // job's handler runs it wins the job's claim, holding the running record
-// — one write, no read — and answers queue.ErrJobCancelled when a cancel
+// — one write, no read — and answers worker.ErrJobCancelled when a cancel
 // won it. A claim held by an earlier start (a worker that stopped or died
 // mid-try) lets the job start again. A job with no record (the
 // admitter's write was lost, or the record expired) starts.
-func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
+func (s *Store) StartGate(ctx context.Context, e worker.Event) error {
 	rec, ok := update(e, time.Now())
 	if !ok {
 		return nil
@@ -168,7 +168,7 @@ func (s *Store) StartGate(ctx context.Context, e queue.Event) error {
 		return err
 	}
 	if !took && cur.State == Cancelled {
-		return fmt.Errorf("%w: %s", queue.ErrJobCancelled, rec.ID)
+		return fmt.Errorf("%w: %s", worker.ErrJobCancelled, rec.ID)
 	}
 	return nil
 }

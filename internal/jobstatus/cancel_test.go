@@ -10,11 +10,13 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
-func started(j *queue.Job) queue.Event {
-	return queue.Event{Kind: queue.Started, Queue: j.Queue, Job: j, Attempt: 1, Stream: queue.StreamName(j.Queue, queue.Backlog), Sequence: 7}
+func started(j *queue.Job) worker.Event {
+	return worker.Event{Kind: worker.Started, Queue: j.Queue, Job: j, Attempt: 1, Stream: queue.StreamName(j.Queue, queue.Backlog), Sequence: 7}
 }
 
 // Cancel takes a queued job only; a cancelled record takes no later
@@ -35,7 +37,7 @@ func TestCancel(t *testing.T) {
 	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Cancelled {
 		t.Errorf("Cancel again: %v, want NotCancellableError, cancelled", err)
 	}
-	if err := s.StartGate(ctx, started(j)); !errors.Is(err, queue.ErrJobCancelled) {
+	if err := s.StartGate(ctx, started(j)); !errors.Is(err, worker.ErrJobCancelled) {
 		t.Errorf("StartGate of a cancelled job: %v, want ErrJobCancelled", err)
 	}
 	if _, ok, err := s.Advance(ctx, jobstatus.Record{ID: j.ID, State: jobstatus.Succeeded, Attempts: 1}); ok || err != nil {
@@ -96,7 +98,7 @@ func raceCancelAndStart(t *testing.T, s *jobstatus.Store, j *queue.Job) {
 	st := rec.State
 	var nc *jobstatus.NotCancellableError
 	switch {
-	case cancelErr == nil && errors.Is(gateErr, queue.ErrJobCancelled) && st == jobstatus.Cancelled:
+	case cancelErr == nil && errors.Is(gateErr, worker.ErrJobCancelled) && st == jobstatus.Cancelled:
 	case gateErr == nil && errors.As(cancelErr, &nc) && nc.Record.State == jobstatus.Running && st == jobstatus.Running:
 	default:
 		t.Fatalf("cancel: %v, start gate: %v, record %s; want exactly one to win", cancelErr, gateErr, st)
@@ -140,7 +142,7 @@ func TestCancelledJobLeftInTheBacklog(t *testing.T) {
 	rec := jobstatus.NewRecorder(store, nil, 0)
 	stopRecorder := run(t, rec)
 	ran := make(chan string, 4)
-	w, err := queue.NewWorker(js, queue.WorkerConfig{Queue: cfg, FetchWait: 50 * time.Millisecond, Observe: rec.Observe, StartGate: rec.StartGate},
+	w, err := worker.NewWorker(js, worker.WorkerConfig{Queue: cfg, FetchWait: 50 * time.Millisecond, Observe: rec.Observe, StartGate: rec.StartGate},
 		func(_ context.Context, j *queue.Job) error { ran <- j.ID; return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +153,7 @@ func TestCancelledJobLeftInTheBacklog(t *testing.T) {
 	waitFor(t, store, kept.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := queue.Inspect(t.Context(), js, cfg)
+		info, err := admin.Inspect(t.Context(), js, cfg)
 		if err == nil && info.Backlog == 0 {
 			break
 		}
@@ -201,7 +203,7 @@ func TestStartClaim(t *testing.T) {
 	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Running {
 		t.Errorf("Cancel a started job: %v, want NotCancellableError, running", err)
 	}
-	undo, note := s.ResetForReplay(ctx, *j, queue.DeadLetter{Attempts: 1, LastError: "boom"}, queue.Backlog, time.Now())
+	undo, note := s.ResetForReplay(ctx, *j, admin.DeadLetter{Attempts: 1, LastError: "boom"}, queue.Backlog, time.Now())
 	if undo == nil {
 		t.Fatalf("ResetForReplay: %s", note)
 	}

@@ -25,7 +25,7 @@
 // # Cancel
 //
 // Store.Cancel and a worker starting a backlog job (Store.StartGate, as a
-// queue.WorkerConfig.StartGate, before it calls the handler) race to
+// worker.WorkerConfig.StartGate, before it calls the handler) race to
 // create the job's claim, a key next to its record: JetStream creates a
 // key once, so exactly one of the two wins, and neither reads first. A job
 // is cancelled and never starts, or it starts and the cancel is refused.
@@ -40,7 +40,7 @@
 // batch's jobs share their first records, up to 64 to a group record
 // (FirstMsgs; group.go), which a job's own record, written by anyone
 // after, takes precedence over. The workers' Recorder follows each job
-// through its tries from the queue.Worker's events with Store.Advance,
+// through its tries from the worker.Worker's events with Store.Advance,
 // which merges an update into the stored record under a revision check, so
 // that a late or reordered update — from another goroutine, another
 // process, or a worker that was slow to report — never overwrites a record

@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // firstRecords are the admitter's first records of a batch of n jobs:
@@ -135,7 +136,7 @@ func TestBatchFirstRecordsShareWrites(t *testing.T) {
 	if got, err := s.Get(ctx, queued.ID); err != nil || got.State != jobstatus.Cancelled {
 		t.Errorf("Get after Cancel: %+v %v, want cancelled", got, err)
 	}
-	if err := s.StartGate(ctx, started(j)); !errors.Is(err, queue.ErrJobCancelled) {
+	if err := s.StartGate(ctx, started(j)); !errors.Is(err, worker.ErrJobCancelled) {
 		t.Errorf("StartGate of the cancelled batch job: %v, want ErrJobCancelled", err)
 	}
 	var nc *jobstatus.NotCancellableError

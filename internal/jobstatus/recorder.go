@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // DefaultBuffer is a Recorder's buffer when NewRecorder is given 0 or less.
@@ -101,12 +102,12 @@ func NewRecorder(store *Store, logger *slog.Logger, buffer int) *Recorder {
 }
 
 // Observe records a worker's event. It never blocks, and is safe for
-// concurrent use; use it as queue.WorkerConfig.Observe.
-func (r *Recorder) Observe(e queue.Event) {
-	if e.Kind == queue.Started && r.quiet.Load() {
+// concurrent use; use it as worker.WorkerConfig.Observe.
+func (r *Recorder) Observe(e worker.Event) {
+	if e.Kind == worker.Started && r.quiet.Load() {
 		return // not asked for; a backlog job's start is StartGate's
 	}
-	if e.Kind == queue.Started && r.gating.Load() && e.Stream == queue.StreamName(e.Queue, queue.Backlog) {
+	if e.Kind == worker.Started && r.gating.Load() && e.Stream == queue.StreamName(e.Queue, queue.Backlog) {
 		return // StartGate wrote it, synchronously
 	}
 	rec, ok := update(e, time.Now())
@@ -120,10 +121,10 @@ func (r *Recorder) Observe(e queue.Event) {
 	}
 }
 
-// StartGate is a queue.WorkerConfig.StartGate (Store.StartGate) for the
+// StartGate is a worker.WorkerConfig.StartGate (Store.StartGate) for the
 // workers this Recorder observes: the backlog jobs' starts it writes are
 // then not written a second time from their Started events.
-func (r *Recorder) StartGate(ctx context.Context, e queue.Event) error {
+func (r *Recorder) StartGate(ctx context.Context, e worker.Event) error {
 	r.gating.Store(true)
 	return r.store.StartGate(ctx, e)
 }
@@ -263,7 +264,7 @@ func (s *Store) record(ctx context.Context, update Record) error {
 
 // update is the record update an event stands for, at now; false when the
 // event changes no record.
-func update(e queue.Event, now time.Time) (Record, bool) {
+func update(e worker.Event, now time.Time) (Record, bool) {
 	if e.Job == nil { // a message that was not a job: it has no record
 		return Record{}, false
 	}
@@ -283,16 +284,16 @@ func update(e queue.Event, now time.Time) (Record, bool) {
 		began = now.Add(-e.Took)
 	}
 	switch e.Kind {
-	case queue.Started:
+	case worker.Started:
 		rec.State, rec.StartedAt = Running, now
-	case queue.Succeeded:
+	case worker.Succeeded:
 		rec.State, rec.StartedAt, rec.FinishedAt = Succeeded, began, now
-	case queue.Retrying:
+	case worker.Retrying:
 		rec.State, rec.StartedAt, rec.NotBefore = Retrying, began, now.Add(e.Delay)
 		if e.Err != nil {
 			rec.LastError = queue.OneLine(e.Err.Error(), MaxErrorLen)
 		}
-	case queue.DeadLettered:
+	case worker.DeadLettered:
 		rec.State, rec.StartedAt, rec.FinishedAt = Dead, began, now
 		if e.Reason == queue.ReasonExpired {
 			rec.State = Expired

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -71,24 +72,24 @@ func TestRecorderFollowsAJob(t *testing.T) {
 	r := jobstatus.NewRecorder(s, nil, 0)
 	run(t, r)
 	j := job(t)
-	ev := func(kind queue.EventKind, attempt int) queue.Event {
-		return queue.Event{Kind: kind, Queue: "email", Job: j, Attempt: attempt, Took: 20 * time.Millisecond}
+	ev := func(kind worker.EventKind, attempt int) worker.Event {
+		return worker.Event{Kind: kind, Queue: "email", Job: j, Attempt: attempt, Took: 20 * time.Millisecond}
 	}
 	before := time.Now()
-	retrying := ev(queue.Retrying, 1)
+	retrying := ev(worker.Retrying, 1)
 	retrying.Err, retrying.Delay = errors.New("POST http://x: 500 Internal Server Error: down\nfor maintenance"), time.Minute
-	r.Observe(ev(queue.Released, 0)) // changes nothing
-	r.Observe(ev(queue.Started, 1))
+	r.Observe(ev(worker.Released, 0)) // changes nothing
+	r.Observe(ev(worker.Started, 1))
 	r.Observe(retrying)
 	rec := waitFor(t, s, j.ID, "retrying", func(r jobstatus.Record) bool { return r.State == jobstatus.Retrying })
 	if rec.Attempts != 1 || rec.LastError != "POST http://x: 500 Internal Server Error: down for maintenance" ||
 		rec.NotBefore.Before(before.Add(time.Minute)) || !rec.EnqueuedAt.Equal(t0) || rec.Queue != "email" || rec.StartedAt.IsZero() || !rec.FinishedAt.IsZero() {
 		t.Errorf("after a failed try: %+v", rec)
 	}
-	r.Observe(ev(queue.Started, 2))
-	r.Observe(ev(queue.HandedBack, 2)) // changes nothing
-	r.Observe(ev(queue.Started, 3))
-	r.Observe(ev(queue.Succeeded, 3))
+	r.Observe(ev(worker.Started, 2))
+	r.Observe(ev(worker.HandedBack, 2)) // changes nothing
+	r.Observe(ev(worker.Started, 3))
+	r.Observe(ev(worker.Succeeded, 3))
 	rec = waitFor(t, s, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
 	if rec.Attempts != 3 || !strings.HasPrefix(rec.LastError, "POST http://x: 500") || rec.FinishedAt.IsZero() || rec.FinishedAt.Before(rec.StartedAt) {
 		t.Errorf("after success on the third try: %+v", rec)
@@ -99,10 +100,10 @@ func TestRecorderFollowsAJob(t *testing.T) {
 	// another process.
 	other := jobstatus.NewRecorder(s, nil, 0)
 	run(t, other)
-	other.Observe(ev(queue.Started, 3))
-	other.Observe(ev(queue.Retrying, 2))
+	other.Observe(ev(worker.Started, 3))
+	other.Observe(ev(worker.Retrying, 2))
 	marker := job(t)
-	other.Observe(queue.Event{Kind: queue.Started, Job: marker, Attempt: 1})
+	other.Observe(worker.Event{Kind: worker.Started, Job: marker, Attempt: 1})
 	waitFor(t, s, marker.ID, "running", func(r jobstatus.Record) bool { return r.State == jobstatus.Running })
 	if rec, err := s.Get(t.Context(), j.ID); err != nil || rec.State != jobstatus.Succeeded || rec.Attempts != 3 {
 		t.Errorf("after late reports: %+v, %v; want succeeded after 3 tries", rec, err)
@@ -118,9 +119,9 @@ func TestRecorderDeadLetters(t *testing.T) {
 	r := jobstatus.NewRecorder(s, nil, 0)
 	run(t, r)
 	exhausted, expired, invalid := job(t), job(t), job(t)
-	r.Observe(queue.Event{Kind: queue.DeadLettered, Job: exhausted, Attempt: 5, Err: retry.Permanent(errors.New("404 Not Found")), Reason: "permanent error"})
-	r.Observe(queue.Event{Kind: queue.DeadLettered, Job: expired, Reason: "expired in backlog"})
-	r.Observe(queue.Event{Kind: queue.DeadLettered, Reason: "invalid job"}) // no Job: no record
+	r.Observe(worker.Event{Kind: worker.DeadLettered, Job: exhausted, Attempt: 5, Err: retry.Permanent(errors.New("404 Not Found")), Reason: "permanent error"})
+	r.Observe(worker.Event{Kind: worker.DeadLettered, Job: expired, Reason: "expired in backlog"})
+	r.Observe(worker.Event{Kind: worker.DeadLettered, Reason: "invalid job"}) // no Job: no record
 	for id, want := range map[string]string{exhausted.ID: "permanent error: permanent: 404 Not Found", expired.ID: "expired in backlog"} {
 		rec := waitFor(t, s, id, "dead", func(r jobstatus.Record) bool { return r.State == jobstatus.Dead })
 		if rec.LastError != want || rec.FinishedAt.IsZero() {
@@ -139,7 +140,7 @@ func TestRecorderBoundsTheError(t *testing.T) {
 	r := jobstatus.NewRecorder(s, nil, 0)
 	run(t, r)
 	j := job(t)
-	r.Observe(queue.Event{Kind: queue.Retrying, Job: j, Attempt: 1, Err: errors.New(strings.Repeat("€\n", 1000))})
+	r.Observe(worker.Event{Kind: worker.Retrying, Job: j, Attempt: 1, Err: errors.New(strings.Repeat("€\n", 1000))})
 	rec := waitFor(t, s, j.ID, "retrying", func(r jobstatus.Record) bool { return r.State == jobstatus.Retrying })
 	if len(rec.LastError) > jobstatus.MaxErrorLen || strings.Contains(rec.LastError, "\n") || !strings.HasPrefix(rec.LastError, "€ €") {
 		t.Errorf("last error of %d bytes: %.40q…", len(rec.LastError), rec.LastError)
@@ -160,12 +161,12 @@ func TestRecorderKeepsEachJobInOrder(t *testing.T) {
 		go func(j *queue.Job) {
 			defer func() { done <- struct{}{} }()
 			for attempt := 1; attempt <= 5; attempt++ {
-				r.Observe(queue.Event{Kind: queue.Started, Job: j, Attempt: attempt})
+				r.Observe(worker.Event{Kind: worker.Started, Job: j, Attempt: attempt})
 				if attempt < 5 {
-					r.Observe(queue.Event{Kind: queue.Retrying, Job: j, Attempt: attempt, Err: errors.New("try again")})
+					r.Observe(worker.Event{Kind: worker.Retrying, Job: j, Attempt: attempt, Err: errors.New("try again")})
 				}
 			}
-			r.Observe(queue.Event{Kind: queue.Succeeded, Job: j, Attempt: 5})
+			r.Observe(worker.Event{Kind: worker.Succeeded, Job: j, Attempt: 5})
 		}(jobs[i])
 	}
 	for range jobs {
@@ -191,7 +192,7 @@ func TestRecorderOverflowAndFlush(t *testing.T) {
 	jobs := make([]*queue.Job, 10)
 	for i := range jobs {
 		jobs[i] = job(t)
-		r.Observe(queue.Event{Kind: queue.Started, Job: jobs[i], Attempt: 1}) // nobody reads yet
+		r.Observe(worker.Event{Kind: worker.Started, Job: jobs[i], Attempt: 1}) // nobody reads yet
 	}
 	if n := r.Dropped(); n != 7 {
 		t.Errorf("Dropped() = %d after 10 updates into a buffer of 3, want 7", n)
@@ -218,7 +219,7 @@ func TestRecorderRunsOnce(t *testing.T) {
 	r := jobstatus.NewRecorder(s, nil, 0)
 	run(t, r)
 	j := job(t)
-	r.Observe(queue.Event{Kind: queue.Started, Job: j, Attempt: 1})
+	r.Observe(worker.Event{Kind: worker.Started, Job: j, Attempt: 1})
 	waitFor(t, s, j.ID, "running", func(r jobstatus.Record) bool { return r.State == jobstatus.Running }) // so Run runs
 	if err := r.Run(t.Context()); err == nil {
 		t.Error("a second Run while the first runs returned nil, want an error")
@@ -233,7 +234,7 @@ func TestRecorderExpired(t *testing.T) {
 	r := jobstatus.NewRecorder(s, nil, 0)
 	run(t, r)
 	j := job(t)
-	r.Observe(queue.Event{Kind: queue.DeadLettered, Job: j, Reason: queue.ReasonExpired, Err: errors.New("expires at 2026-01-01T00:00:02Z")})
+	r.Observe(worker.Event{Kind: worker.DeadLettered, Job: j, Reason: queue.ReasonExpired, Err: errors.New("expires at 2026-01-01T00:00:02Z")})
 	rec := waitFor(t, s, j.ID, "expired", func(r jobstatus.Record) bool { return r.State == jobstatus.Expired })
 	if rec.LastError != "expired: expires at 2026-01-01T00:00:02Z" || rec.FinishedAt.IsZero() || !rec.State.Final() {
 		t.Errorf("expired record %+v: want the reason in its last error, a finish time, a final state", rec)
@@ -255,7 +256,7 @@ func TestRecorderKeepsACancelledJobCancelled(t *testing.T) {
 	}
 	r := jobstatus.NewRecorder(s, nil, 0)
 	stop := run(t, r)
-	r.Observe(queue.Event{Kind: queue.DeadLettered, Job: j, Reason: queue.ReasonExpired, Err: errors.New("expired in the backlog")})
+	r.Observe(worker.Event{Kind: worker.DeadLettered, Job: j, Reason: queue.ReasonExpired, Err: errors.New("expired in the backlog")})
 	stop() // flushes what it was given
 	if rec, err := s.Get(t.Context(), j.ID); err != nil || rec.State != jobstatus.Cancelled {
 		t.Errorf("record %+v, %v; want still cancelled", rec, err)

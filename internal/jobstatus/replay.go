@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 )
 
-// ResetForReplay, a queue.ReplayOptions.Prepare, makes a replayed job's
+// ResetForReplay, a admin.ReplayOptions.Prepare, makes a replayed job's
 // record say it was just admitted (or queued) with no tries yet: workers
 // only ever advance a record, and would leave a dead one dead. undo puts
 // back what was there, for a replay that failed. Status is advisory: a
 // failure is a note, not an error.
-func (s *Store) ResetForReplay(ctx context.Context, job queue.Job, l queue.DeadLetter, to queue.Destination, now time.Time) (undo func(), note string) {
+func (s *Store) ResetForReplay(ctx context.Context, job queue.Job, l admin.DeadLetter, to queue.Destination, now time.Time) (undo func(), note string) {
 	if ValidateID(job.ID) != nil {
 		return nil, ""
 	}

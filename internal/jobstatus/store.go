@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // Bucket names the job records' buckets: a job's record is in
@@ -62,7 +63,7 @@ func Open(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replic
 	case ttl < time.Second:
 		return nil, fmt.Errorf("%w: ttl %v: must be at least 1s", ErrInvalidConfig, ttl)
 	}
-	replicas, err := queue.KVReplicas(replicas)
+	replicas, err := pace.KVReplicas(replicas)
 	if err != nil {
 		return nil, fmt.Errorf("%w: replicas %d: want 1 to 5", ErrInvalidConfig, replicas)
 	}

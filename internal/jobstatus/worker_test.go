@@ -10,6 +10,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -30,7 +31,7 @@ func TestRecorderWithAWorker(t *testing.T) {
 	if err := queue.EnsureStreams(t.Context(), js, cfg); err != nil {
 		t.Fatal(err)
 	}
-	w, err := queue.NewWorker(js, queue.WorkerConfig{
+	w, err := worker.NewWorker(js, worker.WorkerConfig{
 		Queue:     cfg,
 		Retry:     retry.Policy{MaxAttempts: 3, Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1},
 		FetchWait: 100 * time.Millisecond,

@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket/buckettest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // statusWrites is how many writes the job status buckets took: each write
@@ -159,13 +160,13 @@ func writesPerJob(t *testing.T, to queue.Destination, running, batch bool) (writ
 	rec.SetRecordRunning(running)
 	stopRecorder := run(t, rec)
 	var succeeded atomic.Int64 // counted from the events, so that waiting reads no record
-	observe := func(e queue.Event) {
+	observe := func(e worker.Event) {
 		rec.Observe(e)
-		if e.Kind == queue.Succeeded {
+		if e.Kind == worker.Succeeded {
 			succeeded.Add(1)
 		}
 	}
-	w, err := queue.NewWorker(js, queue.WorkerConfig{Queue: cfg, FetchWait: 50 * time.Millisecond, Observe: observe, StartGate: rec.StartGate},
+	w, err := worker.NewWorker(js, worker.WorkerConfig{Queue: cfg, FetchWait: 50 * time.Millisecond, Observe: observe, StartGate: rec.StartGate},
 		func(context.Context, *queue.Job) error { return nil })
 	if err != nil {
 		t.Fatal(err)

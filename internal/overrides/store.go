@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
 )
 
 // Bucket is the JetStream KV bucket of the runtime overrides.
@@ -41,7 +42,7 @@ type Record struct {
 // Open opens the overrides' bucket, creating it if no admitter did yet,
 // with replicas copies (0 means 1).
 func Open(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	replicas, err := queue.KVReplicas(replicas)
+	replicas, err := pace.KVReplicas(replicas)
 	if err != nil {
 		return nil, err
 	}

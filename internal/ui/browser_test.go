@@ -29,6 +29,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/ui"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // chromium finds Debian's headless-capable Chromium: $SPILLWAY_CHROMIUM,
@@ -197,7 +199,7 @@ type service struct {
 	once   sync.Once
 }
 
-func startAdmitter(t *testing.T, yaml string, handlers map[string]queue.Handler) *service {
+func startAdmitter(t *testing.T, yaml string, handlers map[string]worker.Handler) *service {
 	t.Helper()
 	cfg := admittest.LoadConfig(t, yaml)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -332,7 +334,7 @@ queues:
 // goes away it says so and keeps the last figures.
 func TestPageUnderLoad(t *testing.T) {
 	ctx := browser(t)
-	svc := startAdmitter(t, fmt.Sprintf(demoYAML, t.TempDir(), ""), map[string]queue.Handler{"demo": slow, "reports-nightly": slow})
+	svc := startAdmitter(t, fmt.Sprintf(demoYAML, t.TempDir(), ""), map[string]worker.Handler{"demo": slow, "reports-nightly": slow})
 
 	run(ctx, t, "loading /ui", chromedp.Navigate(svc.base+"/ui"))
 	// Two polls before the load starts: the first verdict rates are then
@@ -725,12 +727,12 @@ func TestPageShowsTopKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := queue.OpenPacerBucket(t.Context(), js, 1)
+	kv, err := pace.OpenPacerBucket(t.Context(), js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := fmt.Sprintf(`{"at": %q, "window_s": 60, "releases": {%q: 1, %q: 3}}`, time.Now().UTC().Format(time.RFC3339), flood, calm)
-	if _, err := kv.Put(t.Context(), queue.KeyReleasesKey("tenants"), []byte(doc)); err != nil {
+	if _, err := kv.Put(t.Context(), worker.KeyReleasesKey("tenants"), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
 	k = waitKeys("the release shares", func(k shownKeys) bool { return len(k.Rows) == 2 && k.Rows[0].Cells["share"].Value != "" })

@@ -7,6 +7,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // A job dead-lettered for its expiry counts in spillway_jobs_expired_total
@@ -18,8 +19,8 @@ func TestExpiredJobsCounted(t *testing.T) {
 	if got := value(t, m.expired.WithLabelValues("q")); got != 0 {
 		t.Fatalf("expired before any event: %v", got)
 	}
-	m.observe(queue.Event{Kind: queue.DeadLettered, Queue: "q", Reason: queue.ReasonExpired})
-	m.observe(queue.Event{Kind: queue.DeadLettered, Queue: "q", Reason: "invalid job"})
+	m.observe(worker.Event{Kind: worker.DeadLettered, Queue: "q", Reason: queue.ReasonExpired})
+	m.observe(worker.Event{Kind: worker.DeadLettered, Queue: "q", Reason: "invalid job"})
 	if got := value(t, m.expired.WithLabelValues("q")); got != 1 {
 		t.Errorf("spillway_jobs_expired_total %v, want 1", got)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // metrics are the worker metrics, fed by queue.Events.
@@ -20,8 +22,8 @@ type metrics struct {
 	leak      *prometheus.GaugeVec
 
 	mu      sync.Mutex
-	running map[runKey]struct{}             // started and not yet ended, so the gauge never drifts
-	pacers  map[string]*queue.YieldingPacer // the queues worked here, for leakCollector
+	running map[runKey]struct{}            // started and not yet ended, so the gauge never drifts
+	pacers  map[string]*pace.YieldingPacer // the queues worked here, for leakCollector
 }
 
 // leakCollector reports each queue's current leak rate and the pauses
@@ -90,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"queue"}),
 	}
 	m.running = make(map[runKey]struct{})
-	m.pacers = make(map[string]*queue.YieldingPacer)
+	m.pacers = make(map[string]*pace.YieldingPacer)
 	lc := leakCollector{m: m,
 		current: prometheus.NewDesc("spillway_leak_rate_current",
 			"The backlog's leak rate now in jobs per second, by queue: the configured one, or less while an adaptive leak climbs back after a pushback.",
@@ -105,7 +107,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // setLeak sets queue q's configured leak rate and the pacer its current
 // rate and pauses are read from (nil: none yet).
-func (m *metrics) setLeak(q string, r bucket.Rate, p *queue.YieldingPacer) {
+func (m *metrics) setLeak(q string, r bucket.Rate, p *pace.YieldingPacer) {
 	if m == nil || r.Count <= 0 {
 		return
 	}
@@ -144,21 +146,21 @@ func (m *metrics) dropLeak(q string) {
 	m.mu.Unlock()
 }
 
-func (m *metrics) observe(e queue.Event) {
+func (m *metrics) observe(e worker.Event) {
 	if m == nil {
 		return
 	}
 	switch e.Kind {
-	case queue.Started:
+	case worker.Started:
 		m.mu.Lock()
 		m.running[runKey{e.Queue, e.Stream, e.Sequence}] = struct{}{}
 		m.mu.Unlock()
 		m.inFlight.WithLabelValues(e.Queue).Inc()
-	case queue.Succeeded:
+	case worker.Succeeded:
 		m.ran(e, "succeeded")
-	case queue.Retrying:
+	case worker.Retrying:
 		m.ran(e, "retrying")
-	case queue.DeadLettered:
+	case worker.DeadLettered:
 		if e.Took > 0 {
 			m.ran(e, "dead")
 		}
@@ -166,15 +168,15 @@ func (m *metrics) observe(e queue.Event) {
 		if e.Reason == queue.ReasonExpired {
 			m.expired.WithLabelValues(e.Queue).Inc()
 		}
-	case queue.Released:
+	case worker.Released:
 		m.wait.WithLabelValues(e.Queue).Observe(e.Waited.Seconds())
-	case queue.HandedBack:
+	case worker.HandedBack:
 		m.ended(e)
 	}
 }
 
 // ended takes a run out of the in-flight gauge if it was counted in.
-func (m *metrics) ended(e queue.Event) {
+func (m *metrics) ended(e worker.Event) {
 	k := runKey{e.Queue, e.Stream, e.Sequence}
 	m.mu.Lock()
 	_, ok := m.running[k]
@@ -185,7 +187,7 @@ func (m *metrics) ended(e queue.Event) {
 	}
 }
 
-func (m *metrics) ran(e queue.Event, result string) {
+func (m *metrics) ran(e worker.Event, result string) {
 	m.ended(e)
 	m.completed.WithLabelValues(e.Queue, result).Inc()
 	m.duration.WithLabelValues(e.Queue).Observe(e.Took.Seconds())

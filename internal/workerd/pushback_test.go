@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -53,7 +54,7 @@ queues:
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	pool, err := workerd.Start(ctx, workerd.Options{
-		NC: nc, JS: js, Config: load(true), Handlers: map[string]queue.Handler{"pb": h},
+		NC: nc, JS: js, Config: load(true), Handlers: map[string]worker.Handler{"pb": h},
 		Registerer: reg, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package workerd runs a worker process's queues: one queue.Worker per
+// Package workerd runs a worker process's queues: one worker.Worker per
 // queue with the queue's handler, a pacer shared by every worker process,
 // job-status records and the worker metrics (spillway_jobs_*,
 // spillway_leak_rate, spillway_leak_rate_current, spillway_leak_pauses_total,
@@ -8,12 +8,12 @@
 // # Pacing
 //
 // A queue's backlog leak is global across worker processes. Without
-// redis.url the pacer keeps its state in JetStream (queue.KVPacer: one
+// redis.url the pacer keeps its state in JetStream (pace.KVPacer: one
 // key-value entry per queue, updated by compare-and-set), so NATS alone
 // gives a global leak. With redis.url it paces in Redis and falls back to
-// the JetStream pacer while Redis is unreachable (queue.FailoverPacer), so a
+// the JetStream pacer while Redis is unreachable (pace.FailoverPacer), so a
 // Redis outage does not stop the drain. docs/reliability.md has the
-// figures. Either pacer runs inside a queue.YieldingPacer: a handler's
+// figures. Either pacer runs inside a pace.YieldingPacer: a handler's
 // pushback pauses the leak of every worker process, and an adaptive
 // leak's rate is cut and climbs back, through one more entry in the same
 // key-value bucket (docs/design.md#pushback).
@@ -24,7 +24,7 @@
 // whose leak rate (or adaptive setting) alone changed keeps its worker and
 // its pacer takes the new rate at the next booking; a queue whose worker settings changed
 // (concurrency, handler, retry policy, backlog bounds, ack wait, grace
-// period) gets a new queue.Worker, started before the old one is stopped
+// period) gets a new worker.Worker, started before the old one is stopped
 // gracefully — the old one's running handlers finish within the grace
 // period (meanwhile both run, so the queue briefly has up to old + new
 // concurrency handlers), and the backlog jobs it held are handed back to
@@ -54,6 +54,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -73,7 +75,7 @@ type Options struct {
 	// Recorder writes job-status records; nil keeps none.
 	Recorder *jobstatus.Recorder
 	// Handlers overrides the handler of a queue by name (tests, embedding).
-	Handlers map[string]queue.Handler
+	Handlers map[string]worker.Handler
 	// Registerer receives the worker metrics; nil records none.
 	Registerer prometheus.Registerer
 	HTTPClient *http.Client
@@ -105,7 +107,7 @@ type Pool struct {
 
 	mu      sync.Mutex // serialises Reload; guards the fields below
 	running map[string]*running
-	pacers  map[string]*queue.YieldingPacer // kept when a queue goes, for when it comes back
+	pacers  map[string]*pace.YieldingPacer // kept when a queue goes, for when it comes back
 }
 
 // running is one queue's current worker.
@@ -139,12 +141,12 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 		return nil, errors.New("workerd: Options need Config and JS")
 	}
 	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	kv, err := queue.OpenPacerBucket(kctx, o.JS, max(o.Config.NATS.Replicas, 1))
+	kv, err := pace.OpenPacerBucket(kctx, o.JS, max(o.Config.NATS.Replicas, 1))
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("workerd: %w", err)
 	}
-	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]*queue.YieldingPacer{}}
+	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]*pace.YieldingPacer{}}
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	if err := p.apply(o.Config); err != nil {
 		p.cancel()
@@ -180,7 +182,7 @@ func (p *Pool) Reload(cfg *config.Config) error {
 type plan struct {
 	q    *config.Queue
 	spec spec
-	h    queue.Handler
+	h    worker.Handler
 }
 
 func (p *Pool) apply(cfg *config.Config) error {
@@ -210,7 +212,7 @@ func (p *Pool) apply(cfg *config.Config) error {
 		}
 		starts = append(starts, plan{q: q, spec: sp, h: h})
 	}
-	workers := make([]*queue.Worker, len(starts))
+	workers := make([]*worker.Worker, len(starts))
 	for i, st := range starts {
 		pc, err := p.pacer(st.q)
 		if err != nil {
@@ -267,21 +269,21 @@ func (p *Pool) specOf(cfg *config.Config, q *config.Queue) spec {
 // pacer returns the queue's pacer, made on first use: a YieldingPacer, so
 // that a handler's pushback pauses the leak of every worker, over the
 // JetStream pacer or the Redis one with JetStream as its fallback.
-func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
+func (p *Pool) pacer(q *config.Queue) (*pace.YieldingPacer, error) {
 	if pc := p.pacers[q.Name]; pc != nil {
 		return pc, nil
 	}
-	kvp, err := queue.NewKVPacer(p.kv, q.Name, q.Backlog.LeakRate)
+	kvp, err := pace.NewKVPacer(p.kv, q.Name, q.Backlog.LeakRate)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 	}
-	var pc queue.RatePacer = kvp
+	var pc pace.RatePacer = kvp
 	if p.o.PacerStore != nil {
-		sp, err := queue.NewPacer(p.o.PacerStore, q.Name, q.Backlog.LeakRate)
+		sp, err := pace.NewPacer(p.o.PacerStore, q.Name, q.Backlog.LeakRate)
 		if err != nil {
 			return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 		}
-		fp, err := queue.NewFailoverPacer(sp, kvp)
+		fp, err := pace.NewFailoverPacer(sp, kvp)
 		if err != nil {
 			return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 		}
@@ -290,7 +292,7 @@ func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 		fp.Peers = func(ctx context.Context) int {
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			c, err := js.Consumer(ctx, stream, queue.GrantsConsumer)
+			c, err := js.Consumer(ctx, stream, worker.GrantsConsumer)
 			if err != nil {
 				return 1
 			}
@@ -305,7 +307,7 @@ func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 		}
 		pc = fp
 	}
-	yp, err := queue.NewYieldingPacer(pc, p.kv, q.Name, q.Backlog.LeakRate, q.Backlog.Adaptive)
+	yp, err := pace.NewYieldingPacer(pc, p.kv, q.Name, q.Backlog.LeakRate, q.Backlog.Adaptive)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", q.Name, err)
 	}
@@ -313,15 +315,15 @@ func (p *Pool) pacer(q *config.Queue) (*queue.YieldingPacer, error) {
 	return yp, nil
 }
 
-func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (*queue.Worker, error) {
+func (p *Pool) newWorker(cfg *config.Config, st plan, pc *pace.YieldingPacer) (*worker.Worker, error) {
 	observe := p.m.observe
-	var gate func(context.Context, queue.Event) error
+	var gate func(context.Context, worker.Event) error
 	if p.o.Recorder != nil {
 		rec := p.o.Recorder
-		observe = func(e queue.Event) { p.m.observe(e); rec.Observe(e) }
+		observe = func(e worker.Event) { p.m.observe(e); rec.Observe(e) }
 		gate = rec.StartGate // a cancel and a start: one wins (docs/design.md#cancel)
 	}
-	w, err := queue.NewWorker(p.o.JS, queue.WorkerConfig{
+	w, err := worker.NewWorker(p.o.JS, worker.WorkerConfig{
 		Queue:       st.q.Backlog,
 		Concurrency: st.spec.concurrency,
 		Retry:       st.q.Retry,
@@ -339,7 +341,7 @@ func (p *Pool) newWorker(cfg *config.Config, st plan, pc *queue.YieldingPacer) (
 }
 
 // launch runs w until the pool stops or the returned worker is stopped.
-func (p *Pool) launch(name string, sp spec, w *queue.Worker) *running {
+func (p *Pool) launch(name string, sp spec, w *worker.Worker) *running {
 	ctx, stop := context.WithCancel(p.ctx)
 	r := &running{spec: sp, stop: stop, done: make(chan struct{})}
 	p.wg.Add(1)
@@ -362,7 +364,7 @@ func (p *Pool) launch(name string, sp spec, w *queue.Worker) *running {
 
 // pick returns the queues to work: the named ones (each must exist and
 // have a handler), or every queue with a handler.
-func pick(cfg *config.Config, names []string, overrides map[string]queue.Handler) ([]*config.Queue, error) {
+func pick(cfg *config.Config, names []string, overrides map[string]worker.Handler) ([]*config.Queue, error) {
 	hasHandler := func(q *config.Queue) bool {
 		_, ok := overrides[q.Name]
 		return ok || q.Handler.HTTP != nil || q.Handler.NATS != nil || q.Handler.Log

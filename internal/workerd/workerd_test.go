@@ -15,10 +15,11 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // A reload that changes a queue's worker settings (here its concurrency)
-// replaces its queue.Worker while jobs run and backlog jobs are held: the
+// replaces its worker.Worker while jobs run and backlog jobs are held: the
 // old worker's running jobs finish (their context is never canceled), the
 // backlog jobs it held go to the new one, the new concurrency applies, and
 // every job runs exactly once.
@@ -82,7 +83,7 @@ queues:
 	cfg := load(2)
 	ctx, cancel := context.WithCancel(t.Context())
 	pool, err := workerd.Start(ctx, workerd.Options{
-		NC: nc, JS: js, Config: cfg, Handlers: map[string]queue.Handler{"w": h}, Logger: slog.New(slog.DiscardHandler),
+		NC: nc, JS: js, Config: cfg, Handlers: map[string]worker.Handler{"w": h}, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // quietRedis drops go-redis's own log lines: TestUnavailable's admitter
@@ -92,7 +93,7 @@ func startAdmitter(dir, yaml string) (*admitter, error) {
 	cfg.NATS.StoreDir = filepath.Join(dir, "jetstream")
 	s, err := admitterd.Start(context.Background(), admitterd.Options{
 		Config: cfg, Dev: true, Logger: slog.New(slog.DiscardHandler),
-		Handlers: map[string]queue.Handler{"work": workHandler},
+		Handlers: map[string]worker.Handler{"work": workHandler},
 	})
 	if err != nil {
 		return nil, err

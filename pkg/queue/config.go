@@ -13,9 +13,6 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
-// ErrInvalidConfig is wrapped by every error of Config.Validate.
-var ErrInvalidConfig = errors.New("queue: invalid config")
-
 // Defaults of a Config's zero fields.
 const (
 	DefaultCapacity        = 10_000
@@ -83,7 +80,8 @@ type Config struct {
 	MaxDelay time.Duration
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults is c with each zero field set to its documented default.
+func (c Config) WithDefaults() Config {
 	if c.Capacity == 0 {
 		c.Capacity = DefaultCapacity
 	}
@@ -109,39 +107,8 @@ func (c Config) Validate() error {
 	if err := ValidateQueueName(c.Name); err != nil {
 		return fmt.Errorf("%w: name: %w", ErrInvalidConfig, err)
 	}
-	return c.withDefaults().ValidateGiven()
+	return c.WithDefaults().ValidateGiven()
 }
-
-// FieldError is one field of a Config that cannot be used. It wraps
-// ErrInvalidConfig.
-type FieldError struct {
-	Queue string
-	// Field is the field's name in a configuration file: capacity,
-	// per_key_capacity, ready_capacity, replicas, duplicate_window,
-	// leak_rate, max_age, max_delay, fairness.min_share, or fairness.weights["KEY"]
-	// for one weight rule (KEY* for a prefix rule).
-	Field string
-	Value string // the value found
-	Want  string // what was expected: "an integer ≥ 1", "at most capacity"
-	// Other names the field whose value bounds this one ("capacity"), and
-	// OtherValue is that value; both are empty when the field is wrong on
-	// its own.
-	Other, OtherValue string
-}
-
-func (e *FieldError) Error() string {
-	prefix := ErrInvalidConfig.Error() + ": "
-	if e.Queue != "" {
-		prefix += "queue " + e.Queue + ": "
-	}
-	if e.Other != "" {
-		return fmt.Sprintf("%s%s %s is larger than %s %s", prefix, e.Field, e.Value, e.Other, e.OtherValue)
-	}
-	return fmt.Sprintf("%s%s %s: expected %s", prefix, e.Field, e.Value, e.Want)
-}
-
-// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
-func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
 
 // ValidateReplicas checks a stream's replica count: 1 to 5.
 func ValidateReplicas(n int) error {
@@ -237,6 +204,15 @@ func StreamName(queue string, d Destination) string {
 	return "SPILLWAY_" + queue + "_READY"
 }
 
+// GrantsStreamName is the stream of a queue's grants: SPILLWAY_<queue>_GRANTS.
+func GrantsStreamName(queue string) string { return "SPILLWAY_" + queue + "_GRANTS" }
+
+// grantsStreamConfig keeps a queue's grants until a worker settles them.
+func (c Config) grantsStreamConfig() jetstream.StreamConfig {
+	c = c.WithDefaults()
+	return c.stream(GrantsStreamName(c.Name), "backlog starts granted by the drain's leader", GrantSubject(c.Name))
+}
+
 // Subject is where a job of key lands (in the backlog, a job of the
 // normal class): spillway.<destination>.<queue>.<key token>. One subject
 // per key (and class) is what makes the per-key capacity a JetStream limit.
@@ -264,8 +240,8 @@ func ClassSubject(queue string, d Destination, key string, p Priority) string {
 // with Discard New the server only refuses new jobs. Dead letters are kept
 // until purged (limits retention).
 func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
-	c = c.withDefaults()
-	sc := c.stream(StreamName(c.Name, d), fmt.Sprintf("%s jobs", d), subjectFilter(c.Name, d))
+	c = c.WithDefaults()
+	sc := c.stream(StreamName(c.Name, d), fmt.Sprintf("%s jobs", d), SubjectFilter(c.Name, d))
 	switch d {
 	case Ready:
 		sc.MaxMsgs = c.ReadyCapacity

@@ -1,13 +1,8 @@
 package queue
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Headers a dead letter carries besides the job's own.
@@ -34,43 +29,20 @@ const ReasonExpired = "expired"
 // MaxErrorLen bounds HeaderLastError.
 const MaxErrorLen = 1024
 
-// deadLetter is one job on its way to the DEAD stream.
-type deadLetter struct {
-	queue    string
-	subject  string // where it was: spillway.<ready|backlog>.<queue>.<token>
-	stream   string
-	seq      uint64
-	header   nats.Header
-	data     []byte
-	attempts int
-	reason   string
-	err      error
-}
-
-// move is the dead letter's move to DEAD. Its message id is the job's
-// place in the source stream (placeID).
-func (d *deadLetter) move(now time.Time) move {
+// DeadMove takes the job at src to DEAD after its last try (attempts
+// tries; 0 for a job that never ran), for reason, with cause as its last
+// error if not nil. Its message id is the job's place in the source stream
+// (placeID).
+func DeadMove(src Source, attempts int, reason string, cause error, now time.Time) Move {
 	set := map[string]string{
-		HeaderAttempt:      strconv.Itoa(d.attempts),
-		HeaderDeadReason:   d.reason,
+		HeaderAttempt:      strconv.Itoa(attempts),
+		HeaderDeadReason:   reason,
 		HeaderDeadAt:       now.UTC().Format(time.RFC3339Nano),
-		HeaderSourceStream: d.stream,
-		HeaderSourceSeq:    strconv.FormatUint(d.seq, 10),
+		HeaderSourceStream: src.Stream,
+		HeaderSourceSeq:    strconv.FormatUint(src.Seq, 10),
 	}
-	if d.err != nil {
-		set[HeaderLastError] = OneLine(d.err.Error(), MaxErrorLen)
+	if cause != nil {
+		set[HeaderLastError] = OneLine(cause.Error(), MaxErrorLen)
 	}
-	return move{queue: d.queue, subject: d.subject, header: d.header, data: d.data, to: Dead, msgID: placeID(d.stream, d.seq), set: set}
-}
-
-// store moves the dead letter to DEAD, then settles its source with
-// settle. A nil PubAck means nothing was stored and the source is
-// untouched.
-func (d *deadLetter) store(ctx context.Context, js jetstream.JetStream, now time.Time, settle func(context.Context) error) (*jetstream.PubAck, error) {
-	mv := d.move(now)
-	ack, err := mv.do(ctx, js, settle)
-	if ack == nil {
-		return nil, fmt.Errorf("queue: dead-lettering job %s (%s #%d) of queue %s: %w", d.header.Get(HeaderJobID), d.stream, d.seq, d.queue, err)
-	}
-	return ack, err
+	return Move{src: src, to: Dead, msgID: placeID(src.Stream, src.Seq), set: set}
 }

@@ -16,69 +16,6 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
-// Publish a job to a queue's READY stream and run it with a Worker. A
-// worker's handler returns nil to ack the job, an error to retry it, or
-// retry.Permanent(err) to dead-letter it.
-func Example() {
-	url, stop := embeddedServer() // in production: your NATS server's URL
-	defer stop()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	// The queue's streams; every worker of the queue shares its leak rate.
-	rate, err := bucket.ParseRate("10/s")
-	if err != nil {
-		log.Fatal(err)
-	}
-	cfg := queue.Config{Name: "emails", LeakRate: rate}
-	if err := queue.EnsureStreams(ctx, js, cfg); err != nil {
-		log.Fatal(err)
-	}
-
-	// Publish returns once JetStream has stored the job.
-	pub, err := queue.NewPublisher(js, 0)
-	if err != nil {
-		log.Fatal(err)
-	}
-	id, err := queue.NewJobID()
-	if err != nil {
-		log.Fatal(err)
-	}
-	job := &queue.Job{ID: id, Queue: "emails", Key: "customer-42", Cost: 1, Payload: []byte("welcome mail"), EnqueuedAt: time.Now()}
-	if _, err := pub.Publish(ctx, queue.Ready, job); err != nil {
-		log.Fatal(err)
-	}
-
-	// Run a worker until the job is done, then stop it.
-	done := make(chan struct{})
-	w, err := queue.NewWorker(js, queue.WorkerConfig{Queue: cfg}, func(_ context.Context, j *queue.Job) error {
-		fmt.Printf("sending %q for %s, try %d\n", j.Payload, j.Key, j.Attempt)
-		close(done)
-		return nil
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	wctx, stopWorker := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	go func() { stopped <- w.Run(wctx) }()
-	<-done
-	stopWorker()
-	if err := <-stopped; err != nil {
-		log.Fatal(err)
-	}
-	// Output: sending "welcome mail" for customer-42, try 1
-}
-
 // Publishing to a queue's BACKLOG: a full backlog refuses the job with
 // ErrQueueFull (or ErrKeyQueueFull for one key's share), and nothing is
 // stored.

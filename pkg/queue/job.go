@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -35,10 +34,6 @@ const (
 
 // MaxWeight bounds a key's weight in the drain.
 const MaxWeight = 1000
-
-// ErrInvalidJob is wrapped by the error for a job that cannot be published
-// or a message that is not a job.
-var ErrInvalidJob = errors.New("queue: invalid job")
 
 // Job is one unit of work: an opaque payload and what Spillway knows of it.
 type Job struct {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -20,18 +21,32 @@ import (
 // both streams; the copy's message id makes the next try of the same move
 // store nothing new, so the job is never lost and stored twice only when
 // the duplicate window has passed.
-type move struct {
-	queue   string
-	subject string      // the source message's subject: its key token is kept
-	header  nats.Header // the source message's headers
-	data    []byte
-	to      Destination
+//
+// A Move is built by RetryMove, DeadMove or ReplayMove and made by Do; its
+// zero value moves nothing.
+type Move struct {
+	src Source
+	to  Destination
 	// msgID is the copy's Nats-Msg-Id: the same for every try of this
 	// move, and different from any other move's.
 	msgID string
 	// set are the Spillway headers the move sets, after the copy rule;
 	// an empty value removes the header.
 	set map[string]string
+}
+
+// Source is a job's message where a move finds it.
+type Source struct {
+	Queue string
+	// Subject is the message's subject: the copy keeps its key token.
+	Subject string
+	// Stream and Seq are its place (Seq 0 if unknown).
+	Stream string
+	Seq    uint64
+	// Header and Data are the stored message: the copy's are taken from
+	// them, and they are not changed.
+	Header nats.Header
+	Data   []byte
 }
 
 // deadLetterHeaders describe a job's last death. Every move drops them;
@@ -60,11 +75,11 @@ func isJetStreamHeader(k string) bool {
 //     headers (id, queue, key, cost, enqueued-at, not-before, attempt)
 //     and the producer's own, such as traceparent.
 //   - Then the move sets its Spillway headers (m.set) and its message id.
-func (mv *move) message() *nats.Msg {
+func (mv *Move) message() *nats.Msg {
 	// The job's class, from its headers, picks its backlog subject.
-	class, _ := ParsePriority(mv.header.Get(HeaderPriority))
-	m := nats.NewMsg(classSubject(mv.queue, mv.to, class, tokenOf(mv.subject)))
-	for k, vs := range mv.header {
+	class, _ := ParsePriority(mv.src.Header.Get(HeaderPriority))
+	m := nats.NewMsg(classSubject(mv.src.Queue, mv.to, class, SubjectToken(mv.src.Subject)))
+	for k, vs := range mv.src.Header {
 		if !isJetStreamHeader(k) {
 			m.Header[k] = append([]string(nil), vs...)
 		}
@@ -80,21 +95,22 @@ func (mv *move) message() *nats.Msg {
 		}
 	}
 	m.Header.Set(nats.MsgIdHdr, mv.msgID)
-	m.Data = mv.data
+	m.Data = mv.src.Data
 	return m
 }
 
-// do stores the copy in the destination stream and, once JetStream has
-// acknowledged it, settles the source with settle (an ack, or a delete).
-// A nil PubAck means the copy was not stored and settle was not called:
-// the job is where it was. A PubAck with an error means the job was
-// copied but settling the source failed: it is in both streams until the
-// next try of the move, which stores nothing new within the duplicate
-// window.
-func (mv *move) do(ctx context.Context, js jetstream.JetStream, settle func(context.Context) error) (*jetstream.PubAck, error) {
-	ack, err := js.PublishMsg(ctx, mv.message(), jetstream.WithExpectStream(StreamName(mv.queue, mv.to)))
+// Do stores the copy in the destination stream and, once JetStream has
+// acknowledged it, settles the source with settle (an ack, or a delete:
+// RemoveMsg). A nil PubAck means the copy was not stored and settle was
+// not called: the job is where it was, and the error is the publish's as
+// Publish returns it (ErrQueueFull, ErrKeyQueueFull or ErrReadyFull for a
+// full destination). A PubAck with an error means the job was copied but
+// settling the source failed: it is in both streams until the next try of
+// the move, which stores nothing new within the duplicate window.
+func (mv Move) Do(ctx context.Context, js jetstream.JetStream, settle func(context.Context) error) (*jetstream.PubAck, error) {
+	ack, err := js.PublishMsg(ctx, mv.message(), jetstream.WithExpectStream(StreamName(mv.src.Queue, mv.to)))
 	if err != nil {
-		return nil, err
+		return nil, publishError(mv.to, mv.src.Header.Get(HeaderJobID), err)
 	}
 	return ack, settle(ctx)
 }
@@ -109,13 +125,13 @@ func placeID(stream string, seq uint64) string {
 	return stream + ":" + strconv.FormatUint(seq, 10)
 }
 
-// retryMove takes a failed backlog job (stream #seq) to READY — or, after
-// a pushback, back to the backlog — for its retry: with its tries so far
-// and the retry's not-before.
-func retryMove(queue, subject string, header nats.Header, data []byte, stream string, seq uint64, attempts int, notBefore time.Time, to Destination) move {
-	return move{
-		queue: queue, subject: subject, header: header, data: data, to: to,
-		msgID: placeID(stream, seq),
+// RetryMove takes a failed backlog job to READY — or, after a pushback,
+// back to the backlog — for its retry: with its tries so far and the
+// retry's not-before. Its message id is the source's place (placeID).
+func RetryMove(src Source, attempts int, notBefore time.Time, to Destination) Move {
+	return Move{
+		src: src, to: to,
+		msgID: placeID(src.Stream, src.Seq),
 		set: map[string]string{
 			HeaderAttempt:   strconv.Itoa(attempts),
 			HeaderNotBefore: notBefore.UTC().Format(time.RFC3339Nano),
@@ -123,15 +139,15 @@ func retryMove(queue, subject string, header nats.Header, data []byte, stream st
 	}
 }
 
-// replayMove takes dead letter deadSeq of job id back to READY or the
-// backlog as a new job: no tries yet, due at once, enqueued now. Its
-// message id is not the job id, which the destination may still hold in
-// its duplicate window, and is the same for every replay of this dead
-// letter.
-func replayMove(queue, subject string, header nats.Header, data []byte, to Destination, id string, deadSeq uint64, now time.Time) move {
-	return move{
-		queue: queue, subject: subject, header: header, data: data, to: to,
-		msgID: id + ":replay:" + strconv.FormatUint(deadSeq, 10),
+// ReplayMove takes the dead letter src (its Seq the dead letter's) of job
+// id back to READY or the backlog as a new job: no tries yet, due at once,
+// enqueued now. Its message id is not the job id, which the destination
+// may still hold in its duplicate window, and is the same for every replay
+// of this dead letter.
+func ReplayMove(src Source, to Destination, id string, now time.Time) Move {
+	return Move{
+		src: src, to: to,
+		msgID: id + ":replay:" + strconv.FormatUint(src.Seq, 10),
 		set: map[string]string{
 			HeaderNotBefore:  "", // due at once
 			HeaderExpiresAt:  "", // an operator's replay runs it, whatever its producer's max-wait said
@@ -139,4 +155,17 @@ func replayMove(queue, subject string, header nats.Header, data []byte, to Desti
 			HeaderEnqueuedAt: now.UTC().Format(time.RFC3339Nano),
 		},
 	}
+}
+
+// RemoveMsg removes a settled job's message from its stream — the settle
+// of a move from the backlog, or a cancel; one removed already is fine.
+func RemoveMsg(ctx context.Context, s jetstream.Stream, seq uint64) error {
+	err := s.DeleteMsg(ctx, seq)
+	if err == nil {
+		return nil
+	}
+	if _, gerr := s.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	return err
 }

@@ -49,9 +49,12 @@ func TestMoveHeaderRule(t *testing.T) {
 		}
 	}
 	subject := subjectOf("q", Backlog, KeyToken("k"))
-	dead := func(cause error) move {
-		d := deadLetter{queue: "q", subject: subject, stream: "SPILLWAY_q_BACKLOG", seq: 42, header: source(), attempts: 3, reason: "attempts exhausted (3 of 3)", err: cause}
-		return d.move(now)
+	backlogJob := func(h nats.Header) Source {
+		return Source{Queue: "q", Subject: subject, Stream: "SPILLWAY_q_BACKLOG", Seq: 42, Header: h}
+	}
+	deadJob := Source{Queue: "q", Subject: subjectOf("q", Dead, KeyToken("k")), Stream: "SPILLWAY_q_DEAD", Seq: 5, Header: source()}
+	dead := func(cause error) Move {
+		return DeadMove(backlogJob(source()), 3, "attempts exhausted (3 of 3)", cause, now)
 	}
 	copied := map[string][]string{
 		HeaderJobID: {"job-1"}, HeaderQueue: {"q"}, HeaderKey: {"k"}, HeaderCost: {"2"},
@@ -69,13 +72,13 @@ func TestMoveHeaderRule(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name    string
-		mv      move
+		mv      Move
 		subject string
 		want    map[string][]string // every header of the copy
 	}{
 		{
 			name: "backlog retry to READY", subject: subjectOf("q", Ready, KeyToken("k")),
-			mv: retryMove("q", subject, source(), nil, "SPILLWAY_q_BACKLOG", 42, 2, now.Add(time.Minute), Ready),
+			mv: RetryMove(backlogJob(source()), 2, now.Add(time.Minute), Ready),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"2"}, HeaderNotBefore: {later},
 				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"},
@@ -101,14 +104,14 @@ func TestMoveHeaderRule(t *testing.T) {
 		},
 		{
 			name: "replay to the backlog", subject: subjectOf("q", Backlog, KeyToken("k")),
-			mv: replayMove("q", subjectOf("q", Dead, KeyToken("k")), source(), nil, Backlog, "job-1", 5, now),
+			mv: ReplayMove(deadJob, Backlog, "job-1", now),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"job-1:replay:5"}, HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
 			}),
 		},
 		{
 			name: "replay to READY", subject: subjectOf("q", Ready, KeyToken("k")),
-			mv: replayMove("q", subjectOf("q", Dead, KeyToken("k")), source(), nil, Ready, "job-1", 5, now),
+			mv: ReplayMove(deadJob, Ready, "job-1", now),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"job-1:replay:5"}, HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
 			}),
@@ -136,7 +139,7 @@ func TestMoveHeaderRule(t *testing.T) {
 	}
 	// The source is not changed by the copy.
 	h := source()
-	mv := retryMove("q", subject, h, nil, "S", 1, 1, now, Ready)
+	mv := RetryMove(Source{Queue: "q", Subject: subject, Stream: "S", Seq: 1, Header: h}, 1, now, Ready)
 	mv.message().Header["X-Several"][0] = "changed"
 	if h.Get("X-Several") != "a" || h.Get(HeaderAttempt) != "1" {
 		t.Errorf("the copy shares the source's headers: %v", h)
@@ -150,15 +153,15 @@ func TestSubjectBuilder(t *testing.T) {
 		{Subject("q", Ready, "k"), "spillway.ready.q." + tok},
 		{Subject("q", Backlog, "k"), "spillway.backlog.q." + tok},
 		{Subject("q", Dead, "k"), "spillway.dead.q." + tok},
-		{subjectFilter("q", Backlog), "spillway.backlog.q.>"},
-		{subjectFilter("q", Ready), "spillway.ready.q.*"},
+		{SubjectFilter("q", Backlog), "spillway.backlog.q.>"},
+		{SubjectFilter("q", Ready), "spillway.ready.q.*"},
 		{classSubject("q", Backlog, High, tok), "spillway.backlog.q.high." + tok},
 		{classSubject("q", Backlog, Low, tok), "spillway.backlog.q.low." + tok},
 		{classSubject("q", Ready, High, tok), "spillway.ready.q." + tok},
-		{tokenOf(classSubject("q", Backlog, Low, tok)), tok},
-		{grantSubject("q"), "spillway.grants.q"},
+		{SubjectToken(classSubject("q", Backlog, Low, tok)), tok},
+		{GrantSubject("q"), "spillway.grants.q"},
 		{Config{Name: "q"}.StreamConfig(Dead).Subjects[0], "spillway.dead.q.*"},
-		{tokenOf(Subject("q", Ready, "k")), tok},
+		{SubjectToken(Subject("q", Ready, "k")), tok},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s, want %s", c.got, c.want)

@@ -63,7 +63,7 @@ func ScanBacklog(ctx context.Context, js jetstream.JetStream, queue string, max 
 	if st.Msgs == 0 {
 		return nil, true, nil
 	}
-	filter := subjectFilter(queue, Backlog)
+	filter := SubjectFilter(queue, Backlog)
 	for seq := st.FirstSeq; len(jobs) < max; {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

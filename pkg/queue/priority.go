@@ -33,8 +33,8 @@ func (p Priority) String() string {
 	return fmt.Sprintf("Priority(%d)", int8(p))
 }
 
-// index is the class's place in Priorities.
-func (p Priority) index() int { return int(p) + 1 }
+// Index is the class's place in Priorities, from 0.
+func (p Priority) Index() int { return int(p) + 1 }
 
 // ParsePriority reads a class name, in any case; "" is Normal.
 func ParsePriority(s string) (Priority, error) {

@@ -2,24 +2,12 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
-
-var (
-	// ErrQueueFull: the backlog holds its capacity. Nothing was stored.
-	ErrQueueFull = errors.New("queue: backlog full")
-	// ErrKeyQueueFull: the backlog holds the key's capacity. Nothing was
-	// stored; other keys are not affected.
-	ErrKeyQueueFull = errors.New("queue: backlog full for this key")
-	// ErrReadyFull: READY holds its capacity (Config.ReadyCapacity).
-	// Nothing was stored.
-	ErrReadyFull = errors.New("queue: ready full")
 )
 
 // DefaultMaxInFlight bounds a Publisher's publishes awaiting their PubAck:
@@ -238,29 +226,4 @@ func (p *Publisher) complete(m *nats.Msg, r result) {
 	}
 	<-p.sem
 	pb.done <- r
-}
-
-// jsMaxMsgs is JetStream's error code for a stream refusing a message over
-// its MaxMsgs or MaxMsgsPerSubject with Discard New. The two differ only by
-// their description (docs/jetstream-backlog.md; nats-server 2.9 and 2.15).
-const jsMaxMsgs jetstream.ErrorCode = 10077
-
-// publishError turns JetStream's refusals of a publish to d into the
-// package's errors.
-func publishError(d Destination, id string, err error) error {
-	var api *jetstream.APIError
-	if errors.As(err, &api) && api.ErrorCode == jsMaxMsgs {
-		switch {
-		case d == Ready:
-			return fmt.Errorf("%w (job %s: %w)", ErrReadyFull, id, err)
-		case api.Description == "maximum messages per subject exceeded":
-			return fmt.Errorf("%w (job %s: %w)", ErrKeyQueueFull, id, err)
-		case api.Description == "maximum messages exceeded":
-			return fmt.Errorf("%w (job %s: %w)", ErrQueueFull, id, err)
-		}
-	}
-	if errors.Is(err, nats.ErrDisconnected) {
-		return fmt.Errorf("queue: publishing job %s: connection lost before the PubAck (it may be stored; publish again with the same id): %w", id, err)
-	}
-	return fmt.Errorf("queue: publishing job %s: %w", id, err)
 }

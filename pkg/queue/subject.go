@@ -3,14 +3,10 @@ package queue
 import (
 	"crypto/sha256"
 	"encoding/base32"
-	"errors"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
-
-// ErrInvalidQueueName is wrapped by the error for a queue name that cannot
-// be used in stream names and subjects.
-var ErrInvalidQueueName = errors.New("queue: invalid queue name")
 
 // MaxQueueNameLen bounds a queue name (it appears in stream names, subjects
 // and metric labels).
@@ -52,8 +48,8 @@ func KeyToken(key string) string {
 	return keyEncoding.EncodeToString(sum[:16])
 }
 
-// subjectRoot begins every subject of a queue's streams.
-const subjectRoot = "spillway."
+// SubjectRoot begins every subject of a queue's streams.
+const SubjectRoot = "spillway."
 
 // subjectOf is the one place a stream subject is spelled:
 // spillway.<destination>.<queue>.<token>, where token is a KeyToken, or
@@ -62,7 +58,7 @@ const subjectRoot = "spillway."
 // (classSubject), so that the drain reads each key's jobs of a class in
 // order without reading the others.
 func subjectOf(queue string, d Destination, token string) string {
-	return subjectRoot + d.String() + "." + queue + "." + token
+	return SubjectRoot + d.String() + "." + queue + "." + token
 }
 
 // classSubject is the subject of a job of class p: in the backlog, a high
@@ -72,32 +68,32 @@ func classSubject(queue string, d Destination, p Priority, token string) string 
 	if d != Backlog || p == Normal {
 		return subjectOf(queue, d, token)
 	}
-	return subjectRoot + d.String() + "." + queue + "." + p.String() + "." + token
+	return SubjectRoot + d.String() + "." + queue + "." + p.String() + "." + token
 }
 
-// subjectFilter matches every subject of a queue's destination: the
+// SubjectFilter matches every subject of a queue's destination: the
 // stream's subject, and a filter over all its keys (and, in the backlog,
 // all its classes).
-func subjectFilter(queue string, d Destination) string {
+func SubjectFilter(queue string, d Destination) string {
 	if d == Backlog {
-		return subjectRoot + d.String() + "." + queue + ".>"
+		return SubjectRoot + d.String() + "." + queue + ".>"
 	}
 	return subjectOf(queue, d, "*")
 }
 
-// grantSubject is where the drain's leader publishes a queue's grants.
-func grantSubject(queue string) string {
-	return subjectRoot + "grants." + queue
+// GrantSubject is where the drain's leader publishes a queue's grants.
+func GrantSubject(queue string) string {
+	return SubjectRoot + "grants." + queue
 }
 
-// tokenOf is a stream subject's last token, the key token: a move keeps
+// SubjectToken is a stream subject's last token, the key token: a move keeps
 // it, so a job stays under its key wherever it goes.
-func tokenOf(subject string) string {
+func SubjectToken(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
 }
 
-// classOf is the priority class of a backlog subject.
-func classOf(subject string) Priority {
+// SubjectClass is the priority class of a backlog subject.
+func SubjectClass(subject string) Priority {
 	rest := subject[:strings.LastIndexByte(subject, '.')]
 	switch rest[strings.LastIndexByte(rest, '.')+1:] {
 	case "high":
@@ -110,4 +106,23 @@ func classOf(subject string) Priority {
 
 // BacklogSubjects matches the subjects of every queue's backlog: a filter
 // for listing the backlog streams alone.
-const BacklogSubjects = subjectRoot + "backlog.>"
+const BacklogSubjects = SubjectRoot + "backlog.>"
+
+// KeyHash is a key's stable public name where the key itself should not
+// show (an API listing, the drain's release counts): the first 64 bits of
+// its SHA-256 in lower-case hex, 16 characters. They are the bits its
+// KeyToken begins with.
+func KeyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// KeyHashOfToken is the KeyHash of the key whose KeyToken is token: the
+// token's first 64 bits in hex (token itself if it is not a key token).
+func KeyHashOfToken(token string) string {
+	b, err := keyEncoding.DecodeString(token)
+	if err != nil || len(b) < 8 {
+		return token
+	}
+	return hex.EncodeToString(b[:8])
+}

@@ -75,3 +75,23 @@ func FuzzKeyToken(f *testing.F) {
 		checkToken(t, key, queue.KeyToken(key))
 	})
 }
+
+func TestClassSubjects(t *testing.T) {
+	for _, p := range queue.Priorities {
+		sub := queue.ClassSubject("q", queue.Backlog, "k", p)
+		if queue.SubjectClass(sub) != p || queue.SubjectToken(sub) != queue.KeyToken("k") {
+			t.Errorf("%v: subject %s reads back as class %v token %s", p, sub, queue.SubjectClass(sub), queue.SubjectToken(sub))
+		}
+		if r := queue.ClassSubject("q", queue.Ready, "k", p); r != queue.Subject("q", queue.Ready, "k") {
+			t.Errorf("%v: READY subject %s, want the key's one subject", p, r)
+		}
+	}
+}
+
+func TestHashOfTokenIsKeyHash(t *testing.T) {
+	for _, k := range []string{"", "tenant-a", "a.b*>", "\x00\xff"} {
+		if got, want := queue.KeyHashOfToken(queue.KeyToken(k)), queue.KeyHash(k); got != want {
+			t.Errorf("key %q: hash of its token %s, want KeyHash %s", k, got, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 const depthConfig = `
@@ -54,7 +55,7 @@ func TestDrainCostIsBoundedByKeys(t *testing.T) {
 	jobs, keys := drainDepth(t)
 	ackWait := 5 * time.Second
 	if jobs > 100_000 {
-		ackWait = queue.DefaultAckWait
+		ackWait = worker.DefaultAckWait
 	}
 	ns := queuetest.Start(t)
 	hook := newWebhook(t)

@@ -21,6 +21,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -88,7 +89,7 @@ func backlogPullers(t *testing.T, natsURL, path, q string, n int) {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d workers pulling the backlog of %s", n, q), func() bool {
-		info, err := queue.Inspect(context.Background(), js, cfg.Queue(q).Backlog)
+		info, err := admin.Inspect(context.Background(), js, cfg.Queue(q).Backlog)
 		return err == nil && info.BacklogPullers >= n
 	})
 }

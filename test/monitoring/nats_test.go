@@ -21,6 +21,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
 // TestNATSExporterSource checks, without the exporter, what its
@@ -68,7 +69,7 @@ func TestNATSExporterSource(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- workerd.Run(ctx, workerd.Options{NC: nc, JS: js, Config: cfg, Handlers: map[string]queue.Handler{testQueue: failingHandler}, Logger: log})
+		done <- workerd.Run(ctx, workerd.Options{NC: nc, JS: js, Config: cfg, Handlers: map[string]worker.Handler{testQueue: failingHandler}, Logger: log})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -80,8 +81,8 @@ func TestNATSExporterSource(t *testing.T) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
 	want := map[string]string{ // stream → consumer
-		queue.StreamName(testQueue, queue.Ready): queue.ReadyConsumer,
-		queue.GrantsStreamName(testQueue):        queue.GrantsConsumer,
+		queue.StreamName(testQueue, queue.Ready): worker.ReadyConsumer,
+		queue.GrantsStreamName(testQueue):        worker.GrantsConsumer,
 	}
 	var found map[string]map[string]any // stream → consumer_detail entry
 	deadline := time.Now().Add(20 * time.Second)

@@ -26,6 +26,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
 
@@ -111,7 +112,7 @@ func newRegistry() *prometheus.Registry {
 func startSystem(t *testing.T) *system {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	handlers := map[string]queue.Handler{testQueue: failingHandler}
+	handlers := map[string]worker.Handler{testQueue: failingHandler}
 	s := &system{
 		devReg: newRegistry(), sharedReg: newRegistry(), workerReg: newRegistry(),
 		names:  []string{"the dev admitter", "the admitter with Redis down", "the worker"},
@@ -190,7 +191,7 @@ func (s *system) reload(t *testing.T) {
 
 // startWorker runs a worker process's parts on the dev admitter's
 // JetStream, with pacing in its own memory, and serves its /metrics.
-func (s *system) startWorker(t *testing.T, cfg *config.Config, handlers map[string]queue.Handler, log *slog.Logger) {
+func (s *system) startWorker(t *testing.T, cfg *config.Config, handlers map[string]worker.Handler, log *slog.Logger) {
 	t.Helper()
 	nc, err := nats.Connect(s.dev.NATSURL(), nats.Name("monitoring-test-worker"))
 	if err != nil {

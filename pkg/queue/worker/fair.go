@@ -1,0 +1,404 @@
+package worker
+
+import (
+	"container/heap"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
+)
+
+// The drain's scheduler decides which backlog job the next start of the
+// leak goes to (docs/design.md#fair-drain). It sees the backlog as flows:
+// the jobs of one key in one priority class, in stream order — one backlog
+// subject each. Of each flow it holds a window of jobs, their headers
+// only: flowWindow of them while the flow has due jobs, and up to
+// flowLookahead while none of them is due, so that a due job behind many
+// that wait (scheduled ones, or a burst whose publishes reached the stream
+// out of not-before order) is seen and goes.
+//
+//   - Among the flows of a class that have a due job, it picks by
+//     start-time fair queuing: each flow carries a finish tag in virtual
+//     time; a flow that becomes due after being idle starts at the class's
+//     virtual time, so it gets the next turn (an idle key saves nothing up);
+//     each start advances its flow's tag by tagScale/weight. Over any
+//     stretch where flows stay due, their starts are in proportion to their
+//     weights, within one start each; a lone due flow gets every start.
+//   - The first due job of the flow's window goes: FIFO within key and
+//     class among due jobs; a job not due yet holds back nobody behind it.
+//   - The highest class with a due flow goes first. With a minimum share m,
+//     each lower class with due jobs earns m of a start per start; once it
+//     has earned a whole one it goes next, so it keeps at least m of the
+//     starts while its jobs are due.
+//
+// Its cost is bounded by the flows, not by the backlog's depth: per flow a
+// window of headers, a tag and a place in a heap; the windows of waiting
+// flows beyond flowWindow hold at most maxLookahead jobs in all.
+type fairSched struct {
+	minShare int64 // per mille of the starts each lower class keeps
+	flows    map[string]*flow
+	classes  [len(queue.Priorities)]classQueue
+	waiting  flowHeap // flows with jobs, none due yet: by their next due time
+	order    uint64
+	// reads are the flows that need a read from the stream (needsRead);
+	// ahead are those whose window has room while they wait (mayReadAhead).
+	reads, ahead map[*flow]struct{}
+	// beyond is how many jobs the windows hold past flowWindow, in all.
+	beyond int
+}
+
+// flowWindow is how many jobs of a due flow the scheduler holds.
+const flowWindow = 8
+
+// flowLookahead is how many jobs of a waiting flow — none of its jobs due
+// — the scheduler may hold, read ahead: a due job behind more jobs than
+// that which wait starts only once some of them have gone.
+const flowLookahead = 256
+
+// maxLookahead bounds the jobs held past flowWindow over all flows (about
+// 60 bytes each).
+const maxLookahead = 1 << 15
+
+// tagScale is a start's cost in virtual time for a flow of weight 1.
+const tagScale = 1 << 20
+
+type classQueue struct {
+	vtime  uint64   // start tag of the class's last start
+	credit int64    // per mille of a start earned through the minimum share
+	due    flowHeap // flows with a due job, by start tag
+}
+
+// flow is the scheduler's view of one backlog subject.
+type flow struct {
+	subject string
+	class   queue.Priority
+	window  []pendingJob // read and not granted, in stream order
+	last    uint64       // the highest sequence read into the window, or skipped
+	more    bool         // jobs after last may be in the stream: read them when there is room
+	finish  uint64       // finish tag of its last start
+	order   uint64       // breaks ties between equal tags: who became due first
+	dueIdx  int          // place in its class's due heap, or -1
+	waitIdx int          // place in the waiting heap, or -1
+	next    int64        // its earliest due time (unix ns) while waiting
+	grants  int          // starts granted over the scheduler's life
+	beyond  int          // its share of fairSched.beyond
+}
+
+// pendingJob is a job of a flow's window.
+type pendingJob struct {
+	seq      uint64
+	due      int64 // unix ns: its not-before, or when it was queued
+	enqueued int64
+	weight   int
+	bad      error // its headers are not a job's: it is dead-lettered
+	expires  int64 // unix ns: when it is dead-lettered if not released (0: never)
+}
+
+// goes reports whether j leaves its flow at the next pick by now: it is
+// due, or it is dead-lettered (not a job, or expired) without a start.
+func (j pendingJob) goes(now int64) bool {
+	return j.due <= now || j.bad != nil || j.expired(now)
+}
+
+// expired reports whether j's expiry has come by now.
+func (j pendingJob) expired(now int64) bool { return j.expires != 0 && j.expires <= now }
+
+// wakes is when j goes (goes): its due time, or its expiry if sooner.
+func (j pendingJob) wakes() int64 {
+	if j.expires != 0 && j.expires < j.due {
+		return j.expires
+	}
+	return j.due
+}
+
+func newFairSched(minShare float64) *fairSched {
+	s := &fairSched{
+		minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow),
+		reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{}),
+		waiting: flowHeap{less: byNext, place: func(f *flow) *int { return &f.waitIdx }},
+	}
+	for i := range s.classes {
+		s.classes[i].due = flowHeap{less: byTag, place: func(f *flow) *int { return &f.dueIdx }}
+	}
+	return s
+}
+
+// flow returns the flow of subject, making it if needed.
+func (s *fairSched) flow(subject string) *flow {
+	f := s.flows[subject]
+	if f == nil {
+		f = &flow{subject: subject, class: queue.SubjectClass(subject), dueIdx: -1, waitIdx: -1}
+		s.flows[subject] = f
+	}
+	return f
+}
+
+// add offers a job read from the stream, or seen arriving. A job at or
+// before the flow's last read is known already; with the window full, it
+// is left in the stream for a later read.
+func (s *fairSched) add(subject string, j pendingJob, now int64) {
+	f := s.flow(subject)
+	if j.seq <= f.last {
+		return
+	}
+	if len(f.window) >= flowWindow || f.more {
+		f.more = true
+		s.place(f, now)
+		return
+	}
+	f.window = append(f.window, j)
+	f.last = j.seq
+	s.place(f, now)
+}
+
+// push appends j, read from the stream after f's last read, to f's
+// window: the reader decides how far to read (needsRead, mayReadAhead).
+func (s *fairSched) push(f *flow, j pendingJob, now int64) {
+	f.window = append(f.window, j)
+	f.last = j.seq
+	f.more = true
+	s.place(f, now)
+}
+
+// exhausted records that the stream holds no job of f after its last read.
+func (s *fairSched) exhausted(f *flow, now int64) {
+	f.more = false
+	s.place(f, now)
+}
+
+// needsRead reports whether f should be read from the stream: it may hold
+// more jobs, and its window is empty, or has room while the flow is due.
+// A flow whose first jobs are not due yet is read no further until they
+// are, so a backlog that waits costs one read per flow.
+func (f *flow) needsRead() bool {
+	return f.more && (len(f.window) == 0 || f.dueIdx >= 0 && len(f.window) < flowWindow)
+}
+
+// mayReadAhead reports whether f's window has room for jobs the stream may
+// hold while f waits for its first due job: reading them lets a later job
+// that is due sooner pass the ones not due. The leader reads those at a
+// bounded rate, up to flowLookahead jobs, and past flowWindow only while
+// the scheduler holds fewer than maxLookahead such jobs (mayHoldBeyond).
+func (f *flow) mayReadAhead() bool {
+	return f.more && len(f.window) > 0 && len(f.window) < flowLookahead && f.dueIdx < 0
+}
+
+// mayHoldBeyond reports whether f's window may take one more job read
+// ahead.
+func (s *fairSched) mayHoldBeyond(f *flow) bool {
+	return len(f.window) < flowWindow || s.beyond < maxLookahead
+}
+
+// place puts f where it belongs: due, waiting for its first due job, or
+// gone when it holds nothing and nothing more is in the stream.
+func (s *fairSched) place(f *flow, now int64) {
+	defer func() {
+		b := max(len(f.window)-flowWindow, 0)
+		s.beyond += b - f.beyond
+		f.beyond = b
+		if f.needsRead() {
+			s.reads[f] = struct{}{}
+		} else {
+			delete(s.reads, f)
+		}
+		if f.mayReadAhead() {
+			s.ahead[f] = struct{}{}
+		} else {
+			delete(s.ahead, f)
+		}
+	}()
+	due, next := false, int64(0)
+	for i, j := range f.window {
+		if j.goes(now) {
+			due = true
+			break
+		}
+		if i == 0 || j.wakes() < next {
+			next = j.wakes()
+		}
+	}
+	c := &s.classes[f.class.Index()]
+	switch {
+	case due:
+		if f.waitIdx >= 0 {
+			heap.Remove(&s.waiting, f.waitIdx)
+		}
+		if f.dueIdx < 0 {
+			// Due after being idle: it starts at the class's virtual time,
+			// after the flows that were due before it.
+			f.finish = max(f.finish, c.vtime)
+			s.order++
+			f.order = s.order
+			heap.Push(&c.due, f)
+		}
+	case len(f.window) > 0:
+		if f.dueIdx >= 0 {
+			heap.Remove(&c.due, f.dueIdx)
+		}
+		f.next = next
+		if f.waitIdx >= 0 {
+			heap.Fix(&s.waiting, f.waitIdx)
+		} else {
+			heap.Push(&s.waiting, f)
+		}
+	default:
+		if f.dueIdx >= 0 {
+			heap.Remove(&c.due, f.dueIdx)
+		}
+		if f.waitIdx >= 0 {
+			heap.Remove(&s.waiting, f.waitIdx)
+		}
+		if !f.more {
+			delete(s.flows, f.subject)
+		}
+	}
+}
+
+// wake makes due the waiting flows whose first job is due by now.
+func (s *fairSched) wake(now int64) {
+	for s.waiting.Len() > 0 && s.waiting.flows[0].next <= now {
+		f := heap.Pop(&s.waiting).(*flow)
+		s.place(f, now)
+	}
+}
+
+// nextDue is when the first waiting flow becomes due, and false if none
+// waits.
+func (s *fairSched) nextDue() (int64, bool) {
+	if s.waiting.Len() == 0 {
+		return 0, false
+	}
+	return s.waiting.flows[0].next, true
+}
+
+// pickClass is the class the next start goes to: the highest with a due
+// flow, or a lower one that has earned a start through the minimum share.
+// It settles the credits as if the start were made.
+func (s *fairSched) pickClass() (int, bool) {
+	top := -1
+	for i := range s.classes {
+		if s.classes[i].due.Len() > 0 {
+			top = i
+			break
+		}
+	}
+	if top < 0 {
+		return 0, false
+	}
+	pick := top
+	if s.minShare > 0 {
+		for i := top + 1; i < len(s.classes); i++ {
+			c := &s.classes[i]
+			if c.due.Len() == 0 {
+				continue
+			}
+			c.credit = min(c.credit+s.minShare, 1000)
+			if c.credit >= 1000 && pick == top {
+				pick = i
+			}
+		}
+	}
+	c := &s.classes[pick]
+	c.credit = max(c.credit-1000, 0)
+	return pick, true
+}
+
+// peek reports whether a job is due.
+func (s *fairSched) peek(now int64) bool {
+	s.wake(now)
+	for i := range s.classes {
+		if s.classes[i].due.Len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// pick takes the next job to start, from the flow it picks, and advances
+// that flow's tag — unless the job leaves without a start (not a job, or
+// expired). ok is false when no job is due.
+func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
+	s.wake(now)
+	ci, ok := s.pickClass()
+	if !ok {
+		return nil, pendingJob{}, false
+	}
+	c := &s.classes[ci]
+	f = c.due.flows[0]
+	i := 0
+	for ; i < len(f.window); i++ {
+		if f.window[i].goes(now) {
+			break
+		}
+	}
+	j = f.window[i]
+	f.window = append(f.window[:i], f.window[i+1:]...)
+	if j.bad != nil || j.expired(now) {
+		// It leaves without a start (dead-lettered): its flow keeps its
+		// tag and its place.
+		s.place(f, now)
+		return f, j, true
+	}
+	start := max(c.vtime, f.finish)
+	c.vtime = start
+	f.finish = start + tagScale/uint64(max(j.weight, 1))
+	f.grants++
+	heap.Remove(&c.due, f.dueIdx)
+	s.order++
+	f.order = s.order
+	s.place(f, now)
+	return f, j, true
+}
+
+// putBack returns a job that pick took but that could not be granted to
+// the front of its flow's window: it goes next in its flow.
+func (s *fairSched) putBack(subject string, j pendingJob, now int64) {
+	f := s.flow(subject)
+	i := 0
+	for i < len(f.window) && f.window[i].seq < j.seq {
+		i++
+	}
+	f.window = append(f.window[:i], append([]pendingJob{j}, f.window[i:]...)...)
+	f.last = max(f.last, j.seq)
+	if len(f.window) > flowLookahead { // the window's last goes back to the stream
+		f.last = f.window[flowLookahead-1].seq
+		f.window = f.window[:flowLookahead]
+		f.more = true
+	}
+	s.place(f, now)
+}
+
+// flowHeap is a heap of flows that keeps each flow's place in it (at
+// *place(f), -1 when out), so that a flow can be taken out from anywhere.
+type flowHeap struct {
+	flows []*flow
+	less  func(a, b *flow) bool
+	place func(f *flow) *int
+}
+
+func (h *flowHeap) Len() int           { return len(h.flows) }
+func (h *flowHeap) Less(i, j int) bool { return h.less(h.flows[i], h.flows[j]) }
+func (h *flowHeap) Swap(i, j int) {
+	h.flows[i], h.flows[j] = h.flows[j], h.flows[i]
+	*h.place(h.flows[i]), *h.place(h.flows[j]) = i, j
+}
+func (h *flowHeap) Push(x any) {
+	f := x.(*flow)
+	*h.place(f) = len(h.flows)
+	h.flows = append(h.flows, f)
+}
+func (h *flowHeap) Pop() any {
+	f := h.flows[len(h.flows)-1]
+	h.flows[len(h.flows)-1] = nil
+	h.flows = h.flows[:len(h.flows)-1]
+	*h.place(f) = -1
+	return f
+}
+
+// byTag orders a class's due flows by start tag, then by when they became
+// due; byNext orders waiting flows by their next due time.
+func byTag(a, b *flow) bool {
+	if a.finish != b.finish {
+		return a.finish < b.finish
+	}
+	return a.order < b.order
+}
+func byNext(a, b *flow) bool { return a.next < b.next }

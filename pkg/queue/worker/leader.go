@@ -1,0 +1,427 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/pace"
+)
+
+// leaderDeps are what a leader works with: the drainer hands them over
+// when its worker takes the lease.
+type leaderDeps struct {
+	js    jetstream.JetStream
+	queue queue.Config
+	drainStreams
+	// book books a start ahead, without waiting for it.
+	book    func(context.Context) (time.Duration, error)
+	pause   *pace.Pauser
+	period  time.Duration // one start's share of the leak
+	log     *slog.Logger
+	observe func(Event)
+}
+
+// leader runs a queue's drain while its worker holds the lease.
+type leader struct {
+	leaderDeps
+	sched  *fairSched
+	filter string
+	wake   chan struct{} // a job was published to the backlog
+	// granted are the jobs granted and not yet settled when this leader
+	// began: they are not granted again.
+	granted map[uint64]bool
+	next    uint64 // the first backlog sequence the feed has not read
+	stats   *releaseStats
+	// takenAt is when the grants consumer was last seen with fewer than
+	// two grants waiting: demand trusts that for demandFresh.
+	takenAt time.Time
+	// arrived is set when a job is published to the backlog: the feed
+	// reads the stream then, or at feedAt (at most a second later).
+	arrived atomic.Bool
+	feedAt  time.Time
+	// aheadBudget is how many look-ahead reads may be made now, refilled
+	// at readAheadRate since aheadAt.
+	aheadBudget float64
+	aheadAt     time.Time
+}
+
+// bookAhead is how many starts ahead of the next one due the leader
+// books, so that a grant reaches a worker before its start even when the
+// leader or the worker is slow for a moment: a grant taken more than one
+// start late is booked again (grantOf), and every late booking is a start
+// the leak loses.
+const bookAhead = 2
+
+// feedRecheck is how soon the leader reads the backlog again after a
+// wake or a read that found jobs, for jobs announced before the stream
+// stored them.
+const feedRecheck = 20 * time.Millisecond
+
+// demandFresh is how long the leader trusts that its grants are being
+// taken before it asks the grants consumer again: at most that much of the
+// leak's starts can be granted ahead of the workers.
+const demandFresh = 50 * time.Millisecond
+
+func newLeader(deps leaderDeps) *leader {
+	return &leader{
+		leaderDeps: deps, sched: newFairSched(deps.queue.Fairness.MinShare), filter: queue.SubjectFilter(deps.queue.Name, queue.Backlog),
+		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
+	}
+}
+
+// run leads until ctx ends.
+func (l *leader) run(ctx context.Context) {
+	log := l.log
+	log.Info("leading the backlog's drain")
+	defer log.Info("no longer leading the backlog's drain")
+	sub, err := l.js.Conn().Subscribe(l.filter, func(*nats.Msg) {
+		l.arrived.Store(true)
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		log.Error("watching the backlog for new jobs failed; reading it every second instead", "error", err)
+	} else {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	for failures := 0; ctx.Err() == nil; failures++ {
+		if err = l.index(ctx); err == nil {
+			break
+		}
+		log.Warn("reading the backlog's keys failed; retrying", "error", err, "failures", failures+1)
+		_ = loop.Sleep(ctx, loop.Backoff(failures+1))
+	}
+	go l.publishStats(ctx)
+	var pipe chan struct{}
+	for ctx.Err() == nil {
+		if woken := l.arrived.Swap(false); woken || !time.Now().Before(l.feedAt) {
+			l.feedAt = time.Now().Add(time.Second)
+			if n := l.feed(ctx); woken || n > 0 {
+				// A publish reaches the subscription before the stream
+				// stores it, and wakes that come together are one: a job
+				// announced now may be stored only after this read, even
+				// if it found others. Look again soon, and again while
+				// the looks find jobs late.
+				l.feedAt = time.Now().Add(feedRecheck)
+			}
+		}
+		l.read(ctx)
+		now := time.Now()
+		if !l.sched.peek(now.UnixNano()) {
+			l.idle(ctx, now)
+			continue
+		}
+		if l.pause.Paused() {
+			// Paused: grant nothing until the resume.
+			if l.pause.Wait(ctx) != nil {
+				return
+			}
+			continue
+		}
+		if !l.demand(ctx) {
+			continue
+		}
+		if pipe != nil {
+			select { // book at most bookAhead starts ahead of the next one due
+			case <-pipe:
+			case <-ctx.Done():
+				return
+			}
+		}
+		pipe = l.grantNext(ctx)
+	}
+}
+
+// idle waits for a job to become due or arrive.
+func (l *leader) idle(ctx context.Context, now time.Time) {
+	wait := time.Until(l.feedAt) // the feed is read at least every second
+	if len(l.sched.ahead) > 0 {
+		wait = min(wait, 100*time.Millisecond) // and the look-ahead goes on
+	}
+	if at, ok := l.sched.nextDue(); ok {
+		wait = min(wait, time.Duration(at-now.UnixNano()))
+	}
+	t := time.NewTimer(max(wait, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-l.wake:
+	case <-ctx.Done():
+	}
+}
+
+// index reads which flows the backlog holds and each one's first job;
+// the feed reads what arrives after.
+func (l *leader) index(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 4*requestTimeout)
+	defer cancel()
+	gi, err := l.gstream.Info(rctx)
+	if err != nil {
+		return err
+	}
+	for seq := gi.State.FirstSeq; gi.State.Msgs > 0 && seq <= gi.State.LastSeq; {
+		m, err := l.gstream.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(queue.GrantSubject(l.queue.Name)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if s, err := strconv.ParseUint(m.Header.Get(headerGrantSeq), 10, 64); err == nil {
+			l.granted[s] = true
+		}
+		seq = m.Sequence + 1
+	}
+	info, err := l.backlog.Info(rctx, jetstream.WithSubjectFilter(l.filter))
+	if err != nil {
+		return err
+	}
+	l.next = info.State.LastSeq + 1
+	now := time.Now().UnixNano()
+	for subject := range info.State.Subjects {
+		f := l.sched.flow(subject)
+		f.more = true
+		l.sched.place(f, now)
+	}
+	l.log.Debug("backlog indexed", "flows", len(info.State.Subjects), "jobs", info.State.Msgs, "granted", len(l.granted))
+	return nil
+}
+
+// feed reads the jobs published since the last read, and says how many.
+func (l *leader) feed(ctx context.Context) (n int) {
+	for ; ctx.Err() == nil; n++ {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		m, err := l.backlog.GetMsg(rctx, l.next, jetstream.WithGetMsgSubject(l.filter))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn("reading new backlog jobs failed; trying again", "error", err)
+			}
+			return
+		}
+		l.next = m.Sequence + 1
+		l.sched.add(m.Subject, l.pending(m), time.Now().UnixNano())
+	}
+	return n
+}
+
+// read fills the windows that need it from the stream, and reads ahead
+// for waiting flows within the look-ahead budget.
+func (l *leader) read(ctx context.Context) {
+	for f := range l.sched.reads {
+		l.readFlow(ctx, f, (*flow).needsRead)
+	}
+	now := time.Now()
+	l.aheadBudget = min(l.aheadBudget+now.Sub(l.aheadAt).Seconds()*readAheadRate, readAheadRate)
+	l.aheadAt = now
+	take := func(f *flow) bool {
+		if !f.mayReadAhead() || !l.sched.mayHoldBeyond(f) || l.aheadBudget < 1 {
+			return false
+		}
+		l.aheadBudget--
+		return true
+	}
+	for f := range l.sched.ahead {
+		if l.aheadBudget < 1 {
+			break
+		}
+		l.readFlow(ctx, f, take)
+	}
+}
+
+// readAheadRate bounds the reads per second of jobs behind a waiting
+// flow's first ones: a new leader's look at a deep backlog reads each
+// flow's first job at once and the rest of its window over time.
+const readAheadRate = 100
+
+// readFlow reads f's next jobs while want(f).
+func (l *leader) readFlow(ctx context.Context, f *flow, want func(*flow) bool) {
+	for want(f) && ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		m, err := l.backlog.GetMsg(rctx, f.last+1, jetstream.WithGetMsgSubject(f.subject))
+		cancel()
+		now := time.Now().UnixNano()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			l.sched.exhausted(f, now)
+			break
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn("reading a backlog key's jobs failed; trying again", "error", err)
+			}
+			return
+		}
+		if l.granted[m.Sequence] {
+			f.last = m.Sequence
+			continue
+		}
+		l.sched.push(f, l.pending(m), now)
+	}
+}
+
+// pending is a backlog message as the scheduler sees it.
+func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
+	j, err := queue.ParseJob(m.Header, nil)
+	if err != nil {
+		return pendingJob{seq: m.Sequence, bad: err}
+	}
+	due := j.NotBefore
+	if due.IsZero() {
+		due = j.EnqueuedAt
+	}
+	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1)}
+	if !j.ExpiresAt.IsZero() {
+		p.expires = max(j.ExpiresAt.UnixNano(), 1)
+	}
+	return p
+}
+
+// demand waits until the grants published so far are being taken: at
+// most bookAhead wait for a worker. It reports false if the caller should look
+// at the backlog again first.
+func (l *leader) demand(ctx context.Context) bool {
+	if time.Since(l.takenAt) < demandFresh {
+		return true
+	}
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		info, err := l.grants.Info(rctx)
+		cancel()
+		if err == nil && info.NumPending <= bookAhead {
+			l.takenAt = time.Now()
+			return true
+		}
+		if loop.Sleep(ctx, wait) != nil {
+			return false
+		}
+		if err != nil {
+			l.log.Warn("reading the grants consumer failed; trying again", "error", err)
+			return false
+		}
+	}
+}
+
+// grantNext picks the next job, books its start and grants it. The
+// returned channel closes bookAhead starts before the booked one, when the
+// next start may be booked.
+func (l *leader) grantNext(ctx context.Context) chan struct{} {
+	now := time.Now()
+	f, j, ok := l.sched.pick(now.UnixNano())
+	if !ok || l.settled(ctx, f, j, now) {
+		return nil
+	}
+	wait, err := l.book(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn("booking a backlog start failed; trying again", "error", err)
+			_ = loop.Sleep(ctx, time.Second)
+		}
+		l.sched.putBack(f.subject, j, time.Now().UnixNano())
+		return nil
+	}
+	start := time.Now().Add(wait)
+	// A job whose booked start is past its expiry would never run: it
+	// goes to DEAD now, and the booking goes to the next job picked (if
+	// none is due, it is lost, as any booking not used).
+	for j.expires != 0 && start.UnixNano() > j.expires {
+		l.expire(ctx, f.subject, j, start)
+		if f, j, ok = l.sched.pick(time.Now().UnixNano()); !ok {
+			return nil
+		}
+		if l.settled(ctx, f, j, time.Now()) {
+			return nil
+		}
+	}
+	q := l.queue
+	m := nats.NewMsg(queue.GrantSubject(q.Name))
+	m.Header.Set(headerGrantSeq, strconv.FormatUint(j.seq, 10))
+	m.Header.Set(headerGrantStart, strconv.FormatInt(start.UnixNano(), 10))
+	m.Header.Set(nats.MsgIdHdr, "grant:"+strconv.FormatUint(j.seq, 10))
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	_, err = l.js.PublishMsg(rctx, m, jetstream.WithExpectStream(queue.GrantsStreamName(q.Name)))
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn("granting a backlog start failed; trying again", "error", err)
+		}
+		l.sched.putBack(f.subject, j, time.Now().UnixNano())
+		return nil
+	}
+	l.stats.add(queue.SubjectToken(f.subject), start)
+	next := make(chan struct{})
+	time.AfterFunc(time.Until(start)-bookAhead*l.period, func() { close(next) })
+	return next
+}
+
+// settled dead-letters a picked job that must not start — not a job,
+// over the queue's max age, or past its expiry — and reports whether it
+// did: such a job takes no start.
+func (l *leader) settled(ctx context.Context, f *flow, j pendingJob, now time.Time) bool {
+	q := l.queue
+	switch {
+	case j.bad != nil:
+		l.deadLetter(ctx, f.subject, j, "invalid job", j.bad)
+	case j.expired(now.UnixNano()):
+		l.expire(ctx, f.subject, j, now)
+	case q.MaxAge > 0 && now.Sub(time.Unix(0, j.enqueued)) > q.MaxAge:
+		waited := now.Sub(time.Unix(0, j.enqueued))
+		reason := fmt.Sprintf("expired in backlog (waited %v, max_age %v)", waited.Round(time.Millisecond), q.MaxAge)
+		l.deadLetter(ctx, f.subject, j, reason, nil)
+	default:
+		return false
+	}
+	return true
+}
+
+// expire dead-letters a job that cannot start before its expiry: it has
+// come by now, or the start the job could have is at.
+func (l *leader) expire(ctx context.Context, subject string, j pendingJob, at time.Time) {
+	l.deadLetter(ctx, subject, j, queue.ReasonExpired, expiredError(time.Unix(0, j.expires), at))
+}
+
+// expiredError says when a job expired and when it could have started.
+func expiredError(expires, at time.Time) error {
+	return fmt.Errorf("expires at %s, before the start it could have at %s",
+		expires.UTC().Format(time.RFC3339Nano), at.UTC().Format(time.RFC3339Nano))
+}
+
+// deadLetter moves a backlog job that will never start to DEAD.
+func (l *leader) deadLetter(ctx context.Context, subject string, j pendingJob, reason string, cause error) {
+	sctx, cancel := settleCtx(ctx)
+	defer cancel()
+	q := l.queue
+	raw, err := l.backlog.GetMsg(sctx, j.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return // gone already
+	}
+	if err == nil {
+		src := queue.Source{Queue: q.Name, Subject: raw.Subject, Stream: queue.StreamName(q.Name, queue.Backlog), Seq: j.seq, Header: raw.Header, Data: raw.Data}
+		_, err = queue.DeadMove(src, 0, reason, cause, time.Now()).Do(sctx, l.js, func(ctx context.Context) error { return queue.RemoveMsg(ctx, l.backlog, j.seq) })
+	}
+	if err != nil {
+		l.log.Error("dead-lettering a backlog job failed; it stays in the backlog", "stream_seq", j.seq, "reason", reason, "error", err)
+		l.sched.putBack(subject, j, time.Now().Add(time.Second).UnixNano())
+		return
+	}
+	var job *queue.Job
+	if parsed, err := queue.ParseJob(raw.Header, nil); err == nil {
+		job = &parsed
+	}
+	l.observe(Event{Kind: DeadLettered, Job: job, Reason: reason, Stream: queue.StreamName(q.Name, queue.Backlog), Sequence: j.seq,
+		Waited: time.Since(time.Unix(0, j.enqueued))})
+}

@@ -1,0 +1,58 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+)
+
+// settleTimeout bounds one ack, nak or dead-letter publish.
+const settleTimeout = 10 * time.Second
+
+// settleCtx is the context for settling a job: not canceled with the
+// worker's, so a stopping worker still acks what finished.
+func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+}
+
+// heartbeat tells JetStream every interval that msg is still being worked
+// on, so that AckWait does not hand it to another worker. The returned
+// function stops it.
+func heartbeat(msg jetstream.Msg, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = msg.InProgress() // a lost beat is covered by the next one
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// ack acknowledges msg and waits for JetStream to confirm, trying again a
+// few times on a timeout.
+func ack(ctx context.Context, msg jetstream.Msg) error {
+	var err error
+	for try := 1; try <= 3; try++ {
+		if err = msg.DoubleAck(ctx); err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		_ = loop.Sleep(ctx, loop.Backoff(try))
+	}
+	return err
+}
