@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The keys section of spillctl top: the keys with the deepest backlogs of

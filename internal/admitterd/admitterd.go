@@ -33,9 +33,9 @@ import (
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Options configure a Service. Config is required.

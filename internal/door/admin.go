@@ -7,8 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The admin endpoints (docs/design.md#pause) take an admin key, one of

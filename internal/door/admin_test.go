@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/spillway-dev/spillway/internal/door"
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const adminKey = "adm1n-0123456789abcdef"

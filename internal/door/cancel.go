@@ -15,8 +15,8 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // A cancel (docs/design.md#cancel) takes a queued job out of the backlog:

@@ -16,8 +16,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // cancelConfig: per X-Client, one job at once and the rest excess, due at

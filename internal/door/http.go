@@ -29,9 +29,9 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // HTTPOptions are the HTTP door's parts. Admitter and JS are required.

@@ -18,8 +18,8 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // basicConfig: per X-Client, rate 1/m (nothing leaks out during a test),

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // starts records the handler's calls of a worker the test runs.

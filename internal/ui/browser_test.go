@@ -28,9 +28,9 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/ui"
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/spillway"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // chromium finds Debian's headless-capable Chromium: $SPILLWAY_CHROMIUM,
