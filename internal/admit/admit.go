@@ -87,7 +87,7 @@ type Answer struct {
 	Refunded int64
 	// RateLimit is what the answer says about the limits, for rate-limit
 	// headers: the first answer's for a duplicate; nil when no tier took
-	// part (a record of an older version).
+	// part (a job refused as wait-too-long before the tiers decided).
 	RateLimit *RateLimit
 	// ReadyFull: the tiers admitted the job but READY was full, so it was
 	// queued in the backlog (or refused when that was full too).
