@@ -262,22 +262,16 @@ type checked struct {
 	late      time.Duration
 }
 
-// check validates a submission to q (the queue's enforcing tiers; full
-// with its shadow tiers too) before anything is taken: its cost,
-// priority, keys, schedule (from its arrival, read from now once its keys
-// are known good) and idempotency key. A batch checks each of its jobs
-// with it.
+// check holds a submission against queue q (its enforcing tiers; full
+// with its shadow tiers too) before anything is taken: its keys, its
+// cost against what the tiers can ever grant, its schedule against the
+// queue's bounds (from its arrival, read from now once its keys are known
+// good) and its idempotency key's length. A batch checks each of its
+// jobs with it.
 func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, error) {
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
-	}
-	if cost < 1 {
-		return checked{}, &Error{Type: spillway.ProblemBadCost, Field: spillway.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
-	}
-	if r.Priority < queue.High || r.Priority > queue.Low {
-		return checked{}, &Error{Type: spillway.ProblemBadPriority, Field: spillway.HeaderPriority,
-			Detail: fmt.Sprintf("%s %s: want high, normal or low", spillway.HeaderPriority, r.Priority)}
 	}
 	tiers, jobKey, err := tiersFor(full, r)
 	if err != nil {
