@@ -52,7 +52,7 @@ headers and job id, attempts reset to 0 and enqueued now. Only once
 JetStream has acknowledged the copy is the dead letter deleted: if the
 publish fails, the dead letter stays and the command exits 1.
 
-If the admitter keeps job status (the spillway-jobs bucket), the job's
+If the admitter keeps job status (the spillway-jobs-NN buckets), the job's
 record is reset to admitted (or queued) with 0 attempts before the publish,
 so that "spillctl status" follows the new run, and put back if the publish
 fails.

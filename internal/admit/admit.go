@@ -43,31 +43,35 @@ const MaxKeyLen = 1024
 // MaxIdempotencyKeyLen bounds an idempotency key.
 const MaxIdempotencyKeyLen = 256
 
-// Request is one submission as a front door hands it over.
+// Request is one submission as a front door hands it over, its headers
+// read into typed values: the door has refused what it could not read,
+// and Submit decides on the values as given.
 type Request struct {
 	Queue   string
 	Payload []byte
-	// Header looks up a request header (HTTP or NATS) by name, for
-	// header:NAME tiers; nil means no headers.
-	Header func(name string) string
+	// Keys looks up the value of a header by name, in any case, for the
+	// header:NAME tiers: which headers key a job is the queue's
+	// configuration, read when the job is decided. A key is opaque, used
+	// as given; nil means no headers.
+	Keys func(header string) string
 	// Peer is the client address for ip tiers (the HTTP door resolves
 	// X-Forwarded-For from trusted proxies); empty on the NATS door.
 	Peer string
 	// NoPeer says the door knows no client address (the NATS door): a
 	// queue with an ip tier refuses the request (bad-key).
 	NoPeer bool
-	// Cost in units (0 means 1).
+	// Cost in units, ≥ 1 (Spillway-Cost; 0 means 1).
 	Cost int64
-	// Priority is the job's class in the backlog's drain (the door reads
-	// Spillway-Priority; zero: Normal). It orders the drain only: the
-	// tiers decide the same whatever the class.
+	// Priority is the job's class in the backlog's drain: High, Normal
+	// or Low (Spillway-Priority; zero: Normal). It orders the drain only:
+	// the tiers decide the same whatever the class.
 	Priority queue.Priority
 	// IdempotencyKey, if set, makes the submission idempotent across doors
 	// and admitters.
 	IdempotencyKey string
 	// Trace headers to carry with the job (traceparent, tracestate).
 	Trace nats.Header
-	// Schedule is the job's timing (ParseSchedule; zero: none).
+	// Schedule is the job's timing (zero: none).
 	Schedule Schedule
 }
 
@@ -87,7 +91,7 @@ type Answer struct {
 	Refunded int64
 	// RateLimit is what the answer says about the limits, for rate-limit
 	// headers: the first answer's for a duplicate; nil when no tier took
-	// part (a record of an older version).
+	// part (a job refused as wait-too-long before the tiers decided).
 	RateLimit *RateLimit
 	// ReadyFull: the tiers admitted the job but READY was full, so it was
 	// queued in the backlog (or refused when that was full too).
@@ -258,22 +262,16 @@ type checked struct {
 	late      time.Duration
 }
 
-// check validates a submission to q (the queue's enforcing tiers; full
-// with its shadow tiers too) before anything is taken: its cost,
-// priority, keys, schedule (from its arrival, read from now once its keys
-// are known good) and idempotency key. A batch checks each of its jobs
-// with it.
+// check holds a submission against queue q (its enforcing tiers; full
+// with its shadow tiers too) before anything is taken: its keys, its
+// cost against what the tiers can ever grant, its schedule against the
+// queue's bounds (from its arrival, read from now once its keys are known
+// good) and its idempotency key's length. A batch checks each of its
+// jobs with it.
 func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, error) {
 	cost := r.Cost
 	if cost == 0 {
 		cost = 1
-	}
-	if cost < 1 {
-		return checked{}, &Error{Type: spillway.ProblemBadCost, Field: spillway.HeaderCost, Detail: fmt.Sprintf("cost %d: want an integer ≥ 1", cost)}
-	}
-	if r.Priority < queue.High || r.Priority > queue.Low {
-		return checked{}, &Error{Type: spillway.ProblemBadPriority, Field: spillway.HeaderPriority,
-			Detail: fmt.Sprintf("%s %s: want high, normal or low", spillway.HeaderPriority, r.Priority)}
 	}
 	tiers, jobKey, err := tiersFor(full, r)
 	if err != nil {
@@ -554,8 +552,8 @@ func clientKey(q *config.Queue, l config.Limit, r *Request) (string, error) {
 		}
 		k = r.Peer
 	case config.KeyHeader:
-		if r.Header != nil {
-			k = r.Header(l.Key.Header)
+		if r.Keys != nil {
+			k = r.Keys(l.Key.Header)
 		}
 		if len(k) > MaxKeyLen {
 			return "", &Error{Type: spillway.ProblemBadKey, Field: l.Key.Header,

@@ -17,11 +17,7 @@ import (
 // IdempotencyBucket names the JetStream KV buckets of idempotency
 // records, shared by every admitter: a key's record is in
 // spillway-idempotency-NN, NN its shard (IdempotencyBucketOf), so the
-// records' writes are spread over as many streams. The bucket
-// spillway-idempotency itself is an older version's: while it exists, a
-// key claimed afresh is looked up there too, so that a retry of a
-// submission made before the upgrade is still answered from its record.
-// Delete it once status.ttl has passed since the upgrade.
+// records' writes are spread over as many streams.
 const IdempotencyBucket = "spillway-idempotency"
 
 // IdempotencyBucketOf is the bucket of idempotency key key of queue q.
@@ -46,13 +42,12 @@ func idemKey(q, key string) string { return "k." + queue.KeyToken(q+"\x00"+key) 
 // been taken once more (docs/admission.md).
 type Idempotency struct {
 	shards     [queue.KVShards]jetstream.KeyValue
-	legacy     jetstream.KeyValue // the older versions' one bucket, or nil
 	logger     *slog.Logger
 	StaleAfter time.Duration // default 10s
 	now        func() time.Time
 }
 
-// OpenIdempotency creates or updates the bucket; records live for ttl.
+// OpenIdempotency creates or updates the buckets; records live for ttl.
 func OpenIdempotency(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int, logger *slog.Logger) (*Idempotency, error) {
 	if replicas < 1 {
 		replicas = 1
@@ -75,47 +70,17 @@ func OpenIdempotency(ctx context.Context, js jetstream.JetStream, ttl time.Durat
 		}
 		i.shards[n] = kv
 	}
-	legacy, err := js.KeyValue(ctx, IdempotencyBucket)
-	switch {
-	case err == nil:
-		i.legacy = legacy
-	case !errors.Is(err, jetstream.ErrBucketNotFound):
-		return nil, fmt.Errorf("admit: idempotency bucket %s: %w", IdempotencyBucket, err)
-	}
 	return i, nil
 }
 
 // kv is the bucket of KV key k.
 func (i *Idempotency) kv(k string) jetstream.KeyValue { return i.shards[queue.ShardOf(k)] }
 
-// legacyAnswer is the answer an older version recorded for KV key k, if
-// any. A claim that is still pending there is not waited for: the
-// submission it stands for was made before the upgrade, seconds ago at
-// most, and is decided afresh.
-func (i *Idempotency) legacyAnswer(ctx context.Context, k string) (*Answer, error) {
-	if i.legacy == nil {
-		return nil, nil
-	}
-	e, err := i.legacy.Get(ctx, k)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var rec idemRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Reply == nil {
-		return nil, nil
-	}
-	return &Answer{Reply: *rec.Reply, RateLimit: rec.RateLimit.after(i.now().Sub(rec.At)), Source: FromPrimary}, nil
-}
-
 type idemRecord struct {
 	ID    string                `json:"id"`
 	At    time.Time             `json:"at"`
 	Reply *spillway.SubmitReply `json:"reply,omitempty"` // nil while pending
-	// RateLimit is what the first answer said about the limits (records
-	// of older versions have none).
+	// RateLimit is what the first answer said about the limits.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 }
 
@@ -143,12 +108,7 @@ func (i *Idempotency) Claim(ctx context.Context, q, key, id string) (*claim, *An
 		b, _ := json.Marshal(idemRecord{ID: id, At: i.now()})
 		rev, err := kv.Create(ctx, k, b)
 		if err == nil {
-			c := &claim{key: k, id: id, rev: rev}
-			if first, err := i.legacyAnswer(ctx, k); err != nil || first != nil {
-				i.release(c)
-				return nil, first, err
-			}
-			return c, nil, nil
+			return &claim{key: k, id: id, rev: rev}, nil, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, nil, err

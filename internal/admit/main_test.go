@@ -119,7 +119,7 @@ func request(q, client string) *admit.Request {
 	return &admit.Request{
 		Queue:   q,
 		Payload: []byte("job for " + client),
-		Header: func(name string) string {
+		Keys: func(name string) string {
 			if name == "X-Client" {
 				return client
 			}

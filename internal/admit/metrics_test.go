@@ -51,7 +51,7 @@ queues:
 			t.Fatalf("step %d: %+v, want %s", i+1, ans.Reply, s.want)
 		}
 	}
-	for _, r := range []*admit.Request{request("nope", "a"), withCost(request("l", "z"), -2), withCost(request("l", "z"), 4)} {
+	for _, r := range []*admit.Request{request("nope", "a"), request("l", ""), withCost(request("l", "z"), 4)} {
 		if _, err := a.Submit(context.Background(), r); err == nil {
 			t.Fatalf("%+v: no error", r)
 		}

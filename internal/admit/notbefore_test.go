@@ -141,7 +141,7 @@ func TestNotBeforeIsLatestOfTiers(t *testing.T) {
 					// Every key header is sent: a tier's missing header is
 					// refused 400 bad-key, which is not this property.
 					r := request(p.name, "c")
-					r.Header = func(name string) string { return map[string]string{"X-Client": "c", "X-Other": "o"}[name] }
+					r.Keys = func(name string) string { return map[string]string{"X-Client": "c", "X-Other": "o"}[name] }
 					ans := submit(t, a, r)
 					answers = append(answers, ans)
 					checkNotBefore(t, q, model, ans)

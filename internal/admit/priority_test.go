@@ -1,13 +1,10 @@
 package admit_test
 
 import (
-	"context"
-	"errors"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -121,25 +118,5 @@ func TestSubmitPriorityIdempotent(t *testing.T) {
 	}
 	if got := storedHeader(t, b, "q", queue.Ready, "tenant-a").Get(queue.HeaderPriority); got != "high" {
 		t.Errorf("the stored job's priority %q, want the first submission's high", got)
-	}
-}
-
-// TestSubmitBadPriority: a class out of range is the request's fault,
-// refused before anything is taken.
-func TestSubmitBadPriority(t *testing.T) {
-	t.Parallel()
-	a, b := setup(t, priorityConfig, setupOptions{})
-	r := request("q", "tenant-a")
-	r.Priority = queue.Priority(5)
-	_, err := a.Submit(context.Background(), r)
-	var e *admit.Error
-	if !errors.As(err, &e) || e.Type != spillway.ProblemBadPriority || e.Field != spillway.HeaderPriority {
-		t.Fatalf("priority 5: %v, want %s naming %s", err, spillway.ProblemBadPriority, spillway.HeaderPriority)
-	}
-	if ans := submit(t, a, request("q", "tenant-a")); ans.Reply.Status != spillway.Admitted {
-		t.Errorf("after the refused one: %+v, want admitted (no unit taken)", ans.Reply)
-	}
-	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 1 {
-		t.Errorf("%d jobs stored, want 1", n)
 	}
 }

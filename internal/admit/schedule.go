@@ -10,8 +10,11 @@ import (
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
-// Schedule is a submission's timing (docs/design.md#scheduled-jobs), read
-// by ParseSchedule from the same headers on both doors.
+// Schedule is a submission's timing (docs/design.md#scheduled-jobs), as
+// the doors read it from Spillway-Not-Before, Spillway-Delay and
+// Spillway-Max-Wait: at most one of NotBefore and Delay, no negative
+// duration, and no delay longer than the max-wait. Bounds that depend on
+// the queue (backlog.max_delay, backlog.max_age) are Submit's.
 type Schedule struct {
 	// NotBefore (Spillway-Not-Before) or Delay (Spillway-Delay, from the
 	// submission) is the earliest the job may start; zero: at once. A
@@ -22,45 +25,6 @@ type Schedule struct {
 	// submission the job may still start: one that would start later is
 	// refused (wait-too-long), and one queued expires then.
 	MaxWait *time.Duration
-}
-
-// ParseSchedule reads Spillway-Not-Before, Spillway-Delay and
-// Spillway-Max-Wait through get (a door's header lookup). A malformed
-// value, a negative duration, both start headers at once, or a delay
-// longer than the max-wait (no retry would ever fit) is an *Error of
-// type bad-request naming the header. Bounds that depend on the queue
-// (backlog.max_delay) are Submit's.
-func ParseSchedule(get func(string) string) (Schedule, error) {
-	var s Schedule
-	bad := func(header, format string, args ...any) (Schedule, error) {
-		return Schedule{}, &Error{Type: spillway.ProblemBadRequest, Field: header, Detail: header + " " + fmt.Sprintf(format, args...)}
-	}
-	nb, delay, wait := get(spillway.HeaderNotBefore), get(spillway.HeaderDelay), get(spillway.HeaderMaxWait)
-	if nb != "" && delay != "" {
-		return bad(spillway.HeaderDelay, "%.40q: give %s or %s, not both", delay, spillway.HeaderNotBefore, spillway.HeaderDelay)
-	}
-	var err error
-	if nb != "" {
-		if s.NotBefore, err = time.Parse(time.RFC3339Nano, nb); err != nil {
-			return bad(spillway.HeaderNotBefore, "%.40q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", nb)
-		}
-	}
-	if delay != "" {
-		if s.Delay, err = time.ParseDuration(delay); err != nil || s.Delay < 0 {
-			return bad(spillway.HeaderDelay, "%.40q: want a duration ≥ 0 such as 10m or 1h30m", delay)
-		}
-	}
-	if wait != "" {
-		w, err := time.ParseDuration(wait)
-		if err != nil || w < 0 {
-			return bad(spillway.HeaderMaxWait, "%.40q: want a duration ≥ 0 such as 30s or 5m", wait)
-		}
-		if s.Delay > w {
-			return bad(spillway.HeaderMaxWait, "%s is shorter than %s %s: the job could never start in time", w, spillway.HeaderDelay, s.Delay)
-		}
-		s.MaxWait = &w
-	}
-	return s, nil
 }
 
 // start is when a schedule lets a job start, submitted at now (zero: at

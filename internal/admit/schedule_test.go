@@ -21,46 +21,6 @@ func scheduled(q, client string, s admit.Schedule) *admit.Request {
 	return r
 }
 
-// headers is a header lookup over a map, as the doors give one.
-func headers(h map[string]string) func(string) string {
-	return func(k string) string { return h[k] }
-}
-
-// ParseSchedule reads the three timing headers, and refuses malformed
-// values and both start headers at once, naming the header.
-func TestParseSchedule(t *testing.T) {
-	t.Parallel()
-	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	got, err := admit.ParseSchedule(headers(map[string]string{
-		spillway.HeaderNotBefore: at.Format(time.RFC3339), spillway.HeaderMaxWait: "30s",
-	}))
-	if err != nil || !got.NotBefore.Equal(at) || got.MaxWait == nil || *got.MaxWait != 30*time.Second {
-		t.Errorf("not-before and max-wait: %+v, %v", got, err)
-	}
-	got, err = admit.ParseSchedule(headers(map[string]string{spillway.HeaderDelay: "10m"}))
-	if err != nil || got.Delay != 10*time.Minute || got.MaxWait != nil {
-		t.Errorf("delay: %+v, %v", got, err)
-	}
-	for _, c := range []struct {
-		h     map[string]string
-		field string
-	}{
-		{map[string]string{spillway.HeaderNotBefore: at.Format(time.RFC3339), spillway.HeaderDelay: "1s"}, spillway.HeaderDelay},
-		{map[string]string{spillway.HeaderNotBefore: "tomorrow"}, spillway.HeaderNotBefore},
-		{map[string]string{spillway.HeaderDelay: "10"}, spillway.HeaderDelay},
-		{map[string]string{spillway.HeaderDelay: "-1s"}, spillway.HeaderDelay},
-		{map[string]string{spillway.HeaderMaxWait: "soon"}, spillway.HeaderMaxWait},
-		{map[string]string{spillway.HeaderMaxWait: "-5s"}, spillway.HeaderMaxWait},
-		{map[string]string{spillway.HeaderDelay: "10m", spillway.HeaderMaxWait: "30s"}, spillway.HeaderMaxWait},
-	} {
-		_, err := admit.ParseSchedule(headers(c.h))
-		var e *admit.Error
-		if !errors.As(err, &e) || e.Type != spillway.ProblemBadRequest || e.Field != c.field || !strings.Contains(e.Detail, c.field) {
-			t.Errorf("%v: %v, want bad-request naming %s", c.h, err, c.field)
-		}
-	}
-}
-
 // A scheduled job waits in the backlog until its time, even when the tiers
 // would admit it, and takes its units at submission: the next job finds
 // the token gone.

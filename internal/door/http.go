@@ -21,7 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit"
@@ -288,41 +287,6 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64, tooBig func(h
 func tooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
 	problem(w, r, http.StatusRequestEntityTooLarge, spillway.Problem{Type: spillway.ProblemTooLarge, Title: "Payload too large",
 		Detail: fmt.Sprintf("the body is larger than http.max_body_bytes (%d bytes)", limit)})
-}
-
-// parseCost reads Spillway-Cost: empty means 1.
-func parseCost(s string) (int64, error) {
-	if s == "" {
-		return 1, nil
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("%s %.40q: want an integer ≥ 1", spillway.HeaderCost, s)
-	}
-	return n, nil
-}
-
-// parsePriority reads Spillway-Priority, in any case: empty means normal.
-func parsePriority(s string) (queue.Priority, error) {
-	p, err := queue.ParsePriority(s)
-	if err != nil {
-		return p, fmt.Errorf("%s %.40q: want high, normal or low", spillway.HeaderPriority, s)
-	}
-	return p, nil
-}
-
-// traceHeaders keeps W3C trace context to carry with the job.
-func traceHeaders(get func(string) string) nats.Header {
-	var h nats.Header
-	for _, k := range [...]string{"traceparent", "tracestate"} {
-		if v := get(k); v != "" && len(v) <= 512 {
-			if h == nil {
-				h = nats.Header{}
-			}
-			h.Set(k, v)
-		}
-	}
-	return h
 }
 
 // clientIP is the peer's address, or, when the peer is a trusted proxy,

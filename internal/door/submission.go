@@ -1,29 +1,37 @@
 package door
 
 import (
-	"errors"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/admit"
+	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
-// requestOf reads a submission from its headers, the same way for both
-// doors and for every job of a batch (batch.go): the key headers (looked
-// up by the tiers through get), Spillway-Cost, Spillway-Priority, the
-// idempotency key (Idempotency-Key; on the NATS door Nats-Msg-Id too),
-// the schedule (Spillway-Not-Before, Spillway-Delay, Spillway-Max-Wait:
-// admit.ParseSchedule) and the trace context. get looks a header up by name, in any case. A header
-// the request cannot be read with is an *admit.Error naming it; the door
-// answers 400, or a batch that job's result.
+// requestOf reads a submission's headers, the same way for both doors
+// and for every job of a batch (batch.go), into the typed request the
+// admitter decides on: Spillway-Cost, Spillway-Priority, the idempotency
+// key (Idempotency-Key; on the NATS door Nats-Msg-Id too), the schedule
+// (Spillway-Not-Before, Spillway-Delay, Spillway-Max-Wait) and the trace
+// context. get looks a header up by name, in any case; the request keeps
+// it as its Keys, for the header:NAME tiers, whose values are opaque. A
+// header the request cannot be read with is an *admit.Error naming it;
+// the door answers 400, or a batch that job's result.
 //
-// Every header a submission may carry is read here, so that a batch's jobs
-// carry the same ones as single submissions.
+// This is the only place a submission's headers are read: the admitter
+// takes the values as given, and a batch's jobs carry the same headers as
+// single submissions.
 func requestOf(queue string, payload []byte, get func(string) string, natsDoor bool) (*admit.Request, *admit.Error) {
 	req := &admit.Request{
 		Queue:          queue,
 		Payload:        payload,
-		Header:         get,
+		Keys:           get,
 		NoPeer:         natsDoor,
 		IdempotencyKey: get(spillway.HeaderIdempotencyKey),
 		Trace:          traceHeaders(get),
@@ -31,31 +39,102 @@ func requestOf(queue string, payload []byte, get func(string) string, natsDoor b
 	if natsDoor && req.IdempotencyKey == "" {
 		req.IdempotencyKey = get(spillway.HeaderMsgID)
 	}
-	var err error
-	if req.Cost, err = parseCost(get(spillway.HeaderCost)); err != nil {
-		return nil, &admit.Error{Type: spillway.ProblemBadCost, Field: spillway.HeaderCost, Detail: err.Error()}
+	var bad *admit.Error
+	if req.Cost, bad = parseCost(get(spillway.HeaderCost)); bad != nil {
+		return nil, bad
 	}
-	if req.Priority, err = parsePriority(get(spillway.HeaderPriority)); err != nil {
-		return nil, &admit.Error{Type: spillway.ProblemBadPriority, Field: spillway.HeaderPriority, Detail: err.Error()}
+	if req.Priority, bad = parsePriority(get(spillway.HeaderPriority)); bad != nil {
+		return nil, bad
 	}
-	if req.Schedule, err = admit.ParseSchedule(get); err != nil {
-		var bad *admit.Error
-		if errors.As(err, &bad) { // the only error ParseSchedule returns
-			return nil, bad
-		}
-		return nil, &admit.Error{Type: spillway.ProblemBadRequest, Detail: err.Error()}
+	if req.Schedule, bad = parseSchedule(get); bad != nil {
+		return nil, bad
 	}
 	return req, nil
 }
 
+// parseCost reads Spillway-Cost: empty means 1.
+func parseCost(s string) (int64, *admit.Error) {
+	if s == "" {
+		return 1, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 1 {
+		return 0, &admit.Error{Type: spillway.ProblemBadCost, Field: spillway.HeaderCost,
+			Detail: fmt.Sprintf("%s %.40q: want an integer ≥ 1", spillway.HeaderCost, s)}
+	}
+	return n, nil
+}
+
+// parsePriority reads Spillway-Priority, in any case: empty means normal.
+func parsePriority(s string) (queue.Priority, *admit.Error) {
+	p, err := queue.ParsePriority(s)
+	if err != nil {
+		return p, &admit.Error{Type: spillway.ProblemBadPriority, Field: spillway.HeaderPriority,
+			Detail: fmt.Sprintf("%s %.40q: want high, normal or low", spillway.HeaderPriority, s)}
+	}
+	return p, nil
+}
+
+// parseSchedule reads Spillway-Not-Before, Spillway-Delay and
+// Spillway-Max-Wait. A malformed value, a negative duration, both start
+// headers at once, or a delay longer than the max-wait (no retry would
+// ever fit) is a bad request naming the header. Bounds that depend on the
+// queue (backlog.max_delay, backlog.max_age) are the admitter's.
+func parseSchedule(get func(string) string) (admit.Schedule, *admit.Error) {
+	var s admit.Schedule
+	bad := func(header, format string, args ...any) (admit.Schedule, *admit.Error) {
+		return admit.Schedule{}, &admit.Error{Type: spillway.ProblemBadRequest, Field: header, Detail: header + " " + fmt.Sprintf(format, args...)}
+	}
+	nb, delay, wait := get(spillway.HeaderNotBefore), get(spillway.HeaderDelay), get(spillway.HeaderMaxWait)
+	if nb != "" && delay != "" {
+		return bad(spillway.HeaderDelay, "%.40q: give %s or %s, not both", delay, spillway.HeaderNotBefore, spillway.HeaderDelay)
+	}
+	var err error
+	if nb != "" {
+		if s.NotBefore, err = time.Parse(time.RFC3339Nano, nb); err != nil {
+			return bad(spillway.HeaderNotBefore, "%.40q: want an RFC 3339 time such as 2026-01-02T15:04:05Z", nb)
+		}
+	}
+	if delay != "" {
+		if s.Delay, err = time.ParseDuration(delay); err != nil || s.Delay < 0 {
+			return bad(spillway.HeaderDelay, "%.40q: want a duration ≥ 0 such as 10m or 1h30m", delay)
+		}
+	}
+	if wait != "" {
+		w, err := time.ParseDuration(wait)
+		if err != nil || w < 0 {
+			return bad(spillway.HeaderMaxWait, "%.40q: want a duration ≥ 0 such as 30s or 5m", wait)
+		}
+		if s.Delay > w {
+			return bad(spillway.HeaderMaxWait, "%s is shorter than %s %s: the job could never start in time", w, spillway.HeaderDelay, s.Delay)
+		}
+		s.MaxWait = &w
+	}
+	return s, nil
+}
+
 // scheduleHeader reports whether field is one of the headers
-// admit.ParseSchedule reads (its errors name the header).
+// parseSchedule reads (its errors name the header).
 func scheduleHeader(field string) bool {
 	switch field {
 	case spillway.HeaderNotBefore, spillway.HeaderDelay, spillway.HeaderMaxWait:
 		return true
 	}
 	return false
+}
+
+// traceHeaders keeps W3C trace context to carry with the job.
+func traceHeaders(get func(string) string) nats.Header {
+	var h nats.Header
+	for _, k := range [...]string{"traceparent", "tracestate"} {
+		if v := get(k); v != "" && len(v) <= 512 {
+			if h == nil {
+				h = nats.Header{}
+			}
+			h.Set(k, v)
+		}
+	}
+	return h
 }
 
 // titleOf is the title of a problem document of type t that requestOf
