@@ -23,8 +23,6 @@ const (
 	DefaultHandlerTimeout = 10 * time.Second
 	DefaultGracePeriod    = 30 * time.Second
 	DefaultAckWait        = 30 * time.Second
-	// DefaultReloadInterval is how often a Watcher looks at its file.
-	DefaultReloadInterval = time.Second
 )
 
 // Config is one whole, validated configuration.

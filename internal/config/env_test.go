@@ -94,7 +94,7 @@ func TestPrecedence(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := load("spillway.yaml", []byte(tt.file), tt.env.get, tt.flags)
+			c, err := LoadBytes("spillway.yaml", []byte(tt.file), tt.env.get, tt.flags)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestEnvProblems(t *testing.T) {
 		"SPILLWAY_WORKER_GRACE_PERIOD": "-1s",
 	}
 	flags := Overrides{WorkerConcurrency: ptr(0), HTTPListen: ptr("8080"), RedisFailureMode: ptr(FailureMode("x"))}
-	_, err := load("spillway.yaml", []byte(strings.Replace(minimal, "1/s}]", "x}]", 1)), env.get, flags)
+	_, err := LoadBytes("spillway.yaml", []byte(strings.Replace(minimal, "1/s}]", "x}]", 1)), env.get, flags)
 	if err == nil {
 		t.Fatal("no error")
 	}

@@ -28,7 +28,7 @@ const minimal = `queues:
 // each; nil if it is valid.
 func problems(t *testing.T, src string) []string {
 	t.Helper()
-	_, err := load("spillway.yaml", []byte(src), nil, Overrides{})
+	_, err := LoadBytes("spillway.yaml", []byte(src), nil, Overrides{})
 	if err == nil {
 		return nil
 	}
@@ -44,7 +44,7 @@ func problems(t *testing.T, src string) []string {
 
 func mustLoad(t *testing.T, src string) *Config {
 	t.Helper()
-	c, err := load("spillway.yaml", []byte(src), nil, Overrides{})
+	c, err := LoadBytes("spillway.yaml", []byte(src), nil, Overrides{})
 	if err != nil {
 		t.Fatalf("load:\n%v", err)
 	}
@@ -425,7 +425,7 @@ func TestAllProblemsReported(t *testing.T) {
     limits: [{key: nope, rate: 1/s}]
     backlog: {leak_rate: 1/s, bogus: 1}
 `
-	_, err := load("spillway.yaml", []byte(src), nil, Overrides{})
+	_, err := LoadBytes("spillway.yaml", []byte(src), nil, Overrides{})
 	var ve *ValidationError
 	if !errors.As(err, &ve) {
 		t.Fatalf("err = %v", err)
