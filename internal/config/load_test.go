@@ -556,27 +556,24 @@ func TestLimits(t *testing.T) {
 	})
 }
 
-// TestDocExample loads the annotated file of the package documentation, so
-// that the documentation cannot drift from the parser.
+// TestDocExample loads the annotated file of docs/configuration.md, so
+// that the reference cannot drift from the parser.
 func TestDocExample(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile("doc.go")
+	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(doc), "// # File\n")
+	_, after, ok := strings.Cut(string(doc), "\n## File\n")
 	if !ok {
-		t.Fatal("doc.go has no # File section")
+		t.Fatal("docs/configuration.md has no File section")
 	}
-	var src strings.Builder
-	for line := range strings.SplitSeq(after, "\n") {
-		if rest, ok := strings.CutPrefix(line, "//\t"); ok {
-			src.WriteString(rest + "\n")
-		} else if src.Len() > 0 {
-			break
-		}
+	_, after, _ = strings.Cut(after, "```yaml\n")
+	src, _, ok := strings.Cut(after, "```")
+	if !ok {
+		t.Fatal("docs/configuration.md has no yaml example under File")
 	}
-	c := mustLoad(t, src.String())
+	c := mustLoad(t, src)
 	q := c.Queue("email")
 	if q == nil || len(q.Limits) != 1 || q.Handler.HTTP == nil || q.Handler.HTTP.Headers["Authorization"] != "Bearer x" || c.Redis.FailureMode != FailOpen {
 		t.Errorf("doc example loaded as %+v", c)
