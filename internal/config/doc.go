@@ -8,8 +8,9 @@
 //
 // Load reads a file and returns a *Config whose every field is validated and
 // defaulted: limits are built bucket.Limits, backlogs are queue.Configs,
-// retries are retry.Policys. A Config is immutable once loaded; a reload
-// builds a new one and swaps it in whole (cli.Watcher).
+// retries are retry.Policys, handlers are handler.Configs. A Config is
+// immutable once loaded; a reload builds a new one and swaps it in whole
+// (cli.Watcher).
 //
 // # Precedence
 //
@@ -22,9 +23,9 @@
 //
 // yaml.v3 decodes the file into tagged structs, one per mapping, unknown
 // fields refused; each leaf keeps its node, so that every problem has its
-// line. The rules of limits, backlogs and retry policies are their
-// owners' (bucket.Spec.Build, queue.Config.ValidateGiven,
-// retry.Policy.ValidateGiven): config calls them
+// line. The rules of limits, backlogs, retry policies and handlers are
+// their owners' (bucket.Spec.Build, queue.Config.ValidateGiven,
+// retry.Policy.ValidateGiven, handler.Config.Validate): config calls them
 // and places their problems at the fields they name. The rules here are
 // the configuration's own: names, addresses, the Redis connection, tier
 // names and keys, what a file may give once.

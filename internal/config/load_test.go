@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/retry"
@@ -110,7 +111,7 @@ func TestDesignExample(t *testing.T) {
 	if want := (retry.Policy{MaxAttempts: 5, Initial: time.Second, Max: 5 * time.Minute, Jitter: retry.DefaultJitter}); q.Retry != want {
 		t.Errorf("retry = %+v, want %+v", q.Retry, want)
 	}
-	want := Handler{HTTP: &HTTPHandler{URL: "http://127.0.0.1:9000/send", Timeout: 10 * time.Second}}
+	want := handler.Config{HTTP: &handler.HTTPConfig{URL: "http://127.0.0.1:9000/send", Timeout: 10 * time.Second}}
 	if !reflect.DeepEqual(q.Handler, want) {
 		t.Errorf("handler = %+v, want %+v", q.Handler, want)
 	}
@@ -138,7 +139,7 @@ func TestDefaults(t *testing.T) {
 	if q.Retry != (retry.Policy{MaxAttempts: retry.DefaultMaxAttempts, Initial: retry.DefaultInitial, Max: retry.DefaultMax, Jitter: retry.DefaultJitter}) {
 		t.Errorf("retry defaults: %+v", q.Retry)
 	}
-	if q.Handler != (Handler{}) {
+	if q.Handler != (handler.Config{}) {
 		t.Errorf("handler = %+v, want none (admit-only)", q.Handler)
 	}
 	if got := q.Limits[0].Limit.String(); got != "leaky_bucket rate=1/s burst=0 delay=0" {
@@ -236,15 +237,15 @@ queues:
 	if b.Retry != (retry.Policy{MaxAttempts: 5, Initial: 2 * time.Second, Max: time.Minute, Jitter: 0.5}) {
 		t.Errorf("retry = %+v", b.Retry)
 	}
-	if !reflect.DeepEqual(a.Handler, Handler{NATS: &NATSHandler{Subject: "jobs.a", Timeout: 2 * time.Second}}) {
+	if !reflect.DeepEqual(a.Handler, handler.Config{NATS: &handler.NATSConfig{Subject: "jobs.a", Timeout: 2 * time.Second}}) {
 		t.Errorf("nats handler = %+v", a.Handler.NATS)
 	}
-	if !reflect.DeepEqual(b.Handler, Handler{Log: true}) {
+	if !reflect.DeepEqual(b.Handler, handler.Config{Log: true}) {
 		t.Errorf("log handler = %+v", b.Handler)
 	}
-	wantHTTP := &HTTPHandler{URL: "https://example.test/hook", Timeout: DefaultHandlerTimeout,
+	wantHTTP := &handler.HTTPConfig{URL: "https://example.test/hook", Timeout: handler.DefaultTimeout,
 		Headers: map[string]string{"Authorization": "Bearer x", "X-Team": "7"}}
-	if !reflect.DeepEqual(cq.Handler, Handler{HTTP: wantHTTP}) {
+	if !reflect.DeepEqual(cq.Handler, handler.Config{HTTP: wantHTTP}) {
 		t.Errorf("http handler = %+v", cq.Handler.HTTP)
 	}
 }
@@ -475,7 +476,7 @@ func TestDev(t *testing.T) {
 	if q.Backlog.Capacity != 100 || q.Backlog.LeakRate != (bucket.Rate{Count: 5, Per: time.Second}) || q.Backlog.Name != "demo" {
 		t.Errorf("demo backlog = %+v", q.Backlog)
 	}
-	if q.Handler != (Handler{Log: true}) {
+	if q.Handler != (handler.Config{Log: true}) {
 		t.Errorf("demo handler = %+v", q.Handler)
 	}
 	if err := q.Backlog.Validate(); err != nil {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -21,7 +20,7 @@ import (
 func TestNewPicksTheConfiguredHandler(t *testing.T) {
 	t.Parallel()
 	srv, got := capture(t, nil)
-	h, err := handler.New(config.Handler{HTTP: &config.HTTPHandler{URL: srv.URL}}, nil, nil, nil)
+	h, err := handler.New(handler.Config{HTTP: &handler.HTTPConfig{URL: srv.URL}}, nil, nil, nil)
 	if err != nil {
 		t.Fatalf("New(http): %v", err)
 	}
@@ -33,7 +32,7 @@ func TestNewPicksTheConfiguredHandler(t *testing.T) {
 	ns := queuetest.Start(t)
 	nc := ns.Connect(t)
 	asked := respond(t, ns.Connect(t), "jobs.email", replyWith(nil, ""))
-	h, err = handler.New(config.Handler{NATS: &config.NATSHandler{Subject: "jobs.email"}}, nc, nil, nil)
+	h, err = handler.New(handler.Config{NATS: &handler.NATSConfig{Subject: "jobs.email"}}, nc, nil, nil)
 	if err != nil {
 		t.Fatalf("New(nats): %v", err)
 	}
@@ -43,7 +42,7 @@ func TestNewPicksTheConfiguredHandler(t *testing.T) {
 	<-asked
 
 	var logs bytes.Buffer
-	h, err = handler.New(config.Handler{Log: true}, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	h, err = handler.New(handler.Config{Log: true}, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("New(log): %v", err)
 	}
@@ -54,14 +53,14 @@ func TestNewPicksTheConfiguredHandler(t *testing.T) {
 
 func TestNewRefuses(t *testing.T) {
 	t.Parallel()
-	if _, err := handler.New(config.Handler{}, nil, nil, nil); !errors.Is(err, handler.ErrNoHandler) {
+	if _, err := handler.New(handler.Config{}, nil, nil, nil); !errors.Is(err, handler.ErrNoHandler) {
 		t.Errorf("no handler: %v, want ErrNoHandler", err)
 	}
-	two := config.Handler{HTTP: &config.HTTPHandler{URL: "http://example.com"}, Log: true}
+	two := handler.Config{HTTP: &handler.HTTPConfig{URL: "http://example.com"}, Log: true}
 	if _, err := handler.New(two, nil, nil, nil); !errors.Is(err, handler.ErrInvalidConfig) {
 		t.Errorf("two handlers: %v, want ErrInvalidConfig", err)
 	}
-	if _, err := handler.New(config.Handler{NATS: &config.NATSHandler{Subject: "jobs"}}, nil, nil, nil); !errors.Is(err, handler.ErrInvalidConfig) {
+	if _, err := handler.New(handler.Config{NATS: &handler.NATSConfig{Subject: "jobs"}}, nil, nil, nil); !errors.Is(err, handler.ErrInvalidConfig) {
 		t.Errorf("nats without a connection: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -91,7 +90,7 @@ func ExampleHTTP() {
 	}))
 	defer downstream.Close()
 
-	h, err := handler.HTTP(config.HTTPHandler{URL: downstream.URL}, nil)
+	h, err := handler.HTTP(handler.HTTPConfig{URL: downstream.URL}, nil)
 	if err != nil {
 		panic(err)
 	}
