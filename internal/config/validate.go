@@ -99,14 +99,17 @@ func (d *decoder) ranged(i *integer, dst *int64, lo, hi int64) {
 	}
 }
 
+// duration stores x in dst if it is given, a duration, and positive or
+// ≥ 0 as the setting wants.
 func (d *decoder) duration(x *duration, dst *time.Duration, positive bool) {
-	if x.given() && x.err == nil {
-		v, err := parseDuration(x.n.Value, positive)
-		if err != nil {
-			d.errorf(x, "%v", err)
-			return
-		}
-		*dst = v
+	switch {
+	case !x.given() || x.err != nil:
+	case positive && x.V <= 0:
+		d.errorf(x, "expected a positive duration, got %s", describe(x.n))
+	case x.V < 0:
+		d.errorf(x, "expected a duration ≥ 0, got %s", describe(x.n))
+	default:
+		*dst = x.V
 	}
 }
 
@@ -212,14 +215,9 @@ func (d *decoder) config(c *Config, doc *rootDoc) {
 	d.ranged(&h.MaxBodyBytes, &c.HTTP.MaxBodyBytes, 1, math.MaxInt64)
 	d.filename(&h.APIKeysFile, &c.HTTP.APIKeysFile)
 	d.filename(&h.AdminKeysFile, &c.HTTP.AdminKeysFile)
-	for i, item := range h.TrustedProxies {
-		var s string
-		if item == nil || item.n.Kind != yaml.ScalarNode {
-			d.errorf(&h.TrustedProxies[i], "expected %s, got %s", wantProxy, describe(item.node()))
-		} else if d.str(item, &s, func(s string) error { _, err := parseProxy(s); return err }) {
-			p, _ := parseProxy(s)
-			c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, p)
-		}
+	for _, s := range d.list(h.TrustedProxies, wantProxy, func(s string) error { _, err := parseProxy(s); return err }) {
+		p, _ := parseProxy(s)
+		c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, p)
 	}
 	d.boolean(&h.ShowRawKeys, &c.HTTP.ShowRawKeys)
 
@@ -737,12 +735,18 @@ func (d *decoder) redisAddrs(addrs *[]*text, want string) []string {
 	if len(*addrs) == 0 {
 		d.errorf(addrs, "expected at least one host:port address, got an empty list")
 	}
+	return d.list(*addrs, wantRedisAddr, checkRedisAddr)
+}
+
+// list reads a list of strings, each a scalar that check accepts: want
+// says what an item is.
+func (d *decoder) list(items []*text, want string, check func(string) error) []string {
 	var out []string
-	for i, a := range *addrs {
+	for i, item := range items {
 		var s string
-		if a == nil || a.n.Kind != yaml.ScalarNode {
-			d.errorf(&(*addrs)[i], "expected %s, got %s", wantRedisAddr, describe(a.node()))
-		} else if d.str(a, &s, checkRedisAddr) {
+		if item == nil || item.n.Kind != yaml.ScalarNode {
+			d.errorf(&items[i], "expected %s, got %s", want, describe(item.node()))
+		} else if d.str(item, &s, check) {
 			out = append(out, s)
 		}
 	}

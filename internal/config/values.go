@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spillway-dev/spillway/pkg/spillway"
 
@@ -38,19 +37,6 @@ const (
 
 func expected(want, got string) error {
 	return fmt.Errorf("expected %s, got %q", want, got)
-}
-
-func parseDuration(s string, positive bool) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	switch {
-	case err != nil:
-		return 0, expected(wantDuration, s)
-	case positive && d <= 0:
-		return 0, expected("a positive duration", s)
-	case d < 0:
-		return 0, expected("a duration ≥ 0", s)
-	}
-	return d, nil
 }
 
 func intRange(lo, hi int64) string {
