@@ -21,9 +21,10 @@
 //
 // # Decoding
 //
-// yaml.v3 decodes the file into tagged structs, one per mapping, unknown
-// fields refused; each leaf keeps its node, so that every problem has its
-// line. The rules of limits, backlogs, retry policies and handlers are
+// yaml.v3 parses the file into its node tree, which one walk decodes into
+// tagged structs, one per mapping, unknown fields and keys given twice
+// refused, anchors, aliases and merge keys followed as yaml.v3 does; each
+// leaf keeps its node, so that every problem has its line. The rules of limits, backlogs, retry policies and handlers are
 // their owners' (bucket.Spec.Build, queue.Config.ValidateGiven,
 // retry.Policy.ValidateGiven, handler.Config.Validate): config calls them
 // and places their problems at the fields they name. The rules here are

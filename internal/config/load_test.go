@@ -401,6 +401,14 @@ status: {ttl: [1h]}
 		{"unknown field in an anchor", "x-b: &b {leak_rate: 1/s, capacty: 5}\nqueues:\n  - name: q\n    limits: [{key: global, rate: 1/s}]\n    backlog: *b\n",
 			[]string{`spillway.yaml:1: queues[0].backlog.capacty: unknown field (did you mean capacity?)`}},
 		{"merge loop", "redis: &r {timeout: 1s, <<: *r}\n" + minimal, []string{`spillway.yaml:1: redis: anchor "r" holds an alias to itself (*r), which would never end`}},
+		{"key that is not a name", "nats: {[a]: 1, ~: 2}\n" + minimal, []string{
+			`spillway.yaml:1: nats: expected a field name, got a list`,
+			`spillway.yaml:1: nats: expected a field name, got nothing`,
+		}},
+		{"alias to its own anchor", "queues:\n  - &q {name: a, limits: [*q], backlog: {leak_rate: 1/s}}\n",
+			[]string{`spillway.yaml:2: queues[0].limits[0]: anchor "q" holds an alias to itself (*q), which would never end`}},
+		{"unknown field in an anchor used twice", "x-b: &b {leak_rate: 1/s, capacty: 5}\nqueues:\n  - {name: a, limits: [{key: global, rate: 1/s}], backlog: *b}\n  - {name: b, limits: [{key: global, rate: 1/s}], backlog: {<<: *b}}\n",
+			[]string{`spillway.yaml:1: queues[0].backlog.capacty: unknown field (did you mean capacity?)`}},
 		{"merge of a scalar", "redis: {<<: 5}\n" + minimal, []string{`spillway.yaml:1: redis: expected a mapping or a list of mappings to merge (<<), got "5"`}},
 	}
 	for _, tt := range tests {
