@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,4 +99,39 @@ func ExampleHTTP() {
 	d, ok := retry.RetryAfter(err)
 	fmt.Println(retry.IsPermanent(err), d, ok)
 	// Output: false 30s true
+}
+
+// TestValidateNamesFields checks that Validate reports every problem as a
+// *FieldError named as the configuration file names the setting, which the
+// configuration uses to place it at its line.
+func TestValidateNamesFields(t *testing.T) {
+	t.Parallel()
+	cfg := handler.Config{
+		HTTP: &handler.HTTPConfig{URL: "ftp://u:secret@x", Timeout: -1, Headers: map[string]string{"Spillway-Priority": "high"}},
+		NATS: &handler.NATSConfig{Subject: "jobs.>"},
+	}
+	err := cfg.Validate()
+	if !errors.Is(err, handler.ErrInvalidConfig) {
+		t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
+	}
+	var got []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		fe, ok := errors.AsType[*handler.FieldError](e)
+		if !ok {
+			t.Fatalf("%v is not a *FieldError", e)
+		}
+		got = append(got, fe.Field+": "+fe.Problem())
+	}
+	want := []string{
+		`http.url: expected an http:// or https:// URL such as "http://127.0.0.1:9000/send", got "ftp://u:xxxxx@x"`,
+		`http.timeout: expected a duration ≥ 0, got "-1ns"`,
+		`http.headers.Spillway-Priority: header Spillway-Priority is set by the worker for every job and cannot be configured`,
+		`nats.subject: expected a NATS subject such as "jobs.email" (no spaces or wildcards), got "jobs.>"`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if err := (handler.Config{Log: true}).Validate(); err != nil {
+		t.Errorf("log handler: %v", err)
+	}
 }
