@@ -54,10 +54,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	var (
 		cfg     *config.Config
-		watcher *config.Watcher
+		watcher *cli.Watcher
 	)
 	if f.Config != "" {
-		if watcher, err = config.NewWatcher(f.Config, getenv, o, 0, log); err != nil {
+		if watcher, err = cli.NewWatcher(f.Config, getenv, o, 0, log); err != nil {
 			return err
 		}
 		cfg = watcher.Current()

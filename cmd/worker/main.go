@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	watcher, err := config.NewWatcher(f.Config, getenv, o, 0, log)
+	watcher, err := cli.NewWatcher(f.Config, getenv, o, 0, log)
 	if err != nil {
 		return err
 	}

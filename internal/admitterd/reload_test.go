@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-dev/spillway/internal/admitterd"
+	"github.com/spillway-dev/spillway/internal/cli"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
@@ -64,13 +65,13 @@ func startWith(t *testing.T, o admitterd.Options) *admitterd.Service {
 // watch writes yaml to a file and returns a Watcher on it wired to s as
 // cmd/admitter wires it, and a function that rewrites the file and
 // reloads it (what SIGHUP does).
-func watch(t *testing.T, yaml string) (*config.Watcher, func(s *admitterd.Service, yaml string)) {
+func watch(t *testing.T, yaml string) (*cli.Watcher, func(s *admitterd.Service, yaml string)) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "spillway.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w, err := config.NewWatcher(path, nil, config.Overrides{}, time.Hour, nil)
+	w, err := cli.NewWatcher(path, nil, config.Overrides{}, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ queues:
 
 	// A reload adding a queue: its admitter series start at 0 (dev-mode
 	// workers do not reload, so no worker series for it).
-	w, err := config.NewWatcher(path, nil, config.Overrides{}, time.Hour, nil)
+	w, err := cli.NewWatcher(path, nil, config.Overrides{}, time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,17 @@
 // Package cli holds what the admitter and worker commands share: the flags
 // that override configuration, the logger, and the reload loop.
+//
+// # Reloading
+//
+// A Watcher holds the running configuration. main calls Reload on SIGHUP
+// (signals belong to main) and runs Run to pick up changes of the file,
+// found by polling its modification time, size and contents' hash, which
+// also sees an editor's rename over the file. An invalid reload keeps the
+// running configuration, is logged, and is reported to the OnResult hook.
+// The admitter applies a reload's queues, limits, fairness weights (to
+// the jobs submitted after it) and redis.failure_mode (its decisions and
+// /readyz follow the new mode); redis.url and redis.timeout take effect
+// at its next start.
 package cli
 
 import (
@@ -107,11 +119,11 @@ func (f *Flags) Logger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", f.LogFormat)
 }
 
-// Reloader ties a config.Watcher to the process: file changes and reload
+// Reloader ties a Watcher to the process: file changes and reload
 // requests (SIGHUP, sent to Requests by main) apply new configurations
 // through apply; invalid ones are kept out, logged and counted by failed.
 type Reloader struct {
-	Watcher  *config.Watcher
+	Watcher  *Watcher
 	Requests <-chan struct{}
 	Logger   *slog.Logger
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -14,17 +15,14 @@ import (
 
 // Defaults of the fields that have one.
 const (
-	DefaultNATSURL        = "nats://127.0.0.1:4222"
-	DefaultNATSListen     = "127.0.0.1:4222"
-	DefaultHTTPListen     = ":8080"
-	DefaultMaxBodyBytes   = 1 << 20
-	DefaultStoreTimeout   = 50 * time.Millisecond
-	DefaultStatusTTL      = 24 * time.Hour
-	DefaultHandlerTimeout = 10 * time.Second
-	DefaultGracePeriod    = 30 * time.Second
-	DefaultAckWait        = 30 * time.Second
-	// DefaultReloadInterval is how often a Watcher looks at its file.
-	DefaultReloadInterval = time.Second
+	DefaultNATSURL      = "nats://127.0.0.1:4222"
+	DefaultNATSListen   = "127.0.0.1:4222"
+	DefaultHTTPListen   = ":8080"
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultStoreTimeout = 50 * time.Millisecond
+	DefaultStatusTTL    = 24 * time.Hour
+	DefaultGracePeriod  = 30 * time.Second
+	DefaultAckWait      = 30 * time.Second
 )
 
 // Config is one whole, validated configuration.
@@ -182,10 +180,11 @@ type Queue struct {
 	// it. A file's jitter of 0 turns jitter off and is stored as -1 (a
 	// zero retry.Policy.Jitter would mean the default, 0.2).
 	Retry retry.Policy
-	// Handler runs the queue's jobs. Its zero value (no handler: the file
+	// Handler runs the queue's jobs; its timeout is filled with the
+	// default when the file omits it. Its zero value (no handler: the file
 	// has no handler section) makes an admit-only queue: the admitter
 	// accepts jobs for it, and the worker refuses to run it.
-	Handler Handler
+	Handler handler.Config
 }
 
 // KeyKind is what identifies a client for one limit tier.
@@ -260,28 +259,3 @@ func (l Limit) Shadow() bool { return l.Mode == ModeShadow }
 // DefaultTierName is the name of tier i of a queue when the file gives it
 // none.
 func DefaultTierName(i int) string { return "tier" + strconv.Itoa(i) }
-
-// Handler is what runs a queue's jobs in a worker. At most one of HTTP, NATS
-// and Log is set; the zero value is no handler (an admit-only queue, which a
-// worker refuses to run).
-type Handler struct {
-	HTTP *HTTPHandler
-	NATS *NATSHandler
-	// Log logs each job and succeeds (the dev-mode demo queue).
-	Log bool
-}
-
-// HTTPHandler POSTs each job to URL (docs/design.md#handlers).
-type HTTPHandler struct {
-	URL     string
-	Timeout time.Duration // default 10s
-	// Headers are added to every request; names are canonical
-	// (textproto.CanonicalMIMEHeaderKey). nil when the file gives none.
-	Headers map[string]string
-}
-
-// NATSHandler sends each job as a request to Subject.
-type NATSHandler struct {
-	Subject string
-	Timeout time.Duration // default 10s
-}

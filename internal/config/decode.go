@@ -1,14 +1,10 @@
 package config
 
 import (
-	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,12 +12,12 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// The file's shape (docs/design.md#configuration): one struct per mapping,
-// decoded by yaml.v3 with unknown fields refused. Each yaml tag is the one
-// place a setting's name is written: paths in messages are built from the
-// tags, and the owners' field names (queue, retry, bucket) are found by
-// them; a list's list tag names its items in messages. Leaves (leaf.go)
-// keep their node, so that every problem has its line.
+// The file's shape (docs/configuration.md): one struct per mapping, filled
+// from yaml.v3's node tree by place, unknown fields refused. Each yaml tag
+// is the one place a setting's name is written: paths in messages are
+// built from the tags, and the owners' field names (queue, retry, bucket)
+// are found by them; a list's list tag names its items in messages.
+// Leaves (leaf.go) keep their node, so that every problem has its line.
 type (
 	rootDoc struct {
 		NATS   natsDoc     `yaml:"nats"`
@@ -183,11 +179,12 @@ type at struct {
 
 // decoder reads a YAML document into a Config, collecting every problem.
 type decoder struct {
-	file     string // the file name as given, for every FieldError
-	dir      string // relative paths in the file are relative to this directory
-	errs     []problem
-	pos      map[any]at
-	yamlErrs map[[2]string]string // yaml.v3's problems by line and key: unknown or a duplicate
+	file  string // the file name as given, for every FieldError
+	dir   string // relative paths in the file are relative to this directory
+	errs  []problem
+	pos   map[any]at
+	open  []*yaml.Node        // the collections being placed, to catch an alias to one of them
+	keyed map[*yaml.Node]bool // keys already reported: an alias places a mapping again
 }
 
 type problem struct {
@@ -201,10 +198,10 @@ type problem struct {
 // in line order, then the environment's, then the flags'; the Config is
 // meaningful only when there are none.
 func parse(name string, data []byte, getenv func(string) string, o Overrides) (*Config, []*FieldError) {
-	d := &decoder{file: name, dir: filepath.Dir(name), pos: map[any]at{}}
+	d := &decoder{file: name, dir: filepath.Dir(name), pos: map[any]at{}, keyed: map[*yaml.Node]bool{}}
 	c := defaults()
 	var doc rootDoc
-	if root, ok := d.document(data); ok && d.decode(data, root, &doc) {
+	if root, ok := d.document(data); ok && d.decode(root, &doc) {
 		if getenv != nil {
 			d.override(&doc, getenv, nil)
 		}
@@ -235,136 +232,34 @@ func parse(name string, data []byte, getenv func(string) string, o Overrides) (*
 	return c, errs
 }
 
-// decode has yaml.v3 read the document into doc, unknown fields refused,
-// and places every value of doc (place). It reports false when nothing
-// more can be read.
-func (d *decoder) decode(data []byte, root *yaml.Node, doc *rootDoc) (ok bool) {
-	defer func() { // third-party code on whatever the file holds
+// decode reads the document root into doc (place) and reports false when
+// nothing more can be read.
+func (d *decoder) decode(root *yaml.Node, doc *rootDoc) (ok bool) {
+	defer func() { // yaml.v3 decodes integers, on whatever the file holds
 		if r := recover(); r != nil {
 			d.add(at{}, fmt.Sprintf("the YAML parser failed: %v", r))
 			ok = false
 		}
 	}()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	err := dec.Decode(doc)
-	var te *yaml.TypeError
-	switch {
-	case err == nil || errors.Is(err, io.EOF):
-	case errors.As(err, &te):
-		d.yamlErrs = map[[2]string]string{}
-		for _, e := range te.Errors {
-			d.yamlError(e)
-		}
-	default:
-		d.fatal(err, data, root)
-		return false
-	}
 	d.place(reflect.ValueOf(doc).Elem(), root, at{line: 1, col: 1})
 	if len(d.pos) > maxValues {
 		d.errs = nil // the rest of the walk was skipped: its problems would mislead
 		d.add(at{}, tooManyValues)
 		return false
 	}
-	for k, problem := range d.yamlErrs { // not found where place looked
-		line, _ := strconv.Atoi(k[0])
-		if problem == "" {
-			problem = "unknown field " + k[1]
-		}
-		d.add(at{line: line}, problem)
-	}
 	return true
 }
 
-var (
-	unknownField = regexp.MustCompile(`^line (\d+): field (.*) not found in type \S+$`)
-	duplicateKey = regexp.MustCompile(`^line (\d+): mapping key (".*") already defined at line (\d+)$`)
-	typeMismatch = regexp.MustCompile(`^line \d+: cannot unmarshal \S+.* into \S*config\.`)
-)
-
-// yamlError files one of yaml.v3's problems under its line and key, for
-// place to report with its path: a field unknown to the struct, a key
-// given twice. A value of the wrong kind for a mapping or list is place's
-// to report.
-func (d *decoder) yamlError(e string) {
-	if m := unknownField.FindStringSubmatch(e); m != nil {
-		d.yamlErrs[[2]string{m[1], m[2]}] = ""
-	} else if m := duplicateKey.FindStringSubmatch(e); m != nil {
-		key, _ := strconv.Unquote(m[2])
-		d.yamlErrs[[2]string{m[1], key}] = fmt.Sprintf("given twice (first at line %s)", m[3])
-	} else if !typeMismatch.MatchString(e) {
-		line, rest, _ := strings.Cut(strings.TrimPrefix(e, "line "), ": ")
-		d.yamlErrs[[2]string{line, ""}] = "invalid YAML: " + rest
-	}
-}
-
-// fatal reports what stops yaml.v3 from reading the document at all.
-func (d *decoder) fatal(err error, data []byte, root *yaml.Node) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	switch name, self := strings.CutPrefix(msg, "anchor '"); {
-	case msg == "document contains excessive aliasing":
-		d.add(at{}, tooManyValues)
-	case self:
-		name, _, _ = strings.Cut(name, "'")
-		path, n := find(root, func(_, v *yaml.Node) bool { return v.Kind == yaml.AliasNode && v.Value == name })
-		d.add(at{path: path, line: n.Line}, fmt.Sprintf("anchor %q holds an alias to itself (*%s), which would never end", name, name))
-	case strings.HasPrefix(msg, "map merge requires"):
-		path, n := find(root, func(k, v *yaml.Node) bool {
-			items := []*yaml.Node{v}
-			if v = deref(v); v != nil && v.Kind == yaml.SequenceNode {
-				items = v.Content
-			}
-			return k != nil && isMerge(k) && slices.ContainsFunc(items, func(n *yaml.Node) bool {
-				n = deref(n)
-				return n == nil || n.Kind != yaml.MappingNode
-			})
-		})
-		d.add(at{path: path, line: n.Line}, "expected a mapping or a list of mappings to merge (<<), got "+describe(deref(n)))
-	default:
-		d.add(at{line: 1}, "invalid YAML: "+msg)
-	}
-}
-
-// find is the path and the value of the first value of the document, as
-// written (aliases not followed), for which pred (given its key, nil in a
-// list) is true; the path of a merge key (<<) is its mapping's. It returns
-// the root when none is.
-func find(root *yaml.Node, pred func(k, v *yaml.Node) bool) (string, *yaml.Node) {
-	var found *yaml.Node
-	var foundAt string
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		for i := 0; found == nil && n != nil && i < len(n.Content); i++ {
-			k, v, p := (*yaml.Node)(nil), n.Content[i], fmt.Sprintf("%s[%d]", path, i)
-			if n.Kind == yaml.MappingNode {
-				if i%2 == 0 {
-					continue
-				}
-				if k, p = n.Content[i-1], join(path, n.Content[i-1].Value); isMerge(k) {
-					p = path
-				}
-			}
-			if pred(k, v) {
-				found, foundAt = v, p
-				return
-			}
-			walk(v, p)
-		}
-	}
-	walk(root, "")
-	if found == nil {
-		return "", &yaml.Node{Line: 1}
-	}
-	return foundAt, found
-}
-
 // place walks doc (v, a value of a mapping struct) and its node n
-// together: it records where each value is or would be (d.pos, by its
-// address), reports leaves' syntax, values of the wrong kind for a
-// mapping or list, and yaml.v3's problems with their paths. The fields of
-// a mapping reported as wrong are not placed: a rule that looks for their
-// place finds none and stays quiet, so that one mistake is one problem.
+// together, as yaml.v3 would decode one into the other with unknown
+// fields refused: it fills v, records where each value is or would be
+// (d.pos, by its address), and reports leaves' syntax, values of the
+// wrong kind for a mapping or a list, unknown fields and keys given
+// twice. A mapping reported as wrong is not placed: a rule that looks for
+// its fields' place finds none and stays quiet, so that one mistake is
+// one problem.
 func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
+	alias := n
 	if n = deref(n); n != nil && !isNull(n) {
 		a.line, a.col = n.Line, n.Column
 	} else {
@@ -373,17 +268,29 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 	if len(d.pos) > maxValues {
 		return
 	}
+	if alias != nil && alias.Kind == yaml.AliasNode && slices.Contains(d.open, n) {
+		d.add(atNode(a.path, alias), selfAlias(alias.Value))
+		return
+	}
 	p := v.Addr().Interface()
 	d.pos[p] = a
 	if l, ok := p.(leafer); ok {
+		if n != nil {
+			_ = p.(yaml.Unmarshaler).UnmarshalYAML(n)
+		}
 		if err := l.base().err; err != nil {
 			d.add(a, err.Error())
 		}
 		return
 	}
+	if n != nil {
+		d.open = append(d.open, n)
+		defer func() { d.open = d.open[:len(d.open)-1] }()
+	}
 	switch v.Kind() {
 	case reflect.Pointer:
-		if !v.IsNil() {
+		if n != nil {
+			v.Set(reflect.New(v.Type().Elem()))
 			if d.place(v.Elem(), n, a); !d.placed(v.Interface()) {
 				v.SetZero()
 			}
@@ -392,7 +299,7 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 		d.placeItems(v, n, a)
 	case reflect.Struct:
 		if s, ok := p.(shortForm); ok && n != nil && n.Kind == yaml.ScalarNode {
-			s.short(n)
+			s.short()
 			d.place(v.Field(0), n, a)
 			return
 		}
@@ -405,25 +312,30 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 			d.add(a, fmt.Sprintf("expected %s, got %s", want, describe(n)))
 			return
 		}
-		if d.keyProblems(v.Type(), n, a) {
+		if n != nil && d.keyProblems(v.Type(), n, a) {
 			delete(d.pos, p)
 			return
 		}
-		t := v.Type()
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			fa := at{path: join(a.path, name), line: a.line, col: a.col}
-			switch fn := lookup(n, name); {
-			case f.Anonymous:
-				d.place(v.Field(i), n, a)
-			case name == "":
-			case f.Type.Kind() == reflect.Slice && deref(fn) != nil && !isNull(deref(fn)) && deref(fn).Kind != yaml.SequenceNode:
-				fn = deref(fn)
-				d.add(atNode(fa.path, fn), fmt.Sprintf("expected a list of %s, got %s", f.Tag.Get("list"), describe(fn)))
-			default:
-				d.place(v.Field(i), fn, fa)
-			}
+		d.fields(v, n, a)
+	}
+}
+
+// fields places the fields of v, a mapping struct, from mapping n.
+func (d *decoder) fields(v reflect.Value, n *yaml.Node, a at) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		fa := at{path: join(a.path, name), line: a.line, col: a.col}
+		switch fn := deref(lookup(n, name)); {
+		case f.Anonymous:
+			d.pos[v.Field(i).Addr().Interface()] = a
+			d.fields(v.Field(i), n, a)
+		case name == "":
+		case f.Type.Kind() == reflect.Slice && !isNull(fn) && fn.Kind != yaml.SequenceNode:
+			d.add(atNode(fa.path, fn), fmt.Sprintf("expected a list of %s, got %s", f.Tag.Get("list"), describe(fn)))
+		default:
+			d.place(v.Field(i), lookup(n, name), fa)
 		}
 	}
 }
@@ -433,87 +345,98 @@ func (d *decoder) placed(p any) bool {
 	return ok
 }
 
-// placeItems places the items of list n in v, a slice of pointers.
-// yaml.v3 keeps an item when it could read it, a null as nil, and leaves
-// out the others: an item of a list of mappings that is not a mapping, or
-// has a key twice. Those are reported here, and v is realigned with n,
-// nil in their place.
+// placeItems places the items of list n in v, a slice of pointers: nil
+// for an item that is null, or that is not a mapping where a mapping is
+// expected, which is reported.
 func (d *decoder) placeItems(v reflect.Value, n *yaml.Node, a at) {
 	if n == nil {
 		return
 	}
 	elem := v.Type().Elem().Elem()
 	isLeaf := reflect.PointerTo(elem).Implements(leafType)
-	items := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
-	for i, j := 0, 0; i < len(n.Content) && j < v.Len(); i++ {
-		if item := deref(n.Content[i]); item == nil || isLeaf || isNull(item) || (item.Kind == yaml.MappingNode && !hasDuplicate(item)) {
-			items.Index(i).Set(v.Index(j))
-			j++
-		}
-	}
-	v.Set(items)
-	for i, item := range n.Content {
-		item = deref(item)
+	v.Set(reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content)))
+	for i, raw := range n.Content {
+		item := deref(raw)
 		if item == nil {
 			continue
 		}
 		ia := atNode(fmt.Sprintf("%s[%d]", a.path, i), item)
-		switch e := v.Index(i); {
-		case !e.IsNil() || isLeaf:
-			d.place(e, item, ia)
+		switch {
+		case isLeaf || item.Kind == yaml.MappingNode:
+			d.place(v.Index(i), raw, ia)
 		case isNull(item):
 			d.add(ia, fmt.Sprintf("expected %s (a mapping of %s), got nothing", itemNoun[elem.Name()], joinOr(fieldNames(elem), "and")))
-		case item.Kind == yaml.MappingNode:
-			d.keyProblems(elem, item, ia)
 		default:
 			d.add(ia, fmt.Sprintf("expected a mapping of %s, got %s", joinOr(fieldNames(elem), "and"), describe(item)))
 		}
 	}
 }
 
-// hasDuplicate reports whether mapping n has a key twice, which makes
-// yaml.v3 leave it unread.
-func hasDuplicate(n *yaml.Node) bool {
-	for i := 0; i < len(n.Content); i += 2 {
-		for j := i + 2; j < len(n.Content); j += 2 {
-			if n.Content[i].Kind == n.Content[j].Kind && n.Content[i].Value == n.Content[j].Value {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // itemNoun names an item of a list of mappings, for "got nothing".
 var itemNoun = map[string]string{"queueDoc": "a queue", "limitDoc": "a limit tier", "overrideDoc": "an override"}
 
-// keyProblems reports yaml.v3's problems with the keys of mapping n (and
-// those it merges), which a struct of type t reads, and whether n was
-// left unread for a key given twice.
+func selfAlias(name string) string {
+	return fmt.Sprintf("anchor %q holds an alias to itself (*%s), which would never end", name, name)
+}
+
+// keyProblems reports the problems with the keys of mapping n and those
+// it merges, which a struct of type t reads: a key unknown to t, a merge
+// (<<) of something else than mappings, and a key given twice in one
+// mapping, which leaves n unread (as yaml.v3 does), reported true.
 func (d *decoder) keyProblems(t reflect.Type, n *yaml.Node, a at) (unread bool) {
-	if len(d.yamlErrs) == 0 || n == nil {
-		return false
-	}
 	known := fieldNames(t)
-	pairs(n, 0, func(k, _ *yaml.Node) {
-		id := [2]string{strconv.Itoa(k.Line), k.Value}
-		problem, found := d.yamlErrs[id]
-		if !found {
-			return
+	var check func(m *yaml.Node, merging []*yaml.Node)
+	check = func(m *yaml.Node, merging []*yaml.Node) {
+		merging = append(merging, m)
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k, v := m.Content[i], m.Content[i+1]
+			for j := 0; j < i; j += 2 {
+				if first := m.Content[j]; first.Kind == k.Kind && first.Value == k.Value {
+					unread = true
+					d.keyProblem(k, join(a.path, k.Value), fmt.Sprintf("given twice (first at line %d)", first.Line))
+					break
+				}
+			}
+			if !isMerge(k) {
+				continue
+			}
+			items := []*yaml.Node{v}
+			if dv := deref(v); dv != nil && dv.Kind == yaml.SequenceNode {
+				items = dv.Content
+			}
+			for _, item := range items {
+				switch mi := deref(item); {
+				case mi == nil || mi.Kind != yaml.MappingNode:
+					d.keyProblem(item, a.path, "expected a mapping or a list of mappings to merge (<<), got "+describe(mi))
+				case slices.Contains(merging, mi) || slices.Contains(d.open[:len(d.open)-1], mi):
+					d.keyProblem(item, a.path, selfAlias(item.Value))
+				default:
+					check(mi, merging)
+				}
+			}
 		}
-		delete(d.yamlErrs, id)
-		ka := atNode(join(a.path, k.Value), k)
+	}
+	check(n, nil)
+	pairs(n, 0, func(k, _ *yaml.Node) {
 		switch {
-		case problem != "":
-			unread = true
-			d.add(ka, problem)
+		case isNull(deref(k)) || deref(k).Kind != yaml.ScalarNode || k.Value == "":
+			d.keyProblem(k, a.path, "expected a field name, got "+describe(deref(k)))
 		case a.path == "" && strings.HasPrefix(k.Value, "x-"):
 			// an extension field: a place for anchors, as in Compose files
-		default:
-			d.add(ka, "unknown field"+unknownHint(k.Value, t, known))
+		case !slices.Contains(known, k.Value):
+			d.keyProblem(k, join(a.path, k.Value), "unknown field"+unknownHint(k.Value, t, known))
 		}
 	})
 	return unread
+}
+
+// keyProblem reports a problem of key (or merge) node k once, however
+// many times aliases place its mapping.
+func (d *decoder) keyProblem(k *yaml.Node, path, problem string) {
+	if !d.keyed[k] {
+		d.keyed[k] = true
+		d.add(atNode(path, k), problem)
+	}
 }
 
 // pairs calls fn with each key and value of mapping n: its own, then

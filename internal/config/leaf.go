@@ -16,14 +16,11 @@ import (
 
 // shortForm is a mapping that may be written as a scalar instead.
 type shortForm interface {
-	short(n *yaml.Node)
+	short()            // the value is written as a scalar: its first field
 	shortWant() string // what the scalar is
 }
 
-func (l *leakRateDoc) short(n *yaml.Node) {
-	l.isShort = true
-	_ = l.Max.UnmarshalYAML(n)
-}
+func (l *leakRateDoc) short() { l.isShort = true }
 
 func (l *leakRateDoc) shortWant() string { return wantRate }
 

@@ -44,7 +44,7 @@ func Load(path string, getenv func(string) string, o Overrides) (*Config, error)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	return load(path, data, getenv, o)
+	return LoadBytes(path, data, getenv, o)
 }
 
 // LoadDev is Load when path is not empty, and otherwise Dev with the
@@ -53,15 +53,16 @@ func LoadDev(path string, getenv func(string) string, o Overrides) (*Config, err
 	if path != "" {
 		return Load(path, getenv, o)
 	}
-	c, err := load(devSource, []byte(devYAML), getenv, o)
+	c, err := LoadBytes(devSource, []byte(devYAML), getenv, o)
 	if err == nil {
 		c.Source = ""
 	}
 	return c, err
 }
 
-// load is Load on the file's bytes.
-func load(path string, data []byte, getenv func(string) string, o Overrides) (*Config, error) {
+// LoadBytes is Load on a file's contents, data; path is the name its
+// problems carry.
+func LoadBytes(path string, data []byte, getenv func(string) string, o Overrides) (*Config, error) {
 	c, problems := parse(path, data, getenv, o)
 	if len(problems) > 0 {
 		return nil, &ValidationError{Problems: problems}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
@@ -29,7 +30,7 @@ const minimal = `queues:
 // each; nil if it is valid.
 func problems(t *testing.T, src string) []string {
 	t.Helper()
-	_, err := load("spillway.yaml", []byte(src), nil, Overrides{})
+	_, err := LoadBytes("spillway.yaml", []byte(src), nil, Overrides{})
 	if err == nil {
 		return nil
 	}
@@ -45,7 +46,7 @@ func problems(t *testing.T, src string) []string {
 
 func mustLoad(t *testing.T, src string) *Config {
 	t.Helper()
-	c, err := load("spillway.yaml", []byte(src), nil, Overrides{})
+	c, err := LoadBytes("spillway.yaml", []byte(src), nil, Overrides{})
 	if err != nil {
 		t.Fatalf("load:\n%v", err)
 	}
@@ -111,7 +112,7 @@ func TestDesignExample(t *testing.T) {
 	if want := (retry.Policy{MaxAttempts: 5, Initial: time.Second, Max: 5 * time.Minute, Jitter: retry.DefaultJitter}); q.Retry != want {
 		t.Errorf("retry = %+v, want %+v", q.Retry, want)
 	}
-	want := Handler{HTTP: &HTTPHandler{URL: "http://127.0.0.1:9000/send", Timeout: 10 * time.Second}}
+	want := handler.Config{HTTP: &handler.HTTPConfig{URL: "http://127.0.0.1:9000/send", Timeout: 10 * time.Second}}
 	if !reflect.DeepEqual(q.Handler, want) {
 		t.Errorf("handler = %+v, want %+v", q.Handler, want)
 	}
@@ -139,7 +140,7 @@ func TestDefaults(t *testing.T) {
 	if q.Retry != (retry.Policy{MaxAttempts: retry.DefaultMaxAttempts, Initial: retry.DefaultInitial, Max: retry.DefaultMax, Jitter: retry.DefaultJitter}) {
 		t.Errorf("retry defaults: %+v", q.Retry)
 	}
-	if q.Handler != (Handler{}) {
+	if q.Handler != (handler.Config{}) {
 		t.Errorf("handler = %+v, want none (admit-only)", q.Handler)
 	}
 	if got := q.Limits[0].Limit.String(); got != "leaky_bucket rate=1/s burst=0 delay=0" {
@@ -237,15 +238,15 @@ queues:
 	if b.Retry != (retry.Policy{MaxAttempts: 5, Initial: 2 * time.Second, Max: time.Minute, Jitter: 0.5}) {
 		t.Errorf("retry = %+v", b.Retry)
 	}
-	if !reflect.DeepEqual(a.Handler, Handler{NATS: &NATSHandler{Subject: "jobs.a", Timeout: 2 * time.Second}}) {
+	if !reflect.DeepEqual(a.Handler, handler.Config{NATS: &handler.NATSConfig{Subject: "jobs.a", Timeout: 2 * time.Second}}) {
 		t.Errorf("nats handler = %+v", a.Handler.NATS)
 	}
-	if !reflect.DeepEqual(b.Handler, Handler{Log: true}) {
+	if !reflect.DeepEqual(b.Handler, handler.Config{Log: true}) {
 		t.Errorf("log handler = %+v", b.Handler)
 	}
-	wantHTTP := &HTTPHandler{URL: "https://example.test/hook", Timeout: DefaultHandlerTimeout,
+	wantHTTP := &handler.HTTPConfig{URL: "https://example.test/hook", Timeout: handler.DefaultTimeout,
 		Headers: map[string]string{"Authorization": "Bearer x", "X-Team": "7"}}
-	if !reflect.DeepEqual(cq.Handler, Handler{HTTP: wantHTTP}) {
+	if !reflect.DeepEqual(cq.Handler, handler.Config{HTTP: wantHTTP}) {
 		t.Errorf("http handler = %+v", cq.Handler.HTTP)
 	}
 }
@@ -401,6 +402,14 @@ status: {ttl: [1h]}
 		{"unknown field in an anchor", "x-b: &b {leak_rate: 1/s, capacty: 5}\nqueues:\n  - name: q\n    limits: [{key: global, rate: 1/s}]\n    backlog: *b\n",
 			[]string{`spillway.yaml:1: queues[0].backlog.capacty: unknown field (did you mean capacity?)`}},
 		{"merge loop", "redis: &r {timeout: 1s, <<: *r}\n" + minimal, []string{`spillway.yaml:1: redis: anchor "r" holds an alias to itself (*r), which would never end`}},
+		{"key that is not a name", "nats: {[a]: 1, ~: 2}\n" + minimal, []string{
+			`spillway.yaml:1: nats: expected a field name, got a list`,
+			`spillway.yaml:1: nats: expected a field name, got nothing`,
+		}},
+		{"alias to its own anchor", "queues:\n  - &q {name: a, limits: [*q], backlog: {leak_rate: 1/s}}\n",
+			[]string{`spillway.yaml:2: queues[0].limits[0]: anchor "q" holds an alias to itself (*q), which would never end`}},
+		{"unknown field in an anchor used twice", "x-b: &b {leak_rate: 1/s, capacty: 5}\nqueues:\n  - {name: a, limits: [{key: global, rate: 1/s}], backlog: *b}\n  - {name: b, limits: [{key: global, rate: 1/s}], backlog: {<<: *b}}\n",
+			[]string{`spillway.yaml:1: queues[0].backlog.capacty: unknown field (did you mean capacity?)`}},
 		{"merge of a scalar", "redis: {<<: 5}\n" + minimal, []string{`spillway.yaml:1: redis: expected a mapping or a list of mappings to merge (<<), got "5"`}},
 	}
 	for _, tt := range tests {
@@ -426,7 +435,7 @@ func TestAllProblemsReported(t *testing.T) {
     limits: [{key: nope, rate: 1/s}]
     backlog: {leak_rate: 1/s, bogus: 1}
 `
-	_, err := load("spillway.yaml", []byte(src), nil, Overrides{})
+	_, err := LoadBytes("spillway.yaml", []byte(src), nil, Overrides{})
 	var ve *ValidationError
 	if !errors.As(err, &ve) {
 		t.Fatalf("err = %v", err)
@@ -476,7 +485,7 @@ func TestDev(t *testing.T) {
 	if q.Backlog.Capacity != 100 || q.Backlog.LeakRate != (bucket.Rate{Count: 5, Per: time.Second}) || q.Backlog.Name != "demo" {
 		t.Errorf("demo backlog = %+v", q.Backlog)
 	}
-	if q.Handler != (Handler{Log: true}) {
+	if q.Handler != (handler.Config{Log: true}) {
 		t.Errorf("demo handler = %+v", q.Handler)
 	}
 	if err := q.Backlog.Validate(); err != nil {
@@ -557,27 +566,24 @@ func TestLimits(t *testing.T) {
 	})
 }
 
-// TestDocExample loads the annotated file of the package documentation, so
-// that the documentation cannot drift from the parser.
+// TestDocExample loads the annotated file of docs/configuration.md, so
+// that the reference cannot drift from the parser.
 func TestDocExample(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile("doc.go")
+	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(doc), "// # File\n")
+	_, after, ok := strings.Cut(string(doc), "\n## File\n")
 	if !ok {
-		t.Fatal("doc.go has no # File section")
+		t.Fatal("docs/configuration.md has no File section")
 	}
-	var src strings.Builder
-	for line := range strings.SplitSeq(after, "\n") {
-		if rest, ok := strings.CutPrefix(line, "//\t"); ok {
-			src.WriteString(rest + "\n")
-		} else if src.Len() > 0 {
-			break
-		}
+	_, after, _ = strings.Cut(after, "```yaml\n")
+	src, _, ok := strings.Cut(after, "```")
+	if !ok {
+		t.Fatal("docs/configuration.md has no yaml example under File")
 	}
-	c := mustLoad(t, src.String())
+	c := mustLoad(t, src)
 	q := c.Queue("email")
 	if q == nil || len(q.Limits) != 1 || q.Handler.HTTP == nil || q.Handler.HTTP.Headers["Authorization"] != "Bearer x" || c.Redis.FailureMode != FailOpen {
 		t.Errorf("doc example loaded as %+v", c)

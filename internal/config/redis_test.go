@@ -98,7 +98,7 @@ func TestRedisProblems(t *testing.T) {
 func TestRedisURLOverrideConflicts(t *testing.T) {
 	t.Parallel()
 	src := "redis:\n  cluster: {addrs: [\"n:7000\"]}\n" + minimal
-	_, err := load("spillway.yaml", []byte(src), mapEnv{"SPILLWAY_REDIS_URL": "redis://r:6379/0"}.get, Overrides{})
+	_, err := LoadBytes("spillway.yaml", []byte(src), mapEnv{"SPILLWAY_REDIS_URL": "redis://r:6379/0"}.get, Overrides{})
 	if err == nil || !strings.Contains(err.Error(), "SPILLWAY_REDIS_URL: the file configures redis.sentinel or redis.cluster") {
 		t.Fatalf("err = %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/textproto"
 	"net/url"
 	"path/filepath"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -98,14 +100,17 @@ func (d *decoder) ranged(i *integer, dst *int64, lo, hi int64) {
 	}
 }
 
+// duration stores x in dst if it is given, a duration, and positive or
+// ≥ 0 as the setting wants.
 func (d *decoder) duration(x *duration, dst *time.Duration, positive bool) {
-	if x.given() && x.err == nil {
-		v, err := parseDuration(x.n.Value, positive)
-		if err != nil {
-			d.errorf(x, "%v", err)
-			return
-		}
-		*dst = v
+	switch {
+	case !x.given() || x.err != nil:
+	case positive && x.V <= 0:
+		d.errorf(x, "expected a positive duration, got %s", describe(x.n))
+	case x.V < 0:
+		d.errorf(x, "expected a duration ≥ 0, got %s", describe(x.n))
+	default:
+		*dst = x.V
 	}
 }
 
@@ -120,20 +125,14 @@ func (d *decoder) boolean(b *boolean, dst *bool) bool {
 // *queue.FieldError or *retry.FieldError) at the fields field finds by
 // the owner's names, with the text as the file writes it.
 func (d *decoder) owned(err error, field func(name string) leafer) {
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
+	for _, e := range unjoin(err) {
 		var p struct{ field, value, want, other, otherValue string }
 		if qe, ok := errors.AsType[*queue.FieldError](e); ok {
 			p.field, p.value, p.want, p.other, p.otherValue = qe.Field, qe.Value, qe.Want, qe.Other, qe.OtherValue
 		} else if re, ok := errors.AsType[*retry.FieldError](e); ok {
 			p.field, p.value, p.want, p.other, p.otherValue = re.Field, re.Value, re.Want, re.Other, re.OtherValue
-		} else if e != nil { // not a field's problem: not to be lost either
+		} else { // not a field's problem: not to be lost either
 			d.add(at{}, e.Error())
-			continue
-		} else {
 			continue
 		}
 		f, of := field(p.field), field(p.other)
@@ -159,6 +158,17 @@ func (d *decoder) owned(err error, field func(name string) leafer) {
 			d.errorf(f, "expected %s, got %s", p.want, p.value)
 		}
 	}
+}
+
+// unjoin is the errors an errors.Join holds, or err alone (none for nil).
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // byTag is the leaf of the document struct v named path, yaml names
@@ -206,14 +216,9 @@ func (d *decoder) config(c *Config, doc *rootDoc) {
 	d.ranged(&h.MaxBodyBytes, &c.HTTP.MaxBodyBytes, 1, math.MaxInt64)
 	d.filename(&h.APIKeysFile, &c.HTTP.APIKeysFile)
 	d.filename(&h.AdminKeysFile, &c.HTTP.AdminKeysFile)
-	for i, item := range h.TrustedProxies {
-		var s string
-		if item == nil || item.n.Kind != yaml.ScalarNode {
-			d.errorf(&h.TrustedProxies[i], "expected %s, got %s", wantProxy, describe(item.node()))
-		} else if d.str(item, &s, func(s string) error { _, err := parseProxy(s); return err }) {
-			p, _ := parseProxy(s)
-			c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, p)
-		}
+	for _, s := range d.list(h.TrustedProxies, wantProxy, func(s string) error { _, err := parseProxy(s); return err }) {
+		p, _ := parseProxy(s)
+		c.HTTP.TrustedProxies = append(c.HTTP.TrustedProxies, p)
 	}
 	d.boolean(&h.ShowRawKeys, &c.HTTP.ShowRawKeys)
 
@@ -566,26 +571,26 @@ func (d *decoder) retry(r *retryDoc) retry.Policy {
 	return p
 }
 
-// handler reads a queue's handler: exactly one of http, nats and log: true.
-func (d *decoder) handler(hd *handlerDoc) Handler {
-	var h Handler
+// handler reads a queue's handler, exactly one of http, nats and log:
+// true, and handler's Validate decides what may be used.
+func (d *decoder) handler(hd *handlerDoc) handler.Config {
+	var h handler.Config
 	var kinds []string
+	leaves := map[string]leafer{}
 	if hh := hd.HTTP; hh != nil {
 		kinds = append(kinds, "http")
-		h.HTTP = &HTTPHandler{Timeout: DefaultHandlerTimeout}
-		if d.need(&hh.URL, wantHTTPURL) {
-			d.str(&hh.URL, &h.HTTP.URL, checkHTTPURL)
-		}
+		h.HTTP = &handler.HTTPConfig{Timeout: handler.DefaultTimeout}
+		d.str(&hh.URL, &h.HTTP.URL, nil)
 		d.duration(&hh.Timeout, &h.HTTP.Timeout, true)
-		h.HTTP.Headers = d.headers(&hh.Headers)
+		h.HTTP.Headers = d.headers(&hh.Headers, leaves)
+		leaves["http.url"] = &hh.URL
 	}
 	if nh := hd.NATS; nh != nil {
 		kinds = append(kinds, "nats")
-		h.NATS = &NATSHandler{Timeout: DefaultHandlerTimeout}
-		if d.need(&nh.Subject, wantSubject) {
-			d.str(&nh.Subject, &h.NATS.Subject, checkSubject)
-		}
+		h.NATS = &handler.NATSConfig{Timeout: handler.DefaultTimeout}
+		d.str(&nh.Subject, &h.NATS.Subject, nil)
 		d.duration(&nh.Timeout, &h.NATS.Timeout, true)
+		leaves["nats.subject"] = &nh.Subject
 	}
 	if d.boolean(&hd.Log, &h.Log) && h.Log {
 		kinds = append(kinds, "log")
@@ -597,11 +602,23 @@ func (d *decoder) handler(hd *handlerDoc) Handler {
 	default:
 		d.errorf(hd, "expected one kind of handler, got %s", joinOr(kinds, "and"))
 	}
+	for _, e := range unjoin(h.Validate()) {
+		fe, _ := errors.AsType[*handler.FieldError](e)
+		switch l := leaves[fe.Field]; {
+		case l != nil && l.base().given():
+			if l.base().n.Kind == yaml.ScalarNode { // else reported as not a string
+				d.errorf(l, "%s", fe.Problem())
+			}
+		case l != nil && l.base().err == nil:
+			d.missing(l, fe.Want)
+		}
+	}
 	return h
 }
 
-// headers reads an HTTP handler's headers: canonical names, given once.
-func (d *decoder) headers(e *entries) map[string]string {
+// headers reads an HTTP handler's headers, by canonical name, each given
+// once; leaves gets each header's key by its field in handler's problems.
+func (d *decoder) headers(e *entries, leaves map[string]leafer) map[string]string {
 	if e.n == nil {
 		return nil
 	}
@@ -609,24 +626,20 @@ func (d *decoder) headers(e *entries) map[string]string {
 	first := map[string]int{}
 	d.entries(e, "a mapping of header names to values", "a header name", func(k, v *yaml.Node, _ string) {
 		field := d.pos[e].path + "." + k.Value
-		report := func(n *yaml.Node, err error) { d.add(atNode(field, n), err.Error()) }
-		name, err := headerName(k.Value)
-		if err != nil {
-			report(k, err)
-			return
-		}
+		name := textproto.CanonicalMIMEHeaderKey(k.Value)
 		if line, dup := first[name]; dup {
-			report(k, fmt.Errorf("header %s is already given at line %d", name, line))
+			d.add(atNode(field, k), fmt.Sprintf("header %s is already given at line %d", name, line))
 			return
 		}
 		first[name] = k.Line
 		if isNull(v) || v.Kind != yaml.ScalarNode {
-			report(v, fmt.Errorf("expected a header value, got %s", describe(v)))
-		} else if err := checkHeaderValue(v.Value); err != nil {
-			report(v, err)
-		} else {
-			headers[name] = v.Value
+			d.add(atNode(field, v), "expected a header value, got "+describe(v))
+			return
 		}
+		l := &leaf{n: k}
+		d.pos[l] = atNode(field, k)
+		leaves["http.headers."+name] = l
+		headers[name] = v.Value
 	})
 	return headers
 }
@@ -723,12 +736,18 @@ func (d *decoder) redisAddrs(addrs *[]*text, want string) []string {
 	if len(*addrs) == 0 {
 		d.errorf(addrs, "expected at least one host:port address, got an empty list")
 	}
+	return d.list(*addrs, wantRedisAddr, checkRedisAddr)
+}
+
+// list reads a list of strings, each a scalar that check accepts: want
+// says what an item is.
+func (d *decoder) list(items []*text, want string, check func(string) error) []string {
 	var out []string
-	for i, a := range *addrs {
+	for i, item := range items {
 		var s string
-		if a == nil || a.n.Kind != yaml.ScalarNode {
-			d.errorf(&(*addrs)[i], "expected %s, got %s", wantRedisAddr, describe(a.node()))
-		} else if d.str(a, &s, checkRedisAddr) {
+		if item == nil || item.n.Kind != yaml.ScalarNode {
+			d.errorf(&items[i], "expected %s, got %s", want, describe(item.node()))
+		} else if d.str(item, &s, check) {
 			out = append(out, s)
 		}
 	}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spillway-dev/spillway/pkg/spillway"
 
@@ -30,8 +28,6 @@ const (
 	wantListen    = `host:port such as ":8080" or "127.0.0.1:8080"`
 	wantNATSURL   = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
 	wantRedisURL  = `a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0"`
-	wantHTTPURL   = `an http:// or https:// URL such as "http://127.0.0.1:9000/send"`
-	wantSubject   = `a NATS subject such as "jobs.email" (no spaces or wildcards)`
 	wantKey       = `"global", "ip" or "header:NAME"`
 	wantProxy     = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
 	wantRedisAddr = `a host:port address such as "10.0.0.5:26379"`
@@ -41,19 +37,6 @@ const (
 
 func expected(want, got string) error {
 	return fmt.Errorf("expected %s, got %q", want, got)
-}
-
-func parseDuration(s string, positive bool) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	switch {
-	case err != nil:
-		return 0, expected(wantDuration, s)
-	case positive && d <= 0:
-		return 0, expected("a positive duration", s)
-	case d < 0:
-		return 0, expected("a duration ≥ 0", s)
-	}
-	return d, nil
 }
 
 func intRange(lo, hi int64) string {
@@ -160,14 +143,6 @@ func checkRedisURL(s string) error {
 	return nil
 }
 
-func checkHTTPURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return expected(wantHTTPURL, redact(s))
-	}
-	return nil
-}
-
 // redact hides the password of every URL in a comma-separated list, so that
 // an error message does not print a secret.
 func redact(s string) string {
@@ -180,17 +155,6 @@ func redact(s string) string {
 		}
 	}
 	return strings.Join(parts, ",")
-}
-
-// checkSubject accepts a subject one can publish to: dot-separated non-empty
-// tokens without whitespace or wildcards.
-func checkSubject(s string) error {
-	for tok := range strings.SplitSeq(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n\f\v") {
-			return expected(wantSubject, s)
-		}
-	}
-	return nil
 }
 
 func checkQueueName(s string) error {
@@ -242,24 +206,4 @@ func (k Key) String() string {
 		return "ip"
 	}
 	return "global"
-}
-
-// headerName canonicalises a handler header's name and refuses those the
-// worker sets itself (docs/design.md#workers).
-func headerName(s string) (string, error) {
-	if !spillway.IsToken(s) {
-		return "", fmt.Errorf("expected a header name (letters, digits and !#$%%&'*+-.^_`|~), got %q", s)
-	}
-	name := textproto.CanonicalMIMEHeaderKey(s)
-	if strings.HasPrefix(name, "Spillway-") || name == "Idempotency-Key" {
-		return "", fmt.Errorf("header %s is set by the worker for every job and cannot be configured", name)
-	}
-	return name, nil
-}
-
-func checkHeaderValue(s string) error {
-	if strings.ContainsAny(s, "\r\n\x00") {
-		return errors.New("expected a header value on one line, got a line break or NUL")
-	}
-	return nil
 }

@@ -1,7 +1,8 @@
 // Package handler builds the worker.Handler that runs a queue's jobs in a
 // worker, from the queue's handler config (docs/design.md#handlers): an HTTP webhook,
 // a NATS request, or the dev-mode log handler. New picks the one a
-// config.Handler names.
+// Config names; Config.Validate holds the rules of a handler's settings,
+// which the configuration calls.
 //
 // # Headers
 //

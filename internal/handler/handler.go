@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -36,7 +35,7 @@ var (
 	// ErrInvalidConfig is wrapped by the error for a handler config that
 	// cannot be used.
 	ErrInvalidConfig = errors.New("handler: invalid config")
-	// ErrNoHandler: the config.Handler sets none of http, nats and log.
+	// ErrNoHandler: the Config sets none of http, nats and log.
 	// Callers name the queue: fmt.Errorf("queue %s: %w", name, err).
 	ErrNoHandler = errors.New("handler: no handler configured")
 )
@@ -44,7 +43,7 @@ var (
 // New returns the handler cfg names. nc is needed by a NATS handler only,
 // client by an HTTP handler only (nil: see HTTP), logger by the log handler
 // only (nil: slog.Default()).
-func New(cfg config.Handler, nc *nats.Conn, client *http.Client, logger *slog.Logger) (worker.Handler, error) {
+func New(cfg Config, nc *nats.Conn, client *http.Client, logger *slog.Logger) (worker.Handler, error) {
 	set := 0
 	for _, on := range []bool{cfg.HTTP != nil, cfg.NATS != nil, cfg.Log} {
 		if on {
@@ -124,16 +123,6 @@ func validHeaderValue(v string) bool {
 		}
 	}
 	return utf8.ValidString(v)
-}
-
-// reserved are header names a handler config may not set: Spillway sets them.
-func reserved(name string) bool {
-	switch http.CanonicalHeaderKey(name) {
-	case spillway.HeaderJobID, spillway.HeaderQueue, spillway.HeaderKey, spillway.HeaderAttempt,
-		spillway.HeaderIdempotencyKey, spillway.HeaderKeyEncoding:
-		return true
-	}
-	return false
 }
 
 // parseRetryAfter reads a Retry-After value — delay-seconds or an HTTP-date

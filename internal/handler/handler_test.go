@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
@@ -21,7 +21,7 @@ import (
 func TestNewPicksTheConfiguredHandler(t *testing.T) {
 	t.Parallel()
 	srv, got := capture(t, nil)
-	h, err := handler.New(config.Handler{HTTP: &config.HTTPHandler{URL: srv.URL}}, nil, nil, nil)
+	h, err := handler.New(handler.Config{HTTP: &handler.HTTPConfig{URL: srv.URL}}, nil, nil, nil)
 	if err != nil {
 		t.Fatalf("New(http): %v", err)
 	}
@@ -33,7 +33,7 @@ func TestNewPicksTheConfiguredHandler(t *testing.T) {
 	ns := queuetest.Start(t)
 	nc := ns.Connect(t)
 	asked := respond(t, ns.Connect(t), "jobs.email", replyWith(nil, ""))
-	h, err = handler.New(config.Handler{NATS: &config.NATSHandler{Subject: "jobs.email"}}, nc, nil, nil)
+	h, err = handler.New(handler.Config{NATS: &handler.NATSConfig{Subject: "jobs.email"}}, nc, nil, nil)
 	if err != nil {
 		t.Fatalf("New(nats): %v", err)
 	}
@@ -43,7 +43,7 @@ func TestNewPicksTheConfiguredHandler(t *testing.T) {
 	<-asked
 
 	var logs bytes.Buffer
-	h, err = handler.New(config.Handler{Log: true}, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	h, err = handler.New(handler.Config{Log: true}, nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("New(log): %v", err)
 	}
@@ -54,14 +54,14 @@ func TestNewPicksTheConfiguredHandler(t *testing.T) {
 
 func TestNewRefuses(t *testing.T) {
 	t.Parallel()
-	if _, err := handler.New(config.Handler{}, nil, nil, nil); !errors.Is(err, handler.ErrNoHandler) {
+	if _, err := handler.New(handler.Config{}, nil, nil, nil); !errors.Is(err, handler.ErrNoHandler) {
 		t.Errorf("no handler: %v, want ErrNoHandler", err)
 	}
-	two := config.Handler{HTTP: &config.HTTPHandler{URL: "http://example.com"}, Log: true}
+	two := handler.Config{HTTP: &handler.HTTPConfig{URL: "http://example.com"}, Log: true}
 	if _, err := handler.New(two, nil, nil, nil); !errors.Is(err, handler.ErrInvalidConfig) {
 		t.Errorf("two handlers: %v, want ErrInvalidConfig", err)
 	}
-	if _, err := handler.New(config.Handler{NATS: &config.NATSHandler{Subject: "jobs"}}, nil, nil, nil); !errors.Is(err, handler.ErrInvalidConfig) {
+	if _, err := handler.New(handler.Config{NATS: &handler.NATSConfig{Subject: "jobs"}}, nil, nil, nil); !errors.Is(err, handler.ErrInvalidConfig) {
 		t.Errorf("nats without a connection: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -91,7 +91,7 @@ func ExampleHTTP() {
 	}))
 	defer downstream.Close()
 
-	h, err := handler.HTTP(config.HTTPHandler{URL: downstream.URL}, nil)
+	h, err := handler.HTTP(handler.HTTPConfig{URL: downstream.URL}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -99,4 +99,39 @@ func ExampleHTTP() {
 	d, ok := retry.RetryAfter(err)
 	fmt.Println(retry.IsPermanent(err), d, ok)
 	// Output: false 30s true
+}
+
+// TestValidateNamesFields checks that Validate reports every problem as a
+// *FieldError named as the configuration file names the setting, which the
+// configuration uses to place it at its line.
+func TestValidateNamesFields(t *testing.T) {
+	t.Parallel()
+	cfg := handler.Config{
+		HTTP: &handler.HTTPConfig{URL: "ftp://u:secret@x", Timeout: -1, Headers: map[string]string{"Spillway-Priority": "high"}},
+		NATS: &handler.NATSConfig{Subject: "jobs.>"},
+	}
+	err := cfg.Validate()
+	if !errors.Is(err, handler.ErrInvalidConfig) {
+		t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
+	}
+	var got []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		fe, ok := errors.AsType[*handler.FieldError](e)
+		if !ok {
+			t.Fatalf("%v is not a *FieldError", e)
+		}
+		got = append(got, fe.Field+": "+fe.Problem())
+	}
+	want := []string{
+		`http.url: expected an http:// or https:// URL such as "http://127.0.0.1:9000/send", got "ftp://u:xxxxx@x"`,
+		`http.timeout: expected a duration ≥ 0, got "-1ns"`,
+		`http.headers.Spillway-Priority: header Spillway-Priority is set by the worker for every job and cannot be configured`,
+		`nats.subject: expected a NATS subject such as "jobs.email" (no spaces or wildcards), got "jobs.>"`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if err := (handler.Config{Log: true}).Validate(); err != nil {
+		t.Errorf("log handler: %v", err)
+	}
 }

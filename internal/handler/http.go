@@ -2,6 +2,7 @@ package handler
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/spillway"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
@@ -41,7 +41,7 @@ func (e *StatusError) Error() string {
 
 // HTTP returns a handler that POSTs each job to cfg.URL (package doc:
 // headers, status mapping, errors). Each request has cfg.Timeout (default
-// config.DefaultHandlerTimeout) to answer, headers and body included.
+// DefaultTimeout) to answer, headers and body included.
 //
 // client sends the requests; nil means one on a transport of its own (a
 // clone of http.DefaultTransport, so that nothing else closing the default
@@ -52,28 +52,14 @@ func (e *StatusError) Error() string {
 // caller's keeps its own redirect policy.
 //
 // The handler is safe for concurrent use.
-func HTTP(cfg config.HTTPHandler, client *http.Client) (worker.Handler, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: http url: want an absolute http:// or https:// URL", ErrInvalidConfig)
+func HTTP(cfg HTTPConfig, client *http.Client) (worker.Handler, error) {
+	if err := (Config{HTTP: &cfg}).Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("%w: http timeout %v: must not be negative", ErrInvalidConfig, cfg.Timeout)
-	}
-	timeout := cfg.Timeout
-	if timeout == 0 {
-		timeout = config.DefaultHandlerTimeout
-	}
+	u, _ := url.Parse(cfg.URL)
+	timeout := cmp.Or(cfg.Timeout, DefaultTimeout)
 	static := http.Header{}
 	for name, v := range cfg.Headers {
-		switch {
-		case !spillway.IsToken(name):
-			return nil, fmt.Errorf("%w: http header %q: not a valid header name", ErrInvalidConfig, name)
-		case reserved(name):
-			return nil, fmt.Errorf("%w: http header %s: set by Spillway, cannot be configured", ErrInvalidConfig, http.CanonicalHeaderKey(name))
-		case !validHeaderValue(v):
-			return nil, fmt.Errorf("%w: http header %s: value holds a control character", ErrInvalidConfig, http.CanonicalHeaderKey(name))
-		}
 		static.Set(name, v)
 	}
 	if client == nil {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
@@ -66,7 +65,7 @@ func capture(t *testing.T, answer http.HandlerFunc) (*httptest.Server, <-chan re
 	return srv, got
 }
 
-func mustHTTP(t *testing.T, cfg config.HTTPHandler, client *http.Client) worker.Handler {
+func mustHTTP(t *testing.T, cfg handler.HTTPConfig, client *http.Client) worker.Handler {
 	t.Helper()
 	h, err := handler.HTTP(cfg, client)
 	if err != nil {
@@ -78,7 +77,7 @@ func mustHTTP(t *testing.T, cfg config.HTTPHandler, client *http.Client) worker.
 func TestHTTPSendsPayloadAndHeaders(t *testing.T) {
 	t.Parallel()
 	srv, got := capture(t, nil)
-	h := mustHTTP(t, config.HTTPHandler{URL: srv.URL + "/send", Headers: map[string]string{"authorization": "Bearer abc"}}, nil)
+	h := mustHTTP(t, handler.HTTPConfig{URL: srv.URL + "/send", Headers: map[string]string{"authorization": "Bearer abc"}}, nil)
 	if err := h(t.Context(), testJob()); err != nil {
 		t.Fatalf("handler: %v", err)
 	}
@@ -120,7 +119,7 @@ func TestHTTPContentType(t *testing.T) {
 		{"the job's wins", "application/json", "text/plain", "text/plain"},
 	}
 	for _, tt := range tests {
-		cfg := config.HTTPHandler{URL: srv.URL}
+		cfg := handler.HTTPConfig{URL: srv.URL}
 		if tt.configured != "" {
 			cfg.Headers = map[string]string{"Content-Type": tt.configured}
 		}
@@ -142,7 +141,7 @@ func TestHTTPKeyThatIsNoHeaderValueIsPercentEncoded(t *testing.T) {
 	srv, got := capture(t, nil)
 	j := testJob()
 	j.Key = "line\nbreak"
-	if err := mustHTTP(t, config.HTTPHandler{URL: srv.URL}, nil)(t.Context(), j); err != nil {
+	if err := mustHTTP(t, handler.HTTPConfig{URL: srv.URL}, nil)(t.Context(), j); err != nil {
 		t.Fatalf("handler: %v", err)
 	}
 	r := <-got
@@ -263,7 +262,7 @@ func TestHTTPStatusMapping(t *testing.T) {
 		if !tt.date.IsZero() {
 			u += "&date=" + url.QueryEscape(tt.date.Format(http.TimeFormat))
 		}
-		err := mustHTTP(t, config.HTTPHandler{URL: u}, nil)(t.Context(), testJob())
+		err := mustHTTP(t, handler.HTTPConfig{URL: u}, nil)(t.Context(), testJob())
 		if got := outcomeOf(err); got != tt.want {
 			t.Errorf("%d Retry-After %q: %v (%v), want %v", tt.status, tt.retryAfter, got, err, tt.want)
 		}
@@ -291,7 +290,7 @@ func TestHTTPErrorIsOneLine(t *testing.T) {
 			w.WriteHeader(http.StatusInternalServerError)
 			_, _ = io.WriteString(w, tt.body)
 		})
-		err := mustHTTP(t, config.HTTPHandler{URL: srv.URL + "/send"}, nil)(t.Context(), testJob())
+		err := mustHTTP(t, handler.HTTPConfig{URL: srv.URL + "/send"}, nil)(t.Context(), testJob())
 		if want := "POST " + srv.URL + "/send" + tt.want; err == nil || err.Error() != want {
 			t.Errorf("body %q: error\n%v\nwant\n%s", tt.body, err, want)
 		}
@@ -302,7 +301,7 @@ func TestHTTPErrorRedactsThePassword(t *testing.T) {
 	t.Parallel()
 	srv, _ := capture(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
 	u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1)
-	err := mustHTTP(t, config.HTTPHandler{URL: u}, nil)(t.Context(), testJob())
+	err := mustHTTP(t, handler.HTTPConfig{URL: u}, nil)(t.Context(), testJob())
 	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "502 Bad Gateway") {
 		t.Errorf("error %v: want a 502 without the password", err)
 	}
@@ -323,7 +322,7 @@ func TestHTTPDrainsTheBody(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	h := mustHTTP(t, config.HTTPHandler{URL: srv.URL}, srv.Client())
+	h := mustHTTP(t, handler.HTTPConfig{URL: srv.URL}, srv.Client())
 	for range 5 {
 		if err := h(t.Context(), testJob()); err == nil {
 			t.Fatal("a 500 succeeded")
@@ -344,7 +343,7 @@ func TestHTTPTimeout(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { close(release) }) // runs before srv.Close
-	h := mustHTTP(t, config.HTTPHandler{URL: srv.URL, Timeout: 100 * time.Millisecond}, nil)
+	h := mustHTTP(t, handler.HTTPConfig{URL: srv.URL, Timeout: 100 * time.Millisecond}, nil)
 	began := time.Now()
 	err := h(t.Context(), testJob())
 	if took := time.Since(began); took > 5*time.Second {
@@ -368,7 +367,7 @@ func TestHTTPWorkerContextEnds(t *testing.T) {
 		once.Do(cancel)
 		<-r.Context().Done()
 	})
-	err := mustHTTP(t, config.HTTPHandler{URL: srv.URL}, nil)(ctx, testJob())
+	err := mustHTTP(t, handler.HTTPConfig{URL: srv.URL}, nil)(ctx, testJob())
 	if !errors.Is(err, context.Canceled) || retry.IsPermanent(err) {
 		t.Errorf("error %v, want a retry wrapping context.Canceled", err)
 	}
@@ -384,7 +383,7 @@ func TestHTTPConnectionRefused(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	err = mustHTTP(t, config.HTTPHandler{URL: "http://" + addr + "/send"}, nil)(t.Context(), testJob())
+	err = mustHTTP(t, handler.HTTPConfig{URL: "http://" + addr + "/send"}, nil)(t.Context(), testJob())
 	if got := outcomeOf(err); got != (outcome{}) {
 		t.Fatalf("error %v: %v, want a plain retry", err, got)
 	}
@@ -406,7 +405,7 @@ func TestHTTPFollowsRedirectsThatKeepThePost(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	if err := mustHTTP(t, config.HTTPHandler{URL: srv.URL + "/old"}, nil)(t.Context(), testJob()); err != nil {
+	if err := mustHTTP(t, handler.HTTPConfig{URL: srv.URL + "/old"}, nil)(t.Context(), testJob()); err != nil {
 		t.Fatalf("handler: %v", err)
 	}
 	if string(final) != "hello, downstream" {
@@ -416,7 +415,7 @@ func TestHTTPFollowsRedirectsThatKeepThePost(t *testing.T) {
 
 func TestHTTPRejectsConfig(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []config.HTTPHandler{
+	for _, cfg := range []handler.HTTPConfig{
 		{URL: ""},
 		{URL: "/send"},
 		{URL: "ftp://example.com/send"},

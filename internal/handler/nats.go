@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
@@ -18,23 +18,17 @@ import (
 
 // NATS returns a handler that sends each job as a request to cfg.Subject on
 // nc and maps the reply (package doc: the reply protocol). Each request has
-// cfg.Timeout (default config.DefaultHandlerTimeout) to be answered.
+// cfg.Timeout (default DefaultTimeout) to be answered.
 //
 // The handler is safe for concurrent use.
-func NATS(nc *nats.Conn, cfg config.NATSHandler) (worker.Handler, error) {
+func NATS(nc *nats.Conn, cfg NATSConfig) (worker.Handler, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: nats handler: no NATS connection", ErrInvalidConfig)
 	}
-	if !validSubject(cfg.Subject) {
-		return nil, fmt.Errorf("%w: nats subject %q: want dot-separated tokens without spaces or wildcards", ErrInvalidConfig, cfg.Subject)
+	if err := (Config{NATS: &cfg}).Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("%w: nats timeout %v: must not be negative", ErrInvalidConfig, cfg.Timeout)
-	}
-	h := &natsHandler{nc: nc, subject: cfg.Subject, timeout: cfg.Timeout}
-	if h.timeout == 0 {
-		h.timeout = config.DefaultHandlerTimeout
-	}
+	h := &natsHandler{nc: nc, subject: cfg.Subject, timeout: cmp.Or(cfg.Timeout, DefaultTimeout)}
 	return h.handle, nil
 }
 
@@ -113,18 +107,4 @@ func header(h nats.Header, name string) string {
 		}
 	}
 	return ""
-}
-
-// validSubject accepts a subject one can publish to: non-empty tokens
-// separated by dots, no whitespace, no wildcard tokens.
-func validSubject(s string) bool {
-	if s == "" || strings.ContainsAny(s, " \t\r\n") {
-		return false
-	}
-	for tok := range strings.SplitSeq(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" {
-			return false
-		}
-	}
-	return true
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
@@ -48,7 +47,7 @@ func replyWith(header map[string]string, body string) func(*nats.Msg) *nats.Msg 
 	}
 }
 
-func mustNATS(t *testing.T, nc *nats.Conn, cfg config.NATSHandler) func(subject string) error {
+func mustNATS(t *testing.T, nc *nats.Conn, cfg handler.NATSConfig) func(subject string) error {
 	t.Helper()
 	return func(subject string) error {
 		cfg.Subject = subject
@@ -65,7 +64,7 @@ func TestNATSSendsPayloadAndHeaders(t *testing.T) {
 	srv := queuetest.Start(t)
 	nc := srv.Connect(t)
 	got := respond(t, srv.Connect(t), "jobs.email", replyWith(nil, ""))
-	if err := mustNATS(t, nc, config.NATSHandler{})("jobs.email"); err != nil {
+	if err := mustNATS(t, nc, handler.NATSConfig{})("jobs.email"); err != nil {
 		t.Fatalf("handler: %v", err)
 	}
 	m := <-got
@@ -93,7 +92,7 @@ func TestNATSReplyProtocol(t *testing.T) {
 	t.Parallel()
 	srv := queuetest.Start(t)
 	nc, responder := srv.Connect(t), srv.Connect(t)
-	h := mustNATS(t, nc, config.NATSHandler{})
+	h := mustNATS(t, nc, handler.NATSConfig{})
 	var (
 		success   = outcome{ok: true}
 		permanent = outcome{permanent: true}
@@ -150,7 +149,7 @@ func TestNATSReplyProtocol(t *testing.T) {
 func TestNATSNoResponders(t *testing.T) {
 	t.Parallel()
 	srv := queuetest.Start(t)
-	err := mustNATS(t, srv.Connect(t), config.NATSHandler{})("jobs.nobody")
+	err := mustNATS(t, srv.Connect(t), handler.NATSConfig{})("jobs.nobody")
 	if o := outcomeOf(err); o != (outcome{}) || !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("error %v: %v, want a plain retry wrapping nats.ErrNoResponders", err, o)
 	}
@@ -161,7 +160,7 @@ func TestNATSTimeout(t *testing.T) {
 	srv := queuetest.Start(t)
 	got := respond(t, srv.Connect(t), "jobs.slow", func(*nats.Msg) *nats.Msg { return nil })
 	began := time.Now()
-	err := mustNATS(t, srv.Connect(t), config.NATSHandler{Timeout: 100 * time.Millisecond})("jobs.slow")
+	err := mustNATS(t, srv.Connect(t), handler.NATSConfig{Timeout: 100 * time.Millisecond})("jobs.slow")
 	<-got
 	if took := time.Since(began); took > 5*time.Second {
 		t.Errorf("returned after %v, want about 100ms", took)
@@ -176,14 +175,14 @@ func TestNATSRejectsConfig(t *testing.T) {
 	srv := queuetest.Start(t)
 	nc := srv.Connect(t)
 	for _, subject := range []string{"", "jobs.*", "jobs.>", "jobs..x", ".jobs", "jobs x"} {
-		if _, err := handler.NATS(nc, config.NATSHandler{Subject: subject}); !errors.Is(err, handler.ErrInvalidConfig) {
+		if _, err := handler.NATS(nc, handler.NATSConfig{Subject: subject}); !errors.Is(err, handler.ErrInvalidConfig) {
 			t.Errorf("subject %q: %v, want ErrInvalidConfig", subject, err)
 		}
 	}
-	if _, err := handler.NATS(nil, config.NATSHandler{Subject: "jobs"}); !errors.Is(err, handler.ErrInvalidConfig) {
+	if _, err := handler.NATS(nil, handler.NATSConfig{Subject: "jobs"}); !errors.Is(err, handler.ErrInvalidConfig) {
 		t.Errorf("no connection: %v, want ErrInvalidConfig", err)
 	}
-	if _, err := handler.NATS(nc, config.NATSHandler{Subject: "jobs", Timeout: -1}); !errors.Is(err, handler.ErrInvalidConfig) {
+	if _, err := handler.NATS(nc, handler.NATSConfig{Subject: "jobs", Timeout: -1}); !errors.Is(err, handler.ErrInvalidConfig) {
 		t.Errorf("negative timeout: %v, want ErrInvalidConfig", err)
 	}
 }

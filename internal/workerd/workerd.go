@@ -122,7 +122,7 @@ type running struct {
 type spec struct {
 	backlog     queue.Config // LeakRate and Adaptive zeroed
 	retry       retry.Policy
-	handler     config.Handler
+	handler     handler.Config
 	concurrency int
 	ackWait     time.Duration
 	grace       time.Duration

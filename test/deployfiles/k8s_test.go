@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/handler"
 )
 
 const k8sDir = "deploy/k8s"
@@ -404,7 +405,7 @@ func TestScaledObject(t *testing.T) {
 
 	want := map[string]bool{} // the queues workers run
 	for _, q := range cfg.Queues {
-		if q.Handler != (config.Handler{}) {
+		if q.Handler != (handler.Config{}) {
 			want[q.Name] = true
 		}
 	}

@@ -1,4 +1,4 @@
-package config
+package cli
 
 import (
 	"bytes"
@@ -11,13 +11,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spillway-dev/spillway/internal/config"
 )
 
 // watchBundle is what a Watcher test looks at.
 type watchBundle struct {
 	path    string
 	results chan result // every OnResult
-	reloads chan [2]*Config
+	reloads chan [2]*config.Config
 	logs    *syncBuffer
 }
 
@@ -44,9 +48,17 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
 // queueFile is a valid file whose one queue has the given name.
 func queueFile(name string) string {
-	return strings.Replace(minimal, "name: q", "name: "+name, 1)
+	return `queues:
+  - name: ` + name + `
+    limits: [{key: global, rate: 1/s}]
+    backlog: {leak_rate: 1/s}
+`
 }
 
 func setupWatcher(t *testing.T, interval time.Duration) (*Watcher, *watchBundle) {
@@ -54,17 +66,17 @@ func setupWatcher(t *testing.T, interval time.Duration) (*Watcher, *watchBundle)
 	b := &watchBundle{
 		path:    filepath.Join(t.TempDir(), "spillway.yaml"),
 		results: make(chan result, 100),
-		reloads: make(chan [2]*Config, 100),
+		reloads: make(chan [2]*config.Config, 100),
 		logs:    &syncBuffer{},
 	}
 	writeFile(t, b.path, queueFile("first"))
-	w, err := NewWatcher(b.path, mapEnv{"SPILLWAY_HTTP_LISTEN": ":7"}.get, Overrides{}, interval,
+	w, err := NewWatcher(b.path, func(name string) string { return map[string]string{"SPILLWAY_HTTP_LISTEN": ":7"}[name] }, config.Overrides{}, interval,
 		slog.New(slog.NewTextHandler(b.logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.OnResult = func(ok bool, err error) { b.results <- result{ok, err} }
-	w.OnReload = func(old, new *Config) { b.reloads <- [2]*Config{old, new} }
+	w.OnReload = func(old, new *config.Config) { b.reloads <- [2]*config.Config{old, new} }
 	return w, b
 }
 
@@ -81,7 +93,7 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-func queueName(c *Config) string { return c.Queues[0].Name }
+func queueName(c *config.Config) string { return c.Queues[0].Name }
 
 // expectOK waits for the next OnResult and checks that it is a success.
 func (b *watchBundle) expectOK(t *testing.T) {
@@ -226,7 +238,7 @@ func TestWatcherReload(t *testing.T) {
 
 	writeFile(t, b.path, "queues: []\n")
 	err := w.Reload()
-	if !errors.Is(err, ErrInvalid) || err.Error() != b.path+":1: queues: expected at least one queue, got an empty list" {
+	if !errors.Is(err, config.ErrInvalid) || err.Error() != b.path+":1: queues: expected at least one queue, got an empty list" {
 		t.Errorf("Reload() = %v", err)
 	}
 	if got := b.expectFailure(t); !errors.Is(got, err) {
@@ -265,12 +277,12 @@ func TestWatcherRun(t *testing.T) {
 func TestNewWatcherInvalid(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if _, err := NewWatcher(filepath.Join(dir, "nope.yaml"), nil, Overrides{}, 0, nil); !errors.Is(err, os.ErrNotExist) {
+	if _, err := NewWatcher(filepath.Join(dir, "nope.yaml"), nil, config.Overrides{}, 0, nil); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
 	path := filepath.Join(dir, "bad.yaml")
 	writeFile(t, path, "queues: 1\n")
-	if _, err := NewWatcher(path, nil, Overrides{}, 0, nil); !errors.Is(err, ErrInvalid) {
+	if _, err := NewWatcher(path, nil, config.Overrides{}, 0, nil); !errors.Is(err, config.ErrInvalid) {
 		t.Errorf("invalid file: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package config
+package cli
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillway-dev/spillway/internal/config"
 )
 
 // racyWindow is how recent a file's modification time must be for the
@@ -19,18 +21,21 @@ import (
 // of a file modified this recently are hashed again at every look.
 const racyWindow = 2 * time.Second
 
+// DefaultReloadInterval is how often a Watcher looks at its file.
+const DefaultReloadInterval = time.Second
+
 // Watcher holds the running configuration and replaces it when its file
 // changes (Run) or on request (Reload, which main calls on SIGHUP). An
 // invalid reload keeps the running configuration: it is logged with every
 // problem and reported to OnResult as a failure.
 //
 // Current is safe for concurrent use and cheap (an atomic load); callers
-// take the *Config once per request and never modify it.
+// take the *config.Config once per request and never modify it.
 type Watcher struct {
 	// OnReload, if set, is called after each successful reload with the
 	// configuration that was running and the one now running. Set it before
 	// Run or Reload; it must not call Reload.
-	OnReload func(old, new *Config)
+	OnReload func(old, new *config.Config)
 	// OnResult, if set, is called after each reload attempt, successful or
 	// not; callers count spillway_config_reloads_total{result} with it. Set
 	// it before Run or Reload; it must not call Reload.
@@ -38,11 +43,11 @@ type Watcher struct {
 
 	path     string
 	getenv   func(string) string
-	o        Overrides
+	o        config.Overrides
 	interval time.Duration
 	logger   *slog.Logger
 
-	current atomic.Pointer[Config]
+	current atomic.Pointer[config.Config]
 
 	mu sync.Mutex // serialises reloads; guards the fields below
 	// stat is what the file looked like when it was last read; nil when it
@@ -54,11 +59,11 @@ type Watcher struct {
 	seen string
 }
 
-// NewWatcher loads the configuration at path (as Load does, with getenv
+// NewWatcher loads the configuration at path (as config.Load does, with getenv
 // and o) and returns a Watcher holding it, or the problems that prevent
 // it. interval is how often Run looks at the file (DefaultReloadInterval
 // if ≤ 0); a nil logger discards.
-func NewWatcher(path string, getenv func(string) string, o Overrides, interval time.Duration, logger *slog.Logger) (*Watcher, error) {
+func NewWatcher(path string, getenv func(string) string, o config.Overrides, interval time.Duration, logger *slog.Logger) (*Watcher, error) {
 	if interval <= 0 {
 		interval = DefaultReloadInterval
 	}
@@ -70,7 +75,7 @@ func NewWatcher(path string, getenv func(string) string, o Overrides, interval t
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := load(path, data, getenv, o)
+	c, err := config.LoadBytes(path, data, getenv, o)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +85,7 @@ func NewWatcher(path string, getenv func(string) string, o Overrides, interval t
 }
 
 // Current returns the running configuration, never nil.
-func (w *Watcher) Current() *Config { return w.current.Load() }
+func (w *Watcher) Current() *config.Config { return w.current.Load() }
 
 // Reload reads the file and the environment again, whether or not they
 // changed, and replaces the running configuration if they and the overrides
@@ -159,11 +164,11 @@ func (w *Watcher) read() (os.FileInfo, []byte, error) {
 // apply loads what read returned and swaps it in if it is valid.
 func (w *Watcher) apply(stat os.FileInfo, data []byte, readErr error) error {
 	w.stat, w.readAt = stat, time.Now()
-	var c *Config
+	var c *config.Config
 	err := readErr
 	if err == nil {
 		w.seen = contentID(data)
-		c, err = load(w.path, data, w.getenv, w.o)
+		c, err = config.LoadBytes(w.path, data, w.getenv, w.o)
 	} else {
 		w.seen = "error:" + err.Error()
 		err = fmt.Errorf("config: %w", err)
@@ -193,7 +198,7 @@ func contentID(data []byte) string {
 }
 
 func problemCount(err error) int {
-	if ve, ok := errors.AsType[*ValidationError](err); ok {
+	if ve, ok := errors.AsType[*config.ValidationError](err); ok {
 		return len(ve.Problems)
 	}
 	return 1
