@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Defaults of a Config's zero fields.
@@ -224,7 +225,7 @@ func Subject(queue string, d Destination, key string) string {
 // high or low job has a subject of its own,
 // spillway.backlog.<queue>.<class>.<key token>; elsewhere, and for a normal
 // job, it is Subject.
-func ClassSubject(queue string, d Destination, key string, p Priority) string {
+func ClassSubject(queue string, d Destination, key string, p spillway.Priority) string {
 	return classSubject(queue, d, p, KeyToken(key))
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Header names of a job message. The payload is the message body, untouched.
@@ -46,7 +48,7 @@ type Job struct {
 	NotBefore  time.Time // zero: may start at once
 	Attempt    int       // tries so far (0 before the first)
 	// Priority is the job's class in the backlog's drain (zero: Normal).
-	Priority Priority
+	Priority spillway.Priority
 	// Weight is the job's key's share of the leak relative to other keys
 	// (1 to MaxWeight; 0 means 1).
 	Weight int
@@ -107,7 +109,7 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 	if j.Cost < 1 {
 		return nil, fmt.Errorf("%w %s: cost %d: must be ≥ 1", ErrInvalidJob, j.ID, j.Cost)
 	}
-	if j.Priority < High || j.Priority > Low {
+	if !j.Priority.Valid() {
 		return nil, fmt.Errorf("%w %s: priority %d: want High, Normal or Low", ErrInvalidJob, j.ID, j.Priority)
 	}
 	if j.Weight < 0 || j.Weight > MaxWeight {
@@ -139,7 +141,7 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 		set(HeaderExpiresAt, j.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
 	set(HeaderAttempt, strconv.Itoa(j.Attempt))
-	if j.Priority != Normal {
+	if j.Priority != spillway.Normal {
 		set(HeaderPriority, j.Priority.String())
 	}
 	if j.Weight > 1 {
@@ -180,7 +182,7 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 			return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderExpiresAt, ea)
 		}
 	}
-	if j.Priority, err = ParsePriority(h.Get(HeaderPriority)); err != nil {
+	if j.Priority, err = spillway.ParsePriority(h.Get(HeaderPriority)); err != nil {
 		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, HeaderPriority, err)
 	}
 	if w := h.Get(HeaderWeight); w != "" {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // A move takes a job from one stream of its queue to another: a failed
@@ -77,7 +79,7 @@ func isJetStreamHeader(k string) bool {
 //   - Then the move sets its Spillway headers (m.set) and its message id.
 func (mv *Move) message() *nats.Msg {
 	// The job's class, from its headers, picks its backlog subject.
-	class, _ := ParsePriority(mv.src.Header.Get(HeaderPriority))
+	class, _ := spillway.ParsePriority(mv.src.Header.Get(HeaderPriority))
 	m := nats.NewMsg(classSubject(mv.src.Queue, mv.to, class, SubjectToken(mv.src.Subject)))
 	for k, vs := range mv.src.Header {
 		if !isJetStreamHeader(k) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The one header rule of every move, move by move: which headers of the
@@ -155,10 +157,10 @@ func TestSubjectBuilder(t *testing.T) {
 		{Subject("q", Dead, "k"), "spillway.dead.q." + tok},
 		{SubjectFilter("q", Backlog), "spillway.backlog.q.>"},
 		{SubjectFilter("q", Ready), "spillway.ready.q.*"},
-		{classSubject("q", Backlog, High, tok), "spillway.backlog.q.high." + tok},
-		{classSubject("q", Backlog, Low, tok), "spillway.backlog.q.low." + tok},
-		{classSubject("q", Ready, High, tok), "spillway.ready.q." + tok},
-		{SubjectToken(classSubject("q", Backlog, Low, tok)), tok},
+		{classSubject("q", Backlog, spillway.High, tok), "spillway.backlog.q.high." + tok},
+		{classSubject("q", Backlog, spillway.Low, tok), "spillway.backlog.q.low." + tok},
+		{classSubject("q", Ready, spillway.High, tok), "spillway.ready.q." + tok},
+		{SubjectToken(classSubject("q", Backlog, spillway.Low, tok)), tok},
 		{GrantSubject("q"), "spillway.grants.q"},
 		{Config{Name: "q"}.StreamConfig(Dead).Subjects[0], "spillway.dead.q.*"},
 		{SubjectToken(Subject("q", Ready, "k")), tok},

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // MaxQueueNameLen bounds a queue name (it appears in stream names, subjects
@@ -64,8 +66,8 @@ func subjectOf(queue string, d Destination, token string) string {
 // classSubject is the subject of a job of class p: in the backlog, a high
 // or low job of a key lands on spillway.backlog.<queue>.<class>.<token>;
 // every other job on subjectOf's subject.
-func classSubject(queue string, d Destination, p Priority, token string) string {
-	if d != Backlog || p == Normal {
+func classSubject(queue string, d Destination, p spillway.Priority, token string) string {
+	if d != Backlog || p == spillway.Normal {
 		return subjectOf(queue, d, token)
 	}
 	return SubjectRoot + d.String() + "." + queue + "." + p.String() + "." + token
@@ -93,15 +95,15 @@ func SubjectToken(subject string) string {
 }
 
 // SubjectClass is the priority class of a backlog subject.
-func SubjectClass(subject string) Priority {
+func SubjectClass(subject string) spillway.Priority {
 	rest := subject[:strings.LastIndexByte(subject, '.')]
 	switch rest[strings.LastIndexByte(rest, '.')+1:] {
 	case "high":
-		return High
+		return spillway.High
 	case "low":
-		return Low
+		return spillway.Low
 	}
-	return Normal
+	return spillway.Normal
 }
 
 // BacklogSubjects matches the subjects of every queue's backlog: a filter

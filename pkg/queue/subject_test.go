@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func TestValidateQueueName(t *testing.T) {
@@ -77,7 +78,7 @@ func FuzzKeyToken(f *testing.F) {
 }
 
 func TestClassSubjects(t *testing.T) {
-	for _, p := range queue.Priorities {
+	for _, p := range spillway.Priorities {
 		sub := queue.ClassSubject("q", queue.Backlog, "k", p)
 		if queue.SubjectClass(sub) != p || queue.SubjectToken(sub) != queue.KeyToken("k") {
 			t.Errorf("%v: subject %s reads back as class %v token %s", p, sub, queue.SubjectClass(sub), queue.SubjectToken(sub))
