@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -77,9 +78,21 @@ func isJetStreamHeader(k string) bool {
 //     headers (id, queue, key, cost, enqueued-at, not-before, attempt)
 //     and the producer's own, such as traceparent.
 //   - Then the move sets its Spillway headers (m.set) and its message id.
-func (mv *Move) message() *nats.Msg {
-	// The job's class, from its headers, picks its backlog subject.
-	class, _ := spillway.ParsePriority(mv.src.Header.Get(HeaderPriority))
+//
+// In the backlog, the job's class (its spillway.HeaderPriority) picks the
+// copy's subject, so a move there of a message whose class cannot be read
+// is refused with ErrInvalidJob: filing it under the normal class would
+// make it a job its producer did not send. READY and DEAD have one
+// subject per key whatever the class, and a move there does not read it:
+// a message that is not a job still reaches DEAD.
+func (mv *Move) message() (*nats.Msg, error) {
+	class := spillway.Normal
+	if mv.to == Backlog {
+		var err error
+		if class, err = spillway.ParsePriority(mv.src.Header.Get(spillway.HeaderPriority)); err != nil {
+			return nil, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, mv.src.Header.Get(spillway.HeaderJobID), spillway.HeaderPriority, err)
+		}
+	}
 	m := nats.NewMsg(classSubject(mv.src.Queue, mv.to, class, SubjectToken(mv.src.Subject)))
 	for k, vs := range mv.src.Header {
 		if !isJetStreamHeader(k) {
@@ -98,7 +111,7 @@ func (mv *Move) message() *nats.Msg {
 	}
 	m.Header.Set(nats.MsgIdHdr, mv.msgID)
 	m.Data = mv.src.Data
-	return m
+	return m, nil
 }
 
 // Do stores the copy in the destination stream and, once JetStream has
@@ -106,11 +119,17 @@ func (mv *Move) message() *nats.Msg {
 // RemoveMsg). A nil PubAck means the copy was not stored and settle was
 // not called: the job is where it was, and the error is the publish's as
 // Publish returns it (ErrQueueFull, ErrKeyQueueFull or ErrReadyFull for a
-// full destination). A PubAck with an error means the job was copied but
-// settling the source failed: it is in both streams until the next try of
-// the move, which stores nothing new within the duplicate window.
+// full destination), or wraps ErrInvalidJob for a move to the backlog of a
+// message whose spillway.HeaderPriority cannot be read (its class picks
+// its backlog subject). A PubAck with an error means the job was copied
+// but settling the source failed: it is in both streams until the next try
+// of the move, which stores nothing new within the duplicate window.
 func (mv Move) Do(ctx context.Context, js jetstream.JetStream, settle func(context.Context) error) (*jetstream.PubAck, error) {
-	ack, err := js.PublishMsg(ctx, mv.message(), jetstream.WithExpectStream(StreamName(mv.src.Queue, mv.to)))
+	m, err := mv.message()
+	if err != nil {
+		return nil, err
+	}
+	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamName(mv.src.Queue, mv.to)))
 	if err != nil {
 		return nil, publishError(mv.to, mv.src.Header.Get(HeaderJobID), err)
 	}

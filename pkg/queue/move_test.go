@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -119,7 +120,11 @@ func TestMoveHeaderRule(t *testing.T) {
 			}),
 		},
 	} {
-		m := c.mv.message()
+		m, err := c.mv.message()
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
 		if m.Subject != c.subject {
 			t.Errorf("%s: subject %s, want %s", c.name, m.Subject, c.subject)
 		}
@@ -142,9 +147,67 @@ func TestMoveHeaderRule(t *testing.T) {
 	// The source is not changed by the copy.
 	h := source()
 	mv := RetryMove(Source{Queue: "q", Subject: subject, Stream: "S", Seq: 1, Header: h}, 1, now, Ready)
-	mv.message().Header["X-Several"][0] = "changed"
+	m, err := mv.message()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header["X-Several"][0] = "changed"
 	if h.Get("X-Several") != "a" || h.Get(HeaderAttempt) != "1" {
 		t.Errorf("the copy shares the source's headers: %v", h)
+	}
+}
+
+// A move files a job under its class in the backlog, and only there
+// reads the class: a message whose class cannot be read is refused a
+// place in the backlog (nothing stored, the source not settled), and
+// still reaches READY or DEAD with its header as it was.
+func TestMoveClass(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tok := KeyToken("k")
+	src := func(priority string) Source {
+		h := nats.Header{spillway.HeaderJobID: {"job-1"}, spillway.HeaderQueue: {"q"}, spillway.HeaderKey: {"k"}}
+		if priority != "" {
+			h.Set(spillway.HeaderPriority, priority)
+		}
+		return Source{Queue: "q", Subject: subjectOf("q", Ready, tok), Stream: "SPILLWAY_q_READY", Seq: 7, Header: h}
+	}
+	for _, c := range []struct {
+		name    string
+		mv      Move
+		subject string // "" : refused
+	}{
+		{"high, retried to the backlog", RetryMove(src("high"), 1, now, Backlog), "spillway.backlog.q.high." + tok},
+		{"low, replayed to the backlog", ReplayMove(src("LOW"), Backlog, "job-1", now), "spillway.backlog.q.low." + tok},
+		{"no class, to the backlog", RetryMove(src(""), 1, now, Backlog), "spillway.backlog.q." + tok},
+		{"high, to READY", RetryMove(src("high"), 1, now, Ready), "spillway.ready.q." + tok},
+		{"unreadable, to the backlog", RetryMove(src("urgent"), 1, now, Backlog), ""},
+		{"unreadable, replayed to the backlog", ReplayMove(src("urgent"), Backlog, "job-1", now), ""},
+		{"unreadable, to READY", RetryMove(src("urgent"), 1, now, Ready), "spillway.ready.q." + tok},
+		{"unreadable, to DEAD", DeadMove(src("urgent"), 0, "invalid job", nil, now), "spillway.dead.q." + tok},
+	} {
+		m, err := c.mv.message()
+		if c.subject == "" {
+			if !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), spillway.HeaderPriority) {
+				t.Errorf("%s: error %v, want ErrInvalidJob naming %s", c.name, err, spillway.HeaderPriority)
+			}
+			settled := false
+			ack, err := c.mv.Do(t.Context(), nil, func(context.Context) error { settled = true; return nil })
+			if ack != nil || !errors.Is(err, ErrInvalidJob) || settled {
+				t.Errorf("%s: Do: ack %v, error %v, source settled %t; want nothing stored, ErrInvalidJob, the source kept", c.name, ack, err, settled)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if m.Subject != c.subject {
+			t.Errorf("%s: subject %s, want %s", c.name, m.Subject, c.subject)
+		}
+		if got, want := m.Header.Get(spillway.HeaderPriority), c.mv.src.Header.Get(spillway.HeaderPriority); got != want {
+			t.Errorf("%s: header %s %q, want the source's %q", c.name, spillway.HeaderPriority, got, want)
+		}
 	}
 }
 
