@@ -21,6 +21,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // dlqBundle is a JetStream server with one queue's streams.
@@ -290,8 +291,8 @@ func TestDLQReplayToReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := msg.Header
-	if h.Get(queue.HeaderJobID) != jobs[0].ID || h.Get(nats.MsgIdHdr) != fmt.Sprintf("%s:replay:%d", jobs[0].ID, r.DeadSeq) ||
-		h.Get(queue.HeaderAttempt) != "0" || h.Get("Traceparent") != jobs[0].Header.Get("Traceparent") ||
+	if h.Get(spillway.HeaderJobID) != jobs[0].ID || h.Get(nats.MsgIdHdr) != fmt.Sprintf("%s:replay:%d", jobs[0].ID, r.DeadSeq) ||
+		h.Get(spillway.HeaderAttempt) != "0" || h.Get("Traceparent") != jobs[0].Header.Get("Traceparent") ||
 		h.Get(queue.HeaderDeadReason) != "" || h.Get(queue.HeaderLastError) != "" || h.Get(queue.HeaderSourceSeq) != "" ||
 		string(msg.Data) != string(jobs[0].Payload) || msg.Subject != queue.Subject("email", queue.Ready, jobs[0].Key) {
 		t.Fatalf("replayed message on %s: %v %q", msg.Subject, h, msg.Data)
@@ -503,14 +504,14 @@ func (b *dlqBundle) putDead(t *testing.T, j *queue.Job, reason string) {
 		m.Header[k] = vs
 	}
 	if j.ID != "" {
-		m.Header.Set(queue.HeaderJobID, j.ID)
+		m.Header.Set(spillway.HeaderJobID, j.ID)
 		m.Header.Set(nats.MsgIdHdr, j.ID)
 	}
-	m.Header.Set(queue.HeaderQueue, j.Queue)
-	m.Header.Set(queue.HeaderKey, j.Key)
-	m.Header.Set(queue.HeaderCost, "1")
+	m.Header.Set(spillway.HeaderQueue, j.Queue)
+	m.Header.Set(spillway.HeaderKey, j.Key)
+	m.Header.Set(spillway.HeaderCost, "1")
 	m.Header.Set(queue.HeaderEnqueuedAt, j.EnqueuedAt.UTC().Format(time.RFC3339Nano))
-	m.Header.Set(queue.HeaderAttempt, "5")
+	m.Header.Set(spillway.HeaderAttempt, "5")
 	m.Header.Set(queue.HeaderDeadReason, reason)
 	m.Header.Set(queue.HeaderLastError, "handler: 500 Internal Server Error")
 	m.Header.Set(queue.HeaderDeadAt, time.Now().UTC().Format(time.RFC3339Nano))

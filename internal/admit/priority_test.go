@@ -62,8 +62,8 @@ func TestSubmitCarriesPriorityAndWeight(t *testing.T) {
 			t.Fatalf("key %s, priority %s: %+v, want %s", c.key, c.prio, ans.Reply, c.status)
 		}
 		h := storedHeader(t, b, "q", c.dest, c.key)
-		if got := h.Get(queue.HeaderPriority); got != c.wantPriority {
-			t.Errorf("key %s, %s job: %s %q, want %q", c.key, c.status, queue.HeaderPriority, got, c.wantPriority)
+		if got := h.Get(spillway.HeaderPriority); got != c.wantPriority {
+			t.Errorf("key %s, %s job: %s %q, want %q", c.key, c.status, spillway.HeaderPriority, got, c.wantPriority)
 		}
 		if got := h.Get(queue.HeaderWeight); got != c.wantWeight {
 			t.Errorf("key %s, %s job: %s %q, want %q", c.key, c.status, queue.HeaderWeight, got, c.wantWeight)
@@ -116,7 +116,7 @@ func TestSubmitPriorityIdempotent(t *testing.T) {
 	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 1 {
 		t.Errorf("%d jobs stored, want 1", n)
 	}
-	if got := storedHeader(t, b, "q", queue.Ready, "tenant-a").Get(queue.HeaderPriority); got != "high" {
+	if got := storedHeader(t, b, "q", queue.Ready, "tenant-a").Get(spillway.HeaderPriority); got != "high" {
 		t.Errorf("the stored job's priority %q, want the first submission's high", got)
 	}
 }

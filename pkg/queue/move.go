@@ -131,7 +131,7 @@ func (mv Move) Do(ctx context.Context, js jetstream.JetStream, settle func(conte
 	}
 	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamName(mv.src.Queue, mv.to)))
 	if err != nil {
-		return nil, publishError(mv.to, mv.src.Header.Get(HeaderJobID), err)
+		return nil, publishError(mv.to, mv.src.Header.Get(spillway.HeaderJobID), err)
 	}
 	return ack, settle(ctx)
 }
@@ -154,8 +154,8 @@ func RetryMove(src Source, attempts int, notBefore time.Time, to Destination) Mo
 		src: src, to: to,
 		msgID: placeID(src.Stream, src.Seq),
 		set: map[string]string{
-			HeaderAttempt:   strconv.Itoa(attempts),
-			HeaderNotBefore: notBefore.UTC().Format(time.RFC3339Nano),
+			spillway.HeaderAttempt:   strconv.Itoa(attempts),
+			spillway.HeaderNotBefore: notBefore.UTC().Format(time.RFC3339Nano),
 		},
 	}
 }
@@ -170,10 +170,10 @@ func ReplayMove(src Source, to Destination, id string, now time.Time) Move {
 		src: src, to: to,
 		msgID: id + ":replay:" + strconv.FormatUint(src.Seq, 10),
 		set: map[string]string{
-			HeaderNotBefore:  "", // due at once
-			HeaderExpiresAt:  "", // an operator's replay runs it, whatever its producer's max-wait said
-			HeaderAttempt:    "0",
-			HeaderEnqueuedAt: now.UTC().Format(time.RFC3339Nano),
+			spillway.HeaderNotBefore: "", // due at once
+			HeaderExpiresAt:          "", // an operator's replay runs it, whatever its producer's max-wait said
+			spillway.HeaderAttempt:   "0",
+			HeaderEnqueuedAt:         now.UTC().Format(time.RFC3339Nano),
 		},
 	}
 }

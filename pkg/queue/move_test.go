@@ -33,16 +33,16 @@ func TestMoveHeaderRule(t *testing.T) {
 			"Nats-Stream":                         {"SPILLWAY_q_READY"},
 			"Nats-Sequence":                       {"9"},
 			// The job's: copied.
-			HeaderJobID:      {"job-1"},
-			HeaderQueue:      {"q"},
-			HeaderKey:        {"k"},
-			HeaderCost:       {"2"},
-			HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"},
-			HeaderNotBefore:  {"2026-01-01T00:00:01Z"},
-			HeaderExpiresAt:  {"2026-01-01T00:00:02Z"},
-			HeaderAttempt:    {"1"},
-			"Traceparent":    {"00-abc-def-01"},
-			"X-Several":      {"a", "b"},
+			spillway.HeaderJobID:     {"job-1"},
+			spillway.HeaderQueue:     {"q"},
+			spillway.HeaderKey:       {"k"},
+			spillway.HeaderCost:      {"2"},
+			HeaderEnqueuedAt:         {"2026-01-01T00:00:00Z"},
+			spillway.HeaderNotBefore: {"2026-01-01T00:00:01Z"},
+			HeaderExpiresAt:          {"2026-01-01T00:00:02Z"},
+			spillway.HeaderAttempt:   {"1"},
+			"Traceparent":            {"00-abc-def-01"},
+			"X-Several":              {"a", "b"},
 			// A previous death's: dropped (a move to DEAD sets its own).
 			HeaderDeadReason:   {"old reason"},
 			HeaderLastError:    {"old error"},
@@ -60,7 +60,7 @@ func TestMoveHeaderRule(t *testing.T) {
 		return DeadMove(backlogJob(source()), 3, "attempts exhausted (3 of 3)", cause, now)
 	}
 	copied := map[string][]string{
-		HeaderJobID: {"job-1"}, HeaderQueue: {"q"}, HeaderKey: {"k"}, HeaderCost: {"2"},
+		spillway.HeaderJobID: {"job-1"}, spillway.HeaderQueue: {"q"}, spillway.HeaderKey: {"k"}, spillway.HeaderCost: {"2"},
 		"Traceparent": {"00-abc-def-01"}, "X-Several": {"a", "b"},
 	}
 	with := func(set map[string][]string) map[string][]string {
@@ -83,7 +83,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			name: "backlog retry to READY", subject: subjectOf("q", Ready, KeyToken("k")),
 			mv: RetryMove(backlogJob(source()), 2, now.Add(time.Minute), Ready),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"2"}, HeaderNotBefore: {later},
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, spillway.HeaderAttempt: {"2"}, spillway.HeaderNotBefore: {later},
 				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"},
 			}),
 		},
@@ -91,7 +91,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			name: "to DEAD after a failure", subject: subjectOf("q", Dead, KeyToken("k")),
 			mv: dead(errors.New("smtp:\n550")),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"3"}, HeaderNotBefore: {"2026-01-01T00:00:01Z"},
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, spillway.HeaderAttempt: {"3"}, spillway.HeaderNotBefore: {"2026-01-01T00:00:01Z"},
 				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
 				HeaderLastError: {"smtp: 550"}, HeaderDeadAt: {stamp}, HeaderSourceStream: {"SPILLWAY_q_BACKLOG"}, HeaderSourceSeq: {"42"},
 			}),
@@ -100,7 +100,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			name: "to DEAD without an error (expired)", subject: subjectOf("q", Dead, KeyToken("k")),
 			mv: dead(nil),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"3"}, HeaderNotBefore: {"2026-01-01T00:00:01Z"},
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, spillway.HeaderAttempt: {"3"}, spillway.HeaderNotBefore: {"2026-01-01T00:00:01Z"},
 				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
 				HeaderDeadAt: {stamp}, HeaderSourceStream: {"SPILLWAY_q_BACKLOG"}, HeaderSourceSeq: {"42"},
 			}),
@@ -109,14 +109,14 @@ func TestMoveHeaderRule(t *testing.T) {
 			name: "replay to the backlog", subject: subjectOf("q", Backlog, KeyToken("k")),
 			mv: ReplayMove(deadJob, Backlog, "job-1", now),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"job-1:replay:5"}, HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
+				nats.MsgIdHdr: {"job-1:replay:5"}, spillway.HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
 			}),
 		},
 		{
 			name: "replay to READY", subject: subjectOf("q", Ready, KeyToken("k")),
 			mv: ReplayMove(deadJob, Ready, "job-1", now),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"job-1:replay:5"}, HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
+				nats.MsgIdHdr: {"job-1:replay:5"}, spillway.HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
 			}),
 		},
 	} {
@@ -152,7 +152,7 @@ func TestMoveHeaderRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Header["X-Several"][0] = "changed"
-	if h.Get("X-Several") != "a" || h.Get(HeaderAttempt) != "1" {
+	if h.Get("X-Several") != "a" || h.Get(spillway.HeaderAttempt) != "1" {
 		t.Errorf("the copy shares the source's headers: %v", h)
 	}
 }

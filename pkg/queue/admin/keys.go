@@ -130,7 +130,7 @@ func readKey(ctx context.Context, s jetstream.Stream, subjects []string, now tim
 	if oldest == nil {
 		return k, false, nil
 	}
-	k.Key = oldest.Header.Get(queue.HeaderKey)
+	k.Key = oldest.Header.Get(spillway.HeaderKey)
 	k.Hash = queue.KeyHash(k.Key)
 	k.OldestAge = max(0, now.Sub(oldest.Time))
 	k.Weight = 1
