@@ -15,7 +15,6 @@ import (
 	"github.com/spillway-dev/spillway/pkg/spillway"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
-	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // The checks below read one value as text, the same way from the file, the
@@ -194,7 +193,7 @@ func checkSubject(s string) error {
 }
 
 func checkQueueName(s string) error {
-	if queue.ValidateQueueName(s) != nil {
+	if spillway.ValidateQueueName(s) != nil {
 		return expected(wantQueue, s)
 	}
 	return nil

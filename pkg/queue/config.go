@@ -33,7 +33,7 @@ const (
 // Config describes one queue's streams. The zero value of every field but
 // Name takes its documented default.
 type Config struct {
-	// Name is the queue's name (ValidateQueueName).
+	// Name is the queue's name (spillway.ValidateQueueName).
 	Name string
 	// Capacity bounds the backlog: jobs waiting in total (default 10,000).
 	Capacity int64
@@ -102,10 +102,10 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every field that cannot be used, naming it: the name
-// (ValidateQueueName), then the problems of ValidateGiven once the zero
-// fields hold their defaults.
+// (spillway.ValidateQueueName), then the problems of ValidateGiven once
+// the zero fields hold their defaults.
 func (c Config) Validate() error {
-	if err := ValidateQueueName(c.Name); err != nil {
+	if err := spillway.ValidateQueueName(c.Name); err != nil {
 		return fmt.Errorf("%w: name: %w", ErrInvalidConfig, err)
 	}
 	return c.WithDefaults().ValidateGiven()

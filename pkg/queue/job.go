@@ -96,7 +96,7 @@ func NewJobIDs(n int) ([]string, error) {
 
 // message builds the NATS message for j on destination d.
 func (j *Job) message(d Destination) (*nats.Msg, error) {
-	if err := ValidateQueueName(j.Queue); err != nil {
+	if err := spillway.ValidateQueueName(j.Queue); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	if j.ID == "" {
@@ -155,7 +155,7 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 	if j.ID == "" {
 		return Job{}, fmt.Errorf("%w: header %s is missing", ErrInvalidJob, spillway.HeaderJobID)
 	}
-	if err := ValidateQueueName(j.Queue); err != nil {
+	if err := spillway.ValidateQueueName(j.Queue); err != nil {
 		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, spillway.HeaderQueue, err)
 	}
 	var err error

@@ -4,34 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
-	"fmt"
 	"strings"
 
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
-
-// MaxQueueNameLen bounds a queue name (it appears in stream names, subjects
-// and metric labels).
-const MaxQueueNameLen = 64
-
-// ValidateQueueName accepts 1 to 64 characters from [A-Za-z0-9_-]: the
-// characters that are safe in a JetStream stream name, a subject token, a
-// URL path segment and a Prometheus label value alike.
-func ValidateQueueName(name string) error {
-	if name == "" || len(name) > MaxQueueNameLen {
-		return fmt.Errorf("%w %.80q: want 1 to %d characters", ErrInvalidQueueName, name, MaxQueueNameLen)
-	}
-	for i, c := range name {
-		if !isNameChar(c) {
-			return fmt.Errorf("%w %.80q: character %q at byte %d; use ASCII letters, digits, '_' and '-'", ErrInvalidQueueName, name, c, i)
-		}
-	}
-	return nil
-}
-
-func isNameChar(c rune) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
-}
 
 // keyEncoding is base32 in lower case without padding: only [a-z2-7].
 var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

@@ -33,7 +33,7 @@ type DeadLetters struct {
 // OpenDeadLetters opens queue's DEAD stream. A stream that does not exist
 // is ErrNoStream; a server without JetStream ErrNoJetStream.
 func OpenDeadLetters(ctx context.Context, js jetstream.JetStream, q string) (*DeadLetters, error) {
-	if err := queue.ValidateQueueName(q); err != nil {
+	if err := spillway.ValidateQueueName(q); err != nil {
 		return nil, err
 	}
 	name := queue.StreamName(q, queue.Dead)
