@@ -16,7 +16,6 @@ import (
 	"github.com/spillway-dev/spillway/internal/loadgen"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/client"
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -79,7 +78,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	if done, err := parseNoArgs(fs, args, benchUsage, stdout); done || err != nil {
 		return err
 	}
-	if err := queue.ValidateQueueName(*q); err != nil {
+	if err := spillway.ValidateQueueName(*q); err != nil {
 		return usageErrorf("spillctl bench: --queue: %w", err)
 	}
 	cfg := loadgen.Config{Callers: *callers, MaxOutstanding: *maxOut, Duration: *duration, Count: *count, Warmup: *warmup}

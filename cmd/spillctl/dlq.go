@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const dlqUsage = `Usage: spillctl dlq <list|replay|purge> --queue Q [flags]
@@ -145,7 +146,7 @@ func (d *dlq) parse(fs *flag.FlagSet, f dlqFlags, args []string, head string) (b
 	if *f.queue == "" {
 		return false, usageErrorf("%s: --queue is required", fs.Name())
 	}
-	if err := queue.ValidateQueueName(*f.queue); err != nil {
+	if err := spillway.ValidateQueueName(*f.queue); err != nil {
 		return false, usageErrorf("%s: --queue: %w", fs.Name(), err)
 	}
 	return false, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // dlqBundle is a JetStream server with one queue's streams.
@@ -125,7 +126,7 @@ func (b *dlqBundle) withStatus(t *testing.T) *jobstatus.Store {
 
 // waitStatus polls job id's record until it is in state, failing after
 // 10s (the recorder writes asynchronously).
-func waitStatus(t *testing.T, st *jobstatus.Store, id string, state jobstatus.State) jobstatus.Record {
+func waitStatus(t *testing.T, st *jobstatus.Store, id string, state spillway.State) jobstatus.Record {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -257,7 +258,7 @@ func TestDLQReplayToReady(t *testing.T) {
 	st := b.withStatus(t)
 	jobs := b.kill(t, 2)
 	byID := map[string]*queue.Job{jobs[0].ID: jobs[0], jobs[1].ID: jobs[1]}
-	waitStatus(t, st, jobs[0].ID, jobstatus.Dead)
+	waitStatus(t, st, jobs[0].ID, spillway.StateDead)
 
 	out, _, err := b.spill(t, later, "replay", "--queue", "email", "--id", jobs[0].ID, "--json")
 	if err != nil {
@@ -278,7 +279,7 @@ func TestDLQReplayToReady(t *testing.T) {
 	}
 	// Its status starts over: a worker only advances a record, and its
 	// first try is behind the dead record's second.
-	if rec, err := st.Get(t.Context(), jobs[0].ID); err != nil || rec.State != jobstatus.Admitted || rec.Attempts != 0 || !strings.Contains(rec.LastError, "smtp: 550") {
+	if rec, err := st.Get(t.Context(), jobs[0].ID); err != nil || rec.State != spillway.StateAdmitted || rec.Attempts != 0 || !strings.Contains(rec.LastError, "smtp: 550") {
 		t.Fatalf("status after replay: %+v %v", rec, err)
 	}
 	ready, err := b.js.Stream(t.Context(), queue.StreamName("email", queue.Ready))
@@ -290,8 +291,8 @@ func TestDLQReplayToReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := msg.Header
-	if h.Get(queue.HeaderJobID) != jobs[0].ID || h.Get(nats.MsgIdHdr) != fmt.Sprintf("%s:replay:%d", jobs[0].ID, r.DeadSeq) ||
-		h.Get(queue.HeaderAttempt) != "0" || h.Get("Traceparent") != jobs[0].Header.Get("Traceparent") ||
+	if h.Get(spillway.HeaderJobID) != jobs[0].ID || h.Get(nats.MsgIdHdr) != fmt.Sprintf("%s:replay:%d", jobs[0].ID, r.DeadSeq) ||
+		h.Get(spillway.HeaderAttempt) != "0" || h.Get("Traceparent") != jobs[0].Header.Get("Traceparent") ||
 		h.Get(queue.HeaderDeadReason) != "" || h.Get(queue.HeaderLastError) != "" || h.Get(queue.HeaderSourceSeq) != "" ||
 		string(msg.Data) != string(jobs[0].Payload) || msg.Subject != queue.Subject("email", queue.Ready, jobs[0].Key) {
 		t.Fatalf("replayed message on %s: %v %q", msg.Subject, h, msg.Data)
@@ -325,7 +326,7 @@ func TestDLQReplayToReady(t *testing.T) {
 		t.Fatalf("ran %d jobs, want 2", len(ran))
 	}
 	for _, j := range jobs {
-		if rec := waitStatus(t, st, j.ID, jobstatus.Succeeded); rec.Attempts != 1 {
+		if rec := waitStatus(t, st, j.ID, spillway.StateSucceeded); rec.Attempts != 1 {
 			t.Errorf("status of %s after its rerun: %+v", j.ID, rec)
 		}
 	}
@@ -377,7 +378,7 @@ func TestDLQReplayFailureKeepsTheDeadLetter(t *testing.T) {
 	b := setupDLQ(t, 1, 0)
 	st := b.withStatus(t)
 	jobs := b.kill(t, 2)
-	waitStatus(t, st, jobs[0].ID, jobstatus.Dead)
+	waitStatus(t, st, jobs[0].ID, spillway.StateDead)
 
 	// The backlog is full (capacity 1).
 	if _, err := b.pub.Publish(t.Context(), queue.Backlog, b.newJob(t, 9)); err != nil {
@@ -391,7 +392,7 @@ func TestDLQReplayFailureKeepsTheDeadLetter(t *testing.T) {
 		t.Fatalf("%d dead letters after failed replays, want 2", n)
 	}
 	for _, j := range jobs { // reset for the attempt, then put back
-		if rec, err := st.Get(t.Context(), j.ID); err != nil || rec.State != jobstatus.Dead || rec.Attempts != 2 {
+		if rec, err := st.Get(t.Context(), j.ID); err != nil || rec.State != spillway.StateDead || rec.Attempts != 2 {
 			t.Fatalf("status after a failed replay: %+v %v", rec, err)
 		}
 	}
@@ -503,14 +504,14 @@ func (b *dlqBundle) putDead(t *testing.T, j *queue.Job, reason string) {
 		m.Header[k] = vs
 	}
 	if j.ID != "" {
-		m.Header.Set(queue.HeaderJobID, j.ID)
+		m.Header.Set(spillway.HeaderJobID, j.ID)
 		m.Header.Set(nats.MsgIdHdr, j.ID)
 	}
-	m.Header.Set(queue.HeaderQueue, j.Queue)
-	m.Header.Set(queue.HeaderKey, j.Key)
-	m.Header.Set(queue.HeaderCost, "1")
+	m.Header.Set(spillway.HeaderQueue, j.Queue)
+	m.Header.Set(spillway.HeaderKey, j.Key)
+	m.Header.Set(spillway.HeaderCost, "1")
 	m.Header.Set(queue.HeaderEnqueuedAt, j.EnqueuedAt.UTC().Format(time.RFC3339Nano))
-	m.Header.Set(queue.HeaderAttempt, "5")
+	m.Header.Set(spillway.HeaderAttempt, "5")
 	m.Header.Set(queue.HeaderDeadReason, reason)
 	m.Header.Set(queue.HeaderLastError, "handler: 500 Internal Server Error")
 	m.Header.Set(queue.HeaderDeadAt, time.Now().UTC().Format(time.RFC3339Nano))

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/client"
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -63,7 +62,7 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	case *via != "http" && *via != "nats":
 		return usageErrorf("spillctl submit: --via %q: want http or nats", *via)
 	}
-	if err := queue.ValidateQueueName(*q); err != nil {
+	if err := spillway.ValidateQueueName(*q); err != nil {
 		return usageErrorf("spillctl submit: --queue: %w", err)
 	}
 	payload := []byte(*data)

@@ -65,7 +65,7 @@ type Request struct {
 	// Priority is the job's class in the backlog's drain: High, Normal
 	// or Low (Spillway-Priority; zero: Normal). It orders the drain only:
 	// the tiers decide the same whatever the class.
-	Priority queue.Priority
+	Priority spillway.Priority
 	// IdempotencyKey, if set, makes the submission idempotent across doors
 	// and admitters.
 	IdempotencyKey string

@@ -35,7 +35,7 @@ func twinJobs(q string, n int, at time.Time) []*admit.Request {
 			delete(h, "X-Client") // bad-key, answered before any tier
 		}
 		r := &admit.Request{Queue: q, Payload: []byte("job " + strconv.Itoa(i)), Cost: int64(1 + rng.IntN(3)),
-			Priority: queue.Priorities[rng.IntN(3)], Keys: func(k string) string { return h[k] }}
+			Priority: spillway.Priorities[rng.IntN(3)], Keys: func(k string) string { return h[k] }}
 		if rng.IntN(5) == 0 {
 			r.IdempotencyKey = "idem-" + strconv.Itoa(rng.IntN(60)) // repeats within the batch
 		}

@@ -322,7 +322,7 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := m.Header.Get(queue.HeaderJobID)
+	stored := m.Header.Get(spillway.HeaderJobID)
 
 	retry := submit(t, a, withIdem(request("q", "c"), "k"))
 	if retry.Reply.Status != spillway.Admitted || retry.Reply.ID != stored {

@@ -42,18 +42,18 @@ func TestSubmitCarriesPriorityAndWeight(t *testing.T) {
 	a, b := setup(t, priorityConfig, setupOptions{})
 	for _, c := range []struct {
 		key          string
-		prio         queue.Priority
+		prio         spillway.Priority
 		status       spillway.Status
 		dest         queue.Destination
 		wantPriority string // the header; "" absent (normal)
 		wantWeight   string // the header; "" absent (1)
 	}{
-		{"tenant-a", queue.High, spillway.Admitted, queue.Ready, "high", "2"},
-		{"tenant-a", queue.Low, spillway.Queued, queue.Backlog, "low", "2"},
-		{"tenant-b", queue.Normal, spillway.Admitted, queue.Ready, "", "3"},
-		{"tenant-b", queue.High, spillway.Queued, queue.Backlog, "high", "3"},
-		{"other", queue.Low, spillway.Admitted, queue.Ready, "low", ""},
-		{"other", queue.Normal, spillway.Queued, queue.Backlog, "", ""},
+		{"tenant-a", spillway.High, spillway.Admitted, queue.Ready, "high", "2"},
+		{"tenant-a", spillway.Low, spillway.Queued, queue.Backlog, "low", "2"},
+		{"tenant-b", spillway.Normal, spillway.Admitted, queue.Ready, "", "3"},
+		{"tenant-b", spillway.High, spillway.Queued, queue.Backlog, "high", "3"},
+		{"other", spillway.Low, spillway.Admitted, queue.Ready, "low", ""},
+		{"other", spillway.Normal, spillway.Queued, queue.Backlog, "", ""},
 	} {
 		r := request("q", c.key)
 		r.Priority = c.prio
@@ -62,8 +62,8 @@ func TestSubmitCarriesPriorityAndWeight(t *testing.T) {
 			t.Fatalf("key %s, priority %s: %+v, want %s", c.key, c.prio, ans.Reply, c.status)
 		}
 		h := storedHeader(t, b, "q", c.dest, c.key)
-		if got := h.Get(queue.HeaderPriority); got != c.wantPriority {
-			t.Errorf("key %s, %s job: %s %q, want %q", c.key, c.status, queue.HeaderPriority, got, c.wantPriority)
+		if got := h.Get(spillway.HeaderPriority); got != c.wantPriority {
+			t.Errorf("key %s, %s job: %s %q, want %q", c.key, c.status, spillway.HeaderPriority, got, c.wantPriority)
 		}
 		if got := h.Get(queue.HeaderWeight); got != c.wantWeight {
 			t.Errorf("key %s, %s job: %s %q, want %q", c.key, c.status, queue.HeaderWeight, got, c.wantWeight)
@@ -105,10 +105,10 @@ func TestSubmitPriorityIdempotent(t *testing.T) {
 	t.Parallel()
 	a, b := setup(t, priorityConfig, setupOptions{})
 	r := request("q", "tenant-a")
-	r.IdempotencyKey, r.Priority = "once", queue.High
+	r.IdempotencyKey, r.Priority = "once", spillway.High
 	first := submit(t, a, r)
 	r2 := request("q", "tenant-a")
-	r2.IdempotencyKey, r2.Priority = "once", queue.Low
+	r2.IdempotencyKey, r2.Priority = "once", spillway.Low
 	again := submit(t, a, r2)
 	if !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID || again.Reply.Status != first.Reply.Status {
 		t.Errorf("the replay: %+v, want the first answer %+v as a duplicate", again.Reply, first.Reply)
@@ -116,7 +116,7 @@ func TestSubmitPriorityIdempotent(t *testing.T) {
 	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 1 {
 		t.Errorf("%d jobs stored, want 1", n)
 	}
-	if got := storedHeader(t, b, "q", queue.Ready, "tenant-a").Get(queue.HeaderPriority); got != "high" {
+	if got := storedHeader(t, b, "q", queue.Ready, "tenant-a").Get(spillway.HeaderPriority); got != "high" {
 		t.Errorf("the stored job's priority %q, want the first submission's high", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // When a full backlog has room again (docs/admission.md). The drain
@@ -119,7 +120,7 @@ func (r *retryAfters) queueFull(ctx context.Context, q *config.Queue) (time.Dura
 // keyFull is how long until key has a free place in q's backlog: the
 // release of its first job.
 func (r *retryAfters) keyFull(ctx context.Context, q *config.Queue, key string) (time.Duration, error) {
-	head, found, err := queue.BacklogKeyHead(ctx, r.js, q.Name, key, queue.Normal)
+	head, found, err := queue.BacklogKeyHead(ctx, r.js, q.Name, key, spillway.Normal)
 	if err != nil {
 		return 0, err
 	}

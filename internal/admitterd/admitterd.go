@@ -371,7 +371,7 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 // recordStored hands the job's first status record to the writer; it
 // never blocks a submission.
 func (s *Service) recordStored(j *queue.Job, st spillway.Status, at queue.Stored) {
-	s.firsts.Add(jobstatus.FirstRecord(j, jobstatus.State(st), at))
+	s.firsts.Add(jobstatus.FirstRecord(j, spillway.State(st), at))
 }
 
 // recordBatch hands the first status records of a batch's stored jobs to
@@ -379,7 +379,7 @@ func (s *Service) recordStored(j *queue.Job, st spillway.Status, at queue.Stored
 func (s *Service) recordBatch(jobs []admit.StoredJob) {
 	recs := make([]jobstatus.Record, len(jobs))
 	for i, j := range jobs {
-		recs[i] = jobstatus.FirstRecord(j.Job, jobstatus.State(j.Status), j.At)
+		recs[i] = jobstatus.FirstRecord(j.Job, spillway.State(j.Status), j.At)
 	}
 	s.firsts.AddBatch(recs)
 }

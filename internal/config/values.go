@@ -13,7 +13,6 @@ import (
 	"github.com/spillway-dev/spillway/pkg/spillway"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
-	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
 // The checks below read one value as text, the same way from the file, the
@@ -158,7 +157,7 @@ func redact(s string) string {
 }
 
 func checkQueueName(s string) error {
-	if queue.ValidateQueueName(s) != nil {
+	if spillway.ValidateQueueName(s) != nil {
 		return expected(wantQueue, s)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -106,7 +105,7 @@ func keyList(q string, e *keysEntry, raw bool) spillway.KeyList {
 	for _, k := range e.keys {
 		ki := spillway.KeyInfo{
 			KeyHash: k.Hash, Depth: k.Depth, OldestAgeMS: k.OldestAge.Milliseconds(), Weight: k.Weight,
-			Priority: spillway.PriorityMix{High: k.Priorities[queue.High], Normal: k.Priorities[queue.Normal], Low: k.Priorities[queue.Low]},
+			Priority: spillway.PriorityMix{High: k.Priorities[spillway.High], Normal: k.Priorities[spillway.Normal], Low: k.Priorities[spillway.Low]},
 		}
 		if raw {
 			key := k.Key

@@ -59,18 +59,18 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 		return jobstatus.Record{}, notFound
 	case errors.As(err, &nc):
 		cur := nc.Record
-		if cur.State == jobstatus.Cancelled && cur.BacklogSeq != 0 {
+		if cur.State == spillway.StateCancelled && cur.BacklogSeq != 0 {
 			// An earlier cancel may have failed to free the place: finish it.
 			if err := admin.CancelBacklogJob(ctx, js, cur.Queue, cur.BacklogSeq, id); err != nil {
 				log.Warn("door: removing a cancelled job from the backlog", "job", id, "err", err)
 			}
 		}
 		detail := fmt.Sprintf("job %s is %s: only a queued job can be cancelled", id, cur.State)
-		if cur.State == jobstatus.Admitted {
+		if cur.State == spillway.StateAdmitted {
 			detail += " (an admitted job starts at once)"
 		}
 		return jobstatus.Record{}, &cancelFailure{status: http.StatusConflict, p: spillway.Problem{Type: spillway.ProblemConflict, Title: "Job not queued",
-			Detail: detail, ID: id, Queue: cur.Queue, State: spillway.State(cur.State)}}
+			Detail: detail, ID: id, Queue: cur.Queue, State: cur.State}}
 	case err != nil:
 		return jobstatus.Record{}, &cancelFailure{status: http.StatusServiceUnavailable, logged: err,
 			p: spillway.Problem{Type: spillway.ProblemUnavailable, Title: "Unavailable", ID: id, RetryAfterMS: 1000, Detail: "cancelling the job: " + err.Error()}}

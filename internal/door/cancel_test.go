@@ -32,7 +32,7 @@ queues:
 `
 
 // waitState waits for job id's record to be in state want.
-func (b *testBundle) waitState(t *testing.T, id string, want jobstatus.State) {
+func (b *testBundle) waitState(t *testing.T, id string, want spillway.State) {
 	t.Helper()
 	admittest.WaitFor(t, 10*time.Second, "job "+id+" "+string(want), func() bool {
 		rec, err := b.status.Get(t.Context(), id)
@@ -71,15 +71,15 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 	admitted := submit(string(spillway.Admitted))
 	queued := submit(string(spillway.Queued))
 	submit(spillway.ProblemKeyFull) // the key's one place is taken
-	b.waitState(t, queued, jobstatus.Queued)
-	b.waitState(t, admitted, jobstatus.Admitted)
+	b.waitState(t, queued, spillway.StateQueued)
+	b.waitState(t, admitted, spillway.StateAdmitted)
 
 	if r := cancel(queued); r.code != http.StatusUnauthorized {
 		t.Errorf("cancel without an API key: %d %s, want 401", r.code, r.body)
 	}
 	r := cancel(queued, auth...)
 	var rec jobstatus.Record
-	if err := json.Unmarshal(r.body, &rec); r.code != http.StatusOK || err != nil || rec.State != jobstatus.Cancelled || rec.ID != queued {
+	if err := json.Unmarshal(r.body, &rec); r.code != http.StatusOK || err != nil || rec.State != spillway.StateCancelled || rec.ID != queued {
 		t.Fatalf("cancel the queued job: %d %s, want 200 and its record, cancelled", r.code, r.body)
 	}
 	// Its place is free at once: the key submits again and is queued.
@@ -87,7 +87,7 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 	if n := admittest.Msgs(t, b.JS, "q", queue.Backlog); n != 1 {
 		t.Errorf("the backlog holds %d jobs after the cancel and a new one, want 1", n)
 	}
-	if got, err := b.status.Get(t.Context(), queued); err != nil || got.State != jobstatus.Cancelled || got.FinishedAt.IsZero() {
+	if got, err := b.status.Get(t.Context(), queued); err != nil || got.State != spillway.StateCancelled || got.FinishedAt.IsZero() {
 		t.Errorf("the cancelled job's record: %+v %v, want cancelled with a finish time", got, err)
 	}
 
@@ -95,10 +95,10 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 		id    string
 		code  int
 		typ   string
-		state jobstatus.State
+		state spillway.State
 	}{
-		{queued, http.StatusConflict, spillway.ProblemConflict, jobstatus.Cancelled},
-		{admitted, http.StatusConflict, spillway.ProblemConflict, jobstatus.Admitted},
+		{queued, http.StatusConflict, spillway.ProblemConflict, spillway.StateCancelled},
+		{admitted, http.StatusConflict, spillway.ProblemConflict, spillway.StateAdmitted},
 		{"0190f1c5-7b1e-7c4a-9f0e-3a1b2c3d4e5f", http.StatusNotFound, spillway.ProblemNotFound, ""},
 		{"not-a-job-id", http.StatusBadRequest, spillway.ProblemBadRequest, ""},
 	} {
@@ -129,12 +129,12 @@ func TestHTTPCancelQueuedJob(t *testing.T) {
 	})
 	waitStarted(t, started, again)
 	r = cancel(again, auth...)
-	if r.code != http.StatusConflict || r.problem.Type != spillway.ProblemConflict || string(r.problem.State) != string(jobstatus.Running) {
+	if r.code != http.StatusConflict || r.problem.Type != spillway.ProblemConflict || string(r.problem.State) != string(spillway.StateRunning) {
 		t.Errorf("cancel the running job: %d %s, want 409 conflict, state running", r.code, r.body)
 	}
 	close(hold)
-	b.waitState(t, again, jobstatus.Succeeded)
-	b.waitState(t, admitted, jobstatus.Succeeded)
+	b.waitState(t, again, spillway.StateSucceeded)
+	b.waitState(t, admitted, spillway.StateSucceeded)
 	mu.Lock()
 	defer mu.Unlock()
 	if slices.Contains(ran, queued) || len(ran) != 2 {
@@ -195,8 +195,8 @@ func TestNATSCancel(t *testing.T) {
 	if admitted.Status != spillway.Admitted || queued.Status != spillway.Queued {
 		t.Fatalf("submissions: %+v %+v, want admitted then queued", admitted, queued)
 	}
-	b.waitState(t, queued.ID, jobstatus.Queued)
-	b.waitState(t, admitted.ID, jobstatus.Admitted)
+	b.waitState(t, queued.ID, spillway.StateQueued)
+	b.waitState(t, admitted.ID, spillway.StateAdmitted)
 
 	rep, st := ask("q", queued.ID, true)
 	if rep.Status != spillway.Cancelled || st != "cancelled" || rep.ID != queued.ID || rep.State != "cancelled" {

@@ -500,7 +500,7 @@ func TestHTTPJobStatus(t *testing.T) {
 	if r := b.get(t, "/v1/jobs/"+unknown); r.code != http.StatusNotFound || r.problem.Type != spillway.ProblemNotFound || r.problem.ID != unknown {
 		t.Errorf("GET an unknown job: %d %s, want 404 %s naming it", r.code, r.body, spillway.ProblemNotFound)
 	}
-	for _, want := range []jobstatus.State{jobstatus.Admitted, jobstatus.Queued} {
+	for _, want := range []spillway.State{spillway.StateAdmitted, spillway.StateQueued} {
 		sub := b.post(t, "q", nil, "X-Client", "c")
 		if sub.code != http.StatusAccepted {
 			t.Fatalf("%d %s", sub.code, sub.body)
@@ -518,7 +518,7 @@ func TestHTTPJobStatus(t *testing.T) {
 		if rec.ID != sub.reply.ID || rec.Queue != "q" || rec.State != want || rec.Attempts != 0 || rec.EnqueuedAt.IsZero() {
 			t.Errorf("GET %s: %+v, want job %s of q, %s, not started", loc, rec, sub.reply.ID, want)
 		}
-		if want == jobstatus.Queued && !rec.NotBefore.Equal(*sub.reply.NotBefore) {
+		if want == spillway.StateQueued && !rec.NotBefore.Equal(*sub.reply.NotBefore) {
 			t.Errorf("GET %s: not before %v, want the answer's %v", loc, rec.NotBefore, sub.reply.NotBefore)
 		}
 	}

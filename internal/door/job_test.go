@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/door"
-	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
@@ -47,7 +46,7 @@ func TestNATSJob(t *testing.T) {
 		t.Fatalf("submit: %d %s", r.code, r.body)
 	}
 	id := r.reply.ID
-	b.waitState(t, id, jobstatus.Admitted)
+	b.waitState(t, id, spillway.StateAdmitted)
 	resp := ask(id)
 	var job spillway.Job
 	if err := json.Unmarshal(resp.Data, &job); err != nil {

@@ -85,7 +85,7 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	opts := b.Options()
 	opts.Observe = admitterd.NewAdmitMetrics(b.reg).Observe
 	opts.OnStored = func(j *queue.Job, st spillway.Status, at queue.Stored) {
-		r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
+		r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
 		if st == spillway.Queued {
 			r.BacklogSeq = at.Sequence
 		}

@@ -23,12 +23,12 @@ queues:
 // client may, and the class each is ("" absent).
 var priorityCases = []struct {
 	header string
-	want   queue.Priority
+	want   spillway.Priority
 }{
-	{"high", queue.High},
-	{"LOW", queue.Low},
-	{" normal ", queue.Normal},
-	{"", queue.Normal},
+	{"high", spillway.High},
+	{"LOW", spillway.Low},
+	{" normal ", spillway.Normal},
+	{"", spillway.Normal},
 }
 
 func TestHTTPPriority(t *testing.T) {
@@ -61,7 +61,7 @@ func TestHTTPPriority(t *testing.T) {
 	if r.code != http.StatusAccepted || r.reply.Status != spillway.Queued {
 		t.Fatalf("tenant-a's second job: %d %s, want 202 queued", r.code, r.body)
 	}
-	if j, ok := b.jobOfKey(t, "q", queue.Backlog, "tenant-a"); !ok || j.ID != r.reply.ID || j.Priority != queue.Low || j.Weight != 4 {
+	if j, ok := b.jobOfKey(t, "q", queue.Backlog, "tenant-a"); !ok || j.ID != r.reply.ID || j.Priority != spillway.Low || j.Weight != 4 {
 		t.Errorf("the queued job %+v (found %v), want priority low, weight 4", j, ok)
 	}
 }
@@ -106,7 +106,7 @@ func TestNATSPriority(t *testing.T) {
 		}
 	}
 	rep := ask(t, nc, natsMsg("q", nil, "X-Client", "tenant-a", spillway.HeaderPriority, "high"))
-	if j, ok := b.jobOfKey(t, "q", queue.Backlog, "tenant-a"); rep.Status != spillway.Queued || !ok || j.ID != rep.ID || j.Priority != queue.High || j.Weight != 4 {
+	if j, ok := b.jobOfKey(t, "q", queue.Backlog, "tenant-a"); rep.Status != spillway.Queued || !ok || j.ID != rep.ID || j.Priority != spillway.High || j.Weight != 4 {
 		t.Errorf("tenant-a's second job: %+v, stored %+v (found %v); want queued, priority high, weight 4", rep, j, ok)
 	}
 	for _, v := range []string{"urgent", "0"} {

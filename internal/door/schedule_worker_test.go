@@ -69,7 +69,7 @@ func (s *starts) of(id string) (time.Time, bool) {
 
 // jobState polls GET /v1/jobs/{id} until its state is want, failing after
 // d.
-func (b *testBundle) jobState(t *testing.T, id string, want jobstatus.State, d time.Duration) jobstatus.Record {
+func (b *testBundle) jobState(t *testing.T, id string, want spillway.State, d time.Duration) jobstatus.Record {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var rec jobstatus.Record
@@ -108,8 +108,8 @@ queues:
 	}
 	// A job of the same key submitted after it runs at once.
 	now := b.post(t, "q", []byte("now"), "X-Client", "a")
-	b.jobState(t, now.reply.ID, jobstatus.Succeeded, 20*time.Second)
-	b.jobState(t, r.reply.ID, jobstatus.Succeeded, 30*time.Second)
+	b.jobState(t, now.reply.ID, spillway.StateSucceeded, 20*time.Second)
+	b.jobState(t, r.reply.ID, spillway.StateSucceeded, 30*time.Second)
 	at, _ := s.of(r.reply.ID)
 	if at.Before(*r.reply.NotBefore) {
 		t.Errorf("the scheduled job started %v before its not_before", r.reply.NotBefore.Sub(at))
@@ -137,14 +137,14 @@ queues:
 	if first.reply.Status != spillway.Queued {
 		t.Fatalf("second job: %d %s, want queued", first.code, first.body)
 	}
-	b.jobState(t, first.reply.ID, jobstatus.Succeeded, 20*time.Second)
+	b.jobState(t, first.reply.ID, spillway.StateSucceeded, 20*time.Second)
 	// The backlog is empty again: the estimate says at once, the leak's
 	// next start is a minute away.
 	r := b.post(t, "q", []byte("in time or never"), spillway.HeaderMaxWait, "2s")
 	if r.code != http.StatusAccepted || r.reply.Status != spillway.Queued {
 		t.Fatalf("max-wait 2s in an empty backlog: %d %s, want 202 queued", r.code, r.body)
 	}
-	rec := b.jobState(t, r.reply.ID, jobstatus.Expired, 20*time.Second)
+	rec := b.jobState(t, r.reply.ID, spillway.StateExpired, 20*time.Second)
 	if _, ran := s.of(r.reply.ID); ran {
 		t.Error("the expired job ran")
 	}

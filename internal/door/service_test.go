@@ -16,7 +16,6 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/conn"
-	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/queue"
@@ -96,7 +95,7 @@ queues:
 		status = body
 		return code == http.StatusOK
 	})
-	if !strings.Contains(status, `"state":"`+string(jobstatus.Admitted)+`"`) || !strings.Contains(status, r.reply.ID) {
+	if !strings.Contains(status, `"state":"`+string(spillway.StateAdmitted)+`"`) || !strings.Contains(status, r.reply.ID) {
 		t.Errorf("GET %s: %s, want job %s admitted", r.header.Get("Location"), status, r.reply.ID)
 	}
 	if _, _, m := get("/metrics"); !strings.Contains(m, `spillway_decisions_total{queue="q",reason="limit",verdict="admitted"} 1`) {

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/internal/admit"
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -66,8 +65,8 @@ func parseCost(s string) (int64, *admit.Error) {
 }
 
 // parsePriority reads Spillway-Priority, in any case: empty means normal.
-func parsePriority(s string) (queue.Priority, *admit.Error) {
-	p, err := queue.ParsePriority(s)
+func parsePriority(s string) (spillway.Priority, *admit.Error) {
+	p, err := spillway.ParsePriority(s)
 	if err != nil {
 		return p, &admit.Error{Type: spillway.ProblemBadPriority, Field: spillway.HeaderPriority,
 			Detail: fmt.Sprintf("%s %.40q: want high, normal or low", spillway.HeaderPriority, s)}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // NotCancellableError is Store.Cancel's error for a job that is not
@@ -65,11 +66,11 @@ func (s *Store) claim(ctx context.Context, rec Record) (Record, bool, error) {
 // withClaim is what a job's record says given its claim: a queued record
 // claimed by a start says running, by a cancel cancelled.
 func withClaim(rec, claim Record) Record {
-	if rec.State != Queued {
+	if rec.State != spillway.StateQueued {
 		return rec
 	}
-	if claim.State == Cancelled {
-		rec.State, rec.UpdatedAt, rec.FinishedAt = Cancelled, claim.UpdatedAt, claim.FinishedAt
+	if claim.State == spillway.StateCancelled {
+		rec.State, rec.UpdatedAt, rec.FinishedAt = spillway.StateCancelled, claim.UpdatedAt, claim.FinishedAt
 		return rec
 	}
 	if out, ok := merge(rec, claim); ok {
@@ -93,11 +94,11 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	if cur.State != Queued {
+	if cur.State != spillway.StateQueued {
 		return Record{}, &NotCancellableError{Record: cur}
 	}
 	out := cur
-	out.State, out.UpdatedAt, out.FinishedAt = Cancelled, time.Now(), time.Now()
+	out.State, out.UpdatedAt, out.FinishedAt = spillway.StateCancelled, time.Now(), time.Now()
 	claimed, won, err := s.claim(ctx, out)
 	if err != nil {
 		return Record{}, err
@@ -106,7 +107,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 		// Started, or cancelled by an earlier cancel (whose record write
 		// may have failed: it is made now).
 		cur = withClaim(cur, claimed)
-		if cur.State == Cancelled {
+		if cur.State == spillway.StateCancelled {
 			_ = s.writeCancelled(ctx, cur, rev)
 		}
 		return Record{}, &NotCancellableError{Record: cur}
@@ -137,10 +138,10 @@ func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64) erro
 		if err != nil {
 			return err
 		}
-		if cur.State == Cancelled {
+		if cur.State == spillway.StateCancelled {
 			return nil
 		}
-		if cur.State != Queued {
+		if cur.State != spillway.StateQueued {
 			return &NotCancellableError{Record: cur}
 		}
 		rev = r
@@ -167,7 +168,7 @@ func (s *Store) StartGate(ctx context.Context, e worker.Event) error {
 	if err != nil {
 		return err
 	}
-	if !took && cur.State == Cancelled {
+	if !took && cur.State == spillway.StateCancelled {
 		return fmt.Errorf("%w: %s", worker.ErrJobCancelled, rec.ID)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func started(j *queue.Job) worker.Event {
@@ -26,28 +27,28 @@ func TestCancel(t *testing.T) {
 	s := open(t, 0)
 	ctx := t.Context()
 	j := job(t)
-	if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued, EnqueuedAt: t0, BacklogSeq: 7}); err != nil {
+	if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.StateQueued, EnqueuedAt: t0, BacklogSeq: 7}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Cancel(ctx, j.ID)
-	if err != nil || got.State != jobstatus.Cancelled || got.BacklogSeq != 7 || got.FinishedAt.IsZero() || !got.EnqueuedAt.Equal(t0) {
+	if err != nil || got.State != spillway.StateCancelled || got.BacklogSeq != 7 || got.FinishedAt.IsZero() || !got.EnqueuedAt.Equal(t0) {
 		t.Fatalf("Cancel: %+v %v; want cancelled, keeping the backlog place and enqueue time", got, err)
 	}
 	var nc *jobstatus.NotCancellableError
-	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Cancelled {
+	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != spillway.StateCancelled {
 		t.Errorf("Cancel again: %v, want NotCancellableError, cancelled", err)
 	}
 	if err := s.StartGate(ctx, started(j)); !errors.Is(err, worker.ErrJobCancelled) {
 		t.Errorf("StartGate of a cancelled job: %v, want ErrJobCancelled", err)
 	}
-	if _, ok, err := s.Advance(ctx, jobstatus.Record{ID: j.ID, State: jobstatus.Succeeded, Attempts: 1}); ok || err != nil {
+	if _, ok, err := s.Advance(ctx, jobstatus.Record{ID: j.ID, State: spillway.StateSucceeded, Attempts: 1}); ok || err != nil {
 		t.Errorf("Advance a cancelled job: applied %v, %v; want refused", ok, err)
 	}
-	if rec, _ := s.Get(ctx, j.ID); rec.State != jobstatus.Cancelled {
+	if rec, _ := s.Get(ctx, j.ID); rec.State != spillway.StateCancelled {
 		t.Errorf("record %+v, want still cancelled", rec)
 	}
 
-	for _, st := range []jobstatus.State{jobstatus.Admitted, jobstatus.Running, jobstatus.Succeeded, jobstatus.Dead, jobstatus.Retrying} {
+	for _, st := range []spillway.State{spillway.StateAdmitted, spillway.StateRunning, spillway.StateSucceeded, spillway.StateDead, spillway.StateRetrying} {
 		id := newID(t)
 		if err := s.Put(ctx, jobstatus.Record{ID: id, Queue: "email", State: st}); err != nil {
 			t.Fatal(err)
@@ -72,7 +73,7 @@ func TestCancelRacesAStart(t *testing.T) {
 	ctx := context.WithoutCancel(t.Context())
 	for range 50 {
 		j := job(t)
-		if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued}); err != nil {
+		if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.StateQueued}); err != nil {
 			t.Fatal(err)
 		}
 		raceCancelAndStart(t, s, j)
@@ -98,8 +99,8 @@ func raceCancelAndStart(t *testing.T, s *jobstatus.Store, j *queue.Job) {
 	st := rec.State
 	var nc *jobstatus.NotCancellableError
 	switch {
-	case cancelErr == nil && errors.Is(gateErr, worker.ErrJobCancelled) && st == jobstatus.Cancelled:
-	case gateErr == nil && errors.As(cancelErr, &nc) && nc.Record.State == jobstatus.Running && st == jobstatus.Running:
+	case cancelErr == nil && errors.Is(gateErr, worker.ErrJobCancelled) && st == spillway.StateCancelled:
+	case gateErr == nil && errors.As(cancelErr, &nc) && nc.Record.State == spillway.StateRunning && st == spillway.StateRunning:
 	default:
 		t.Fatalf("cancel: %v, start gate: %v, record %s; want exactly one to win", cancelErr, gateErr, st)
 	}
@@ -132,7 +133,7 @@ func TestCancelledJobLeftInTheBacklog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.Create(t.Context(), jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued, BacklogSeq: at.Sequence}); err != nil {
+		if err := store.Create(t.Context(), jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.StateQueued, BacklogSeq: at.Sequence}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -150,7 +151,7 @@ func TestCancelledJobLeftInTheBacklog(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	waitFor(t, store, kept.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
+	waitFor(t, store, kept.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == spillway.StateSucceeded })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		info, err := admin.Inspect(t.Context(), js, cfg)
@@ -173,7 +174,7 @@ func TestCancelledJobLeftInTheBacklog(t *testing.T) {
 			t.Errorf("the cancelled job %s ran", id)
 		}
 	}
-	if r, _ := store.Get(t.Context(), cancelled.ID); r.State != jobstatus.Cancelled {
+	if r, _ := store.Get(t.Context(), cancelled.ID); r.State != spillway.StateCancelled {
 		t.Errorf("the cancelled job's record: %+v, want cancelled", r)
 	}
 }
@@ -187,30 +188,30 @@ func TestStartClaim(t *testing.T) {
 	s := open(t, 0)
 	ctx := t.Context()
 	j := job(t)
-	if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued, BacklogSeq: 7}); err != nil {
+	if err := s.Create(ctx, jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.StateQueued, BacklogSeq: 7}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.StartGate(ctx, started(j)); err != nil {
 		t.Fatalf("StartGate: %v", err)
 	}
-	if rec, err := s.Get(ctx, j.ID); err != nil || rec.State != jobstatus.Running || rec.BacklogSeq != 7 || rec.StartedAt.IsZero() {
+	if rec, err := s.Get(ctx, j.ID); err != nil || rec.State != spillway.StateRunning || rec.BacklogSeq != 7 || rec.StartedAt.IsZero() {
 		t.Errorf("Get after the start: %+v, %v; want running, keeping the backlog place", rec, err)
 	}
 	if err := s.StartGate(ctx, started(j)); err != nil {
 		t.Errorf("StartGate again (a worker died mid-try): %v, want it to start", err)
 	}
 	var nc *jobstatus.NotCancellableError
-	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Running {
+	if _, err := s.Cancel(ctx, j.ID); !errors.As(err, &nc) || nc.Record.State != spillway.StateRunning {
 		t.Errorf("Cancel a started job: %v, want NotCancellableError, running", err)
 	}
 	undo, note := s.ResetForReplay(ctx, *j, admin.DeadLetter{Attempts: 1, LastError: "boom"}, queue.Backlog, time.Now())
 	if undo == nil {
 		t.Fatalf("ResetForReplay: %s", note)
 	}
-	if rec, err := s.Get(ctx, j.ID); err != nil || rec.State != jobstatus.Queued {
+	if rec, err := s.Get(ctx, j.ID); err != nil || rec.State != spillway.StateQueued {
 		t.Errorf("Get after a replay to the backlog: %+v, %v; want queued", rec, err)
 	}
-	if rec, err := s.Cancel(ctx, j.ID); err != nil || rec.State != jobstatus.Cancelled {
+	if rec, err := s.Cancel(ctx, j.ID); err != nil || rec.State != spillway.StateCancelled {
 		t.Errorf("Cancel the replayed job: %+v, %v; want cancelled", rec, err)
 	}
 
@@ -218,7 +219,7 @@ func TestStartClaim(t *testing.T) {
 	if err := s.StartGate(ctx, started(lost)); err != nil {
 		t.Fatalf("StartGate of a job with no record: %v", err)
 	}
-	if rec, err := s.Get(ctx, lost.ID); err != nil || rec.State != jobstatus.Running {
+	if rec, err := s.Get(ctx, lost.ID); err != nil || rec.State != spillway.StateRunning {
 		t.Errorf("Get of a started job with no record: %+v, %v; want running", rec, err)
 	}
 }

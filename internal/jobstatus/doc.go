@@ -3,9 +3,9 @@
 //
 // # Records
 //
-// A Record says where a job is (State: admitted, queued, running,
-// succeeded, retrying, dead, expired or cancelled), how many tries it
-// took, its last error and when things happened. Records live in 16
+// A Record says where a job is (its spillway.State: admitted, queued,
+// running, succeeded, retrying, dead, expired or cancelled), how many
+// tries it took, its last error and when things happened. Records live in 16
 // buckets, spillway-jobs-00 to -15 (Open; BucketOf says which by the job
 // id), one key per job id — but for the first records of a batch's jobs,
 // which share a group record (group.go; GroupBucketOf says which bucket,

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // A batch's jobs share their first records. The admitter writes a job's
@@ -65,11 +67,11 @@ type groupRecord struct {
 // groupEntry is one job's first record in its group record. Times are
 // Unix nanoseconds; UpdatedAt is EnqueuedAt, as the admitter writes it.
 type groupEntry struct {
-	Slot       int    `json:"i"`
-	State      State  `json:"s"`
-	EnqueuedAt int64  `json:"e"`
-	NotBefore  int64  `json:"nb,omitempty"`
-	BacklogSeq uint64 `json:"seq,omitempty"`
+	Slot       int            `json:"i"`
+	State      spillway.State `json:"s"`
+	EnqueuedAt int64          `json:"e"`
+	NotBefore  int64          `json:"nb,omitempty"`
+	BacklogSeq uint64         `json:"seq,omitempty"`
 }
 
 // FirstMsgs are the messages that store recs, the first records of jobs
@@ -125,7 +127,7 @@ func groupMsg(g string, recs []Record) *nats.Msg {
 	gr := groupRecord{Queue: recs[0].Queue, Jobs: make([]groupEntry, len(recs))}
 	for i, rec := range recs {
 		rec = rec.normalized()
-		if rec.Queue != gr.Queue || rec.State.rank() != 0 || rec.Attempts != 0 || rec.LastError != "" ||
+		if rec.Queue != gr.Queue || rank(rec.State) != 0 || rec.Attempts != 0 || rec.LastError != "" ||
 			!rec.StartedAt.IsZero() || !rec.FinishedAt.IsZero() || !rec.UpdatedAt.Equal(rec.EnqueuedAt) || rec.EnqueuedAt.IsZero() {
 			return nil
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // firstRecords are the admitter's first records of a batch of n jobs:
@@ -37,9 +38,9 @@ func batchRecords(t *testing.T, n int, skip func(i int) bool) (recs []jobstatus.
 			continue
 		}
 		at := t0.Add(time.Duration(i) * time.Microsecond)
-		rec := jobstatus.Record{ID: id, Queue: "email", State: jobstatus.Admitted, EnqueuedAt: at, UpdatedAt: at}
+		rec := jobstatus.Record{ID: id, Queue: "email", State: spillway.StateAdmitted, EnqueuedAt: at, UpdatedAt: at}
 		if i%3 == 0 {
-			rec.State, rec.NotBefore, rec.BacklogSeq = jobstatus.Queued, at.Add(time.Minute), uint64(100+i)
+			rec.State, rec.NotBefore, rec.BacklogSeq = spillway.StateQueued, at.Add(time.Minute), uint64(100+i)
 		}
 		recs = append(recs, rec)
 	}
@@ -115,14 +116,14 @@ func TestBatchFirstRecordsShareWrites(t *testing.T) {
 
 	// A worker's record takes precedence; it keeps what the first said.
 	admitted := recs[1]
-	if admitted.State != jobstatus.Admitted {
+	if admitted.State != spillway.StateAdmitted {
 		t.Fatalf("job 1 is %s", admitted.State)
 	}
-	got, ok, err := s.Advance(ctx, jobstatus.Record{ID: admitted.ID, State: jobstatus.Running, Attempts: 1, StartedAt: t0.Add(time.Second)})
-	if err != nil || !ok || got.State != jobstatus.Running || got.Queue != "email" || !got.EnqueuedAt.Equal(admitted.EnqueuedAt) {
+	got, ok, err := s.Advance(ctx, jobstatus.Record{ID: admitted.ID, State: spillway.StateRunning, Attempts: 1, StartedAt: t0.Add(time.Second)})
+	if err != nil || !ok || got.State != spillway.StateRunning || got.Queue != "email" || !got.EnqueuedAt.Equal(admitted.EnqueuedAt) {
 		t.Errorf("Advance over a group record: %+v %v %v; want running, queue and enqueue time kept", got, ok, err)
 	}
-	if got, err := s.Get(ctx, admitted.ID); err != nil || got.State != jobstatus.Running {
+	if got, err := s.Get(ctx, admitted.ID); err != nil || got.State != spillway.StateRunning {
 		t.Errorf("Get after Advance: %+v %v, want running", got, err)
 	}
 
@@ -130,29 +131,29 @@ func TestBatchFirstRecordsShareWrites(t *testing.T) {
 	queued := recs[0]
 	j := &queue.Job{ID: queued.ID, Queue: queued.Queue, EnqueuedAt: queued.EnqueuedAt}
 	c, err := s.Cancel(ctx, queued.ID)
-	if err != nil || c.State != jobstatus.Cancelled || c.BacklogSeq != queued.BacklogSeq {
+	if err != nil || c.State != spillway.StateCancelled || c.BacklogSeq != queued.BacklogSeq {
 		t.Fatalf("Cancel of a queued batch job: %+v %v; want cancelled at backlog seq %d", c, err, queued.BacklogSeq)
 	}
-	if got, err := s.Get(ctx, queued.ID); err != nil || got.State != jobstatus.Cancelled {
+	if got, err := s.Get(ctx, queued.ID); err != nil || got.State != spillway.StateCancelled {
 		t.Errorf("Get after Cancel: %+v %v, want cancelled", got, err)
 	}
 	if err := s.StartGate(ctx, started(j)); !errors.Is(err, worker.ErrJobCancelled) {
 		t.Errorf("StartGate of the cancelled batch job: %v, want ErrJobCancelled", err)
 	}
 	var nc *jobstatus.NotCancellableError
-	if _, err := s.Cancel(ctx, recs[2].ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Admitted {
+	if _, err := s.Cancel(ctx, recs[2].ID); !errors.As(err, &nc) || nc.Record.State != spillway.StateAdmitted {
 		t.Errorf("Cancel of an admitted batch job: %v, want NotCancellableError, admitted", err)
 	}
 
 	// A queued job that started first cannot be cancelled.
 	queued = recs[3]
-	if queued.State != jobstatus.Queued {
+	if queued.State != spillway.StateQueued {
 		t.Fatalf("job 3 is %s", queued.State)
 	}
 	if err := s.StartGate(ctx, started(&queue.Job{ID: queued.ID, Queue: queued.Queue, EnqueuedAt: queued.EnqueuedAt})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Cancel(ctx, queued.ID); !errors.As(err, &nc) || nc.Record.State != jobstatus.Running {
+	if _, err := s.Cancel(ctx, queued.ID); !errors.As(err, &nc) || nc.Record.State != spillway.StateRunning {
 		t.Errorf("Cancel of a started batch job: %v, want NotCancellableError, running", err)
 	}
 }
@@ -181,20 +182,20 @@ func TestFirstMsgsWritesAloneWhatAGroupCannotHold(t *testing.T) {
 		}
 	}
 	alone("one job", recs[:1])
-	alone("two singles", []jobstatus.Record{{ID: newID(t), Queue: "email", State: jobstatus.Admitted, EnqueuedAt: t0, UpdatedAt: t0},
-		{ID: newID(t), Queue: "email", State: jobstatus.Admitted, EnqueuedAt: t0, UpdatedAt: t0}})
+	alone("two singles", []jobstatus.Record{{ID: newID(t), Queue: "email", State: spillway.StateAdmitted, EnqueuedAt: t0, UpdatedAt: t0},
+		{ID: newID(t), Queue: "email", State: spillway.StateAdmitted, EnqueuedAt: t0, UpdatedAt: t0}})
 	mixed := firstRecords(t, 2, func(int) bool { return false })
 	mixed[1].Queue = "sms"
 	alone("two queues", mixed)
 	running := firstRecords(t, 2, func(int) bool { return false })
-	running[1].State, running[1].Attempts = jobstatus.Running, 1
+	running[1].State, running[1].Attempts = spillway.StateRunning, 1
 	alone("a running record", running)
 
 	// 64 queued jobs with every field at its longest fit one record.
 	long := firstRecords(t, 64, func(int) bool { return false })
 	for i := range long {
 		long[i].Queue = strings.Repeat("q", 64)
-		long[i].State, long[i].NotBefore, long[i].BacklogSeq = jobstatus.Queued, long[i].EnqueuedAt.Add(time.Hour), 1<<64-1
+		long[i].State, long[i].NotBefore, long[i].BacklogSeq = spillway.StateQueued, long[i].EnqueuedAt.Add(time.Hour), 1<<64-1
 	}
 	msgs, err = jobstatus.FirstMsgs(long)
 	if err != nil || len(msgs) != 1 || jobstatus.RecordsIn(msgs[0]) != 64 {
@@ -237,14 +238,14 @@ func TestGroupEntryOverADeletedRecord(t *testing.T) {
 		}
 	}
 	admitted, queued := recs[1], recs[0]
-	got, ok, err := s.Advance(ctx, jobstatus.Record{ID: admitted.ID, State: jobstatus.Succeeded, Attempts: 1})
-	if err != nil || !ok || got.State != jobstatus.Succeeded || !got.EnqueuedAt.Equal(admitted.EnqueuedAt) {
+	got, ok, err := s.Advance(ctx, jobstatus.Record{ID: admitted.ID, State: spillway.StateSucceeded, Attempts: 1})
+	if err != nil || !ok || got.State != spillway.StateSucceeded || !got.EnqueuedAt.Equal(admitted.EnqueuedAt) {
 		t.Errorf("Advance: %+v %v %v; want succeeded, the enqueue time kept", got, ok, err)
 	}
-	if c, err := s.Cancel(ctx, queued.ID); err != nil || c.State != jobstatus.Cancelled {
+	if c, err := s.Cancel(ctx, queued.ID); err != nil || c.State != spillway.StateCancelled {
 		t.Errorf("Cancel: %+v %v; want cancelled", c, err)
 	}
-	for _, want := range []jobstatus.Record{{ID: admitted.ID, State: jobstatus.Succeeded}, {ID: queued.ID, State: jobstatus.Cancelled}} {
+	for _, want := range []jobstatus.Record{{ID: admitted.ID, State: spillway.StateSucceeded}, {ID: queued.ID, State: spillway.StateCancelled}} {
 		if got, err := s.Get(ctx, want.ID); err != nil || got.State != want.State {
 			t.Errorf("Get %s: %+v %v, want %s", want.ID, got, err, want.State)
 		}

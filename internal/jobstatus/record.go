@@ -7,55 +7,21 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
-
-// State is where a job is in its life.
-type State string
-
-// The states of a job (docs/design.md#reads).
-const (
-	// Admitted: accepted to run at once; waiting for a worker.
-	Admitted State = "admitted"
-	// Queued: accepted into the backlog; starts at the leak rate, not
-	// before Record.NotBefore.
-	Queued State = "queued"
-	// Running: a handler is running it (try Record.Attempts).
-	Running State = "running"
-	// Succeeded: a handler finished it. Final.
-	Succeeded State = "succeeded"
-	// Retrying: a try failed (Record.LastError); the next one is due at
-	// Record.NotBefore.
-	Retrying State = "retrying"
-	// Dead: it failed for good and is in the queue's dead-letter stream.
-	// Final, unless an operator replays it.
-	Dead State = "dead"
-	// Expired: it waited in the backlog past its expiry (the submission's
-	// Spillway-Max-Wait) without being released, never ran, and is in the
-	// queue's dead-letter stream with reason expired. Final, unless an
-	// operator replays it.
-	Expired State = "expired"
-	// Cancelled: a client cancelled it while it was queued; it never ran
-	// and is gone from the backlog (docs/design.md#cancel). Final.
-	Cancelled State = "cancelled"
-)
-
-// Valid reports whether s is one of the eight states.
-func (s State) Valid() bool { return s.rank() >= 0 }
-
-// Final reports whether s is a state a job does not leave on its own.
-func (s State) Final() bool { return s == Succeeded || s == Dead || s == Expired || s == Cancelled }
 
 // rank orders the states of one try: a record moves to an equal or higher
-// rank, or to a later try.
-func (s State) rank() int {
+// rank, or to a later try. A state that is not one of spillway's eight
+// has rank -1.
+func rank(s spillway.State) int {
 	switch s {
-	case Admitted, Queued:
+	case spillway.StateAdmitted, spillway.StateQueued:
 		return 0
-	case Running:
+	case spillway.StateRunning:
 		return 1
-	case Retrying:
+	case spillway.StateRetrying:
 		return 2
-	case Succeeded, Dead, Expired, Cancelled:
+	case spillway.StateSucceeded, spillway.StateDead, spillway.StateExpired, spillway.StateCancelled:
 		return 3
 	}
 	return -1
@@ -68,9 +34,9 @@ const MaxErrorLen = 1024
 // Record is a job's status. Times are UTC; a zero time is omitted from the
 // JSON.
 type Record struct {
-	ID    string `json:"id"`
-	Queue string `json:"queue"`
-	State State  `json:"state"`
+	ID    string         `json:"id"`
+	Queue string         `json:"queue"`
+	State spillway.State `json:"state"`
 	// Attempts is the number of tries started so far (0 before the first).
 	Attempts int `json:"attempts"`
 	// LastError is the last failed try's error, on one line, at most
@@ -108,7 +74,7 @@ func (r Record) validate() error {
 	if err := ValidateID(r.ID); err != nil {
 		return err
 	}
-	if !r.State.Valid() {
+	if rank(r.State) < 0 {
 		return fmt.Errorf("jobstatus: job %s: unknown state %q", r.ID, r.State[:min(len(r.State), 32)])
 	}
 	return nil
@@ -134,10 +100,10 @@ func (r Record) normalized() Record {
 // stays, a running job keeps its previous try's error. FinishedAt is never
 // kept: only a final state has one.
 func merge(cur, update Record) (Record, bool) {
-	if cur.State == Cancelled {
+	if cur.State == spillway.StateCancelled {
 		return cur, false
 	}
-	if update.Attempts < cur.Attempts || (update.Attempts == cur.Attempts && update.State.rank() < cur.State.rank()) {
+	if update.Attempts < cur.Attempts || (update.Attempts == cur.Attempts && rank(update.State) < rank(cur.State)) {
 		return cur, false
 	}
 	out := update

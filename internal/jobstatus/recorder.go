@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // DefaultBuffer is a Recorder's buffer when NewRecorder is given 0 or less.
@@ -285,18 +286,18 @@ func update(e worker.Event, now time.Time) (Record, bool) {
 	}
 	switch e.Kind {
 	case worker.Started:
-		rec.State, rec.StartedAt = Running, now
+		rec.State, rec.StartedAt = spillway.StateRunning, now
 	case worker.Succeeded:
-		rec.State, rec.StartedAt, rec.FinishedAt = Succeeded, began, now
+		rec.State, rec.StartedAt, rec.FinishedAt = spillway.StateSucceeded, began, now
 	case worker.Retrying:
-		rec.State, rec.StartedAt, rec.NotBefore = Retrying, began, now.Add(e.Delay)
+		rec.State, rec.StartedAt, rec.NotBefore = spillway.StateRetrying, began, now.Add(e.Delay)
 		if e.Err != nil {
 			rec.LastError = queue.OneLine(e.Err.Error(), MaxErrorLen)
 		}
 	case worker.DeadLettered:
-		rec.State, rec.StartedAt, rec.FinishedAt = Dead, began, now
+		rec.State, rec.StartedAt, rec.FinishedAt = spillway.StateDead, began, now
 		if e.Reason == queue.ReasonExpired {
-			rec.State = Expired
+			rec.State = spillway.StateExpired
 		}
 		switch {
 		case e.Err != nil && e.Reason != "":

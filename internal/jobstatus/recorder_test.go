@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // run runs r until the test ends, and fails the test if Run does not
@@ -81,7 +82,7 @@ func TestRecorderFollowsAJob(t *testing.T) {
 	r.Observe(ev(worker.Released, 0)) // changes nothing
 	r.Observe(ev(worker.Started, 1))
 	r.Observe(retrying)
-	rec := waitFor(t, s, j.ID, "retrying", func(r jobstatus.Record) bool { return r.State == jobstatus.Retrying })
+	rec := waitFor(t, s, j.ID, "retrying", func(r jobstatus.Record) bool { return r.State == spillway.StateRetrying })
 	if rec.Attempts != 1 || rec.LastError != "POST http://x: 500 Internal Server Error: down for maintenance" ||
 		rec.NotBefore.Before(before.Add(time.Minute)) || !rec.EnqueuedAt.Equal(t0) || rec.Queue != "email" || rec.StartedAt.IsZero() || !rec.FinishedAt.IsZero() {
 		t.Errorf("after a failed try: %+v", rec)
@@ -90,7 +91,7 @@ func TestRecorderFollowsAJob(t *testing.T) {
 	r.Observe(ev(worker.HandedBack, 2)) // changes nothing
 	r.Observe(ev(worker.Started, 3))
 	r.Observe(ev(worker.Succeeded, 3))
-	rec = waitFor(t, s, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
+	rec = waitFor(t, s, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == spillway.StateSucceeded })
 	if rec.Attempts != 3 || !strings.HasPrefix(rec.LastError, "POST http://x: 500") || rec.FinishedAt.IsZero() || rec.FinishedAt.Before(rec.StartedAt) {
 		t.Errorf("after success on the third try: %+v", rec)
 	}
@@ -104,8 +105,8 @@ func TestRecorderFollowsAJob(t *testing.T) {
 	other.Observe(ev(worker.Retrying, 2))
 	marker := job(t)
 	other.Observe(worker.Event{Kind: worker.Started, Job: marker, Attempt: 1})
-	waitFor(t, s, marker.ID, "running", func(r jobstatus.Record) bool { return r.State == jobstatus.Running })
-	if rec, err := s.Get(t.Context(), j.ID); err != nil || rec.State != jobstatus.Succeeded || rec.Attempts != 3 {
+	waitFor(t, s, marker.ID, "running", func(r jobstatus.Record) bool { return r.State == spillway.StateRunning })
+	if rec, err := s.Get(t.Context(), j.ID); err != nil || rec.State != spillway.StateSucceeded || rec.Attempts != 3 {
 		t.Errorf("after late reports: %+v, %v; want succeeded after 3 tries", rec, err)
 	}
 	if n := r.Dropped() + other.Dropped(); n != 0 {
@@ -123,7 +124,7 @@ func TestRecorderDeadLetters(t *testing.T) {
 	r.Observe(worker.Event{Kind: worker.DeadLettered, Job: expired, Reason: "expired in backlog"})
 	r.Observe(worker.Event{Kind: worker.DeadLettered, Reason: "invalid job"}) // no Job: no record
 	for id, want := range map[string]string{exhausted.ID: "permanent error: permanent: 404 Not Found", expired.ID: "expired in backlog"} {
-		rec := waitFor(t, s, id, "dead", func(r jobstatus.Record) bool { return r.State == jobstatus.Dead })
+		rec := waitFor(t, s, id, "dead", func(r jobstatus.Record) bool { return r.State == spillway.StateDead })
 		if rec.LastError != want || rec.FinishedAt.IsZero() {
 			t.Errorf("dead record %+v: want last error %q and a finish time", rec, want)
 		}
@@ -141,7 +142,7 @@ func TestRecorderBoundsTheError(t *testing.T) {
 	run(t, r)
 	j := job(t)
 	r.Observe(worker.Event{Kind: worker.Retrying, Job: j, Attempt: 1, Err: errors.New(strings.Repeat("€\n", 1000))})
-	rec := waitFor(t, s, j.ID, "retrying", func(r jobstatus.Record) bool { return r.State == jobstatus.Retrying })
+	rec := waitFor(t, s, j.ID, "retrying", func(r jobstatus.Record) bool { return r.State == spillway.StateRetrying })
 	if len(rec.LastError) > jobstatus.MaxErrorLen || strings.Contains(rec.LastError, "\n") || !strings.HasPrefix(rec.LastError, "€ €") {
 		t.Errorf("last error of %d bytes: %.40q…", len(rec.LastError), rec.LastError)
 	}
@@ -173,7 +174,7 @@ func TestRecorderKeepsEachJobInOrder(t *testing.T) {
 		<-done
 	}
 	for _, j := range jobs {
-		rec := waitFor(t, s, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
+		rec := waitFor(t, s, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == spillway.StateSucceeded })
 		if rec.Attempts != 5 || rec.LastError != "try again" {
 			t.Errorf("job %s: %+v", j.ID, rec)
 		}
@@ -220,7 +221,7 @@ func TestRecorderRunsOnce(t *testing.T) {
 	run(t, r)
 	j := job(t)
 	r.Observe(worker.Event{Kind: worker.Started, Job: j, Attempt: 1})
-	waitFor(t, s, j.ID, "running", func(r jobstatus.Record) bool { return r.State == jobstatus.Running }) // so Run runs
+	waitFor(t, s, j.ID, "running", func(r jobstatus.Record) bool { return r.State == spillway.StateRunning }) // so Run runs
 	if err := r.Run(t.Context()); err == nil {
 		t.Error("a second Run while the first runs returned nil, want an error")
 	}
@@ -235,7 +236,7 @@ func TestRecorderExpired(t *testing.T) {
 	run(t, r)
 	j := job(t)
 	r.Observe(worker.Event{Kind: worker.DeadLettered, Job: j, Reason: queue.ReasonExpired, Err: errors.New("expires at 2026-01-01T00:00:02Z")})
-	rec := waitFor(t, s, j.ID, "expired", func(r jobstatus.Record) bool { return r.State == jobstatus.Expired })
+	rec := waitFor(t, s, j.ID, "expired", func(r jobstatus.Record) bool { return r.State == spillway.StateExpired })
 	if rec.LastError != "expired: expires at 2026-01-01T00:00:02Z" || rec.FinishedAt.IsZero() || !rec.State.Final() {
 		t.Errorf("expired record %+v: want the reason in its last error, a finish time, a final state", rec)
 	}
@@ -248,7 +249,7 @@ func TestRecorderKeepsACancelledJobCancelled(t *testing.T) {
 	t.Parallel()
 	s := open(t, 0)
 	j := job(t)
-	if err := s.Create(t.Context(), jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Queued}); err != nil {
+	if err := s.Create(t.Context(), jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.StateQueued}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Cancel(t.Context(), j.ID); err != nil {
@@ -258,7 +259,7 @@ func TestRecorderKeepsACancelledJobCancelled(t *testing.T) {
 	stop := run(t, r)
 	r.Observe(worker.Event{Kind: worker.DeadLettered, Job: j, Reason: queue.ReasonExpired, Err: errors.New("expired in the backlog")})
 	stop() // flushes what it was given
-	if rec, err := s.Get(t.Context(), j.ID); err != nil || rec.State != jobstatus.Cancelled {
+	if rec, err := s.Get(t.Context(), j.ID); err != nil || rec.State != spillway.StateCancelled {
 		t.Errorf("record %+v, %v; want still cancelled", rec, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // ResetForReplay, a admin.ReplayOptions.Prepare, makes a replayed job's
@@ -23,15 +24,15 @@ func (s *Store) ResetForReplay(ctx context.Context, job queue.Job, l admin.DeadL
 	case errors.Is(err, ErrNotFound):
 		// Expired: what it would say is that the job is dead.
 		prev = Record{
-			ID: job.ID, Queue: job.Queue, State: Dead, Attempts: l.Attempts, LastError: l.LastError,
+			ID: job.ID, Queue: job.Queue, State: spillway.StateDead, Attempts: l.Attempts, LastError: l.LastError,
 			EnqueuedAt: job.EnqueuedAt, FinishedAt: l.DeadAt, UpdatedAt: l.DeadAt,
 		}
 	case err != nil:
 		return nil, "its status record was not reset: " + err.Error()
 	}
-	state := Admitted
+	state := spillway.StateAdmitted
 	if to == queue.Backlog {
-		state = Queued
+		state = spillway.StateQueued
 	}
 	reset := Record{ID: job.ID, Queue: job.Queue, State: state, LastError: prev.LastError, EnqueuedAt: now, UpdatedAt: now}
 	// The claim of its first start goes first: the replayed job starts

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Bucket names the job records' buckets: a job's record is in
@@ -115,7 +116,7 @@ func (s *Store) Get(ctx context.Context, id string) (Record, error) {
 		return Record{}, err
 	}
 	rec, _, err := s.getAny(ctx, id)
-	if err == nil && rec.State != Queued || err != nil && !errors.Is(err, ErrNotFound) {
+	if err == nil && rec.State != spillway.StateQueued || err != nil && !errors.Is(err, ErrNotFound) {
 		return rec, err
 	}
 	// Queued, or no record: a start or a cancel may have claimed it.

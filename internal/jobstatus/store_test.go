@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func open(t *testing.T, ttl time.Duration) *jobstatus.Store {
@@ -42,7 +44,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 	s := open(t, 0)
 	id := newID(t)
 	want := jobstatus.Record{
-		ID: id, Queue: "email", State: jobstatus.Retrying, Attempts: 2, LastError: "POST http://x: 500 Internal Server Error",
+		ID: id, Queue: "email", State: spillway.StateRetrying, Attempts: 2, LastError: "POST http://x: 500 Internal Server Error",
 		EnqueuedAt: t0, NotBefore: t0.Add(time.Minute), StartedAt: t0.Add(time.Second), UpdatedAt: t0.Add(2 * time.Second),
 	}
 	if err := s.Put(t.Context(), want); err != nil {
@@ -62,7 +64,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 
 func TestRecordJSON(t *testing.T) {
 	t.Parallel()
-	rec := jobstatus.Record{ID: "01890a5d-ac96-774b-bcce-b302099a8057", Queue: "email", State: jobstatus.Queued, EnqueuedAt: t0, NotBefore: t0.Add(time.Second)}
+	rec := jobstatus.Record{ID: "01890a5d-ac96-774b-bcce-b302099a8057", Queue: "email", State: spillway.StateQueued, EnqueuedAt: t0, NotBefore: t0.Add(time.Second)}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		t.Fatal(err)
@@ -76,14 +78,30 @@ func TestRecordJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back != rec {
 		t.Errorf("round trip: %+v, %v; want %+v", back, err, rec)
 	}
+	// Records already stored spell every state so; they must read back.
+	for _, word := range []string{"admitted", "queued", "running", "retrying", "succeeded", "dead", "expired", "cancelled"} {
+		var r jobstatus.Record
+		if err := json.Unmarshal([]byte(`{"state":"`+word+`"}`), &r); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := json.Marshal(r); err != nil || !strings.Contains(string(b), `"state":"`+word+`"`) {
+			t.Errorf("state %s stored as %s, %v", word, b, err)
+		}
+		if !slices.Contains(states, r.State) {
+			t.Errorf("stored state %q is none of spillway's", word)
+		}
+	}
 }
+
+var states = []spillway.State{spillway.StateAdmitted, spillway.StateQueued, spillway.StateRunning, spillway.StateRetrying,
+	spillway.StateSucceeded, spillway.StateDead, spillway.StateExpired, spillway.StateCancelled}
 
 func TestRecordsExpire(t *testing.T) {
 	t.Parallel()
 	s := open(t, time.Second)
 	id := newID(t)
 	put := time.Now() // the record is stored after this, and expires ≥ 1s after it is stored
-	if err := s.Put(t.Context(), jobstatus.Record{ID: id, Queue: "q", State: jobstatus.Admitted}); err != nil {
+	if err := s.Put(t.Context(), jobstatus.Record{ID: id, Queue: "q", State: spillway.StateAdmitted}); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
 	// JetStream expires by MaxAge on a timer of its own: poll, with a deadline.
@@ -118,7 +136,7 @@ func TestInvalidIDs(t *testing.T) {
 		if _, err := s.Get(t.Context(), id); !errors.Is(err, jobstatus.ErrInvalidID) {
 			t.Errorf("Get(%q): %v, want ErrInvalidID", id, err)
 		}
-		if err := s.Put(t.Context(), jobstatus.Record{ID: id, State: jobstatus.Queued}); !errors.Is(err, jobstatus.ErrInvalidID) {
+		if err := s.Put(t.Context(), jobstatus.Record{ID: id, State: spillway.StateQueued}); !errors.Is(err, jobstatus.ErrInvalidID) {
 			t.Errorf("Put(%q): %v, want ErrInvalidID", id, err)
 		}
 	}
@@ -168,24 +186,24 @@ func TestAdvanceNeverGoesBack(t *testing.T) {
 	t.Parallel()
 	s := open(t, 0)
 	id := newID(t)
-	step := func(state jobstatus.State, attempts int, lastError string) jobstatus.Record {
+	step := func(state spillway.State, attempts int, lastError string) jobstatus.Record {
 		return jobstatus.Record{ID: id, State: state, Attempts: attempts, LastError: lastError}
 	}
-	queued := step(jobstatus.Queued, 0, "")
+	queued := step(spillway.StateQueued, 0, "")
 	queued.Queue, queued.EnqueuedAt = "email", t0
 	tests := []struct {
 		update  jobstatus.Record
 		applied bool
-		want    jobstatus.State
+		want    spillway.State
 	}{
-		{step(jobstatus.Running, 1, ""), true, jobstatus.Running}, // before the admitter's own write
-		{queued, false, jobstatus.Running},
-		{step(jobstatus.Retrying, 1, "boom"), true, jobstatus.Retrying},
-		{step(jobstatus.Running, 1, ""), false, jobstatus.Retrying}, // late
-		{step(jobstatus.Running, 2, ""), true, jobstatus.Running},
-		{step(jobstatus.Succeeded, 2, ""), true, jobstatus.Succeeded},
-		{step(jobstatus.Running, 2, ""), false, jobstatus.Succeeded}, // late
-		{step(jobstatus.Retrying, 1, "old"), false, jobstatus.Succeeded},
+		{step(spillway.StateRunning, 1, ""), true, spillway.StateRunning}, // before the admitter's own write
+		{queued, false, spillway.StateRunning},
+		{step(spillway.StateRetrying, 1, "boom"), true, spillway.StateRetrying},
+		{step(spillway.StateRunning, 1, ""), false, spillway.StateRetrying}, // late
+		{step(spillway.StateRunning, 2, ""), true, spillway.StateRunning},
+		{step(spillway.StateSucceeded, 2, ""), true, spillway.StateSucceeded},
+		{step(spillway.StateRunning, 2, ""), false, spillway.StateSucceeded}, // late
+		{step(spillway.StateRetrying, 1, "old"), false, spillway.StateSucceeded},
 	}
 	for i, tt := range tests {
 		got, applied, err := s.Advance(t.Context(), tt.update)
@@ -202,7 +220,7 @@ func TestAdvanceNeverGoesBack(t *testing.T) {
 	}
 	// Fields an update left zero were kept from earlier ones... except the
 	// admitter's, which came too late to be merged.
-	if got.State != jobstatus.Succeeded || got.Attempts != 2 || got.LastError != "boom" {
+	if got.State != spillway.StateSucceeded || got.Attempts != 2 || got.LastError != "boom" {
 		t.Errorf("record %+v: want succeeded after 2 tries, last error boom", got)
 	}
 }
@@ -216,7 +234,7 @@ func TestAdvanceConcurrently(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for attempt := 1; attempt <= 20; attempt++ {
-		for _, state := range []jobstatus.State{jobstatus.Running, jobstatus.Retrying} {
+		for _, state := range []spillway.State{spillway.StateRunning, spillway.StateRetrying} {
 			wg.Go(func() {
 				_, _, err := s.Advance(context.WithoutCancel(t.Context()), jobstatus.Record{ID: id, Queue: "q", State: state, Attempts: attempt})
 				errs <- err
@@ -234,7 +252,7 @@ func TestAdvanceConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Attempts != 20 || got.State != jobstatus.Retrying {
+	if got.Attempts != 20 || got.State != spillway.StateRetrying {
 		t.Errorf("record %+v: want retrying after 20 tries", got)
 	}
 }
@@ -245,7 +263,7 @@ func TestCreate(t *testing.T) {
 	t.Parallel()
 	s := open(t, 0)
 	id := newID(t)
-	first := jobstatus.Record{ID: id, Queue: "email", State: jobstatus.Queued, EnqueuedAt: t0, NotBefore: t0.Add(time.Second)}
+	first := jobstatus.Record{ID: id, Queue: "email", State: spillway.StateQueued, EnqueuedAt: t0, NotBefore: t0.Add(time.Second)}
 	if err := s.Create(t.Context(), first); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
@@ -253,16 +271,16 @@ func TestCreate(t *testing.T) {
 		t.Errorf("second Create: %v, want ErrExists", err)
 	}
 	late := newID(t)
-	if _, _, err := s.Advance(t.Context(), jobstatus.Record{ID: late, Queue: "email", State: jobstatus.Running, Attempts: 1}); err != nil {
+	if _, _, err := s.Advance(t.Context(), jobstatus.Record{ID: late, Queue: "email", State: spillway.StateRunning, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Create(t.Context(), jobstatus.Record{ID: late, Queue: "email", State: jobstatus.Admitted}); !errors.Is(err, jobstatus.ErrExists) {
+	if err := s.Create(t.Context(), jobstatus.Record{ID: late, Queue: "email", State: spillway.StateAdmitted}); !errors.Is(err, jobstatus.ErrExists) {
 		t.Errorf("Create after a worker's write: %v, want ErrExists", err)
 	}
-	if rec, err := s.Get(t.Context(), late); err != nil || rec.State != jobstatus.Running {
+	if rec, err := s.Get(t.Context(), late); err != nil || rec.State != spillway.StateRunning {
 		t.Errorf("record %+v, %v: want running", rec, err)
 	}
-	if err := s.Create(t.Context(), jobstatus.Record{ID: "nope", State: jobstatus.Queued}); !errors.Is(err, jobstatus.ErrInvalidID) {
+	if err := s.Create(t.Context(), jobstatus.Record{ID: "nope", State: spillway.StateQueued}); !errors.Is(err, jobstatus.ErrInvalidID) {
 		t.Errorf("Create with a bad id: %v, want ErrInvalidID", err)
 	}
 }

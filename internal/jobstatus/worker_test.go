@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The Recorder as a real worker's Observe: a job that fails once, then
@@ -57,7 +58,7 @@ func TestRecorderWithAWorker(t *testing.T) {
 	if _, err := pub.Publish(t.Context(), queue.Ready, j); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	got := waitFor(t, store, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == jobstatus.Succeeded })
+	got := waitFor(t, store, j.ID, "succeeded", func(r jobstatus.Record) bool { return r.State == spillway.StateSucceeded })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("worker Run: %v", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 const (
@@ -25,9 +26,9 @@ const (
 // FirstRecord is the first record of job j, answered st (Admitted or
 // Queued) and stored at at: a queued job's record says where the job is
 // in its backlog, for a cancel to find it.
-func FirstRecord(j *queue.Job, st State, at queue.Stored) Record {
+func FirstRecord(j *queue.Job, st spillway.State, at queue.Stored) Record {
 	r := Record{ID: j.ID, Queue: j.Queue, State: st, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
-	if st == Queued {
+	if st == spillway.StateQueued {
 		r.BacklogSeq = at.Sequence // where a cancel finds it
 	}
 	return r

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // writerBundle is what a FirstWriter test checks the writer against.
@@ -58,7 +59,7 @@ func stopAndWait(t *testing.T, w *FirstWriter) {
 // admitted is the first record of a new job admitted now.
 func admitted(id string) Record {
 	now := time.Now()
-	return Record{ID: id, Queue: "q", State: Admitted, EnqueuedAt: now, UpdatedAt: now}
+	return Record{ID: id, Queue: "q", State: spillway.StateAdmitted, EnqueuedAt: now, UpdatedAt: now}
 }
 
 // The first records queued by the last answers before a shutdown — a
@@ -110,7 +111,7 @@ func TestStatusWriterRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := admitted(id)
-	started.State, started.Attempts, started.StartedAt = Running, 1, time.Now()
+	started.State, started.Attempts, started.StartedAt = spillway.StateRunning, 1, time.Now()
 	if err := b.store.Put(t.Context(), started); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestStatusWriterRefusals(t *testing.T) {
 	w.AddBatch(batch) // the group again: refused
 
 	stopAndWait(t, w)
-	if got, err := b.store.Get(t.Context(), id); err != nil || got.State != Running {
+	if got, err := b.store.Get(t.Context(), id); err != nil || got.State != spillway.StateRunning {
 		t.Errorf("the started job's record: %+v, %v; want it running still", got, err)
 	}
 	if got := b.dropped.Load(); got != 2 {

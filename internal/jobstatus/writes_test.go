@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // statusWrites is how many writes the job status buckets took: each write
@@ -135,9 +136,9 @@ func writesPerJob(t *testing.T, to queue.Destination, running, batch bool) (writ
 		if err != nil {
 			t.Fatal(err)
 		}
-		first := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: jobstatus.Admitted, EnqueuedAt: j.EnqueuedAt, UpdatedAt: j.EnqueuedAt}
+		first := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.StateAdmitted, EnqueuedAt: j.EnqueuedAt, UpdatedAt: j.EnqueuedAt}
 		if to == queue.Backlog {
-			first.State, first.BacklogSeq = jobstatus.Queued, at.Sequence
+			first.State, first.BacklogSeq = spillway.StateQueued, at.Sequence
 		}
 		ids[i] = j.ID
 		if batch {
@@ -188,7 +189,7 @@ func writesPerJob(t *testing.T, to queue.Destination, running, batch bool) (writ
 	stopRecorder()
 	workerReads := read.Load()
 	for _, id := range ids {
-		if r, err := store.Get(t.Context(), id); err != nil || r.State != jobstatus.Succeeded {
+		if r, err := store.Get(t.Context(), id); err != nil || r.State != spillway.StateSucceeded {
 			t.Errorf("job %s: record %+v, %v; want succeeded", id, r, err)
 		}
 	}

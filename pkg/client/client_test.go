@@ -358,8 +358,8 @@ func TestWaitFindsALateGroupRecord(t *testing.T) {
 	c := must(client.NewNATS(nc))(t)
 	ids := must(queue.NewJobIDs(2))(t)
 	now := time.Now()
-	recs := []jobstatus.Record{{ID: ids[0], Queue: "limited", State: jobstatus.Admitted, EnqueuedAt: now, UpdatedAt: now},
-		{ID: ids[1], Queue: "limited", State: jobstatus.Admitted, EnqueuedAt: now, UpdatedAt: now}}
+	recs := []jobstatus.Record{{ID: ids[0], Queue: "limited", State: spillway.StateAdmitted, EnqueuedAt: now, UpdatedAt: now},
+		{ID: ids[1], Queue: "limited", State: spillway.StateAdmitted, EnqueuedAt: now, UpdatedAt: now}}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	type result struct {
@@ -380,7 +380,7 @@ func TestWaitFindsALateGroupRecord(t *testing.T) {
 		t.Fatalf("Wait returned before the job ended: %+v, %v", r.job, r.err)
 	case <-time.After(5500 * time.Millisecond): // past the grace for a job with no record
 	}
-	if err := store.Put(ctx, jobstatus.Record{ID: ids[0], Queue: "limited", State: jobstatus.Succeeded, Attempts: 1, EnqueuedAt: now, FinishedAt: time.Now()}); err != nil {
+	if err := store.Put(ctx, jobstatus.Record{ID: ids[0], Queue: "limited", State: spillway.StateSucceeded, Attempts: 1, EnqueuedAt: now, FinishedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	select {

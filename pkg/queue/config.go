@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Defaults of a Config's zero fields.
@@ -32,7 +33,7 @@ const (
 // Config describes one queue's streams. The zero value of every field but
 // Name takes its documented default.
 type Config struct {
-	// Name is the queue's name (ValidateQueueName).
+	// Name is the queue's name (spillway.ValidateQueueName).
 	Name string
 	// Capacity bounds the backlog: jobs waiting in total (default 10,000).
 	Capacity int64
@@ -101,10 +102,10 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every field that cannot be used, naming it: the name
-// (ValidateQueueName), then the problems of ValidateGiven once the zero
-// fields hold their defaults.
+// (spillway.ValidateQueueName), then the problems of ValidateGiven once
+// the zero fields hold their defaults.
 func (c Config) Validate() error {
-	if err := ValidateQueueName(c.Name); err != nil {
+	if err := spillway.ValidateQueueName(c.Name); err != nil {
 		return fmt.Errorf("%w: name: %w", ErrInvalidConfig, err)
 	}
 	return c.WithDefaults().ValidateGiven()
@@ -224,7 +225,7 @@ func Subject(queue string, d Destination, key string) string {
 // high or low job has a subject of its own,
 // spillway.backlog.<queue>.<class>.<key token>; elsewhere, and for a normal
 // job, it is Subject.
-func ClassSubject(queue string, d Destination, key string, p Priority) string {
+func ClassSubject(queue string, d Destination, key string, p spillway.Priority) string {
 	return classSubject(queue, d, p, KeyToken(key))
 }
 

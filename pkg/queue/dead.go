@@ -3,6 +3,8 @@ package queue
 import (
 	"strconv"
 	"time"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Headers a dead letter carries besides the job's own.
@@ -35,11 +37,11 @@ const MaxErrorLen = 1024
 // (placeID).
 func DeadMove(src Source, attempts int, reason string, cause error, now time.Time) Move {
 	set := map[string]string{
-		HeaderAttempt:      strconv.Itoa(attempts),
-		HeaderDeadReason:   reason,
-		HeaderDeadAt:       now.UTC().Format(time.RFC3339Nano),
-		HeaderSourceStream: src.Stream,
-		HeaderSourceSeq:    strconv.FormatUint(src.Seq, 10),
+		spillway.HeaderAttempt: strconv.Itoa(attempts),
+		HeaderDeadReason:       reason,
+		HeaderDeadAt:           now.UTC().Format(time.RFC3339Nano),
+		HeaderSourceStream:     src.Stream,
+		HeaderSourceSeq:        strconv.FormatUint(src.Seq, 10),
 	}
 	if cause != nil {
 		set[HeaderLastError] = OneLine(cause.Error(), MaxErrorLen)

@@ -4,12 +4,12 @@
 //
 // # Subjects
 //
-// Queue names are validated (ValidateQueueName) so that they are safe in
-// stream names, subjects, URLs and metric labels. A client key never
-// appears in a subject: KeyToken turns it into a fixed 26-character token
-// (128 bits of SHA-256, base32), so keys holding '.', '*', '>', spaces or
-// invalid UTF-8 cannot change a subject, and per-key limits (JetStream's
-// MaxMsgsPerSubject) apply to exactly one key.
+// Queue names are validated (spillway.ValidateQueueName) so that they are
+// safe in stream names, subjects, URLs and metric labels. A client key
+// never appears in a subject: KeyToken turns it into a fixed 26-character
+// token (128 bits of SHA-256, base32), so keys holding '.', '*', '>',
+// spaces or invalid UTF-8 cannot change a subject, and per-key limits
+// (JetStream's MaxMsgsPerSubject) apply to exactly one key.
 //
 // # Streams
 //
@@ -26,10 +26,13 @@
 //
 // # Publishing
 //
-// A Job is the payload as the message body and its metadata as headers
-// (Spillway-Job-Id, -Queue, -Key, -Cost, -Enqueued-At, -Not-Before,
-// -Attempt, plus headers such as traceparent). Its id, a UUIDv7, is also the
-// Nats-Msg-Id: a retried publish is stored once. Publisher.Publish sends
+// A Job is the payload as the message body and its metadata as headers:
+// the ones a handler is sent too, named in pkg/spillway
+// (spillway.HeaderJobID, HeaderQueue, HeaderKey, HeaderCost,
+// HeaderNotBefore, HeaderAttempt, HeaderPriority), the queue's own
+// (HeaderEnqueuedAt, HeaderWeight, HeaderExpiresAt), and the producer's,
+// such as traceparent. Its class is a spillway.Priority. Its id, a UUIDv7,
+// is also the Nats-Msg-Id: a retried publish is stored once. Publisher.Publish sends
 // asynchronously with a bounded number awaiting acknowledgement, and
 // returns only once JetStream stored the job — or refused it, as
 // ErrQueueFull or ErrKeyQueueFull.

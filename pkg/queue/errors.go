@@ -23,10 +23,6 @@ var (
 // ErrInvalidConfig is wrapped by every error of Config.Validate.
 var ErrInvalidConfig = errors.New("queue: invalid config")
 
-// ErrInvalidQueueName is wrapped by the error for a queue name that cannot
-// be used in stream names and subjects.
-var ErrInvalidQueueName = errors.New("queue: invalid queue name")
-
 // ErrInvalidJob is wrapped by the error for a job that cannot be published
 // or a message that is not a job.
 var ErrInvalidJob = errors.New("queue: invalid job")

@@ -7,28 +7,26 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
-// Header names of a job message. The payload is the message body, untouched.
+// A job's message carries the job in its headers and its payload as the
+// body, untouched. The headers a handler is sent too are pkg/spillway's
+// (HeaderJobID, HeaderQueue, HeaderKey, HeaderCost, HeaderNotBefore,
+// HeaderAttempt, HeaderPriority); these are the queue's own, read by the
+// drain and the workers and sent to no handler.
 const (
-	HeaderJobID      = "Spillway-Job-Id"
-	HeaderQueue      = "Spillway-Queue"
-	HeaderKey        = "Spillway-Key"
-	HeaderCost       = "Spillway-Cost"
+	// HeaderEnqueuedAt is when the admitter took the job, RFC 3339.
 	HeaderEnqueuedAt = "Spillway-Enqueued-At"
-	HeaderNotBefore  = "Spillway-Not-Before"
-	HeaderAttempt    = "Spillway-Attempt"
-	// HeaderPriority is the job's class in the backlog's drain: high or
-	// low (absent: normal).
-	HeaderPriority = "Spillway-Priority"
 	// HeaderWeight is the job's key's weight in the backlog's drain, set
 	// by the admitter from the queue's fairness weights (absent: 1), so
 	// that the drain need not match raw keys.
 	HeaderWeight = "Spillway-Weight"
 	// HeaderExpiresAt is when a backlog job that has not been released
-	// yet is no longer wanted (the submission's Spillway-Max-Wait): the
-	// drain dead-letters it with reason ReasonExpired instead of starting
-	// it. Absent: it waits as long as the backlog keeps it.
+	// yet is no longer wanted (the submission's spillway.HeaderMaxWait):
+	// the drain dead-letters it with reason ReasonExpired instead of
+	// starting it. Absent: it waits as long as the backlog keeps it.
 	HeaderExpiresAt = "Spillway-Expires-At"
 )
 
@@ -46,7 +44,7 @@ type Job struct {
 	NotBefore  time.Time // zero: may start at once
 	Attempt    int       // tries so far (0 before the first)
 	// Priority is the job's class in the backlog's drain (zero: Normal).
-	Priority Priority
+	Priority spillway.Priority
 	// Weight is the job's key's share of the leak relative to other keys
 	// (1 to MaxWeight; 0 means 1).
 	Weight int
@@ -98,7 +96,7 @@ func NewJobIDs(n int) ([]string, error) {
 
 // message builds the NATS message for j on destination d.
 func (j *Job) message(d Destination) (*nats.Msg, error) {
-	if err := ValidateQueueName(j.Queue); err != nil {
+	if err := spillway.ValidateQueueName(j.Queue); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	if j.ID == "" {
@@ -107,7 +105,7 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 	if j.Cost < 1 {
 		return nil, fmt.Errorf("%w %s: cost %d: must be ≥ 1", ErrInvalidJob, j.ID, j.Cost)
 	}
-	if j.Priority < High || j.Priority > Low {
+	if !j.Priority.Valid() {
 		return nil, fmt.Errorf("%w %s: priority %d: want High, Normal or Low", ErrInvalidJob, j.ID, j.Priority)
 	}
 	if j.Weight < 0 || j.Weight > MaxWeight {
@@ -127,20 +125,20 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 		h[k] = vals[n-1 : n : n]
 	}
 	set(nats.MsgIdHdr, j.ID)
-	set(HeaderJobID, j.ID)
-	set(HeaderQueue, j.Queue)
-	set(HeaderKey, j.Key)
-	set(HeaderCost, strconv.FormatInt(j.Cost, 10))
+	set(spillway.HeaderJobID, j.ID)
+	set(spillway.HeaderQueue, j.Queue)
+	set(spillway.HeaderKey, j.Key)
+	set(spillway.HeaderCost, strconv.FormatInt(j.Cost, 10))
 	set(HeaderEnqueuedAt, j.EnqueuedAt.UTC().Format(time.RFC3339Nano))
 	if !j.NotBefore.IsZero() {
-		set(HeaderNotBefore, j.NotBefore.UTC().Format(time.RFC3339Nano))
+		set(spillway.HeaderNotBefore, j.NotBefore.UTC().Format(time.RFC3339Nano))
 	}
 	if !j.ExpiresAt.IsZero() {
 		set(HeaderExpiresAt, j.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
-	set(HeaderAttempt, strconv.Itoa(j.Attempt))
-	if j.Priority != Normal {
-		set(HeaderPriority, j.Priority.String())
+	set(spillway.HeaderAttempt, strconv.Itoa(j.Attempt))
+	if j.Priority != spillway.Normal {
+		set(spillway.HeaderPriority, j.Priority.String())
 	}
 	if j.Weight > 1 {
 		set(HeaderWeight, strconv.Itoa(j.Weight))
@@ -153,26 +151,26 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 // ParseJob reads a job back from a message's headers and body. The error
 // names the header that is missing or malformed.
 func ParseJob(h nats.Header, data []byte) (Job, error) {
-	j := Job{ID: h.Get(HeaderJobID), Queue: h.Get(HeaderQueue), Key: h.Get(HeaderKey), Payload: data}
+	j := Job{ID: h.Get(spillway.HeaderJobID), Queue: h.Get(spillway.HeaderQueue), Key: h.Get(spillway.HeaderKey), Payload: data}
 	if j.ID == "" {
-		return Job{}, fmt.Errorf("%w: header %s is missing", ErrInvalidJob, HeaderJobID)
+		return Job{}, fmt.Errorf("%w: header %s is missing", ErrInvalidJob, spillway.HeaderJobID)
 	}
-	if err := ValidateQueueName(j.Queue); err != nil {
-		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, HeaderQueue, err)
+	if err := spillway.ValidateQueueName(j.Queue); err != nil {
+		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, spillway.HeaderQueue, err)
 	}
 	var err error
-	if j.Cost, err = strconv.ParseInt(h.Get(HeaderCost), 10, 64); err != nil || j.Cost < 1 {
-		return Job{}, fmt.Errorf("%w %s: header %s %q: want an integer ≥ 1", ErrInvalidJob, j.ID, HeaderCost, h.Get(HeaderCost))
+	if j.Cost, err = strconv.ParseInt(h.Get(spillway.HeaderCost), 10, 64); err != nil || j.Cost < 1 {
+		return Job{}, fmt.Errorf("%w %s: header %s %q: want an integer ≥ 1", ErrInvalidJob, j.ID, spillway.HeaderCost, h.Get(spillway.HeaderCost))
 	}
-	if j.Attempt, err = strconv.Atoi(h.Get(HeaderAttempt)); err != nil || j.Attempt < 0 {
-		return Job{}, fmt.Errorf("%w %s: header %s %q: want an integer ≥ 0", ErrInvalidJob, j.ID, HeaderAttempt, h.Get(HeaderAttempt))
+	if j.Attempt, err = strconv.Atoi(h.Get(spillway.HeaderAttempt)); err != nil || j.Attempt < 0 {
+		return Job{}, fmt.Errorf("%w %s: header %s %q: want an integer ≥ 0", ErrInvalidJob, j.ID, spillway.HeaderAttempt, h.Get(spillway.HeaderAttempt))
 	}
 	if j.EnqueuedAt, err = time.Parse(time.RFC3339Nano, h.Get(HeaderEnqueuedAt)); err != nil {
 		return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderEnqueuedAt, h.Get(HeaderEnqueuedAt))
 	}
-	if nb := h.Get(HeaderNotBefore); nb != "" {
+	if nb := h.Get(spillway.HeaderNotBefore); nb != "" {
 		if j.NotBefore, err = time.Parse(time.RFC3339Nano, nb); err != nil {
-			return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderNotBefore, nb)
+			return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, spillway.HeaderNotBefore, nb)
 		}
 	}
 	if ea := h.Get(HeaderExpiresAt); ea != "" {
@@ -180,8 +178,8 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 			return Job{}, fmt.Errorf("%w %s: header %s %q: want an RFC 3339 time", ErrInvalidJob, j.ID, HeaderExpiresAt, ea)
 		}
 	}
-	if j.Priority, err = ParsePriority(h.Get(HeaderPriority)); err != nil {
-		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, HeaderPriority, err)
+	if j.Priority, err = spillway.ParsePriority(h.Get(spillway.HeaderPriority)); err != nil {
+		return Job{}, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, j.ID, spillway.HeaderPriority, err)
 	}
 	if w := h.Get(HeaderWeight); w != "" {
 		if j.Weight, err = strconv.Atoi(w); err != nil || j.Weight < 1 || j.Weight > MaxWeight {
@@ -190,7 +188,8 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 	}
 	for k, vs := range h {
 		switch k {
-		case HeaderJobID, HeaderQueue, HeaderKey, HeaderCost, HeaderEnqueuedAt, HeaderNotBefore, HeaderAttempt, HeaderPriority, HeaderWeight, HeaderExpiresAt, nats.MsgIdHdr:
+		case spillway.HeaderJobID, spillway.HeaderQueue, spillway.HeaderKey, spillway.HeaderCost, spillway.HeaderNotBefore,
+			spillway.HeaderAttempt, spillway.HeaderPriority, HeaderEnqueuedAt, HeaderWeight, HeaderExpiresAt, nats.MsgIdHdr:
 			continue
 		}
 		if j.Header == nil {

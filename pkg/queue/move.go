@@ -3,12 +3,15 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // A move takes a job from one stream of its queue to another: a failed
@@ -75,9 +78,21 @@ func isJetStreamHeader(k string) bool {
 //     headers (id, queue, key, cost, enqueued-at, not-before, attempt)
 //     and the producer's own, such as traceparent.
 //   - Then the move sets its Spillway headers (m.set) and its message id.
-func (mv *Move) message() *nats.Msg {
-	// The job's class, from its headers, picks its backlog subject.
-	class, _ := ParsePriority(mv.src.Header.Get(HeaderPriority))
+//
+// In the backlog, the job's class (its spillway.HeaderPriority) picks the
+// copy's subject, so a move there of a message whose class cannot be read
+// is refused with ErrInvalidJob: filing it under the normal class would
+// make it a job its producer did not send. READY and DEAD have one
+// subject per key whatever the class, and a move there does not read it:
+// a message that is not a job still reaches DEAD.
+func (mv *Move) message() (*nats.Msg, error) {
+	class := spillway.Normal
+	if mv.to == Backlog {
+		var err error
+		if class, err = spillway.ParsePriority(mv.src.Header.Get(spillway.HeaderPriority)); err != nil {
+			return nil, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, mv.src.Header.Get(spillway.HeaderJobID), spillway.HeaderPriority, err)
+		}
+	}
 	m := nats.NewMsg(classSubject(mv.src.Queue, mv.to, class, SubjectToken(mv.src.Subject)))
 	for k, vs := range mv.src.Header {
 		if !isJetStreamHeader(k) {
@@ -96,7 +111,7 @@ func (mv *Move) message() *nats.Msg {
 	}
 	m.Header.Set(nats.MsgIdHdr, mv.msgID)
 	m.Data = mv.src.Data
-	return m
+	return m, nil
 }
 
 // Do stores the copy in the destination stream and, once JetStream has
@@ -104,13 +119,19 @@ func (mv *Move) message() *nats.Msg {
 // RemoveMsg). A nil PubAck means the copy was not stored and settle was
 // not called: the job is where it was, and the error is the publish's as
 // Publish returns it (ErrQueueFull, ErrKeyQueueFull or ErrReadyFull for a
-// full destination). A PubAck with an error means the job was copied but
-// settling the source failed: it is in both streams until the next try of
-// the move, which stores nothing new within the duplicate window.
+// full destination), or wraps ErrInvalidJob for a move to the backlog of a
+// message whose spillway.HeaderPriority cannot be read (its class picks
+// its backlog subject). A PubAck with an error means the job was copied
+// but settling the source failed: it is in both streams until the next try
+// of the move, which stores nothing new within the duplicate window.
 func (mv Move) Do(ctx context.Context, js jetstream.JetStream, settle func(context.Context) error) (*jetstream.PubAck, error) {
-	ack, err := js.PublishMsg(ctx, mv.message(), jetstream.WithExpectStream(StreamName(mv.src.Queue, mv.to)))
+	m, err := mv.message()
 	if err != nil {
-		return nil, publishError(mv.to, mv.src.Header.Get(HeaderJobID), err)
+		return nil, err
+	}
+	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectStream(StreamName(mv.src.Queue, mv.to)))
+	if err != nil {
+		return nil, publishError(mv.to, mv.src.Header.Get(spillway.HeaderJobID), err)
 	}
 	return ack, settle(ctx)
 }
@@ -133,8 +154,8 @@ func RetryMove(src Source, attempts int, notBefore time.Time, to Destination) Mo
 		src: src, to: to,
 		msgID: placeID(src.Stream, src.Seq),
 		set: map[string]string{
-			HeaderAttempt:   strconv.Itoa(attempts),
-			HeaderNotBefore: notBefore.UTC().Format(time.RFC3339Nano),
+			spillway.HeaderAttempt:   strconv.Itoa(attempts),
+			spillway.HeaderNotBefore: notBefore.UTC().Format(time.RFC3339Nano),
 		},
 	}
 }
@@ -149,10 +170,10 @@ func ReplayMove(src Source, to Destination, id string, now time.Time) Move {
 		src: src, to: to,
 		msgID: id + ":replay:" + strconv.FormatUint(src.Seq, 10),
 		set: map[string]string{
-			HeaderNotBefore:  "", // due at once
-			HeaderExpiresAt:  "", // an operator's replay runs it, whatever its producer's max-wait said
-			HeaderAttempt:    "0",
-			HeaderEnqueuedAt: now.UTC().Format(time.RFC3339Nano),
+			spillway.HeaderNotBefore: "", // due at once
+			HeaderExpiresAt:          "", // an operator's replay runs it, whatever its producer's max-wait said
+			spillway.HeaderAttempt:   "0",
+			HeaderEnqueuedAt:         now.UTC().Format(time.RFC3339Nano),
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The one header rule of every move, move by move: which headers of the
@@ -30,16 +33,16 @@ func TestMoveHeaderRule(t *testing.T) {
 			"Nats-Stream":                         {"SPILLWAY_q_READY"},
 			"Nats-Sequence":                       {"9"},
 			// The job's: copied.
-			HeaderJobID:      {"job-1"},
-			HeaderQueue:      {"q"},
-			HeaderKey:        {"k"},
-			HeaderCost:       {"2"},
-			HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"},
-			HeaderNotBefore:  {"2026-01-01T00:00:01Z"},
-			HeaderExpiresAt:  {"2026-01-01T00:00:02Z"},
-			HeaderAttempt:    {"1"},
-			"Traceparent":    {"00-abc-def-01"},
-			"X-Several":      {"a", "b"},
+			spillway.HeaderJobID:     {"job-1"},
+			spillway.HeaderQueue:     {"q"},
+			spillway.HeaderKey:       {"k"},
+			spillway.HeaderCost:      {"2"},
+			HeaderEnqueuedAt:         {"2026-01-01T00:00:00Z"},
+			spillway.HeaderNotBefore: {"2026-01-01T00:00:01Z"},
+			HeaderExpiresAt:          {"2026-01-01T00:00:02Z"},
+			spillway.HeaderAttempt:   {"1"},
+			"Traceparent":            {"00-abc-def-01"},
+			"X-Several":              {"a", "b"},
 			// A previous death's: dropped (a move to DEAD sets its own).
 			HeaderDeadReason:   {"old reason"},
 			HeaderLastError:    {"old error"},
@@ -57,7 +60,7 @@ func TestMoveHeaderRule(t *testing.T) {
 		return DeadMove(backlogJob(source()), 3, "attempts exhausted (3 of 3)", cause, now)
 	}
 	copied := map[string][]string{
-		HeaderJobID: {"job-1"}, HeaderQueue: {"q"}, HeaderKey: {"k"}, HeaderCost: {"2"},
+		spillway.HeaderJobID: {"job-1"}, spillway.HeaderQueue: {"q"}, spillway.HeaderKey: {"k"}, spillway.HeaderCost: {"2"},
 		"Traceparent": {"00-abc-def-01"}, "X-Several": {"a", "b"},
 	}
 	with := func(set map[string][]string) map[string][]string {
@@ -80,7 +83,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			name: "backlog retry to READY", subject: subjectOf("q", Ready, KeyToken("k")),
 			mv: RetryMove(backlogJob(source()), 2, now.Add(time.Minute), Ready),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"2"}, HeaderNotBefore: {later},
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, spillway.HeaderAttempt: {"2"}, spillway.HeaderNotBefore: {later},
 				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"},
 			}),
 		},
@@ -88,7 +91,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			name: "to DEAD after a failure", subject: subjectOf("q", Dead, KeyToken("k")),
 			mv: dead(errors.New("smtp:\n550")),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"3"}, HeaderNotBefore: {"2026-01-01T00:00:01Z"},
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, spillway.HeaderAttempt: {"3"}, spillway.HeaderNotBefore: {"2026-01-01T00:00:01Z"},
 				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
 				HeaderLastError: {"smtp: 550"}, HeaderDeadAt: {stamp}, HeaderSourceStream: {"SPILLWAY_q_BACKLOG"}, HeaderSourceSeq: {"42"},
 			}),
@@ -97,7 +100,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			name: "to DEAD without an error (expired)", subject: subjectOf("q", Dead, KeyToken("k")),
 			mv: dead(nil),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, HeaderAttempt: {"3"}, HeaderNotBefore: {"2026-01-01T00:00:01Z"},
+				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, spillway.HeaderAttempt: {"3"}, spillway.HeaderNotBefore: {"2026-01-01T00:00:01Z"},
 				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"}, HeaderDeadReason: {"attempts exhausted (3 of 3)"},
 				HeaderDeadAt: {stamp}, HeaderSourceStream: {"SPILLWAY_q_BACKLOG"}, HeaderSourceSeq: {"42"},
 			}),
@@ -106,18 +109,22 @@ func TestMoveHeaderRule(t *testing.T) {
 			name: "replay to the backlog", subject: subjectOf("q", Backlog, KeyToken("k")),
 			mv: ReplayMove(deadJob, Backlog, "job-1", now),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"job-1:replay:5"}, HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
+				nats.MsgIdHdr: {"job-1:replay:5"}, spillway.HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
 			}),
 		},
 		{
 			name: "replay to READY", subject: subjectOf("q", Ready, KeyToken("k")),
 			mv: ReplayMove(deadJob, Ready, "job-1", now),
 			want: with(map[string][]string{
-				nats.MsgIdHdr: {"job-1:replay:5"}, HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
+				nats.MsgIdHdr: {"job-1:replay:5"}, spillway.HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
 			}),
 		},
 	} {
-		m := c.mv.message()
+		m, err := c.mv.message()
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
 		if m.Subject != c.subject {
 			t.Errorf("%s: subject %s, want %s", c.name, m.Subject, c.subject)
 		}
@@ -140,9 +147,67 @@ func TestMoveHeaderRule(t *testing.T) {
 	// The source is not changed by the copy.
 	h := source()
 	mv := RetryMove(Source{Queue: "q", Subject: subject, Stream: "S", Seq: 1, Header: h}, 1, now, Ready)
-	mv.message().Header["X-Several"][0] = "changed"
-	if h.Get("X-Several") != "a" || h.Get(HeaderAttempt) != "1" {
+	m, err := mv.message()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header["X-Several"][0] = "changed"
+	if h.Get("X-Several") != "a" || h.Get(spillway.HeaderAttempt) != "1" {
 		t.Errorf("the copy shares the source's headers: %v", h)
+	}
+}
+
+// A move files a job under its class in the backlog, and only there
+// reads the class: a message whose class cannot be read is refused a
+// place in the backlog (nothing stored, the source not settled), and
+// still reaches READY or DEAD with its header as it was.
+func TestMoveClass(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tok := KeyToken("k")
+	src := func(priority string) Source {
+		h := nats.Header{spillway.HeaderJobID: {"job-1"}, spillway.HeaderQueue: {"q"}, spillway.HeaderKey: {"k"}}
+		if priority != "" {
+			h.Set(spillway.HeaderPriority, priority)
+		}
+		return Source{Queue: "q", Subject: subjectOf("q", Ready, tok), Stream: "SPILLWAY_q_READY", Seq: 7, Header: h}
+	}
+	for _, c := range []struct {
+		name    string
+		mv      Move
+		subject string // "" : refused
+	}{
+		{"high, retried to the backlog", RetryMove(src("high"), 1, now, Backlog), "spillway.backlog.q.high." + tok},
+		{"low, replayed to the backlog", ReplayMove(src("LOW"), Backlog, "job-1", now), "spillway.backlog.q.low." + tok},
+		{"no class, to the backlog", RetryMove(src(""), 1, now, Backlog), "spillway.backlog.q." + tok},
+		{"high, to READY", RetryMove(src("high"), 1, now, Ready), "spillway.ready.q." + tok},
+		{"unreadable, to the backlog", RetryMove(src("urgent"), 1, now, Backlog), ""},
+		{"unreadable, replayed to the backlog", ReplayMove(src("urgent"), Backlog, "job-1", now), ""},
+		{"unreadable, to READY", RetryMove(src("urgent"), 1, now, Ready), "spillway.ready.q." + tok},
+		{"unreadable, to DEAD", DeadMove(src("urgent"), 0, "invalid job", nil, now), "spillway.dead.q." + tok},
+	} {
+		m, err := c.mv.message()
+		if c.subject == "" {
+			if !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), spillway.HeaderPriority) {
+				t.Errorf("%s: error %v, want ErrInvalidJob naming %s", c.name, err, spillway.HeaderPriority)
+			}
+			settled := false
+			ack, err := c.mv.Do(t.Context(), nil, func(context.Context) error { settled = true; return nil })
+			if ack != nil || !errors.Is(err, ErrInvalidJob) || settled {
+				t.Errorf("%s: Do: ack %v, error %v, source settled %t; want nothing stored, ErrInvalidJob, the source kept", c.name, ack, err, settled)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if m.Subject != c.subject {
+			t.Errorf("%s: subject %s, want %s", c.name, m.Subject, c.subject)
+		}
+		if got, want := m.Header.Get(spillway.HeaderPriority), c.mv.src.Header.Get(spillway.HeaderPriority); got != want {
+			t.Errorf("%s: header %s %q, want the source's %q", c.name, spillway.HeaderPriority, got, want)
+		}
 	}
 }
 
@@ -155,10 +220,10 @@ func TestSubjectBuilder(t *testing.T) {
 		{Subject("q", Dead, "k"), "spillway.dead.q." + tok},
 		{SubjectFilter("q", Backlog), "spillway.backlog.q.>"},
 		{SubjectFilter("q", Ready), "spillway.ready.q.*"},
-		{classSubject("q", Backlog, High, tok), "spillway.backlog.q.high." + tok},
-		{classSubject("q", Backlog, Low, tok), "spillway.backlog.q.low." + tok},
-		{classSubject("q", Ready, High, tok), "spillway.ready.q." + tok},
-		{SubjectToken(classSubject("q", Backlog, Low, tok)), tok},
+		{classSubject("q", Backlog, spillway.High, tok), "spillway.backlog.q.high." + tok},
+		{classSubject("q", Backlog, spillway.Low, tok), "spillway.backlog.q.low." + tok},
+		{classSubject("q", Ready, spillway.High, tok), "spillway.ready.q." + tok},
+		{SubjectToken(classSubject("q", Backlog, spillway.Low, tok)), tok},
 		{GrantSubject("q"), "spillway.grants.q"},
 		{Config{Name: "q"}.StreamConfig(Dead).Subjects[0], "spillway.dead.q.*"},
 		{SubjectToken(Subject("q", Ready, "k")), tok},

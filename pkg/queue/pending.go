@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Pending is a job waiting in a backlog, as the drain orders it.
@@ -33,7 +35,7 @@ func pendingOf(m *jetstream.RawStreamMsg) Pending {
 // BacklogKeyHead reads the first job of key and class in queue's backlog:
 // the job whose release frees the first place of the key's jobs of that
 // class. found is false when there is none.
-func BacklogKeyHead(ctx context.Context, js jetstream.JetStream, queue, key string, class Priority) (p Pending, found bool, err error) {
+func BacklogKeyHead(ctx context.Context, js jetstream.JetStream, queue, key string, class spillway.Priority) (p Pending, found bool, err error) {
 	s, err := js.Stream(ctx, StreamName(queue, Backlog))
 	if err != nil {
 		return Pending{}, false, fmt.Errorf("queue: backlog of %s: %w", queue, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 type bundle struct {
@@ -278,15 +279,15 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 func TestParseJobNamesTheHeader(t *testing.T) {
 	t.Parallel()
 	good := func() nats.Header {
-		return nats.Header{queue.HeaderJobID: {"id"}, queue.HeaderQueue: {"q"}, queue.HeaderCost: {"1"},
-			queue.HeaderAttempt: {"0"}, queue.HeaderEnqueuedAt: {"2026-11-22T12:00:00Z"}}
+		return nats.Header{spillway.HeaderJobID: {"id"}, spillway.HeaderQueue: {"q"}, spillway.HeaderCost: {"1"},
+			spillway.HeaderAttempt: {"0"}, queue.HeaderEnqueuedAt: {"2026-11-22T12:00:00Z"}}
 	}
 	if _, err := queue.ParseJob(good(), nil); err != nil {
 		t.Fatal(err)
 	}
 	for name, bad := range map[string]string{
-		queue.HeaderJobID: "", queue.HeaderQueue: "a.b", queue.HeaderCost: "0", queue.HeaderAttempt: "-1",
-		queue.HeaderEnqueuedAt: "yesterday", queue.HeaderNotBefore: "soon",
+		spillway.HeaderJobID: "", spillway.HeaderQueue: "a.b", spillway.HeaderCost: "0", spillway.HeaderAttempt: "-1",
+		queue.HeaderEnqueuedAt: "yesterday", spillway.HeaderNotBefore: "soon",
 	} {
 		h := good()
 		h.Set(name, bad)
@@ -301,8 +302,8 @@ func FuzzParseJob(f *testing.F) {
 	f.Add("id", "q", "1", "0", "2026-11-22T12:00:00Z", "", "key")
 	f.Add("", "a.b", "x", "-1", "bad", "bad", "\xff")
 	f.Fuzz(func(t *testing.T, id, q, cost, attempt, enq, nb, key string) {
-		h := nats.Header{queue.HeaderJobID: {id}, queue.HeaderQueue: {q}, queue.HeaderCost: {cost},
-			queue.HeaderAttempt: {attempt}, queue.HeaderEnqueuedAt: {enq}, queue.HeaderNotBefore: {nb}, queue.HeaderKey: {key}}
+		h := nats.Header{spillway.HeaderJobID: {id}, spillway.HeaderQueue: {q}, spillway.HeaderCost: {cost},
+			spillway.HeaderAttempt: {attempt}, queue.HeaderEnqueuedAt: {enq}, spillway.HeaderNotBefore: {nb}, spillway.HeaderKey: {key}}
 		j, err := queue.ParseJob(h, []byte("p"))
 		if err == nil && (j.ID == "" || j.Cost < 1 || j.Attempt < 0) {
 			t.Fatalf("accepted %+v", j)
@@ -361,7 +362,7 @@ func TestPublishAnswersEachCaller(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if id := raw.Header.Get(queue.HeaderJobID); id != jobs[i].ID {
+				if id := raw.Header.Get(spillway.HeaderJobID); id != jobs[i].ID {
 					t.Fatalf("caller of job %s was told sequence %d, which holds job %s", jobs[i].ID, seq, id)
 				}
 			}

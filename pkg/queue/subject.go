@@ -4,32 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
-	"fmt"
 	"strings"
+
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
-
-// MaxQueueNameLen bounds a queue name (it appears in stream names, subjects
-// and metric labels).
-const MaxQueueNameLen = 64
-
-// ValidateQueueName accepts 1 to 64 characters from [A-Za-z0-9_-]: the
-// characters that are safe in a JetStream stream name, a subject token, a
-// URL path segment and a Prometheus label value alike.
-func ValidateQueueName(name string) error {
-	if name == "" || len(name) > MaxQueueNameLen {
-		return fmt.Errorf("%w %.80q: want 1 to %d characters", ErrInvalidQueueName, name, MaxQueueNameLen)
-	}
-	for i, c := range name {
-		if !isNameChar(c) {
-			return fmt.Errorf("%w %.80q: character %q at byte %d; use ASCII letters, digits, '_' and '-'", ErrInvalidQueueName, name, c, i)
-		}
-	}
-	return nil
-}
-
-func isNameChar(c rune) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
-}
 
 // keyEncoding is base32 in lower case without padding: only [a-z2-7].
 var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -64,8 +42,8 @@ func subjectOf(queue string, d Destination, token string) string {
 // classSubject is the subject of a job of class p: in the backlog, a high
 // or low job of a key lands on spillway.backlog.<queue>.<class>.<token>;
 // every other job on subjectOf's subject.
-func classSubject(queue string, d Destination, p Priority, token string) string {
-	if d != Backlog || p == Normal {
+func classSubject(queue string, d Destination, p spillway.Priority, token string) string {
+	if d != Backlog || p == spillway.Normal {
 		return subjectOf(queue, d, token)
 	}
 	return SubjectRoot + d.String() + "." + queue + "." + p.String() + "." + token
@@ -93,15 +71,15 @@ func SubjectToken(subject string) string {
 }
 
 // SubjectClass is the priority class of a backlog subject.
-func SubjectClass(subject string) Priority {
+func SubjectClass(subject string) spillway.Priority {
 	rest := subject[:strings.LastIndexByte(subject, '.')]
 	switch rest[strings.LastIndexByte(rest, '.')+1:] {
 	case "high":
-		return High
+		return spillway.High
 	case "low":
-		return Low
+		return spillway.Low
 	}
-	return Normal
+	return spillway.Normal
 }
 
 // BacklogSubjects matches the subjects of every queue's backlog: a filter

@@ -1,36 +1,12 @@
 package queue_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
-
-func TestValidateQueueName(t *testing.T) {
-	t.Parallel()
-	for _, ok := range []string{"email", "EMAIL_2", "a", "x-y", strings.Repeat("q", 64)} {
-		if err := queue.ValidateQueueName(ok); err != nil {
-			t.Errorf("%q: %v", ok, err)
-		}
-	}
-	for bad, says := range map[string]string{
-		"":                      "want 1 to 64",
-		strings.Repeat("q", 65): "want 1 to 64",
-		"a.b":                   "character '.' at byte 1",
-		"a*":                    "character '*' at byte 1",
-		"a>":                    "character '>' at byte 1",
-		"a b":                   "character ' ' at byte 1",
-		"xä":                    "character 'ä' at byte 1",
-		"\xff":                  "character '�' at byte 0",
-	} {
-		err := queue.ValidateQueueName(bad)
-		if !errors.Is(err, queue.ErrInvalidQueueName) || !strings.Contains(err.Error(), says) {
-			t.Errorf("%q: %v, want an error saying %q", bad, err, says)
-		}
-	}
-}
 
 func TestKeyTokenIsOneSafeToken(t *testing.T) {
 	t.Parallel()
@@ -77,7 +53,7 @@ func FuzzKeyToken(f *testing.F) {
 }
 
 func TestClassSubjects(t *testing.T) {
-	for _, p := range queue.Priorities {
+	for _, p := range spillway.Priorities {
 		sub := queue.ClassSubject("q", queue.Backlog, "k", p)
 		if queue.SubjectClass(sub) != p || queue.SubjectToken(sub) != queue.KeyToken("k") {
 			t.Errorf("%v: subject %s reads back as class %v token %s", p, sub, queue.SubjectClass(sub), queue.SubjectToken(sub))

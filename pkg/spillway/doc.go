@@ -1,9 +1,10 @@
 // Package spillway holds the wire types of a Spillway admitter's front
 // doors (docs/design.md#doors): the names, values and JSON shapes that an
 // admitter writes and its clients read. It is a leaf: the standard library
-// only, no NATS, no project imports. The admitter's doors, the workers'
-// handler protocol, pkg/client and the examples all use it, so that every
-// one of them spells a header, a state or a problem type the same way.
+// only, no NATS, no project imports. The admitter's doors, the queue
+// (pkg/queue and its stages), the workers' handler protocol, pkg/client
+// and the examples all use it, so that every one of them spells a header,
+// a priority, a state or a problem type the same way.
 //
 // # Headers and subjects
 //

@@ -7,15 +7,16 @@ import (
 )
 
 // MaxQueueNameLen bounds a queue name: it appears in stream names,
-// subjects and paths.
+// subjects, paths and metric labels.
 const MaxQueueNameLen = 64
 
 // ErrInvalidQueueName is wrapped by ValidateQueueName's error.
 var ErrInvalidQueueName = errors.New("spillway: invalid queue name")
 
 // ValidateQueueName accepts a queue name: 1 to MaxQueueNameLen ASCII
-// letters, digits, '_' and '-', so that it is one subject token and one
-// path segment as it is.
+// letters, digits, '_' and '-', the characters that are safe in a
+// JetStream stream name, a subject token, a URL path segment and a
+// Prometheus label value alike, so that the name is each of them as it is.
 func ValidateQueueName(name string) error {
 	if name == "" || len(name) > MaxQueueNameLen {
 		return fmt.Errorf("%w %.80q: want 1 to %d characters", ErrInvalidQueueName, name, MaxQueueNameLen)

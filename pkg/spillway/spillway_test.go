@@ -46,14 +46,24 @@ func TestStateFinal(t *testing.T) {
 }
 
 func TestValidateQueueName(t *testing.T) {
-	for _, ok := range []string{"email", "a", "Q_1-x", strings.Repeat("q", spillway.MaxQueueNameLen)} {
+	for _, ok := range []string{"email", "EMAIL_2", "a", "Q_1-x", strings.Repeat("q", spillway.MaxQueueNameLen)} {
 		if err := spillway.ValidateQueueName(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "a.b", "a*", "a b", "ü", strings.Repeat("q", spillway.MaxQueueNameLen+1)} {
-		if err := spillway.ValidateQueueName(bad); !errors.Is(err, spillway.ErrInvalidQueueName) {
-			t.Errorf("%q: %v, want ErrInvalidQueueName", bad, err)
+	for bad, says := range map[string]string{
+		"":                      "want 1 to 64",
+		strings.Repeat("q", 65): "want 1 to 64",
+		"a.b":                   "character '.' at byte 1",
+		"a*":                    "character '*' at byte 1",
+		"a>":                    "character '>' at byte 1",
+		"a b":                   "character ' ' at byte 1",
+		"xä":                    "character 'ä' at byte 1",
+		"\xff":                  "character '�' at byte 0",
+	} {
+		err := spillway.ValidateQueueName(bad)
+		if !errors.Is(err, spillway.ErrInvalidQueueName) || !strings.Contains(err.Error(), says) {
+			t.Errorf("%q: %v, want ErrInvalidQueueName saying %q", bad, err, says)
 		}
 	}
 }

@@ -164,7 +164,7 @@ func deadLetters(t *testing.T, natsURL, q string) map[string]int {
 	msgs, _ := streamMsgs(t, natsURL, queue.StreamName(q, queue.Dead))
 	ids := map[string]int{}
 	for _, m := range msgs {
-		ids[m.Header.Get(queue.HeaderJobID)]++
+		ids[m.Header.Get(spillway.HeaderJobID)]++
 	}
 	return ids
 }

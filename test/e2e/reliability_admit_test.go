@@ -162,7 +162,7 @@ func afStreamIDs(t *testing.T, natsURL, stream string) map[string]string {
 	msgs, state := streamMsgs(t, natsURL, stream)
 	ids := map[string]string{}
 	for _, m := range msgs {
-		ids[m.Header.Get(queue.HeaderJobID)] = m.Subject
+		ids[m.Header.Get(spillway.HeaderJobID)] = m.Subject
 	}
 	if uint64(len(ids)) != state.Msgs {
 		t.Errorf("stream %s: %d messages, %d distinct job ids", stream, state.Msgs, len(ids))

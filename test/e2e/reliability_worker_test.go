@@ -550,7 +550,7 @@ func wfDeadLetters(t *testing.T, natsURL string) map[string]*jetstream.RawStream
 	msgs, _ := streamMsgs(t, natsURL, queue.StreamName(wfQueue, queue.Dead))
 	out := map[string]*jetstream.RawStreamMsg{}
 	for _, m := range msgs {
-		out[m.Header.Get(queue.HeaderJobID)] = m
+		out[m.Header.Get(spillway.HeaderJobID)] = m
 	}
 	return out
 }
@@ -658,10 +658,10 @@ func TestReliabilityWorkerPoisonKey(t *testing.T) {
 			continue
 		}
 		want := map[string]string{
-			queue.HeaderJobID:      id,
-			queue.HeaderQueue:      wfQueue,
-			queue.HeaderKey:        "poison",
-			queue.HeaderAttempt:    strconv.Itoa(maxAttempts),
+			spillway.HeaderJobID:   id,
+			spillway.HeaderQueue:   wfQueue,
+			spillway.HeaderKey:     "poison",
+			spillway.HeaderAttempt: strconv.Itoa(maxAttempts),
 			queue.HeaderDeadReason: fmt.Sprintf("attempts exhausted (%d of %d)", maxAttempts, maxAttempts),
 			"traceparent":          traceparent, // the admitter carries it lower-case
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Core is what an admitter under test stands on: its configuration and
@@ -109,7 +110,7 @@ func LastOfKey(tb testing.TB, js jetstream.JetStream, q string, d queue.Destinat
 		tb.Fatal(err)
 	}
 	var last *jetstream.RawStreamMsg
-	for _, p := range queue.Priorities {
+	for _, p := range spillway.Priorities {
 		m, gerr := s.GetLastMsgForSubject(context.Background(), queue.ClassSubject(q, d, key, p))
 		if gerr != nil {
 			err = gerr

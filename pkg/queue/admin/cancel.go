@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Cancelling a queued job (docs/design.md#cancel) takes two steps, and
@@ -46,7 +47,7 @@ func CancelBacklogJob(ctx context.Context, js jetstream.JetStream, q string, seq
 	if err != nil {
 		return fmt.Errorf("admin: cancel job %s: reading backlog message %d: %w", id, seq, err)
 	}
-	if got := m.Header.Get(queue.HeaderJobID); got != id {
+	if got := m.Header.Get(spillway.HeaderJobID); got != id {
 		return fmt.Errorf("%w: cancel job %s: backlog message %d of %s is job %.64q", ErrNotThisJob, id, seq, q, got)
 	}
 	if err := queue.RemoveMsg(ctx, s, seq); err != nil {

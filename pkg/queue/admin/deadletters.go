@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // apiTimeout bounds one JetStream API call of DeadLetters.
@@ -32,7 +33,7 @@ type DeadLetters struct {
 // OpenDeadLetters opens queue's DEAD stream. A stream that does not exist
 // is ErrNoStream; a server without JetStream ErrNoJetStream.
 func OpenDeadLetters(ctx context.Context, js jetstream.JetStream, q string) (*DeadLetters, error) {
-	if err := queue.ValidateQueueName(q); err != nil {
+	if err := spillway.ValidateQueueName(q); err != nil {
 		return nil, err
 	}
 	name := queue.StreamName(q, queue.Dead)
@@ -87,11 +88,11 @@ type DeadLetter struct {
 // and the job's).
 func deadLetterOf(seq uint64, h nats.Header, stored time.Time, size int) DeadLetter {
 	l := DeadLetter{
-		Seq: seq, ID: h.Get(queue.HeaderJobID), Reason: h.Get(queue.HeaderDeadReason),
+		Seq: seq, ID: h.Get(spillway.HeaderJobID), Reason: h.Get(queue.HeaderDeadReason),
 		LastError: h.Get(queue.HeaderLastError), SourceStream: h.Get(queue.HeaderSourceStream), PayloadBytes: size,
 		DeadAt: stored,
 	}
-	l.Attempts, _ = strconv.Atoi(h.Get(queue.HeaderAttempt))
+	l.Attempts, _ = strconv.Atoi(h.Get(spillway.HeaderAttempt))
 	l.SourceSeq, _ = strconv.ParseUint(h.Get(queue.HeaderSourceSeq), 10, 64)
 	if t, err := time.Parse(time.RFC3339Nano, h.Get(queue.HeaderDeadAt)); err == nil {
 		l.DeadAt = t

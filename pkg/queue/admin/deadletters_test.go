@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // deadFixture is a queue whose DEAD stream holds dead letters written as a
@@ -40,14 +41,14 @@ func (f *deadFixture) bury(t *testing.T, id, key string) uint64 {
 	t.Helper()
 	m := nats.NewMsg(queue.Subject(f.cfg.Name, queue.Dead, key))
 	if id != "" {
-		m.Header.Set(queue.HeaderJobID, id)
+		m.Header.Set(spillway.HeaderJobID, id)
 	}
-	m.Header.Set(queue.HeaderQueue, f.cfg.Name)
-	m.Header.Set(queue.HeaderKey, key)
-	m.Header.Set(queue.HeaderCost, "1")
+	m.Header.Set(spillway.HeaderQueue, f.cfg.Name)
+	m.Header.Set(spillway.HeaderKey, key)
+	m.Header.Set(spillway.HeaderCost, "1")
 	m.Header.Set(queue.HeaderEnqueuedAt, time.Now().UTC().Format(time.RFC3339Nano))
-	m.Header.Set(queue.HeaderNotBefore, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
-	m.Header.Set(queue.HeaderAttempt, "3")
+	m.Header.Set(spillway.HeaderNotBefore, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
+	m.Header.Set(spillway.HeaderAttempt, "3")
 	m.Header.Set(queue.HeaderDeadReason, "attempts exhausted (3 of 3)")
 	m.Header.Set(queue.HeaderLastError, "boom "+id)
 	m.Header.Set(queue.HeaderDeadAt, time.Now().UTC().Format(time.RFC3339Nano))
@@ -194,7 +195,7 @@ func TestDeadLettersReplay(t *testing.T) {
 	}
 	h := m.Header
 	if m.Subject != queue.Subject("mail", queue.Backlog, "k1") || h.Get(nats.MsgIdHdr) != fmt.Sprintf("job-a:replay:%d", a) ||
-		h.Get(queue.HeaderAttempt) != "0" || h.Get(queue.HeaderNotBefore) != "" || h.Get(queue.HeaderEnqueuedAt) != now.Format(time.RFC3339Nano) ||
+		h.Get(spillway.HeaderAttempt) != "0" || h.Get(spillway.HeaderNotBefore) != "" || h.Get(queue.HeaderEnqueuedAt) != now.Format(time.RFC3339Nano) ||
 		h.Get(queue.HeaderDeadReason) != "" || h.Get(queue.HeaderSourceSeq) != "" || h.Get("Traceparent") != "00-trace-job-a" ||
 		string(m.Data) != "payload job-a" {
 		t.Fatalf("replayed message on %s: %v %q", m.Subject, h, m.Data)

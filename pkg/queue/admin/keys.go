@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Bounds of BacklogKeys: DefaultTopKeys and MaxTopKeys bound how many keys
@@ -35,7 +36,7 @@ type KeyBacklog struct {
 	Weight int
 	// Priorities counts the key's jobs of each class: each class has a
 	// backlog subject of its own, so the counts are JetStream's, exact.
-	Priorities map[queue.Priority]int
+	Priorities map[spillway.Priority]int
 }
 
 // BacklogKeys lists the top keys of a queue's backlog, the deepest first
@@ -67,7 +68,7 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, q string, top int)
 		token    string
 		n        uint64
 		subjects []string
-		classes  map[queue.Priority]int
+		classes  map[spillway.Priority]int
 	}
 	byToken := make(map[string]*key)
 	for subject, n := range info.State.Subjects {
@@ -77,7 +78,7 @@ func BacklogKeys(ctx context.Context, js jetstream.JetStream, q string, top int)
 		tok := queue.SubjectToken(subject)
 		k := byToken[tok]
 		if k == nil {
-			k = &key{token: tok, classes: map[queue.Priority]int{queue.High: 0, queue.Normal: 0, queue.Low: 0}}
+			k = &key{token: tok, classes: map[spillway.Priority]int{spillway.High: 0, spillway.Normal: 0, spillway.Low: 0}}
 			byToken[tok] = k
 		}
 		k.n += n
@@ -129,7 +130,7 @@ func readKey(ctx context.Context, s jetstream.Stream, subjects []string, now tim
 	if oldest == nil {
 		return k, false, nil
 	}
-	k.Key = oldest.Header.Get(queue.HeaderKey)
+	k.Key = oldest.Header.Get(spillway.HeaderKey)
 	k.Hash = queue.KeyHash(k.Key)
 	k.OldestAge = max(0, now.Sub(oldest.Time))
 	k.Weight = 1

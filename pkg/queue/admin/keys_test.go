@@ -13,6 +13,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 func TestKeyHash(t *testing.T) {
@@ -33,7 +34,7 @@ func TestBacklogKeys(t *testing.T) {
 	cfg := queue.Config{Name: "keys", Memory: true, LeakRate: bucket.Rate{Count: 1, Per: time.Minute}}
 	ctx, b := setup(t, cfg)
 	before := time.Now()
-	publish := func(key string, n int, p queue.Priority, weight int) {
+	publish := func(key string, n int, p spillway.Priority, weight int) {
 		t.Helper()
 		for range n {
 			j := newJob(t, cfg.Name, key)
@@ -43,13 +44,13 @@ func TestBacklogKeys(t *testing.T) {
 			}
 		}
 	}
-	publish("a", 1, queue.Normal, 2) // taken by a worker below
-	publish("a", 2, queue.High, 2)
-	publish("a", 3, queue.Low, 2)
-	publish("b", 3, queue.Normal, 0)
-	publish("c", 3, queue.Low, 5)
-	publish("d", 1, queue.High, 0)
-	publish("big", 70, queue.Normal, 0)
+	publish("a", 1, spillway.Normal, 2) // taken by a worker below
+	publish("a", 2, spillway.High, 2)
+	publish("a", 3, spillway.Low, 2)
+	publish("b", 3, spillway.Normal, 0)
+	publish("c", 3, spillway.Low, 5)
+	publish("d", 1, spillway.High, 0)
+	publish("big", 70, spillway.Normal, 0)
 	s, err := b.js.Stream(ctx, queue.StreamName(cfg.Name, queue.Backlog))
 	if err != nil {
 		t.Fatal(err)
@@ -80,15 +81,15 @@ func TestBacklogKeys(t *testing.T) {
 		}
 	}
 	big, a := keys[0], keys[1]
-	if big.Depth != 70 || big.Weight != 1 || big.Priorities[queue.Normal] != 70 {
+	if big.Depth != 70 || big.Weight != 1 || big.Priorities[spillway.Normal] != 70 {
 		t.Errorf("big: %+v, want depth 70, weight 1, 70 normal jobs", big)
 	}
-	if a.Depth != 5 || a.Weight != 2 || a.Priorities[queue.High] != 2 || a.Priorities[queue.Normal] != 0 || a.Priorities[queue.Low] != 3 {
+	if a.Depth != 5 || a.Weight != 2 || a.Priorities[spillway.High] != 2 || a.Priorities[spillway.Normal] != 0 || a.Priorities[spillway.Low] != 3 {
 		t.Errorf("a: %+v, want depth 5, weight 2, 2 high and 3 low", a)
 	}
 
 	all, total, err := admin.BacklogKeys(ctx, b.js, cfg.Name, 0)
-	if err != nil || total != 5 || len(all) != 5 || all[4].Key != "d" || all[4].Weight != 1 || all[4].Priorities[queue.High] != 1 {
+	if err != nil || total != 5 || len(all) != 5 || all[4].Key != "d" || all[4].Weight != 1 || all[4].Priorities[spillway.High] != 1 {
 		t.Errorf("BacklogKeys(default top): %+v, %d, %v; want the 5 keys, d last, high", all, total, err)
 	}
 	if _, _, err := admin.BacklogKeys(ctx, b.js, cfg.Name, admin.MaxTopKeys+1); err == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // PacerBucket is the JetStream key-value bucket that KVPacers keep their
@@ -112,7 +113,7 @@ func NewKVPacer(kv jetstream.KeyValue, q string, rate bucket.Rate) (*KVPacer, er
 	if kv == nil {
 		return nil, fmt.Errorf("%w: pacer: nil key-value bucket", queue.ErrInvalidConfig)
 	}
-	if err := queue.ValidateQueueName(q); err != nil {
+	if err := spillway.ValidateQueueName(q); err != nil {
 		return nil, fmt.Errorf("%w: pacer: %w", queue.ErrInvalidConfig, err)
 	}
 	p := &KVPacer{kv: kv, key: q, now: time.Now}

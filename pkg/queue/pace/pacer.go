@@ -9,6 +9,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Pacer spaces the starts of a queue's backlog jobs at its leak rate.
@@ -48,7 +49,7 @@ func NewPacer(store bucket.Store, q string, rate bucket.Rate) (*StorePacer, erro
 	if store == nil {
 		return nil, fmt.Errorf("%w: pacer: nil store", queue.ErrInvalidConfig)
 	}
-	if err := queue.ValidateQueueName(q); err != nil {
+	if err := spillway.ValidateQueueName(q); err != nil {
 		return nil, fmt.Errorf("%w: pacer: %w", queue.ErrInvalidConfig, err)
 	}
 	p := &StorePacer{store: store, queue: q}

@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // Pushback's parameters (docs/design.md#pushback).
@@ -279,7 +280,7 @@ func NewYieldingPacer(inner RatePacer, kv jetstream.KeyValue, q string, maxRate 
 	if inner == nil {
 		return nil, fmt.Errorf("%w: yielding pacer: nil pacer", queue.ErrInvalidConfig)
 	}
-	if err := queue.ValidateQueueName(q); err != nil {
+	if err := spillway.ValidateQueueName(q); err != nil {
 		return nil, fmt.Errorf("%w: pacer: %w", queue.ErrInvalidConfig, err)
 	}
 	p := &YieldingPacer{inner: inner, kv: kv, key: LeakStateKey(q), now: time.Now, fresh: leakFresh}

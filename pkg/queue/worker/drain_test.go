@@ -19,6 +19,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The pacer chains starts exactly 1/rate apart while bookings keep coming,
@@ -229,7 +230,7 @@ func TestBacklogMaxAgeDeadLetters(t *testing.T) {
 		t.Error("the fresh job did not run")
 	}
 	dead := deadLetters(t, ctx, b.js, "aged")
-	if len(dead) != 1 || dead[0].Header.Get(queue.HeaderJobID) != old.ID || string(dead[0].Data) != string(old.Payload) ||
+	if len(dead) != 1 || dead[0].Header.Get(spillway.HeaderJobID) != old.ID || string(dead[0].Data) != string(old.Payload) ||
 		!strings.HasPrefix(dead[0].Header.Get(queue.HeaderDeadReason), "expired in backlog (waited 2m0") {
 		t.Fatalf("dead letters %+v", dead)
 	}
@@ -589,7 +590,7 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 	}
 	reasons := map[string][]string{}
 	for _, d := range deadLetters(t, ctx, b.js, "bfail") {
-		reasons[d.Header.Get(queue.HeaderJobID)] = []string{d.Header.Get(queue.HeaderDeadReason), d.Header.Get(queue.HeaderAttempt), d.Header.Get(queue.HeaderSourceStream), d.Header.Get("Traceparent"), string(d.Data)}
+		reasons[d.Header.Get(spillway.HeaderJobID)] = []string{d.Header.Get(queue.HeaderDeadReason), d.Header.Get(spillway.HeaderAttempt), d.Header.Get(queue.HeaderSourceStream), d.Header.Get("Traceparent"), string(d.Data)}
 	}
 	if want := []string{"attempts exhausted (3 of 3)", "3", ready, "", "payload of " + bad.ID}; !slices.Equal(reasons[bad.ID], want) {
 		t.Errorf("dead letter of the always failing job %q, want %q", reasons[bad.ID], want)

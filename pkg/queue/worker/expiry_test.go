@@ -11,6 +11,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // A job's expiry travels in Spillway-Expires-At and reads back; a
@@ -19,10 +20,10 @@ func TestJobExpiresAtHeader(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 25, 12, 0, 5, 123, time.UTC)
 	h := nats.Header{}
-	h.Set(queue.HeaderJobID, "id")
-	h.Set(queue.HeaderQueue, "q")
-	h.Set(queue.HeaderCost, "1")
-	h.Set(queue.HeaderAttempt, "0")
+	h.Set(spillway.HeaderJobID, "id")
+	h.Set(spillway.HeaderQueue, "q")
+	h.Set(spillway.HeaderCost, "1")
+	h.Set(spillway.HeaderAttempt, "0")
 	h.Set(queue.HeaderEnqueuedAt, at.Add(-time.Second).Format(time.RFC3339Nano))
 	h.Set(queue.HeaderExpiresAt, at.Format(time.RFC3339Nano))
 	j, err := queue.ParseJob(h, nil)
@@ -90,10 +91,10 @@ func TestBacklogExpiredJobsNeverRun(t *testing.T) {
 	}
 	for _, m := range dead {
 		if r := m.Header.Get(queue.HeaderDeadReason); r != queue.ReasonExpired {
-			t.Errorf("dead letter %s: reason %q, want %q", m.Header.Get(queue.HeaderJobID), r, queue.ReasonExpired)
+			t.Errorf("dead letter %s: reason %q, want %q", m.Header.Get(spillway.HeaderJobID), r, queue.ReasonExpired)
 		}
 		if !strings.Contains(m.Header.Get(queue.HeaderLastError), "expires at") {
-			t.Errorf("dead letter %s: last error %q, want when it expired", m.Header.Get(queue.HeaderJobID), m.Header.Get(queue.HeaderLastError))
+			t.Errorf("dead letter %s: last error %q, want when it expired", m.Header.Get(spillway.HeaderJobID), m.Header.Get(queue.HeaderLastError))
 		}
 	}
 	if n := stored(t, ctx, b.js, queue.StreamName("expiry", queue.Backlog)); n != 0 {

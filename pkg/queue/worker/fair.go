@@ -4,6 +4,7 @@ import (
 	"container/heap"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The drain's scheduler decides which backlog job the next start of the
@@ -35,7 +36,7 @@ import (
 type fairSched struct {
 	minShare int64 // per mille of the starts each lower class keeps
 	flows    map[string]*flow
-	classes  [len(queue.Priorities)]classQueue
+	classes  [len(spillway.Priorities)]classQueue
 	waiting  flowHeap // flows with jobs, none due yet: by their next due time
 	order    uint64
 	// reads are the flows that need a read from the stream (needsRead);
@@ -69,7 +70,7 @@ type classQueue struct {
 // flow is the scheduler's view of one backlog subject.
 type flow struct {
 	subject string
-	class   queue.Priority
+	class   spillway.Priority
 	window  []pendingJob // read and not granted, in stream order
 	last    uint64       // the highest sequence read into the window, or skipped
 	more    bool         // jobs after last may be in the stream: read them when there is room
@@ -215,7 +216,7 @@ func (s *fairSched) place(f *flow, now int64) {
 			next = j.wakes()
 		}
 	}
-	c := &s.classes[f.class.Index()]
+	c := &s.classes[classIndex(f.class)]
 	switch {
 	case due:
 		if f.waitIdx >= 0 {
@@ -402,3 +403,7 @@ func byTag(a, b *flow) bool {
 	return a.order < b.order
 }
 func byNext(a, b *flow) bool { return a.next < b.next }
+
+// classIndex is class p's place in fairSched.classes, which are in
+// spillway.Priorities' order: 0 for the highest.
+func classIndex(p spillway.Priority) int { return int(p - spillway.High) }

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // fill gives each subject n due jobs, in one stream, round robin.
@@ -142,7 +142,7 @@ func TestFairSchedPriorityAndMinShare(t *testing.T) {
 		for range 100 {
 			fs.read(s, 0)
 			f, _, _ := s.pick(0)
-			if f.class == queue.Low {
+			if f.class == spillway.Low {
 				low++
 			}
 		}
@@ -154,7 +154,7 @@ func TestFairSchedPriorityAndMinShare(t *testing.T) {
 	s := newFairSched(0)
 	fill(s, 0, 5, []string{"spillway.backlog.q.a"}, nil)
 	s.add("spillway.backlog.q.high.a", pendingJob{seq: 100, weight: 1}, 0)
-	if f, _, _ := s.pick(0); f.class != queue.High {
+	if f, _, _ := s.pick(0); f.class != spillway.High {
 		t.Fatalf("first start went to class %v, want high", f.class)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The reliability suite's failing handler (docs/reliability.md): the panicking Go handler (the always-failing webhook is
@@ -152,12 +153,12 @@ func TestReliabilityPanickingHandler(t *testing.T) {
 	dead := map[string]int{}
 	wrong := 0
 	for _, d := range deadLetters(t, ctx, b.js, "panics") {
-		id := d.Header.Get(queue.HeaderJobID)
+		id := d.Header.Get(spillway.HeaderJobID)
 		dead[id]++
-		a := d.Header.Get(queue.HeaderAttempt)
+		a := d.Header.Get(spillway.HeaderAttempt)
 		want := map[string]string{
-			queue.HeaderKey:        "boom",
-			queue.HeaderAttempt:    strconv.Itoa(policy.MaxAttempts),
+			spillway.HeaderKey:     "boom",
+			spillway.HeaderAttempt: strconv.Itoa(policy.MaxAttempts),
 			queue.HeaderDeadReason: fmt.Sprintf("attempts exhausted (%d of %d)", policy.MaxAttempts, policy.MaxAttempts),
 			queue.HeaderLastError:  "handler panicked: boom on attempt " + a,
 			"Traceparent":          traceparent,

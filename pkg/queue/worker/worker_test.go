@@ -19,6 +19,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // recorder keeps a worker's events and the handler's calls, and lets a
@@ -214,9 +215,9 @@ func TestPoisonJobIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 	}
 	d := dead[0]
 	for h, want := range map[string]string{
-		queue.HeaderJobID:        poison.ID,
-		queue.HeaderKey:          "bad",
-		queue.HeaderAttempt:      "4",
+		spillway.HeaderJobID:     poison.ID,
+		spillway.HeaderKey:       "bad",
+		spillway.HeaderAttempt:   "4",
 		queue.HeaderDeadReason:   "attempts exhausted (4 of 4)",
 		queue.HeaderLastError:    "downstream said no  to attempt 4",
 		queue.HeaderSourceStream: queue.StreamName("poison", queue.Ready),
@@ -290,7 +291,7 @@ func TestPermanentErrorsAndPanics(t *testing.T) {
 	}
 	reasons := map[string]string{}
 	for _, d := range deadLetters(t, ctx, b.js, "perm") {
-		reasons[d.Header.Get(queue.HeaderJobID)] = d.Header.Get(queue.HeaderDeadReason) + ": " + d.Header.Get(queue.HeaderLastError)
+		reasons[d.Header.Get(spillway.HeaderJobID)] = d.Header.Get(queue.HeaderDeadReason) + ": " + d.Header.Get(queue.HeaderLastError)
 	}
 	if want := "permanent error: permanent: malformed address"; reasons[perm.ID] != want {
 		t.Errorf("permanent job: %q, want %q", reasons[perm.ID], want)
@@ -490,7 +491,7 @@ func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
 			m.Header[k] = vs
 		}
 	}
-	m.Header.Set(queue.HeaderAttempt, "0")
+	m.Header.Set(spillway.HeaderAttempt, "0")
 	m.Header.Set(nats.MsgIdHdr, j.ID+":replay:1")
 	m.Data = first[0].Data
 	if _, err := b.js.PublishMsg(ctx, m); err != nil {
@@ -502,7 +503,7 @@ func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
 		t.Fatalf("%d dead letters after the replay died again, want 2 (the second was dropped as a duplicate: the job is lost)", len(dead))
 	}
 	for _, d := range dead {
-		if id := d.Header.Get(queue.HeaderJobID); id != j.ID {
+		if id := d.Header.Get(spillway.HeaderJobID); id != j.ID {
 			t.Errorf("dead letter of job %q, want %q", id, j.ID)
 		}
 	}
