@@ -53,8 +53,8 @@ func TestReadyCapacityIsExact(t *testing.T) {
 }
 
 // The default READY capacity is DefaultReadyCapacity, and a READY stream
-// made before READY had a bound gets it on EnsureStreams without losing a
-// job, even when it already holds more than the bound.
+// whose bound a new configuration lowers gets it on EnsureStreams without
+// losing a job, even when it already holds more than the bound.
 func TestEnsureStreamsBoundsAnExistingReady(t *testing.T) {
 	t.Parallel()
 	if sc := (queue.Config{Name: "x"}).StreamConfig(queue.Ready); sc.MaxMsgs != queue.DefaultReadyCapacity || sc.Discard != jetstream.DiscardNew {
@@ -62,7 +62,7 @@ func TestEnsureStreamsBoundsAnExistingReady(t *testing.T) {
 	}
 	cfg := queue.Config{Name: "old", ReadyCapacity: 3}
 	ctx, b := setup(t, queue.Config{Name: "old"})
-	// As an older version made it: no bound.
+	// Made with no bound, then configured with a bound of 3.
 	old := cfg.StreamConfig(queue.Ready)
 	old.MaxMsgs, old.Discard = -1, jetstream.DiscardOld
 	if _, err := b.js.UpdateStream(ctx, old); err != nil {
