@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
@@ -82,7 +83,7 @@ func (l *leaf) UnmarshalYAML(n *yaml.Node) error {
 func (l *leaf) scalar(n *yaml.Node, want string) bool {
 	l.n, l.err = n, nil
 	if n.Kind != yaml.ScalarNode {
-		l.err = fmt.Errorf("expected %s, got %s", want, describe(n))
+		l.err = fmt.Errorf("expected %s, got %s", want, yamlpos.Describe(n))
 	}
 	return l.err == nil
 }

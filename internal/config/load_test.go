@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/handler"
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
@@ -516,27 +517,6 @@ func TestLoadDev(t *testing.T) {
 	}
 }
 
-func TestSuggest(t *testing.T) {
-	t.Parallel()
-	fields := []string{"capacity", "per_key_capacity", "leak_rate", "max_age", "duplicate_window"}
-	for _, tt := range []struct{ in, want string }{
-		{"leak-rate", "leak_rate"},
-		{"leakrate", "leak_rate"},
-		{"Capacity", "capacity"},
-		{"capcity", "capacity"},
-		{"per_key_cap", "per_key_capacity"},
-		{"per", "per_key_capacity"},
-		{"ma", ""},
-		{"size", ""},
-		{"max_ag", "max_age"},
-		{"", ""},
-	} {
-		if got := suggest(tt.in, fields); got != tt.want {
-			t.Errorf("suggest(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // TestLimits checks the bounds that keep a hostile or broken file cheap: a
 // small file of aliases that expands to millions of values, and a file of
 // thousands of problems.
@@ -548,7 +528,7 @@ func TestLimits(t *testing.T) {
 			"x-q: &q {name: a, backlog: {leak_rate: 1/s}, limits: [" + strings.Repeat("*l, ", 2000) + "*l]}\n" +
 			"queues: [" + strings.Repeat("*q, ", 2000) + "*q]\n"
 		_, problems := parse("spillway.yaml", []byte(src), nil, Overrides{})
-		if len(problems) == 0 || len(problems) > maxProblems+2 || problems[0].Error() != "spillway.yaml: "+tooManyValues {
+		if len(problems) == 0 || len(problems) > maxProblems+2 || problems[0].Error() != "spillway.yaml: "+yamlpos.TooManyValues {
 			t.Errorf("%d problems, first %v", len(problems), problems[0])
 		}
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/internal/overrides"
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
@@ -71,7 +72,7 @@ func (d *decoder) str(t *text, dst *string, check func(string) error) bool {
 	case !t.given():
 		return false
 	case t.n.Kind != yaml.ScalarNode:
-		d.errorf(t, "expected a string, got %s", describe(t.n))
+		d.errorf(t, "expected a string, got %s", yamlpos.Describe(t.n))
 		return false
 	case check != nil:
 		if err := check(t.n.Value); err != nil {
@@ -94,7 +95,7 @@ func (d *decoder) filename(t *text, dst *string) {
 // setting whose range is the configuration's own.
 func (d *decoder) ranged(i *integer, dst *int64, lo, hi int64) {
 	if i.given() && (i.V < lo || i.V > hi) {
-		d.errorf(i, "expected %s, got %s", intRange(lo, hi), describe(i.n))
+		d.errorf(i, "expected %s, got %s", intRange(lo, hi), yamlpos.Describe(i.n))
 	} else if i.given() {
 		*dst = i.V
 	}
@@ -106,9 +107,9 @@ func (d *decoder) duration(x *duration, dst *time.Duration, positive bool) {
 	switch {
 	case !x.given() || x.err != nil:
 	case positive && x.V <= 0:
-		d.errorf(x, "expected a positive duration, got %s", describe(x.n))
+		d.errorf(x, "expected a positive duration, got %s", yamlpos.Describe(x.n))
 	case x.V < 0:
-		d.errorf(x, "expected a duration ≥ 0, got %s", describe(x.n))
+		d.errorf(x, "expected a duration ≥ 0, got %s", yamlpos.Describe(x.n))
 	default:
 		*dst = x.V
 	}
@@ -153,7 +154,7 @@ func (d *decoder) owned(err error, field func(name string) leafer) {
 			}
 			d.errorf(f, "expected %s (%s%s), got %s", p.want, p.otherValue, def, p.value)
 		case f.base().given():
-			d.errorf(f, "expected %s, got %s", p.want, describe(f.base().n))
+			d.errorf(f, "expected %s, got %s", p.want, yamlpos.Describe(f.base().n))
 		default:
 			d.errorf(f, "expected %s, got %s", p.want, p.value)
 		}
@@ -341,7 +342,7 @@ func (d *decoder) limit(t *limitDoc) (Limit, bool) {
 			for a := bucket.LeakyBucket; a <= bucket.SlidingWindow; a++ {
 				names = append(names, a.String())
 			}
-			d.errorf(&t.Algorithm, "%v", withSuggestion(expected("one of "+joinOr(names, "or"), alg), alg, names))
+			d.errorf(&t.Algorithm, "%v", yamlpos.WithSuggestion(expected("one of "+joinOr(names, "or"), alg), alg, names))
 			return l, false
 		}
 	}
@@ -361,7 +362,7 @@ func (d *decoder) params(holder any, p *Params, alg string) (bucket.Spec, bool) 
 	ok := p.Rate.err == nil && p.NoDelay.err == nil && p.Window.err == nil
 	for _, i := range []*integer{&p.Burst, &p.Delay, &p.Limit} {
 		if i.notInt {
-			d.errorf(i, "expected an integer, got %s", describe(i.n))
+			d.errorf(i, "expected an integer, got %s", yamlpos.Describe(i.n))
 			ok = false
 		}
 	}
@@ -530,23 +531,23 @@ func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer 
 // and the entry's path. want is what e must be, wantKey what a key must
 // be.
 func (d *decoder) entries(e *entries, want, wantKey string, fn func(k, v *yaml.Node, path string)) {
-	n := deref(e.n)
+	n := yamlpos.Deref(e.n)
 	if n == nil {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(e, "expected %s, got %s", want, describe(n))
+		d.errorf(e, "expected %s, got %s", want, yamlpos.Describe(n))
 		return
 	}
 	path := d.pos[e].path
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), n.Content[i+1]
+		k, v := yamlpos.Deref(n.Content[i]), n.Content[i+1]
 		if k == nil || k.Kind != yaml.ScalarNode {
-			d.add(atNode(path, n.Content[i]), fmt.Sprintf("expected %s, got %s", wantKey, describe(k)))
+			d.add(atNode(path, n.Content[i]), fmt.Sprintf("expected %s, got %s", wantKey, yamlpos.Describe(k)))
 			continue
 		}
-		if deref(v) != nil {
-			v = deref(v)
+		if yamlpos.Deref(v) != nil {
+			v = yamlpos.Deref(v)
 		}
 		fn(k, v, fmt.Sprintf("%s[%q]", path, k.Value))
 	}
@@ -632,8 +633,8 @@ func (d *decoder) headers(e *entries, leaves map[string]leafer) map[string]strin
 			return
 		}
 		first[name] = k.Line
-		if isNull(v) || v.Kind != yaml.ScalarNode {
-			d.add(atNode(field, v), "expected a header value, got "+describe(v))
+		if yamlpos.IsNull(v) || v.Kind != yaml.ScalarNode {
+			d.add(atNode(field, v), "expected a header value, got "+yamlpos.Describe(v))
 			return
 		}
 		l := &leaf{n: k}
@@ -746,7 +747,7 @@ func (d *decoder) list(items []*text, want string, check func(string) error) []s
 	for i, item := range items {
 		var s string
 		if item == nil || item.n.Kind != yaml.ScalarNode {
-			d.errorf(&items[i], "expected %s, got %s", want, describe(item.node()))
+			d.errorf(&items[i], "expected %s, got %s", want, yamlpos.Describe(item.node()))
 		} else if d.str(item, &s, check) {
 			out = append(out, s)
 		}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -68,7 +69,7 @@ func oneOf[T ~string](values ...T) func(string) error {
 		if slices.Contains(names, s) {
 			return nil
 		}
-		return withSuggestion(expected("one of "+strings.Join(names, ", "), s), s, names)
+		return yamlpos.WithSuggestion(expected("one of "+strings.Join(names, ", "), s), s, names)
 	}
 }
 
@@ -192,10 +193,10 @@ func parseKey(s string) (Key, error) {
 		return Key{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}, nil
 	}
 	candidates := []string{"global", "ip"}
-	if kind, name, ok := strings.Cut(s, ":"); ok && suggest(kind, []string{"header"}) != "" {
+	if kind, name, ok := strings.Cut(s, ":"); ok && yamlpos.Suggest(kind, []string{"header"}) != "" {
 		candidates = append(candidates, "header:"+name) // "headers:X-Api-Key", "Header:X-Api-Key"
 	}
-	return Key{}, withSuggestion(expected(wantKey, s), s, candidates)
+	return Key{}, yamlpos.WithSuggestion(expected(wantKey, s), s, candidates)
 }
 
 func (k Key) String() string {
