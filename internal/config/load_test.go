@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -68,7 +69,7 @@ func TestDesignExample(t *testing.T) {
 	wantTop := Config{
 		Source: "testdata/spillway.yaml",
 		NATS:   NATS{URL: "nats://127.0.0.1:4222", Listen: DefaultNATSListen, Replicas: 1},
-		Redis:  Redis{URL: "redis://127.0.0.1:6379/0", FailureMode: FailOpen, Timeout: 50 * time.Millisecond},
+		Redis:  Redis{RedisConfig: conn.RedisConfig{URL: "redis://127.0.0.1:6379/0", Timeout: 50 * time.Millisecond}, FailureMode: FailOpen},
 		HTTP:   HTTP{Listen: ":8080", MaxBodyBytes: 1048576},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: 30 * time.Second, AckWait: 30 * time.Second},
 		Status: Status{TTL: 24 * time.Hour},
@@ -199,7 +200,7 @@ queues:
 	if c.NATS.URL != "nats://a:4222, tls://b:4222" || c.NATS.Replicas != 3 {
 		t.Errorf("nats = %+v", c.NATS)
 	}
-	if c.Redis != (Redis{URL: "unix:///run/redis.sock", FailureMode: FailLocal, Timeout: 20 * time.Millisecond}) {
+	if c.Redis != (Redis{RedisConfig: conn.RedisConfig{URL: "unix:///run/redis.sock", Timeout: 20 * time.Millisecond}, FailureMode: FailLocal}) {
 		t.Errorf("redis = %+v", c.Redis)
 	}
 	wantProxies := []netip.Prefix{

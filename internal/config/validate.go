@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/textproto"
-	"net/url"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/internal/yamlpos"
@@ -33,7 +33,7 @@ import (
 func defaults() *Config {
 	return &Config{
 		NATS:   NATS{URL: DefaultNATSURL, Listen: DefaultNATSListen, Replicas: 1},
-		Redis:  Redis{FailureMode: FailOpen, Timeout: DefaultStoreTimeout},
+		Redis:  Redis{RedisConfig: conn.RedisConfig{Timeout: DefaultStoreTimeout}, FailureMode: FailOpen},
 		HTTP:   HTTP{Listen: DefaultHTTPListen, MaxBodyBytes: DefaultMaxBodyBytes},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: DefaultGracePeriod, AckWait: DefaultAckWait},
 		Status: Status{TTL: DefaultStatusTTL},
@@ -185,7 +185,10 @@ func byTag(v reflect.Value, path string) leafer {
 			}
 		case tag != name || path == "":
 		case rest != "":
-			return byTag(v.Field(i), rest)
+			if f := reflect.Indirect(v.Field(i)); f.IsValid() { // nil: a section not given
+				return byTag(f, rest)
+			}
+			return nil
 		default:
 			l, _ := v.Field(i).Addr().Interface().(leafer)
 			return l
@@ -646,98 +649,80 @@ func (d *decoder) headers(e *entries, leaves map[string]leafer) map[string]strin
 }
 
 // redis reads redis.url, redis.sentinel, redis.cluster and their
-// credentials and TLS into c: at most one of url, sentinel and cluster.
+// credentials and TLS into c, and conn's Validate decides what may be
+// used: its problems are placed at the fields they name.
 func (d *decoder) redis(r *redisDoc, c *Redis) {
-	d.str(&r.URL, &c.URL, checkRedisURL)
-	var given []any
-	if r.URL.given() && r.URL.n.Value != "" {
-		given = append(given, &r.URL)
-	}
-	if r.Sentinel != nil {
-		given = append(given, r.Sentinel)
-	}
-	if r.Cluster != nil {
-		given = append(given, r.Cluster)
-	}
-	if len(given) > 1 && d.pos[&r.URL].src != "" {
-		d.errorf(&r.URL, "the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
-	} else if len(given) > 1 {
-		first := d.pos[given[0]]
-		d.errorf(given[1], "give one of redis.url (one server), redis.sentinel (a Sentinel-managed master) and redis.cluster (a Redis Cluster), not %s too (line %d)",
-			first.path, first.line)
-	}
+	rc := &c.RedisConfig
+	d.str(&r.URL, &rc.URL, nil)
+	where := map[string]any{"redis.url": &r.URL} // what byTag does not find
 	if s := r.Sentinel; s != nil {
-		st := &RedisSentinel{}
-		if d.need(&s.MasterName, "the master's name as the sentinels monitor it") {
-			d.str(&s.MasterName, &st.MasterName, func(v string) error {
-				if v == "" {
-					return errors.New("expected the master's name as the sentinels monitor it, got nothing")
-				}
-				return nil
-			})
-		}
-		st.Addrs = d.redisAddrs(&s.Addrs, "a list of sentinel addresses (host:port)")
-		d.str(&s.Username, &st.Username, nil)
-		d.str(&s.Password, &st.Password, nil)
-		if st.Username != "" && st.Password == "" {
-			d.errorf(&s.Username, "a sentinel user name needs redis.sentinel.password")
-		}
-		c.Sentinel = st
+		rc.Sentinel = &conn.RedisSentinel{Addrs: d.addrs(&s.Addrs, "redis.sentinel.addrs", where)}
+		d.str(&s.MasterName, &rc.Sentinel.MasterName, nil)
+		d.str(&s.Username, &rc.Sentinel.Username, nil)
+		d.str(&s.Password, &rc.Sentinel.Password, nil)
+		where["redis.sentinel"] = s
 	}
 	if cl := r.Cluster; cl != nil {
-		c.Cluster = &RedisCluster{Addrs: d.redisAddrs(&cl.Addrs, "a list of cluster node addresses (host:port)")}
+		rc.Cluster = &conn.RedisCluster{Addrs: d.addrs(&cl.Addrs, "redis.cluster.addrs", where)}
+		where["redis.cluster"] = cl
 	}
-	d.str(&r.Username, &c.Username, nil)
-	d.str(&r.Password, &c.Password, nil)
-	if c.Username != "" && c.Password == "" {
-		d.errorf(&r.Username, "a user name needs redis.password")
-	}
-	if c.URL != "" && (c.Username != "" || c.Password != "") {
-		if u, err := url.Parse(c.URL); err == nil && u.User != nil {
-			f := &r.Password
-			if c.Username != "" {
-				f = &r.Username
-			}
-			d.errorf(f, "redis.url carries credentials too: give them in one place")
-		}
-	}
+	d.str(&r.Username, &rc.Username, nil)
+	d.str(&r.Password, &rc.Password, nil)
 	if t := r.TLS; t != nil {
-		tc := &RedisTLS{}
-		d.filename(&t.CAFile, &tc.CAFile)
-		d.filename(&t.CertFile, &tc.CertFile)
-		d.filename(&t.KeyFile, &tc.KeyFile)
-		d.str(&t.ServerName, &tc.ServerName, nil)
-		switch {
-		case tc.CertFile != "" && tc.KeyFile == "":
-			d.errorf(&t.CertFile, "a client certificate needs redis.tls.key_file")
-		case tc.KeyFile != "" && tc.CertFile == "":
-			d.errorf(&t.KeyFile, "a client key needs redis.tls.cert_file")
-		}
-		if strings.HasPrefix(c.URL, "unix:") {
-			d.errorf(t, "TLS over a unix socket: use a redis:// or rediss:// URL")
-		}
-		c.TLS = tc
-		if !c.Shared() {
-			d.errorf(t, "TLS without a server: give redis.url, redis.sentinel or redis.cluster")
-		}
+		rc.TLS = &conn.RedisTLS{}
+		d.filename(&t.CAFile, &rc.TLS.CAFile)
+		d.filename(&t.CertFile, &rc.TLS.CertFile)
+		d.filename(&t.KeyFile, &rc.TLS.KeyFile)
+		d.str(&t.ServerName, &rc.TLS.ServerName, nil)
+		where["redis.tls"] = t
 	}
 	var mode string
 	if d.str(&r.FailureMode, &mode, oneOf(FailOpen, FailClosed, FailLocal)) {
 		c.FailureMode = FailureMode(mode)
 	}
-	d.duration(&r.Timeout, &c.Timeout, true)
+	r.Timeout.into(&rc.Timeout)
+	for _, e := range unjoin(rc.Validate()) {
+		fe, _ := errors.AsType[*conn.FieldError](e)
+		p, ok := where[fe.Field]
+		if !ok {
+			p = byTag(reflect.ValueOf(r).Elem(), strings.TrimPrefix(fe.Field, "redis."))
+		}
+		l, isLeaf := p.(leafer)
+		list, isList := p.(*[]*text)
+		switch other, conflict := d.pos[where[fe.Other]]; {
+		case p == nil || (isLeaf && (l.base().err != nil || (l.base().given() && l.base().n.Kind != yaml.ScalarNode))):
+			// an item, or a value, that is not a string: reported as such
+		case fe.Other == "redis.url" && other.src != "":
+			d.errorf(&r.URL, "the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
+		case conflict:
+			d.errorf(p, "%s (line %d)", fe.Problem(), other.line)
+		case fe.Reason == "" && ((isLeaf && !l.base().given()) || (isList && *list == nil)):
+			d.missing(p, fe.Want)
+		default:
+			d.errorf(p, "%s", fe.Problem())
+		}
+	}
 }
 
-// redisAddrs reads a non-empty list of host:port addresses.
-func (d *decoder) redisAddrs(addrs *[]*text, want string) []string {
-	if *addrs == nil {
-		d.missing(addrs, want)
+// addrs reads a list of host:port addresses, one string per item (""
+// for an item that is not a string, which is reported) so that conn's
+// problems name the file's items; where gets the list and each item by
+// its field.
+func (d *decoder) addrs(list *[]*text, field string, where map[string]any) []string {
+	where[field] = list
+	if *list == nil {
 		return nil
 	}
-	if len(*addrs) == 0 {
-		d.errorf(addrs, "expected at least one host:port address, got an empty list")
+	out := make([]string, len(*list))
+	for i, item := range *list {
+		if item == nil || item.n.Kind != yaml.ScalarNode {
+			d.errorf(&(*list)[i], "expected %s, got %s", conn.WantRedisAddr, yamlpos.Describe(item.node()))
+			continue
+		}
+		out[i] = item.n.Value
+		where[fmt.Sprintf("%s[%d]", field, i)] = item
 	}
-	return d.list(*addrs, wantRedisAddr, checkRedisAddr)
+	return out
 }
 
 // list reads a list of strings, each a scalar that check accepts: want
