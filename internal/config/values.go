@@ -5,11 +5,11 @@ import (
 	"net"
 	"net/netip"
 	"net/textproto"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 
@@ -27,7 +27,6 @@ const (
 	wantRate     = `a rate such as "10/s"`
 	wantPattern  = `a client key such as "tenant-a", or a prefix such as "tenant-*"`
 	wantListen   = `host:port such as ":8080" or "127.0.0.1:8080"`
-	wantNATSURL  = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
 	wantKey      = `"global", "ip" or "header:NAME"`
 	wantProxy    = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
 	wantQueue    = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
@@ -99,35 +98,13 @@ func checkListen(s string) error {
 	return nil
 }
 
-// checkNATSURL accepts what nats.Connect accepts as its server list:
-// comma-separated URLs with a NATS scheme and a host.
+// checkNATSURL accepts what conn.NATS connects to; a password or token in
+// it is not printed.
 func checkNATSURL(s string) error {
-	for part := range strings.SplitSeq(s, ",") {
-		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil || u.Host == "" {
-			return expected(wantNATSURL, redact(s))
-		}
-		switch u.Scheme {
-		case "nats", "tls", "ws", "wss":
-		default:
-			return expected(wantNATSURL, redact(s))
-		}
+	if !conn.ValidNATSURL(s) {
+		return expected(conn.WantNATSURL, conn.Redact(s))
 	}
 	return nil
-}
-
-// redact hides the password of every URL in a comma-separated list, so that
-// an error message does not print a secret.
-func redact(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
-			if _, has := u.User.Password(); has {
-				parts[i] = u.Redacted()
-			}
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 func checkQueueName(s string) error {

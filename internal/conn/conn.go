@@ -51,6 +51,26 @@ func NATS(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// WantNATSURL is what ValidNATSURL accepts, for "expected" messages.
+const WantNATSURL = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
+
+// ValidNATSURL reports whether NATS can connect to urls as its server
+// list: comma-separated URLs with a NATS scheme and a host.
+func ValidNATSURL(urls string) bool {
+	for part := range strings.SplitSeq(urls, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" {
+			return false
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Redact hides the secrets of a URL list (comma-separated, as nats.url
 // takes): a password, or a user name alone (a NATS token), becomes
 // "xxxxx", so that a URL can be logged.
