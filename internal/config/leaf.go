@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -123,7 +122,7 @@ type (
 
 func (i *integer) UnmarshalYAML(n *yaml.Node) error {
 	i.n, i.V, i.notInt = n, -1, true
-	if v, err := yamlInt(n); err == nil {
+	if v, err := yamlpos.Int(n); err == nil {
 		i.V, i.notInt = v, false
 	}
 	return nil
@@ -176,17 +175,4 @@ func (s *share) UnmarshalYAML(n *yaml.Node) error {
 		s.V /= 100
 	}
 	return nil
-}
-
-// yamlInt reads an integer scalar as YAML writes it (1_000, 0x10) or as
-// plain text.
-func yamlInt(n *yaml.Node) (int64, error) {
-	var v int64
-	switch n.ShortTag() {
-	case "!!int":
-		return v, n.Decode(&v)
-	case "!!str":
-		return strconv.ParseInt(n.Value, 10, 64)
-	}
-	return 0, errors.New("not an integer")
 }

@@ -161,6 +161,22 @@ func (d *decoder) owned(err error, field func(name string) leafer) {
 	}
 }
 
+// blame places an owner's problem (handler's, conn's) at p, the leaf or
+// the list it names: as missing (expected want) when the file does not
+// give it; not at all when p is not in the file or its text is already
+// reported (not a string, a syntax error); else problem.
+func (d *decoder) blame(p any, want, problem string) {
+	l, isLeaf := p.(leafer)
+	list, isList := p.(*[]*text)
+	switch {
+	case p == nil || (isLeaf && (l.base().err != nil || (l.base().given() && l.base().n.Kind != yaml.ScalarNode))):
+	case want != "" && ((isLeaf && !l.base().given()) || (isList && *list == nil)):
+		d.missing(p, want)
+	default:
+		d.errorf(p, "%s", problem)
+	}
+}
+
 // unjoin is the errors an errors.Join holds, or err alone (none for nil).
 func unjoin(err error) []error {
 	if err == nil {
@@ -505,7 +521,7 @@ func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer 
 			r := queue.WeightRule{KeyPattern: queue.KeyPattern{Key: k.Value}, Weight: -1} // -1: refused by queue
 			r.Key, r.Prefix = strings.CutSuffix(k.Value, "*")
 			if v.Kind == yaml.ScalarNode {
-				if w, err := yamlInt(v); err == nil {
+				if w, err := yamlpos.Int(v); err == nil {
 					r.Weight = int(min(max(w, -1), queue.MaxWeight+1))
 				}
 			}
@@ -608,14 +624,7 @@ func (d *decoder) handler(hd *handlerDoc) handler.Config {
 	}
 	for _, e := range unjoin(h.Validate()) {
 		fe, _ := errors.AsType[*handler.FieldError](e)
-		switch l := leaves[fe.Field]; {
-		case l != nil && l.base().given():
-			if l.base().n.Kind == yaml.ScalarNode { // else reported as not a string
-				d.errorf(l, "%s", fe.Problem())
-			}
-		case l != nil && l.base().err == nil:
-			d.missing(l, fe.Want)
-		}
+		d.blame(leaves[fe.Field], fe.Want, fe.Problem())
 	}
 	return h
 }
@@ -687,19 +696,13 @@ func (d *decoder) redis(r *redisDoc, c *Redis) {
 		if !ok {
 			p = byTag(reflect.ValueOf(r).Elem(), strings.TrimPrefix(fe.Field, "redis."))
 		}
-		l, isLeaf := p.(leafer)
-		list, isList := p.(*[]*text)
 		switch other, conflict := d.pos[where[fe.Other]]; {
-		case p == nil || (isLeaf && (l.base().err != nil || (l.base().given() && l.base().n.Kind != yaml.ScalarNode))):
-			// an item, or a value, that is not a string: reported as such
 		case fe.Other == "redis.url" && other.src != "":
 			d.errorf(&r.URL, "the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
 		case conflict:
 			d.errorf(p, "%s (line %d)", fe.Problem(), other.line)
-		case fe.Reason == "" && ((isLeaf && !l.base().given()) || (isList && *list == nil)):
-			d.missing(p, fe.Want)
 		default:
-			d.errorf(p, "%s", fe.Problem())
+			d.blame(p, fe.Want, fe.Problem())
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package yamlpos
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -84,6 +85,19 @@ func Lookup(n *yaml.Node, name string) (v *yaml.Node) {
 		}
 	})
 	return v
+}
+
+// Int reads an integer scalar as YAML writes it (1_000, 0x10) or as
+// plain text ("10").
+func Int(n *yaml.Node) (int64, error) {
+	var v int64
+	switch n.ShortTag() {
+	case "!!int":
+		return v, n.Decode(&v)
+	case "!!str":
+		return strconv.ParseInt(n.Value, 10, 64)
+	}
+	return 0, errors.New("yamlpos: not an integer")
 }
 
 // SelfAlias is the problem of an anchor that holds an alias to itself.

@@ -67,3 +67,26 @@ func TestLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestInt reads integers as YAML writes them, and as plain text.
+func TestInt(t *testing.T) {
+	t.Parallel()
+	for src, want := range map[string]int64{"1_000": 1000, "0x10": 16, `"10"`: 10, "-3": -3} {
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Int(n.Content[0]); err != nil || got != want {
+			t.Errorf("Int(%s) = %d, %v; want %d", src, got, err, want)
+		}
+	}
+	for _, src := range []string{"1.5", "true", `"ten"`} {
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Int(n.Content[0]); err == nil {
+			t.Errorf("Int(%s) = %d, want an error", src, got)
+		}
+	}
+}
