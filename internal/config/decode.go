@@ -302,7 +302,7 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 		}
 		if n != nil && n.Kind != yaml.MappingNode {
 			delete(d.pos, p)
-			want := "a mapping of " + joinOr(fieldNames(v.Type()), "and")
+			want := "a mapping of " + yamlpos.JoinOr(yamlpos.FieldNames(v.Type()), "and")
 			if s, ok := p.(shortForm); ok {
 				want = s.shortWant() + ", or " + want
 			}
@@ -362,9 +362,9 @@ func (d *decoder) placeItems(v reflect.Value, n *yaml.Node, a at) {
 		case isLeaf || item.Kind == yaml.MappingNode:
 			d.place(v.Index(i), raw, ia)
 		case yamlpos.IsNull(item):
-			d.add(ia, fmt.Sprintf("expected %s (a mapping of %s), got nothing", itemNoun[elem.Name()], joinOr(fieldNames(elem), "and")))
+			d.add(ia, fmt.Sprintf("expected %s (a mapping of %s), got nothing", itemNoun[elem.Name()], yamlpos.JoinOr(yamlpos.FieldNames(elem), "and")))
 		default:
-			d.add(ia, fmt.Sprintf("expected a mapping of %s, got %s", joinOr(fieldNames(elem), "and"), yamlpos.Describe(item)))
+			d.add(ia, fmt.Sprintf("expected a mapping of %s, got %s", yamlpos.JoinOr(yamlpos.FieldNames(elem), "and"), yamlpos.Describe(item)))
 		}
 	}
 }
@@ -373,43 +373,18 @@ func (d *decoder) placeItems(v reflect.Value, n *yaml.Node, a at) {
 var itemNoun = map[string]string{"queueDoc": "a queue", "limitDoc": "a limit tier", "overrideDoc": "an override"}
 
 // keyProblems reports the problems with the keys of mapping n and those
-// it merges, which a struct of type t reads: a key unknown to t, a merge
-// (<<) of something else than mappings, and a key given twice in one
-// mapping, which leaves n unread (as yaml.v3 does), reported true.
+// it merges, which a struct of type t reads: those yamlpos.MappingProblems
+// finds, and a key unknown to t. A key given twice in one mapping leaves
+// n unread (as yaml.v3 does), reported true.
 func (d *decoder) keyProblems(t reflect.Type, n *yaml.Node, a at) (unread bool) {
-	known := fieldNames(t)
-	var check func(m *yaml.Node, merging []*yaml.Node)
-	check = func(m *yaml.Node, merging []*yaml.Node) {
-		merging = append(merging, m)
-		for i := 0; i+1 < len(m.Content); i += 2 {
-			k, v := m.Content[i], m.Content[i+1]
-			for j := 0; j < i; j += 2 {
-				if first := m.Content[j]; first.Kind == k.Kind && first.Value == k.Value {
-					unread = true
-					d.keyProblem(k, join(a.path, k.Value), fmt.Sprintf("given twice (first at line %d)", first.Line))
-					break
-				}
-			}
-			if !yamlpos.IsMerge(k) {
-				continue
-			}
-			items := []*yaml.Node{v}
-			if dv := yamlpos.Deref(v); dv != nil && dv.Kind == yaml.SequenceNode {
-				items = dv.Content
-			}
-			for _, item := range items {
-				switch mi := yamlpos.Deref(item); {
-				case mi == nil || mi.Kind != yaml.MappingNode:
-					d.keyProblem(item, a.path, "expected a mapping or a list of mappings to merge (<<), got "+yamlpos.Describe(mi))
-				case slices.Contains(merging, mi) || slices.Contains(d.open[:len(d.open)-1], mi):
-					d.keyProblem(item, a.path, yamlpos.SelfAlias(item.Value))
-				default:
-					check(mi, merging)
-				}
-			}
+	unread = yamlpos.MappingProblems(n, d.open[:len(d.open)-1], func(at *yaml.Node, key, problem string) {
+		path := a.path
+		if key != "" {
+			path = join(path, key)
 		}
-	}
-	check(n, nil)
+		d.keyProblem(at, path, problem)
+	})
+	known := yamlpos.FieldNames(t)
 	yamlpos.Pairs(n, func(k, _ *yaml.Node) {
 		switch {
 		case yamlpos.IsNull(yamlpos.Deref(k)) || yamlpos.Deref(k).Kind != yaml.ScalarNode || k.Value == "":
@@ -417,7 +392,7 @@ func (d *decoder) keyProblems(t reflect.Type, n *yaml.Node, a at) (unread bool) 
 		case a.path == "" && strings.HasPrefix(k.Value, "x-"):
 			// an extension field: a place for anchors, as in Compose files
 		case !slices.Contains(known, k.Value):
-			d.keyProblem(k, join(a.path, k.Value), "unknown field"+unknownHint(k.Value, t, known))
+			d.keyProblem(k, join(a.path, k.Value), "unknown field"+yamlpos.UnknownHint(k.Value, t))
 		}
 	})
 	return unread
@@ -430,53 +405,6 @@ func (d *decoder) keyProblem(k *yaml.Node, path, problem string) {
 		d.keyed[k] = true
 		d.add(atNode(path, k), problem)
 	}
-}
-
-// fieldNames lists the yaml names of a mapping struct's fields, those of
-// an inline one included.
-func fieldNames(t reflect.Type) []string {
-	var names []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); opts == "inline" {
-			names = append(names, fieldNames(f.Type)...)
-		} else if name != "" {
-			names = append(names, name)
-		}
-	}
-	return names
-}
-
-// unknownHint says what an unknown field may have meant: a close name, or
-// the section it belongs to, or else the fields allowed here.
-func unknownHint(name string, t reflect.Type, known []string) string {
-	if s := yamlpos.Suggest(name, known); s != "" {
-		return fmt.Sprintf(" (did you mean %s?)", s)
-	}
-	var under []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
-			ft = ft.Elem()
-		}
-		if section, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); ft.Kind() == reflect.Struct && !f.Anonymous &&
-			!reflect.PointerTo(ft).Implements(leafType) && slices.Contains(fieldNames(ft), name) {
-			under = append(under, section)
-		}
-	}
-	if len(under) > 0 {
-		return fmt.Sprintf("; %s belongs under %s", name, joinOr(under, "or"))
-	}
-	return "; expected one of " + joinOr(known, "or")
-}
-
-// joinOr joins words as "a, b or c" (or "a, b and c").
-func joinOr(words []string, conj string) string {
-	if len(words) <= 1 {
-		return strings.Join(words, "")
-	}
-	return strings.Join(words[:len(words)-1], ", ") + " " + conj + " " + words[len(words)-1]
 }
 
 func join(path, name string) string {

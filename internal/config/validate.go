@@ -361,7 +361,7 @@ func (d *decoder) limit(t *limitDoc) (Limit, bool) {
 			for a := bucket.LeakyBucket; a <= bucket.SlidingWindow; a++ {
 				names = append(names, a.String())
 			}
-			d.errorf(&t.Algorithm, "%v", yamlpos.WithSuggestion(expected("one of "+joinOr(names, "or"), alg), alg, names))
+			d.errorf(&t.Algorithm, "%v", yamlpos.WithSuggestion(expected("one of "+yamlpos.JoinOr(names, "or"), alg), alg, names))
 			return l, false
 		}
 	}
@@ -620,7 +620,7 @@ func (d *decoder) handler(hd *handlerDoc) handler.Config {
 		d.errorf(hd, "expected one of http, nats or log: true (leave handler out for an admit-only queue)")
 	case 1:
 	default:
-		d.errorf(hd, "expected one kind of handler, got %s", joinOr(kinds, "and"))
+		d.errorf(hd, "expected one kind of handler, got %s", yamlpos.JoinOr(kinds, "and"))
 	}
 	for _, e := range unjoin(h.Validate()) {
 		fe, _ := errors.AsType[*handler.FieldError](e)
