@@ -141,7 +141,9 @@ func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 
 func (r *rate) UnmarshalYAML(n *yaml.Node) error {
 	if r.scalar(n, wantRate) {
-		r.V, r.err = parseRate(n.Value)
+		if r.V, r.err = bucket.ParseRate(n.Value); r.err != nil {
+			r.err = expected(wantRate, n.Value)
+		}
 	}
 	return nil
 }

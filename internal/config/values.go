@@ -11,10 +11,8 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/yamlpos"
-	"github.com/spillway-dev/spillway/pkg/spillway"
-
-	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // The checks below read one value as text, the same way from the file, the
@@ -47,14 +45,6 @@ func intRange(lo, hi int64) string {
 // maxInt bounds integers that end up in an int (concurrency, replicas,
 // attempts) on every platform.
 const maxInt = 1<<31 - 1
-
-func parseRate(s string) (bucket.Rate, error) {
-	r, err := bucket.ParseRate(s)
-	if err != nil {
-		return bucket.Rate{}, expected(wantRate, s)
-	}
-	return r, nil
-}
 
 // oneOf is the check of a setting that takes one of values.
 func oneOf[T ~string](values ...T) func(string) error {
