@@ -24,7 +24,7 @@ func redisStore(t *testing.T) (*redistest.Server, bucket.Store) {
 	srv := redistest.Start(t, redistest.WithOwnProcess())
 	// A decision budget far above a loaded machine's stalls: these tests
 	// are about outages and answers, not about a slow Redis.
-	client, store, err := conn.Redis(config.Redis{URL: srv.URL(), Timeout: time.Second})
+	client, store, err := conn.Redis(conn.RedisConfig{URL: srv.URL(), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -259,7 +259,7 @@ func TestReliabilityRedisSlow(t *testing.T) {
 	for _, mode := range []config.FailureMode{config.FailOpen, config.FailClosed, config.FailLocal} {
 		t.Run(string(mode), func(t *testing.T) {
 			proxy := rfStartDelayProxy(t, srv.Addr())
-			client, store, err := conn.Redis(config.Redis{URL: "redis://" + proxy.Addr() + "/0", Timeout: timeout})
+			client, store, err := conn.Redis(conn.RedisConfig{URL: "redis://" + proxy.Addr() + "/0", Timeout: timeout})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -399,7 +399,7 @@ func TestReliabilitySkewedClocks(t *testing.T) {
 	// One admitter as its process would build it: a store of its own
 	// (internal/conn) and a clock.
 	admitter := func(now func() time.Time, injected bool) *admit.Admitter {
-		client, store, err := conn.Redis(config.Redis{URL: srv.URL(), Timeout: time.Second})
+		client, store, err := conn.Redis(conn.RedisConfig{URL: srv.URL(), Timeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

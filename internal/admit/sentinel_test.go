@@ -55,8 +55,8 @@ func sentinelFailover(t *testing.T, mode config.FailureMode) {
 		sentinels, kills = 3, 3
 	}
 	st := redistest.StartSentinel(t, sentinels)
-	cfg := config.Redis{
-		Sentinel: &config.RedisSentinel{MasterName: redistest.SentinelMaster, Addrs: st.SentinelAddrs()},
+	cfg := conn.RedisConfig{
+		Sentinel: &conn.RedisSentinel{MasterName: redistest.SentinelMaster, Addrs: st.SentinelAddrs()},
 		Timeout:  200 * time.Millisecond,
 	}
 	client, store, err := conn.Redis(cfg)

@@ -151,12 +151,12 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 
 	var shared bucket.Store
 	if cfg.Redis.Shared() {
-		if s.redis, shared, err = conn.Redis(cfg.Redis); err != nil {
+		if s.redis, shared, err = conn.Redis(cfg.Redis.RedisConfig); err != nil {
 			return nil, err
 		}
 		// A wrong password is not an outage for the failure mode to ride
 		// out: every decision would fail (or, open, admit everything).
-		if err = conn.RedisAuth(ctx, s.redis, cfg.Redis); err != nil {
+		if err = conn.RedisAuth(ctx, s.redis, cfg.Redis.RedisConfig); err != nil {
 			return nil, err
 		}
 	}
@@ -319,7 +319,7 @@ func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
 		s.reloads.WithLabelValues("failure").Inc()
 		return err
 	}
-	if old := s.admitter.Config().Redis; !old.SameConnection(cfg.Redis) {
+	if old := s.admitter.Config().Redis; !old.SameConnection(cfg.Redis.RedisConfig) {
 		s.log.Warn("redis.url, sentinel, cluster, credentials, tls and timeout take effect at the next start; the admitter keeps its bucket store")
 	}
 	s.admitter.SetConfig(cfg)

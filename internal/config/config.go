@@ -2,10 +2,10 @@ package config
 
 import (
 	"net/netip"
-	"slices"
 	"strconv"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/bucket"
@@ -79,61 +79,11 @@ const (
 	FailLocal FailureMode = "local"
 )
 
-// Redis is the shared bucket store (redis:): one server (URL), a
-// Sentinel-managed master (Sentinel) or a Redis Cluster (Cluster), at most
-// one of them. None of them means the in-memory store of each process.
+// Redis is the shared bucket store (redis:): how to reach it, whose rules
+// are conn's, and what an admitter does when it fails.
 type Redis struct {
-	URL      string
-	Sentinel *RedisSentinel // nil: no Sentinel
-	Cluster  *RedisCluster  // nil: not a cluster
-	// Username and Password are the ACL user of the data servers (a URL
-	// may carry them instead; "" = the default user, no password).
-	Username string
-	Password string
-	TLS      *RedisTLS // nil: TLS only if the URL is rediss://
-
-	FailureMode FailureMode   // default open
-	Timeout     time.Duration // one decision's budget (default 50ms)
-}
-
-// RedisSentinel names a master that Redis Sentinel manages (redis.sentinel:).
-type RedisSentinel struct {
-	MasterName string   // as the sentinels monitor it
-	Addrs      []string // host:port of one or more sentinels
-	// Username and Password authenticate to the sentinels themselves
-	// (sentinels have their own ACL); "" = none.
-	Username string
-	Password string
-}
-
-// RedisCluster is a Redis Cluster (redis.cluster:).
-type RedisCluster struct {
-	Addrs []string // host:port of one or more nodes; the rest are discovered
-}
-
-// RedisTLS turns TLS on for every connection to Redis (redis.tls:).
-type RedisTLS struct {
-	CAFile     string // PEM roots to verify the servers; "" = the system's
-	CertFile   string // client certificate (PEM), with KeyFile; "" = none
-	KeyFile    string
-	ServerName string // "" = the host connected to
-}
-
-// Shared reports whether a shared store is configured: a URL, a Sentinel
-// or a cluster.
-func (r Redis) Shared() bool { return r.URL != "" || r.Sentinel != nil || r.Cluster != nil }
-
-// SameConnection reports whether r and o connect alike: the same servers,
-// credentials, TLS and timeout (the settings a reload cannot change).
-func (r Redis) SameConnection(o Redis) bool {
-	eq := func(a, b *RedisSentinel) bool {
-		return (a == nil) == (b == nil) && (a == nil || (a.MasterName == b.MasterName && a.Username == b.Username &&
-			a.Password == b.Password && slices.Equal(a.Addrs, b.Addrs)))
-	}
-	return r.URL == o.URL && r.Username == o.Username && r.Password == o.Password && r.Timeout == o.Timeout &&
-		eq(r.Sentinel, o.Sentinel) &&
-		(r.Cluster == nil) == (o.Cluster == nil) && (r.Cluster == nil || slices.Equal(r.Cluster.Addrs, o.Cluster.Addrs)) &&
-		(r.TLS == nil) == (o.TLS == nil) && (r.TLS == nil || *r.TLS == *o.TLS)
+	conn.RedisConfig             // Timeout: default 50ms
+	FailureMode      FailureMode // default open
 }
 
 // HTTP is the admitter's HTTP front door (http:).

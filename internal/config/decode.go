@@ -6,10 +6,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 )
 
 // The file's shape (docs/configuration.md): one struct per mapping, filled
@@ -156,14 +157,6 @@ type (
 	}
 )
 
-// maxValues bounds the values one file may hold once aliases are
-// expanded: yaml.v3 refuses a file whose aliases expand far beyond its
-// size, and place stops at this many, so that a small file of aliases
-// cannot make Load build millions of values.
-const maxValues = 100_000
-
-const tooManyValues = "too many values once aliases are expanded; simplify the file"
-
 // maxProblems bounds the problems reported for one file; the rest are
 // counted. A real file has a few; thousands mean it is not a config file.
 const maxProblems = 100
@@ -201,7 +194,11 @@ func parse(name string, data []byte, getenv func(string) string, o Overrides) (*
 	d := &decoder{file: name, dir: filepath.Dir(name), pos: map[any]at{}, keyed: map[*yaml.Node]bool{}}
 	c := defaults()
 	var doc rootDoc
-	if root, ok := d.document(data); ok && d.decode(root, &doc) {
+	root, bad := yamlpos.Parse(data)
+	if bad != nil {
+		d.add(at{line: bad.Line}, bad.Msg)
+	}
+	if bad == nil && d.decode(root, &doc) {
 		if getenv != nil {
 			d.override(&doc, getenv, nil)
 		}
@@ -242,9 +239,9 @@ func (d *decoder) decode(root *yaml.Node, doc *rootDoc) (ok bool) {
 		}
 	}()
 	d.place(reflect.ValueOf(doc).Elem(), root, at{line: 1, col: 1})
-	if len(d.pos) > maxValues {
+	if len(d.pos) > yamlpos.MaxValues {
 		d.errs = nil // the rest of the walk was skipped: its problems would mislead
-		d.add(at{}, tooManyValues)
+		d.add(at{}, yamlpos.TooManyValues)
 		return false
 	}
 	return true
@@ -260,16 +257,16 @@ func (d *decoder) decode(root *yaml.Node, doc *rootDoc) (ok bool) {
 // one problem.
 func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 	alias := n
-	if n = deref(n); n != nil && !isNull(n) {
+	if n = yamlpos.Deref(n); n != nil && !yamlpos.IsNull(n) {
 		a.line, a.col = n.Line, n.Column
 	} else {
 		n = nil
 	}
-	if len(d.pos) > maxValues {
+	if len(d.pos) > yamlpos.MaxValues {
 		return
 	}
 	if alias != nil && alias.Kind == yaml.AliasNode && slices.Contains(d.open, n) {
-		d.add(atNode(a.path, alias), selfAlias(alias.Value))
+		d.add(atNode(a.path, alias), yamlpos.SelfAlias(alias.Value))
 		return
 	}
 	p := v.Addr().Interface()
@@ -305,11 +302,11 @@ func (d *decoder) place(v reflect.Value, n *yaml.Node, a at) {
 		}
 		if n != nil && n.Kind != yaml.MappingNode {
 			delete(d.pos, p)
-			want := "a mapping of " + joinOr(fieldNames(v.Type()), "and")
+			want := "a mapping of " + yamlpos.JoinOr(yamlpos.FieldNames(v.Type()), "and")
 			if s, ok := p.(shortForm); ok {
 				want = s.shortWant() + ", or " + want
 			}
-			d.add(a, fmt.Sprintf("expected %s, got %s", want, describe(n)))
+			d.add(a, fmt.Sprintf("expected %s, got %s", want, yamlpos.Describe(n)))
 			return
 		}
 		if n != nil && d.keyProblems(v.Type(), n, a) {
@@ -327,15 +324,15 @@ func (d *decoder) fields(v reflect.Value, n *yaml.Node, a at) {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		fa := at{path: join(a.path, name), line: a.line, col: a.col}
-		switch fn := deref(lookup(n, name)); {
+		switch fn := yamlpos.Deref(yamlpos.Lookup(n, name)); {
 		case f.Anonymous:
 			d.pos[v.Field(i).Addr().Interface()] = a
 			d.fields(v.Field(i), n, a)
 		case name == "":
-		case f.Type.Kind() == reflect.Slice && !isNull(fn) && fn.Kind != yaml.SequenceNode:
-			d.add(atNode(fa.path, fn), fmt.Sprintf("expected a list of %s, got %s", f.Tag.Get("list"), describe(fn)))
+		case f.Type.Kind() == reflect.Slice && !yamlpos.IsNull(fn) && fn.Kind != yaml.SequenceNode:
+			d.add(atNode(fa.path, fn), fmt.Sprintf("expected a list of %s, got %s", f.Tag.Get("list"), yamlpos.Describe(fn)))
 		default:
-			d.place(v.Field(i), lookup(n, name), fa)
+			d.place(v.Field(i), yamlpos.Lookup(n, name), fa)
 		}
 	}
 }
@@ -356,7 +353,7 @@ func (d *decoder) placeItems(v reflect.Value, n *yaml.Node, a at) {
 	isLeaf := reflect.PointerTo(elem).Implements(leafType)
 	v.Set(reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content)))
 	for i, raw := range n.Content {
-		item := deref(raw)
+		item := yamlpos.Deref(raw)
 		if item == nil {
 			continue
 		}
@@ -364,10 +361,10 @@ func (d *decoder) placeItems(v reflect.Value, n *yaml.Node, a at) {
 		switch {
 		case isLeaf || item.Kind == yaml.MappingNode:
 			d.place(v.Index(i), raw, ia)
-		case isNull(item):
-			d.add(ia, fmt.Sprintf("expected %s (a mapping of %s), got nothing", itemNoun[elem.Name()], joinOr(fieldNames(elem), "and")))
+		case yamlpos.IsNull(item):
+			d.add(ia, fmt.Sprintf("expected %s (a mapping of %s), got nothing", itemNoun[elem.Name()], yamlpos.JoinOr(yamlpos.FieldNames(elem), "and")))
 		default:
-			d.add(ia, fmt.Sprintf("expected a mapping of %s, got %s", joinOr(fieldNames(elem), "and"), describe(item)))
+			d.add(ia, fmt.Sprintf("expected a mapping of %s, got %s", yamlpos.JoinOr(yamlpos.FieldNames(elem), "and"), yamlpos.Describe(item)))
 		}
 	}
 }
@@ -375,56 +372,27 @@ func (d *decoder) placeItems(v reflect.Value, n *yaml.Node, a at) {
 // itemNoun names an item of a list of mappings, for "got nothing".
 var itemNoun = map[string]string{"queueDoc": "a queue", "limitDoc": "a limit tier", "overrideDoc": "an override"}
 
-func selfAlias(name string) string {
-	return fmt.Sprintf("anchor %q holds an alias to itself (*%s), which would never end", name, name)
-}
-
 // keyProblems reports the problems with the keys of mapping n and those
-// it merges, which a struct of type t reads: a key unknown to t, a merge
-// (<<) of something else than mappings, and a key given twice in one
-// mapping, which leaves n unread (as yaml.v3 does), reported true.
+// it merges, which a struct of type t reads: those yamlpos.MappingProblems
+// finds, and a key unknown to t. A key given twice in one mapping leaves
+// n unread (as yaml.v3 does), reported true.
 func (d *decoder) keyProblems(t reflect.Type, n *yaml.Node, a at) (unread bool) {
-	known := fieldNames(t)
-	var check func(m *yaml.Node, merging []*yaml.Node)
-	check = func(m *yaml.Node, merging []*yaml.Node) {
-		merging = append(merging, m)
-		for i := 0; i+1 < len(m.Content); i += 2 {
-			k, v := m.Content[i], m.Content[i+1]
-			for j := 0; j < i; j += 2 {
-				if first := m.Content[j]; first.Kind == k.Kind && first.Value == k.Value {
-					unread = true
-					d.keyProblem(k, join(a.path, k.Value), fmt.Sprintf("given twice (first at line %d)", first.Line))
-					break
-				}
-			}
-			if !isMerge(k) {
-				continue
-			}
-			items := []*yaml.Node{v}
-			if dv := deref(v); dv != nil && dv.Kind == yaml.SequenceNode {
-				items = dv.Content
-			}
-			for _, item := range items {
-				switch mi := deref(item); {
-				case mi == nil || mi.Kind != yaml.MappingNode:
-					d.keyProblem(item, a.path, "expected a mapping or a list of mappings to merge (<<), got "+describe(mi))
-				case slices.Contains(merging, mi) || slices.Contains(d.open[:len(d.open)-1], mi):
-					d.keyProblem(item, a.path, selfAlias(item.Value))
-				default:
-					check(mi, merging)
-				}
-			}
+	unread = yamlpos.MappingProblems(n, d.open[:len(d.open)-1], func(at *yaml.Node, key, problem string) {
+		path := a.path
+		if key != "" {
+			path = join(path, key)
 		}
-	}
-	check(n, nil)
-	pairs(n, 0, func(k, _ *yaml.Node) {
+		d.keyProblem(at, path, problem)
+	})
+	known := yamlpos.FieldNames(t)
+	yamlpos.Pairs(n, func(k, _ *yaml.Node) {
 		switch {
-		case isNull(deref(k)) || deref(k).Kind != yaml.ScalarNode || k.Value == "":
-			d.keyProblem(k, a.path, "expected a field name, got "+describe(deref(k)))
+		case yamlpos.IsNull(yamlpos.Deref(k)) || yamlpos.Deref(k).Kind != yaml.ScalarNode || k.Value == "":
+			d.keyProblem(k, a.path, "expected a field name, got "+yamlpos.Describe(yamlpos.Deref(k)))
 		case a.path == "" && strings.HasPrefix(k.Value, "x-"):
 			// an extension field: a place for anchors, as in Compose files
 		case !slices.Contains(known, k.Value):
-			d.keyProblem(k, join(a.path, k.Value), "unknown field"+unknownHint(k.Value, t, known))
+			d.keyProblem(k, join(a.path, k.Value), "unknown field"+yamlpos.UnknownHint(k.Value, t))
 		}
 	})
 	return unread
@@ -437,113 +405,6 @@ func (d *decoder) keyProblem(k *yaml.Node, path, problem string) {
 		d.keyed[k] = true
 		d.add(atNode(path, k), problem)
 	}
-}
-
-// pairs calls fn with each key and value of mapping n: its own, then
-// those of its merge keys (<<) in order.
-func pairs(n *yaml.Node, depth int, fn func(k, v *yaml.Node)) {
-	if n = deref(n); n == nil || n.Kind != yaml.MappingNode || depth > 8 {
-		return
-	}
-	var merges []*yaml.Node
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := n.Content[i]; !isMerge(k) {
-			fn(k, n.Content[i+1])
-		} else if m := deref(n.Content[i+1]); m != nil && m.Kind == yaml.SequenceNode {
-			merges = append(merges, m.Content...)
-		} else {
-			merges = append(merges, m)
-		}
-	}
-	for _, m := range merges {
-		pairs(m, depth+1, fn)
-	}
-}
-
-// lookup is the value of key name in mapping n: its own, or else that of
-// the first of its merge keys that has it, as yaml.v3 reads merges.
-func lookup(n *yaml.Node, name string) (v *yaml.Node) {
-	pairs(n, 0, func(k, val *yaml.Node) {
-		if v == nil && k.Value == name {
-			v = val
-		}
-	})
-	return v
-}
-
-// fieldNames lists the yaml names of a mapping struct's fields, those of
-// an inline one included.
-func fieldNames(t reflect.Type) []string {
-	var names []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); opts == "inline" {
-			names = append(names, fieldNames(f.Type)...)
-		} else if name != "" {
-			names = append(names, name)
-		}
-	}
-	return names
-}
-
-// unknownHint says what an unknown field may have meant: a close name, or
-// the section it belongs to, or else the fields allowed here.
-func unknownHint(name string, t reflect.Type, known []string) string {
-	if s := suggest(name, known); s != "" {
-		return fmt.Sprintf(" (did you mean %s?)", s)
-	}
-	var under []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
-			ft = ft.Elem()
-		}
-		if section, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); ft.Kind() == reflect.Struct && !f.Anonymous &&
-			!reflect.PointerTo(ft).Implements(leafType) && slices.Contains(fieldNames(ft), name) {
-			under = append(under, section)
-		}
-	}
-	if len(under) > 0 {
-		return fmt.Sprintf("; %s belongs under %s", name, joinOr(under, "or"))
-	}
-	return "; expected one of " + joinOr(known, "or")
-}
-
-// joinOr joins words as "a, b or c" (or "a, b and c").
-func joinOr(words []string, conj string) string {
-	if len(words) <= 1 {
-		return strings.Join(words, "")
-	}
-	return strings.Join(words[:len(words)-1], ", ") + " " + conj + " " + words[len(words)-1]
-}
-
-// deref follows aliases to the node they name.
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode; i++ {
-		if i > 100 {
-			return nil
-		}
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
-}
-
-// describe names what a node is, for "got …" in messages.
-func describe(n *yaml.Node) string {
-	switch {
-	case isNull(n):
-		return "nothing"
-	case n.Kind == yaml.MappingNode:
-		return "a mapping"
-	case n.Kind == yaml.SequenceNode:
-		return "a list"
-	}
-	return strconv.Quote(n.Value)
 }
 
 func join(path, name string) string {
@@ -559,8 +420,4 @@ func atNode(path string, n *yaml.Node) at { return at{path: path, line: n.Line, 
 // add reports a problem at a.
 func (d *decoder) add(a at, msg string) {
 	d.errs = append(d.errs, problem{&FieldError{Source: cmp.Or(a.src, d.file), Line: a.line, Field: a.path, Problem: msg}, a})
-}
-
-func isMerge(k *yaml.Node) bool {
-	return k.Kind == yaml.ScalarNode && k.Value == "<<" && (k.Tag == "" || k.Tag == "!" || k.ShortTag() == "!!merge")
 }

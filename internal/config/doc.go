@@ -21,15 +21,17 @@
 //
 // # Decoding
 //
-// yaml.v3 parses the file into its node tree, which one walk decodes into
-// tagged structs, one per mapping, unknown fields and keys given twice
-// refused, anchors, aliases and merge keys followed as yaml.v3 does; each
-// leaf keeps its node, so that every problem has its line. The rules of limits, backlogs, retry policies and handlers are
+// yaml.v3 parses the file into its node tree (yamlpos.Parse, which gives
+// a syntax error its line), which one walk decodes into tagged structs,
+// one per mapping, unknown fields and keys given twice refused, anchors,
+// aliases and merge keys followed as yaml.v3 does (internal/yamlpos); each
+// leaf keeps its node, so that every problem has its line. The rules of
+// limits, backlogs, retry policies, handlers and the Redis connection are
 // their owners' (bucket.Spec.Build, queue.Config.ValidateGiven,
-// retry.Policy.ValidateGiven, handler.Config.Validate): config calls them
-// and places their problems at the fields they name. The rules here are
-// the configuration's own: names, addresses, the Redis connection, tier
-// names and keys, what a file may give once.
+// retry.Policy.ValidateGiven, handler.Config.Validate,
+// conn.RedisConfig.Validate): config calls them and places their problems
+// at the fields they name. The rules here are the configuration's own:
+// names, addresses, tier names and keys, what a file may give once.
 //
 // # Errors
 //

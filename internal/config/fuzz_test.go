@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 )
 
 // FuzzLoad feeds arbitrary bytes to the file parser: it must not panic or
@@ -30,8 +32,8 @@ func FuzzLoad(f *testing.F) {
 			if p.Source != name {
 				t.Errorf("problem without the file name: %v", p)
 			}
-			if p.Line < 0 || p.Line > lastLine(data) {
-				t.Errorf("problem at line %d of a %d-line file: %v", p.Line, lastLine(data), p)
+			if p.Line < 0 || p.Line > yamlpos.LastLine(data) {
+				t.Errorf("problem at line %d of a %d-line file: %v", p.Line, yamlpos.LastLine(data), p)
 			}
 			if !strings.HasPrefix(p.Error(), name+":") {
 				t.Errorf("message does not start with the file name: %s", p)

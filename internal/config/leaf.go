@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -11,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
@@ -82,7 +82,7 @@ func (l *leaf) UnmarshalYAML(n *yaml.Node) error {
 func (l *leaf) scalar(n *yaml.Node, want string) bool {
 	l.n, l.err = n, nil
 	if n.Kind != yaml.ScalarNode {
-		l.err = fmt.Errorf("expected %s, got %s", want, describe(n))
+		l.err = fmt.Errorf("expected %s, got %s", want, yamlpos.Describe(n))
 	}
 	return l.err == nil
 }
@@ -122,7 +122,7 @@ type (
 
 func (i *integer) UnmarshalYAML(n *yaml.Node) error {
 	i.n, i.V, i.notInt = n, -1, true
-	if v, err := yamlInt(n); err == nil {
+	if v, err := yamlpos.Int(n); err == nil {
 		i.V, i.notInt = v, false
 	}
 	return nil
@@ -141,7 +141,9 @@ func (d *duration) UnmarshalYAML(n *yaml.Node) error {
 
 func (r *rate) UnmarshalYAML(n *yaml.Node) error {
 	if r.scalar(n, wantRate) {
-		r.V, r.err = parseRate(n.Value)
+		if r.V, r.err = bucket.ParseRate(n.Value); r.err != nil {
+			r.err = expected(wantRate, n.Value)
+		}
 	}
 	return nil
 }
@@ -175,17 +177,4 @@ func (s *share) UnmarshalYAML(n *yaml.Node) error {
 		s.V /= 100
 	}
 	return nil
-}
-
-// yamlInt reads an integer scalar as YAML writes it (1_000, 0x10) or as
-// plain text.
-func yamlInt(n *yaml.Node) (int64, error) {
-	var v int64
-	switch n.ShortTag() {
-	case "!!int":
-		return v, n.Decode(&v)
-	case "!!str":
-		return strconv.ParseInt(n.Value, 10, 64)
-	}
-	return 0, errors.New("not an integer")
 }

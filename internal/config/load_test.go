@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/handler"
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
@@ -67,7 +69,7 @@ func TestDesignExample(t *testing.T) {
 	wantTop := Config{
 		Source: "testdata/spillway.yaml",
 		NATS:   NATS{URL: "nats://127.0.0.1:4222", Listen: DefaultNATSListen, Replicas: 1},
-		Redis:  Redis{URL: "redis://127.0.0.1:6379/0", FailureMode: FailOpen, Timeout: 50 * time.Millisecond},
+		Redis:  Redis{RedisConfig: conn.RedisConfig{URL: "redis://127.0.0.1:6379/0", Timeout: 50 * time.Millisecond}, FailureMode: FailOpen},
 		HTTP:   HTTP{Listen: ":8080", MaxBodyBytes: 1048576},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: 30 * time.Second, AckWait: 30 * time.Second},
 		Status: Status{TTL: 24 * time.Hour},
@@ -198,7 +200,7 @@ queues:
 	if c.NATS.URL != "nats://a:4222, tls://b:4222" || c.NATS.Replicas != 3 {
 		t.Errorf("nats = %+v", c.NATS)
 	}
-	if c.Redis != (Redis{URL: "unix:///run/redis.sock", FailureMode: FailLocal, Timeout: 20 * time.Millisecond}) {
+	if c.Redis != (Redis{RedisConfig: conn.RedisConfig{URL: "unix:///run/redis.sock", Timeout: 20 * time.Millisecond}, FailureMode: FailLocal}) {
 		t.Errorf("redis = %+v", c.Redis)
 	}
 	wantProxies := []netip.Prefix{
@@ -516,27 +518,6 @@ func TestLoadDev(t *testing.T) {
 	}
 }
 
-func TestSuggest(t *testing.T) {
-	t.Parallel()
-	fields := []string{"capacity", "per_key_capacity", "leak_rate", "max_age", "duplicate_window"}
-	for _, tt := range []struct{ in, want string }{
-		{"leak-rate", "leak_rate"},
-		{"leakrate", "leak_rate"},
-		{"Capacity", "capacity"},
-		{"capcity", "capacity"},
-		{"per_key_cap", "per_key_capacity"},
-		{"per", "per_key_capacity"},
-		{"ma", ""},
-		{"size", ""},
-		{"max_ag", "max_age"},
-		{"", ""},
-	} {
-		if got := suggest(tt.in, fields); got != tt.want {
-			t.Errorf("suggest(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // TestLimits checks the bounds that keep a hostile or broken file cheap: a
 // small file of aliases that expands to millions of values, and a file of
 // thousands of problems.
@@ -548,7 +529,7 @@ func TestLimits(t *testing.T) {
 			"x-q: &q {name: a, backlog: {leak_rate: 1/s}, limits: [" + strings.Repeat("*l, ", 2000) + "*l]}\n" +
 			"queues: [" + strings.Repeat("*q, ", 2000) + "*q]\n"
 		_, problems := parse("spillway.yaml", []byte(src), nil, Overrides{})
-		if len(problems) == 0 || len(problems) > maxProblems+2 || problems[0].Error() != "spillway.yaml: "+tooManyValues {
+		if len(problems) == 0 || len(problems) > maxProblems+2 || problems[0].Error() != "spillway.yaml: "+yamlpos.TooManyValues {
 			t.Errorf("%d problems, first %v", len(problems), problems[0])
 		}
 	})

@@ -41,7 +41,7 @@ func TestRedisTopologies(t *testing.T) {
 	if c.Redis.Cluster == nil || !slices.Equal(c.Redis.Cluster.Addrs, []string{"n1:7000", "[::1]:7001"}) || c.Redis.TLS != nil {
 		t.Errorf("cluster = %+v", c.Redis)
 	}
-	if !c.Redis.SameConnection(c.Redis) || c.Redis.SameConnection(r) {
+	if !c.Redis.SameConnection(c.Redis.RedisConfig) || c.Redis.SameConnection(r.RedisConfig) {
 		t.Error("SameConnection")
 	}
 	if mustLoad(t, minimal).Redis.Shared() {

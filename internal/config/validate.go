@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/textproto"
-	"net/url"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,8 +14,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/internal/handler"
 	"github.com/spillway-dev/spillway/internal/overrides"
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
@@ -32,7 +33,7 @@ import (
 func defaults() *Config {
 	return &Config{
 		NATS:   NATS{URL: DefaultNATSURL, Listen: DefaultNATSListen, Replicas: 1},
-		Redis:  Redis{FailureMode: FailOpen, Timeout: DefaultStoreTimeout},
+		Redis:  Redis{RedisConfig: conn.RedisConfig{Timeout: DefaultStoreTimeout}, FailureMode: FailOpen},
 		HTTP:   HTTP{Listen: DefaultHTTPListen, MaxBodyBytes: DefaultMaxBodyBytes},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: DefaultGracePeriod, AckWait: DefaultAckWait},
 		Status: Status{TTL: DefaultStatusTTL},
@@ -71,7 +72,7 @@ func (d *decoder) str(t *text, dst *string, check func(string) error) bool {
 	case !t.given():
 		return false
 	case t.n.Kind != yaml.ScalarNode:
-		d.errorf(t, "expected a string, got %s", describe(t.n))
+		d.errorf(t, "expected a string, got %s", yamlpos.Describe(t.n))
 		return false
 	case check != nil:
 		if err := check(t.n.Value); err != nil {
@@ -94,7 +95,7 @@ func (d *decoder) filename(t *text, dst *string) {
 // setting whose range is the configuration's own.
 func (d *decoder) ranged(i *integer, dst *int64, lo, hi int64) {
 	if i.given() && (i.V < lo || i.V > hi) {
-		d.errorf(i, "expected %s, got %s", intRange(lo, hi), describe(i.n))
+		d.errorf(i, "expected %s, got %s", intRange(lo, hi), yamlpos.Describe(i.n))
 	} else if i.given() {
 		*dst = i.V
 	}
@@ -106,9 +107,9 @@ func (d *decoder) duration(x *duration, dst *time.Duration, positive bool) {
 	switch {
 	case !x.given() || x.err != nil:
 	case positive && x.V <= 0:
-		d.errorf(x, "expected a positive duration, got %s", describe(x.n))
+		d.errorf(x, "expected a positive duration, got %s", yamlpos.Describe(x.n))
 	case x.V < 0:
-		d.errorf(x, "expected a duration ≥ 0, got %s", describe(x.n))
+		d.errorf(x, "expected a duration ≥ 0, got %s", yamlpos.Describe(x.n))
 	default:
 		*dst = x.V
 	}
@@ -153,10 +154,26 @@ func (d *decoder) owned(err error, field func(name string) leafer) {
 			}
 			d.errorf(f, "expected %s (%s%s), got %s", p.want, p.otherValue, def, p.value)
 		case f.base().given():
-			d.errorf(f, "expected %s, got %s", p.want, describe(f.base().n))
+			d.errorf(f, "expected %s, got %s", p.want, yamlpos.Describe(f.base().n))
 		default:
 			d.errorf(f, "expected %s, got %s", p.want, p.value)
 		}
+	}
+}
+
+// blame places an owner's problem (handler's, conn's) at p, the leaf or
+// the list it names: as missing (expected want) when the file does not
+// give it; not at all when p is not in the file or its text is already
+// reported (not a string, a syntax error); else problem.
+func (d *decoder) blame(p any, want, problem string) {
+	l, isLeaf := p.(leafer)
+	list, isList := p.(*[]*text)
+	switch {
+	case p == nil || (isLeaf && (l.base().err != nil || (l.base().given() && l.base().n.Kind != yaml.ScalarNode))):
+	case want != "" && ((isLeaf && !l.base().given()) || (isList && *list == nil)):
+		d.missing(p, want)
+	default:
+		d.errorf(p, "%s", problem)
 	}
 }
 
@@ -184,7 +201,10 @@ func byTag(v reflect.Value, path string) leafer {
 			}
 		case tag != name || path == "":
 		case rest != "":
-			return byTag(v.Field(i), rest)
+			if f := reflect.Indirect(v.Field(i)); f.IsValid() { // nil: a section not given
+				return byTag(f, rest)
+			}
+			return nil
 		default:
 			l, _ := v.Field(i).Addr().Interface().(leafer)
 			return l
@@ -341,7 +361,7 @@ func (d *decoder) limit(t *limitDoc) (Limit, bool) {
 			for a := bucket.LeakyBucket; a <= bucket.SlidingWindow; a++ {
 				names = append(names, a.String())
 			}
-			d.errorf(&t.Algorithm, "%v", withSuggestion(expected("one of "+joinOr(names, "or"), alg), alg, names))
+			d.errorf(&t.Algorithm, "%v", yamlpos.WithSuggestion(expected("one of "+yamlpos.JoinOr(names, "or"), alg), alg, names))
 			return l, false
 		}
 	}
@@ -361,7 +381,7 @@ func (d *decoder) params(holder any, p *Params, alg string) (bucket.Spec, bool) 
 	ok := p.Rate.err == nil && p.NoDelay.err == nil && p.Window.err == nil
 	for _, i := range []*integer{&p.Burst, &p.Delay, &p.Limit} {
 		if i.notInt {
-			d.errorf(i, "expected an integer, got %s", describe(i.n))
+			d.errorf(i, "expected an integer, got %s", yamlpos.Describe(i.n))
 			ok = false
 		}
 	}
@@ -501,7 +521,7 @@ func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer 
 			r := queue.WeightRule{KeyPattern: queue.KeyPattern{Key: k.Value}, Weight: -1} // -1: refused by queue
 			r.Key, r.Prefix = strings.CutSuffix(k.Value, "*")
 			if v.Kind == yaml.ScalarNode {
-				if w, err := yamlInt(v); err == nil {
+				if w, err := yamlpos.Int(v); err == nil {
 					r.Weight = int(min(max(w, -1), queue.MaxWeight+1))
 				}
 			}
@@ -530,23 +550,23 @@ func (d *decoder) weights(fd *fairnessDoc, f *queue.Fairness) map[string]leafer 
 // and the entry's path. want is what e must be, wantKey what a key must
 // be.
 func (d *decoder) entries(e *entries, want, wantKey string, fn func(k, v *yaml.Node, path string)) {
-	n := deref(e.n)
+	n := yamlpos.Deref(e.n)
 	if n == nil {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(e, "expected %s, got %s", want, describe(n))
+		d.errorf(e, "expected %s, got %s", want, yamlpos.Describe(n))
 		return
 	}
 	path := d.pos[e].path
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), n.Content[i+1]
+		k, v := yamlpos.Deref(n.Content[i]), n.Content[i+1]
 		if k == nil || k.Kind != yaml.ScalarNode {
-			d.add(atNode(path, n.Content[i]), fmt.Sprintf("expected %s, got %s", wantKey, describe(k)))
+			d.add(atNode(path, n.Content[i]), fmt.Sprintf("expected %s, got %s", wantKey, yamlpos.Describe(k)))
 			continue
 		}
-		if deref(v) != nil {
-			v = deref(v)
+		if yamlpos.Deref(v) != nil {
+			v = yamlpos.Deref(v)
 		}
 		fn(k, v, fmt.Sprintf("%s[%q]", path, k.Value))
 	}
@@ -600,18 +620,11 @@ func (d *decoder) handler(hd *handlerDoc) handler.Config {
 		d.errorf(hd, "expected one of http, nats or log: true (leave handler out for an admit-only queue)")
 	case 1:
 	default:
-		d.errorf(hd, "expected one kind of handler, got %s", joinOr(kinds, "and"))
+		d.errorf(hd, "expected one kind of handler, got %s", yamlpos.JoinOr(kinds, "and"))
 	}
 	for _, e := range unjoin(h.Validate()) {
 		fe, _ := errors.AsType[*handler.FieldError](e)
-		switch l := leaves[fe.Field]; {
-		case l != nil && l.base().given():
-			if l.base().n.Kind == yaml.ScalarNode { // else reported as not a string
-				d.errorf(l, "%s", fe.Problem())
-			}
-		case l != nil && l.base().err == nil:
-			d.missing(l, fe.Want)
-		}
+		d.blame(leaves[fe.Field], fe.Want, fe.Problem())
 	}
 	return h
 }
@@ -632,8 +645,8 @@ func (d *decoder) headers(e *entries, leaves map[string]leafer) map[string]strin
 			return
 		}
 		first[name] = k.Line
-		if isNull(v) || v.Kind != yaml.ScalarNode {
-			d.add(atNode(field, v), "expected a header value, got "+describe(v))
+		if yamlpos.IsNull(v) || v.Kind != yaml.ScalarNode {
+			d.add(atNode(field, v), "expected a header value, got "+yamlpos.Describe(v))
 			return
 		}
 		l := &leaf{n: k}
@@ -645,98 +658,74 @@ func (d *decoder) headers(e *entries, leaves map[string]leafer) map[string]strin
 }
 
 // redis reads redis.url, redis.sentinel, redis.cluster and their
-// credentials and TLS into c: at most one of url, sentinel and cluster.
+// credentials and TLS into c, and conn's Validate decides what may be
+// used: its problems are placed at the fields they name.
 func (d *decoder) redis(r *redisDoc, c *Redis) {
-	d.str(&r.URL, &c.URL, checkRedisURL)
-	var given []any
-	if r.URL.given() && r.URL.n.Value != "" {
-		given = append(given, &r.URL)
-	}
-	if r.Sentinel != nil {
-		given = append(given, r.Sentinel)
-	}
-	if r.Cluster != nil {
-		given = append(given, r.Cluster)
-	}
-	if len(given) > 1 && d.pos[&r.URL].src != "" {
-		d.errorf(&r.URL, "the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
-	} else if len(given) > 1 {
-		first := d.pos[given[0]]
-		d.errorf(given[1], "give one of redis.url (one server), redis.sentinel (a Sentinel-managed master) and redis.cluster (a Redis Cluster), not %s too (line %d)",
-			first.path, first.line)
-	}
+	rc := &c.RedisConfig
+	d.str(&r.URL, &rc.URL, nil)
+	where := map[string]any{"redis.url": &r.URL} // what byTag does not find
 	if s := r.Sentinel; s != nil {
-		st := &RedisSentinel{}
-		if d.need(&s.MasterName, "the master's name as the sentinels monitor it") {
-			d.str(&s.MasterName, &st.MasterName, func(v string) error {
-				if v == "" {
-					return errors.New("expected the master's name as the sentinels monitor it, got nothing")
-				}
-				return nil
-			})
-		}
-		st.Addrs = d.redisAddrs(&s.Addrs, "a list of sentinel addresses (host:port)")
-		d.str(&s.Username, &st.Username, nil)
-		d.str(&s.Password, &st.Password, nil)
-		if st.Username != "" && st.Password == "" {
-			d.errorf(&s.Username, "a sentinel user name needs redis.sentinel.password")
-		}
-		c.Sentinel = st
+		rc.Sentinel = &conn.RedisSentinel{Addrs: d.addrs(&s.Addrs, "redis.sentinel.addrs", where)}
+		d.str(&s.MasterName, &rc.Sentinel.MasterName, nil)
+		d.str(&s.Username, &rc.Sentinel.Username, nil)
+		d.str(&s.Password, &rc.Sentinel.Password, nil)
+		where["redis.sentinel"] = s
 	}
 	if cl := r.Cluster; cl != nil {
-		c.Cluster = &RedisCluster{Addrs: d.redisAddrs(&cl.Addrs, "a list of cluster node addresses (host:port)")}
+		rc.Cluster = &conn.RedisCluster{Addrs: d.addrs(&cl.Addrs, "redis.cluster.addrs", where)}
+		where["redis.cluster"] = cl
 	}
-	d.str(&r.Username, &c.Username, nil)
-	d.str(&r.Password, &c.Password, nil)
-	if c.Username != "" && c.Password == "" {
-		d.errorf(&r.Username, "a user name needs redis.password")
-	}
-	if c.URL != "" && (c.Username != "" || c.Password != "") {
-		if u, err := url.Parse(c.URL); err == nil && u.User != nil {
-			f := &r.Password
-			if c.Username != "" {
-				f = &r.Username
-			}
-			d.errorf(f, "redis.url carries credentials too: give them in one place")
-		}
-	}
+	d.str(&r.Username, &rc.Username, nil)
+	d.str(&r.Password, &rc.Password, nil)
 	if t := r.TLS; t != nil {
-		tc := &RedisTLS{}
-		d.filename(&t.CAFile, &tc.CAFile)
-		d.filename(&t.CertFile, &tc.CertFile)
-		d.filename(&t.KeyFile, &tc.KeyFile)
-		d.str(&t.ServerName, &tc.ServerName, nil)
-		switch {
-		case tc.CertFile != "" && tc.KeyFile == "":
-			d.errorf(&t.CertFile, "a client certificate needs redis.tls.key_file")
-		case tc.KeyFile != "" && tc.CertFile == "":
-			d.errorf(&t.KeyFile, "a client key needs redis.tls.cert_file")
-		}
-		if strings.HasPrefix(c.URL, "unix:") {
-			d.errorf(t, "TLS over a unix socket: use a redis:// or rediss:// URL")
-		}
-		c.TLS = tc
-		if !c.Shared() {
-			d.errorf(t, "TLS without a server: give redis.url, redis.sentinel or redis.cluster")
-		}
+		rc.TLS = &conn.RedisTLS{}
+		d.filename(&t.CAFile, &rc.TLS.CAFile)
+		d.filename(&t.CertFile, &rc.TLS.CertFile)
+		d.filename(&t.KeyFile, &rc.TLS.KeyFile)
+		d.str(&t.ServerName, &rc.TLS.ServerName, nil)
+		where["redis.tls"] = t
 	}
 	var mode string
 	if d.str(&r.FailureMode, &mode, oneOf(FailOpen, FailClosed, FailLocal)) {
 		c.FailureMode = FailureMode(mode)
 	}
-	d.duration(&r.Timeout, &c.Timeout, true)
+	r.Timeout.into(&rc.Timeout)
+	for _, e := range unjoin(rc.Validate()) {
+		fe, _ := errors.AsType[*conn.FieldError](e)
+		p, ok := where[fe.Field]
+		if !ok {
+			p = byTag(reflect.ValueOf(r).Elem(), strings.TrimPrefix(fe.Field, "redis."))
+		}
+		switch other, conflict := d.pos[where[fe.Other]]; {
+		case fe.Other == "redis.url" && other.src != "":
+			d.errorf(&r.URL, "the file configures redis.sentinel or redis.cluster: a URL would replace them; change the file instead")
+		case conflict:
+			d.errorf(p, "%s (line %d)", fe.Problem(), other.line)
+		default:
+			d.blame(p, fe.Want, fe.Problem())
+		}
+	}
 }
 
-// redisAddrs reads a non-empty list of host:port addresses.
-func (d *decoder) redisAddrs(addrs *[]*text, want string) []string {
-	if *addrs == nil {
-		d.missing(addrs, want)
+// addrs reads a list of host:port addresses, one string per item (""
+// for an item that is not a string, which is reported) so that conn's
+// problems name the file's items; where gets the list and each item by
+// its field.
+func (d *decoder) addrs(list *[]*text, field string, where map[string]any) []string {
+	where[field] = list
+	if *list == nil {
 		return nil
 	}
-	if len(*addrs) == 0 {
-		d.errorf(addrs, "expected at least one host:port address, got an empty list")
+	out := make([]string, len(*list))
+	for i, item := range *list {
+		if item == nil || item.n.Kind != yaml.ScalarNode {
+			d.errorf(&(*list)[i], "expected %s, got %s", conn.WantRedisAddr, yamlpos.Describe(item.node()))
+			continue
+		}
+		out[i] = item.n.Value
+		where[fmt.Sprintf("%s[%d]", field, i)] = item
 	}
-	return d.list(*addrs, wantRedisAddr, checkRedisAddr)
+	return out
 }
 
 // list reads a list of strings, each a scalar that check accepts: want
@@ -746,7 +735,7 @@ func (d *decoder) list(items []*text, want string, check func(string) error) []s
 	for i, item := range items {
 		var s string
 		if item == nil || item.n.Kind != yaml.ScalarNode {
-			d.errorf(&items[i], "expected %s, got %s", want, describe(item.node()))
+			d.errorf(&items[i], "expected %s, got %s", want, yamlpos.Describe(item.node()))
 		} else if d.str(item, &s, check) {
 			out = append(out, s)
 		}

@@ -5,14 +5,13 @@ import (
 	"net"
 	"net/netip"
 	"net/textproto"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/spillway-dev/spillway/internal/conn"
+	"github.com/spillway-dev/spillway/internal/yamlpos"
 	"github.com/spillway-dev/spillway/pkg/spillway"
-
-	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
 // The checks below read one value as text, the same way from the file, the
@@ -21,17 +20,14 @@ import (
 
 // What a value of each kind looks like, for "expected" messages.
 const (
-	wantDuration  = `a Go duration such as "1s" or "5m"`
-	wantRate      = `a rate such as "10/s"`
-	wantPattern   = `a client key such as "tenant-a", or a prefix such as "tenant-*"`
-	wantListen    = `host:port such as ":8080" or "127.0.0.1:8080"`
-	wantNATSURL   = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
-	wantRedisURL  = `a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0"`
-	wantKey       = `"global", "ip" or "header:NAME"`
-	wantProxy     = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
-	wantRedisAddr = `a host:port address such as "10.0.0.5:26379"`
-	wantQueue     = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
-	wantTierName  = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
+	wantDuration = `a Go duration such as "1s" or "5m"`
+	wantRate     = `a rate such as "10/s"`
+	wantPattern  = `a client key such as "tenant-a", or a prefix such as "tenant-*"`
+	wantListen   = `host:port such as ":8080" or "127.0.0.1:8080"`
+	wantKey      = `"global", "ip" or "header:NAME"`
+	wantProxy    = `an IP address or a CIDR prefix such as "10.0.0.0/8"`
+	wantQueue    = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
+	wantTierName = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_', '-' and '.'`
 )
 
 func expected(want, got string) error {
@@ -49,14 +45,6 @@ func intRange(lo, hi int64) string {
 // attempts) on every platform.
 const maxInt = 1<<31 - 1
 
-func parseRate(s string) (bucket.Rate, error) {
-	r, err := bucket.ParseRate(s)
-	if err != nil {
-		return bucket.Rate{}, expected(wantRate, s)
-	}
-	return r, nil
-}
-
 // oneOf is the check of a setting that takes one of values.
 func oneOf[T ~string](values ...T) func(string) error {
 	return func(s string) error {
@@ -67,7 +55,7 @@ func oneOf[T ~string](values ...T) func(string) error {
 		if slices.Contains(names, s) {
 			return nil
 		}
-		return withSuggestion(expected("one of "+strings.Join(names, ", "), s), s, names)
+		return yamlpos.WithSuggestion(expected("one of "+strings.Join(names, ", "), s), s, names)
 	}
 }
 
@@ -89,71 +77,23 @@ func checkTierName(s string) error {
 	return nil
 }
 
-func checkListen(s string) error { return hostPort(s, wantListen, 0) }
-
-// checkRedisAddr accepts an address of redis.sentinel.addrs or
-// redis.cluster.addrs: a host and a port from 1.
-func checkRedisAddr(s string) error { return hostPort(s, wantRedisAddr, 1) }
-
-// hostPort accepts host:port with a port from lo to 65535, and a host
-// unless lo is 0 (a listen address of every interface).
-func hostPort(s, want string, lo int) error {
-	host, port, err := net.SplitHostPort(s)
-	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < lo || n > 65535 || (lo > 0 && host == "") {
-		return expected(want, s)
+// checkListen accepts host:port with a port from 0 to 65535; no host is
+// every interface.
+func checkListen(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		return expected(wantListen, s)
 	}
 	return nil
 }
 
-// checkNATSURL accepts what nats.Connect accepts as its server list:
-// comma-separated URLs with a NATS scheme and a host.
+// checkNATSURL accepts what conn.NATS connects to; a password or token in
+// it is not printed.
 func checkNATSURL(s string) error {
-	for part := range strings.SplitSeq(s, ",") {
-		u, err := url.Parse(strings.TrimSpace(part))
-		if err != nil || u.Host == "" {
-			return expected(wantNATSURL, redact(s))
-		}
-		switch u.Scheme {
-		case "nats", "tls", "ws", "wss":
-		default:
-			return expected(wantNATSURL, redact(s))
-		}
+	if !conn.ValidNATSURL(s) {
+		return expected(conn.WantNATSURL, conn.Redact(s))
 	}
 	return nil
-}
-
-// checkRedisURL accepts "" (no Redis: the in-memory store) and the URL forms
-// that go-redis parses. It checks only the scheme and that there is
-// something to connect to; the client reports the rest when it connects.
-func checkRedisURL(s string) error {
-	if s == "" {
-		return nil
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return expected(wantRedisURL, s)
-	}
-	switch {
-	case (u.Scheme == "redis" || u.Scheme == "rediss") && u.Host != "":
-	case u.Scheme == "unix" && u.Path != "":
-	default:
-		return expected(wantRedisURL, u.Redacted())
-	}
-	return nil
-}
-
-// redact hides the password of every URL in a comma-separated list, so that
-// an error message does not print a secret.
-func redact(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
-			if _, has := u.User.Password(); has {
-				parts[i] = u.Redacted()
-			}
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 func checkQueueName(s string) error {
@@ -191,10 +131,10 @@ func parseKey(s string) (Key, error) {
 		return Key{Kind: KeyHeader, Header: textproto.CanonicalMIMEHeaderKey(name)}, nil
 	}
 	candidates := []string{"global", "ip"}
-	if kind, name, ok := strings.Cut(s, ":"); ok && suggest(kind, []string{"header"}) != "" {
+	if kind, name, ok := strings.Cut(s, ":"); ok && yamlpos.Suggest(kind, []string{"header"}) != "" {
 		candidates = append(candidates, "header:"+name) // "headers:X-Api-Key", "Header:X-Api-Key"
 	}
-	return Key{}, withSuggestion(expected(wantKey, s), s, candidates)
+	return Key{}, yamlpos.WithSuggestion(expected(wantKey, s), s, candidates)
 }
 
 func (k Key) String() string {

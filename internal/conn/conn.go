@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 )
@@ -52,6 +51,26 @@ func NATS(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// WantNATSURL is what ValidNATSURL accepts, for "expected" messages.
+const WantNATSURL = `nats://, tls://, ws:// or wss:// URLs separated by commas, such as "nats://127.0.0.1:4222"`
+
+// ValidNATSURL reports whether NATS can connect to urls as its server
+// list: comma-separated URLs with a NATS scheme and a host.
+func ValidNATSURL(urls string) bool {
+	for part := range strings.SplitSeq(urls, ",") {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" {
+			return false
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Redact hides the secrets of a URL list (comma-separated, as nats.url
 // takes): a password, or a user name alone (a NATS token), becomes
 // "xxxxx", so that a URL can be logged.
@@ -81,7 +100,7 @@ func Redact(urls string) string {
 // RedisAuth reports a Redis server that refuses the client's credentials
 // (a wrong or missing password): a mistake no retry or failure mode can
 // mend, unlike a server that is down, for which it returns nil.
-func RedisAuth(ctx context.Context, client redis.UniversalClient, c config.Redis) error {
+func RedisAuth(ctx context.Context, client redis.UniversalClient, c RedisConfig) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	err := client.Ping(ctx).Err()
@@ -100,7 +119,7 @@ func RedisAuth(ctx context.Context, client redis.UniversalClient, c config.Redis
 
 // RedisTarget describes where c points, with no secret: the URL redacted,
 // "sentinel master M at A,B" or "cluster at A,B".
-func RedisTarget(c config.Redis) string {
+func RedisTarget(c RedisConfig) string {
 	switch {
 	case c.Sentinel != nil:
 		return fmt.Sprintf("sentinel master %q at %s", c.Sentinel.MasterName, strings.Join(c.Sentinel.Addrs, ","))
@@ -115,7 +134,7 @@ func RedisTarget(c config.Redis) string {
 // client of one server (redis.url), of the master that Sentinel names
 // (redis.sentinel; it follows a failover by itself), or of a Redis
 // Cluster (redis.cluster).
-func Redis(c config.Redis) (redis.UniversalClient, bucket.Store, error) {
+func Redis(c RedisConfig) (redis.UniversalClient, bucket.Store, error) {
 	client, err := RedisClient(c)
 	if err != nil {
 		return nil, nil, err
@@ -129,7 +148,7 @@ func Redis(c config.Redis) (redis.UniversalClient, bucket.Store, error) {
 }
 
 // RedisClient builds the go-redis client that c describes.
-func RedisClient(c config.Redis) (redis.UniversalClient, error) {
+func RedisClient(c RedisConfig) (redis.UniversalClient, error) {
 	var tlsConfig *tls.Config
 	if c.TLS != nil {
 		var err error
@@ -197,7 +216,7 @@ func RedisClient(c config.Redis) (redis.UniversalClient, error) {
 }
 
 // redisTLS builds the TLS configuration of redis.tls.
-func redisTLS(t config.RedisTLS) (*tls.Config, error) {
+func redisTLS(t RedisTLS) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)

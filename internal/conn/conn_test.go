@@ -17,13 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
 
 // decideOnce builds the store c describes and takes one decision on it.
-func decideOnce(t *testing.T, c config.Redis) {
+func decideOnce(t *testing.T, c RedisConfig) {
 	t.Helper()
 	client, st, err := Redis(c)
 	if err != nil {
@@ -51,14 +50,14 @@ func decideOnce(t *testing.T, c config.Redis) {
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t, 3)
-	decideOnce(t, config.Redis{Cluster: &config.RedisCluster{Addrs: cl.Addrs()[:1]}, Timeout: time.Second})
+	decideOnce(t, RedisConfig{Cluster: &RedisCluster{Addrs: cl.Addrs()[:1]}, Timeout: time.Second})
 }
 
 func TestRedisSentinel(t *testing.T) {
 	t.Parallel()
 	st := redistest.StartSentinel(t, 1)
-	decideOnce(t, config.Redis{
-		Sentinel: &config.RedisSentinel{MasterName: redistest.SentinelMaster, Addrs: st.SentinelAddrs()},
+	decideOnce(t, RedisConfig{
+		Sentinel: &RedisSentinel{MasterName: redistest.SentinelMaster, Addrs: st.SentinelAddrs()},
 		Timeout:  time.Second,
 	})
 }
@@ -69,9 +68,9 @@ func TestRedisACL(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.WithOwnProcess(), redistest.WithArgs("--user", "app", "on", ">s3cret", "~*", "&*", "+@all"))
 	url := "redis://" + srv.Addr() + "/0"
-	decideOnce(t, config.Redis{URL: url, Username: "app", Password: "s3cret", Timeout: time.Second})
+	decideOnce(t, RedisConfig{URL: url, Username: "app", Password: "s3cret", Timeout: time.Second})
 
-	c := config.Redis{URL: url, Username: "app", Password: "wrong", Timeout: time.Second}
+	c := RedisConfig{URL: url, Username: "app", Password: "wrong", Timeout: time.Second}
 	client, err := RedisClient(c)
 	if err != nil {
 		t.Fatal(err)
@@ -105,15 +104,15 @@ func TestRedisTLS(t *testing.T) {
 		"--tls-ca-cert-file", filepath.Join(dir, "ca.pem"),
 		"--tls-auth-clients", "yes"))
 	_ = srv
-	tlsConf := &config.RedisTLS{
+	tlsConf := &RedisTLS{
 		CAFile:     filepath.Join(dir, "ca.pem"),
 		CertFile:   filepath.Join(dir, "client.pem"),
 		KeyFile:    filepath.Join(dir, "client.key"),
 		ServerName: "redis.test",
 	}
-	decideOnce(t, config.Redis{URL: "redis://127.0.0.1:" + strconv.Itoa(port) + "/0", TLS: tlsConf, Timeout: time.Second})
+	decideOnce(t, RedisConfig{URL: "redis://127.0.0.1:" + strconv.Itoa(port) + "/0", TLS: tlsConf, Timeout: time.Second})
 
-	if _, err := RedisClient(config.Redis{URL: "redis://x:1/0", TLS: &config.RedisTLS{CAFile: filepath.Join(dir, "client.key")}}); err == nil ||
+	if _, err := RedisClient(RedisConfig{URL: "redis://x:1/0", TLS: &RedisTLS{CAFile: filepath.Join(dir, "client.key")}}); err == nil ||
 		!strings.Contains(err.Error(), "redis.tls.ca_file") {
 		t.Errorf("a CA file without certificates: %v", err)
 	}

@@ -95,7 +95,7 @@ func downFailover(t *testing.T, mode config.FailureMode) *admit.Failover {
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	client, shared, err := conn.Redis(config.Redis{URL: "redis://" + addr + "/0", Timeout: 50 * time.Millisecond})
+	client, shared, err := conn.Redis(conn.RedisConfig{URL: "redis://" + addr + "/0", Timeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func grep(s, substr string) string {
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
 	rds := redistest.Start(t, redistest.WithOwnProcess())
-	client, shared, err := conn.Redis(config.Redis{URL: rds.URL(), Timeout: 50 * time.Millisecond})
+	client, shared, err := conn.Redis(conn.RedisConfig{URL: rds.URL(), Timeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -428,12 +428,12 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Proc
 		return nil, err
 	}
 	if cfg.Redis.Shared() {
-		client, st, err := conn.Redis(cfg.Redis)
+		client, st, err := conn.Redis(cfg.Redis.RedisConfig)
 		if err != nil {
 			return nil, err
 		}
 		p.closers = append(p.closers, func() { _ = client.Close() })
-		if err := conn.RedisAuth(ctx, client, cfg.Redis); err != nil {
+		if err := conn.RedisAuth(ctx, client, cfg.Redis.RedisConfig); err != nil {
 			return nil, err
 		}
 		p.Pacer = st

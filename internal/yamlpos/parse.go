@@ -1,4 +1,4 @@
-package config
+package yamlpos
 
 import (
 	"bytes"
@@ -12,60 +12,60 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// This file is the YAML text itself: what the reader refuses (invalid
-// UTF-8, control characters, syntax, a second document) and at which
-// line, before decode.go reads the document.
+// Problem is what makes a YAML text unreadable, at its 1-based line (0:
+// unknown).
+type Problem struct {
+	Line int
+	Msg  string
+}
 
-// document parses data into its root node: nil (and ok) for an empty file.
-// It reports syntax errors, a second document and text YAML cannot hold.
-func (d *decoder) document(data []byte) (root *yaml.Node, ok bool) {
+// Parse parses data, one YAML document, into its root node: nil for an
+// empty file (or one of comments only). It refuses, with the line, text
+// YAML cannot hold (invalid UTF-8, control characters), syntax errors and
+// a second document.
+func Parse(data []byte) (root *yaml.Node, p *Problem) {
 	if line, problem := checkText(data); problem != "" {
-		d.add(at{line: line}, problem)
-		return nil, false
+		return nil, &Problem{Line: line, Msg: problem}
 	}
 	// The parser is third-party code running on whatever the file holds;
 	// a reload must not take the process down if it panics.
 	defer func() {
 		if r := recover(); r != nil {
-			d.add(at{}, fmt.Sprintf("the YAML parser failed: %v", r))
-			root, ok = nil, false
+			root, p = nil, &Problem{Msg: fmt.Sprintf("the YAML parser failed: %v", r)}
 		}
 	}()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, true // empty, or only comments
+			return nil, nil // empty, or only comments
 		}
-		d.syntax(err, data)
-		return nil, false
+		return nil, syntax(err, data)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		d.syntax(err, data)
-		return nil, false
+		return nil, syntax(err, data)
 	default:
 		line := next.Line
 		if len(next.Content) > 0 {
 			line = next.Content[0].Line
 		}
-		d.add(at{line: line}, `expected one YAML document, found a second one (a line "---" starts a new document)`)
-		return nil, false
+		return nil, &Problem{Line: line, Msg: `expected one YAML document, found a second one (a line "---" starts a new document)`}
 	}
 	if len(doc.Content) == 0 {
-		return nil, true
+		return nil, nil
 	}
-	return doc.Content[0], true
+	return doc.Content[0], nil
 }
 
 // syntax reports a yaml.v3 parse error with its line. yaml.v3 has no
 // structured position, only its message: "yaml: line N: …" counts lines
 // from 0 for parser errors ("did not find expected …") and from 1 for
 // scanner errors, and leaves the line out when it is the first one; an
-// unknown anchor is named without a line. TestProblems pins these cases.
-func (d *decoder) syntax(err error, data []byte) {
+// unknown anchor is named without a line. TestParse pins these cases.
+func syntax(err error, data []byte) *Problem {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 1
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
@@ -83,8 +83,8 @@ func (d *decoder) syntax(err error, data []byte) {
 	}
 	// The end of the stream counts as a line after the last: report the
 	// last line, where the unfinished construct is.
-	line = max(1, min(line, lastLine(data)))
-	d.add(at{line: line}, "invalid YAML: "+msg)
+	line = max(1, min(line, LastLine(data)))
+	return &Problem{Line: line, Msg: "invalid YAML: " + msg}
 }
 
 func isParserProblem(msg string) bool {
@@ -103,8 +103,8 @@ func lineOf(data []byte, s string) int {
 	return 1 + lineBreaks(data[:i])
 }
 
-// lastLine is the line of the last character of data (1 if it is empty).
-func lastLine(data []byte) int {
+// LastLine is the line of the last character of data (1 if it is empty).
+func LastLine(data []byte) int {
 	n := lineBreaks(data)
 	if len(data) == 0 || isBreakAt(data, len(data)-1) {
 		return max(1, n)

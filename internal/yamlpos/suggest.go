@@ -1,14 +1,14 @@
-package config
+package yamlpos
 
 import (
 	"fmt"
 	"strings"
 )
 
-// suggest returns the candidate closest to s if it is close enough to be a
+// Suggest returns the candidate closest to s if it is close enough to be a
 // likely typo ("leak-rate" → "leak_rate", "failuremode" → "failure_mode"),
 // or the only candidate that s abbreviates ("leaky" → "leaky_bucket"), or "".
-func suggest(s string, candidates []string) string {
+func Suggest(s string, candidates []string) string {
 	norm := func(x string) string { return strings.ReplaceAll(strings.ToLower(x), "-", "_") }
 	if len(s) >= 3 {
 		var prefixOf []string
@@ -35,17 +35,17 @@ func suggest(s string, candidates []string) string {
 	return best
 }
 
-// withSuggestion appends "(did you mean X?)" to err when one candidate is
+// WithSuggestion appends "(did you mean X?)" to err when one candidate is
 // close to got.
-func withSuggestion(err error, got string, candidates []string) error {
-	if s := suggest(got, candidates); s != "" {
+func WithSuggestion(err error, got string, candidates []string) error {
+	if s := Suggest(got, candidates); s != "" {
 		return fmt.Errorf("%w (did you mean %s?)", err, s)
 	}
 	return err
 }
 
-// distance is the Levenshtein distance between a and b, in bytes; config
-// names are ASCII.
+// distance is the Levenshtein distance between a and b, in bytes; the names
+// suggested are ASCII.
 func distance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return max(len(a), len(b)) // not a typo of a field name; save the work
