@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -215,9 +214,7 @@ func TestLeakGlobalWithoutRedis(t *testing.T) {
 	}
 	t.Logf("%d jobs, 3 worker processes, no Redis, leak 20/s: %.3f/s over %v (%+.2f%%); jobs per process %v",
 		jobs, rate, span.Round(time.Millisecond), 100*(rate/leak-1), per)
-	if math.Abs(rate/leak-1) > 0.02 {
-		t.Errorf("drain rate %.3f/s: more than 2%% off the leak rate 20/s", rate)
-	}
+	queuetest.CheckDrainRate(t, "the drain across 3 processes", rate, leak)
 	busy := 0
 	for _, n := range per {
 		if n > 0 {

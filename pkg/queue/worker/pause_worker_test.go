@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -22,7 +23,7 @@ import (
 // (docs/design.md#pause) stops every start — the backlog's and READY's,
 // including jobs admitted while paused — from a second after it until the
 // resume; after the resume the backlog starts at the leak rate again,
-// within 1% with the machine to itself (checkDrainRate); every job runs
+// within 1% with the machine to itself (queuetest.CheckDrainRate); every job runs
 // exactly once, as its first try: nothing failed.
 func TestPauseStopsStartsUntilResume(t *testing.T) {
 	if testing.Short() {
@@ -147,7 +148,7 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 	rate := float64(len(after)-1) / span.Seconds()
 	t.Logf("pause %v: 0 starts wanted, %d seen; after the resume %d backlog starts at %.3f/s over %v (%.2f%% off 20/s); first start %v after the resume",
 		resumedAt.Sub(pausedAt).Round(time.Millisecond), during, len(after), rate, span.Round(time.Millisecond), 100*(rate/20-1), after[0].Sub(resumedAt).Round(time.Millisecond))
-	checkDrainRate(t, "backlog starts after the resume", rate, 20)
+	queuetest.CheckDrainRate(t, "backlog starts after the resume", rate, 20)
 }
 
 // A READY job that reaches a worker after the pause — its pull was open
