@@ -5,22 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
 // Publishing to a queue's BACKLOG: a full backlog refuses the job with
 // ErrQueueFull (or ErrKeyQueueFull for one key's share), and nothing is
 // stored.
 func ExamplePublisher_Publish_backlogFull() {
-	js, stop := exampleJetStream()
+	js, stop := queuetest.StartExample() // in production: jetstream.New(nc) on your NATS connection
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -51,41 +47,4 @@ func ExamplePublisher_Publish_backlogFull() {
 	// job 1: queued
 	// job 2: queued
 	// job 3: refused, the backlog is full
-}
-
-// exampleJetStream is a JetStream context on an embedded server, and what
-// stops both.
-func exampleJetStream() (jetstream.JetStream, func()) {
-	url, stopServer := embeddedServer()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return js, func() { nc.Close(); stopServer() }
-}
-
-// embeddedServer starts a JetStream server on a random port with its store
-// in a temporary directory (tests use queuetest.Start instead).
-func embeddedServer() (url string, stop func()) {
-	dir, err := os.MkdirTemp("", "spillway-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		log.Fatal("nats-server did not start")
-	}
-	return srv.ClientURL(), func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
 }

@@ -1,4 +1,4 @@
-package queue
+package queue_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -32,20 +33,20 @@ func BenchmarkPublish(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			js := queuetest.Start(b).JetStream(b)
-			cfg := Config{Name: "bench", Capacity: 10_000_000}
-			if err := EnsureStreams(ctx, js, cfg); err != nil {
+			cfg := queue.Config{Name: "bench", Capacity: 10_000_000}
+			if err := queue.EnsureStreams(ctx, js, cfg); err != nil {
 				b.Fatal(err)
 			}
-			jobs := make([]*Job, b.N)
+			jobs := make([]*queue.Job, b.N)
 			for i := range jobs {
-				jobs[i] = &Job{ID: fmt.Sprint("job-", i), Queue: "bench", Key: fmt.Sprint("k", i%100), Cost: 1, Payload: payload, EnqueuedAt: time.Now()}
+				jobs[i] = &queue.Job{ID: fmt.Sprint("job-", i), Queue: "bench", Key: fmt.Sprint("k", i%100), Cost: 1, Payload: payload, EnqueuedAt: time.Now()}
 			}
 			b.SetBytes(int64(len(payload)))
 			b.ResetTimer()
 			switch impl {
 			case "raw_async":
 				for i := range b.N {
-					m, err := jobs[i].message(Ready)
+					m, err := queue.MessageOf(jobs[i], queue.Ready)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -67,7 +68,7 @@ func BenchmarkPublish(b *testing.B) {
 					b.Fatal("acks did not arrive")
 				}
 			case "publisher":
-				pub, err := NewPublisher(js, 0)
+				pub, err := queue.NewPublisher(js, 0)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -76,7 +77,7 @@ func BenchmarkPublish(b *testing.B) {
 				for c := range callers {
 					wg.Go(func() {
 						for i := c; i < b.N; i += callers {
-							if _, err := pub.Publish(ctx, Ready, jobs[i]); err != nil {
+							if _, err := pub.Publish(ctx, queue.Ready, jobs[i]); err != nil {
 								b.Error(err)
 								return
 							}
@@ -86,7 +87,7 @@ func BenchmarkPublish(b *testing.B) {
 				wg.Wait()
 			}
 			b.StopTimer()
-			s, err := js.Stream(ctx, StreamName("bench", Ready))
+			s, err := js.Stream(ctx, queue.StreamName("bench", queue.Ready))
 			if err != nil {
 				b.Fatal(err)
 			}

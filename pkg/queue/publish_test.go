@@ -17,94 +17,24 @@ import (
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
-type bundle struct {
-	srv *queuetest.Server
-	js  jetstream.JetStream
-	pub *queue.Publisher
-	cfg queue.Config
-}
-
-func setup(t *testing.T, cfg queue.Config) (context.Context, *bundle) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	srv := queuetest.Start(t)
-	js := srv.JetStream(t)
-	if err := queue.EnsureStreams(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	pub, err := queue.NewPublisher(js, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ctx, &bundle{srv: srv, js: js, pub: pub, cfg: cfg}
-}
-
-func newJob(t *testing.T, q, key string) *queue.Job {
-	t.Helper()
-	id, err := queue.NewJobID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &queue.Job{ID: id, Queue: q, Key: key, Cost: 1, Payload: []byte("payload of " + id), EnqueuedAt: time.Now()}
-}
-
-func stored(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string) uint64 {
-	t.Helper()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
-// publishAll publishes jobs concurrently and counts the outcomes.
-func publishAll(ctx context.Context, b *bundle, d queue.Destination, jobs []*queue.Job) (ok, full, keyFull int, other []error) {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Go(func() {
-			_, err := b.pub.Publish(ctx, d, j)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ok++
-			case errors.Is(err, queue.ErrKeyQueueFull):
-				keyFull++
-			case errors.Is(err, queue.ErrQueueFull):
-				full++
-			default:
-				other = append(other, err)
-			}
-		})
-	}
-	wg.Wait()
-	return ok, full, keyFull, other
-}
-
 // Publishing capacity + K jobs stores exactly capacity and refuses K with
 // ErrQueueFull: JetStream enforces the bound, nothing is dropped silently.
 func TestBacklogCapacityIsExact(t *testing.T) {
 	t.Parallel()
 	const capacity, extra = 200, 37
-	ctx, b := setup(t, queue.Config{Name: "email", Capacity: capacity})
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email", Capacity: capacity})
 	var jobs []*queue.Job
 	for i := range capacity + extra {
-		jobs = append(jobs, newJob(t, "email", fmt.Sprint("client-", i%17)))
+		jobs = append(jobs, queuetest.NewJob(t, "email", fmt.Sprint("client-", i%17)))
 	}
-	ok, full, keyFull, other := publishAll(ctx, b, queue.Backlog, jobs)
+	ok, full, keyFull, other := b.PublishAll(ctx, queue.Backlog, jobs)
 	if len(other) > 0 {
 		t.Fatalf("unexpected errors: %v", other)
 	}
 	if ok != capacity || full != extra || keyFull != 0 {
 		t.Fatalf("%d stored, %d queue full, %d key full; want %d, %d, 0", ok, full, keyFull, capacity, extra)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("email", queue.Backlog)); n != capacity {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("email", queue.Backlog)); n != capacity {
 		t.Fatalf("the stream holds %d jobs, want %d", n, capacity)
 	}
 	t.Logf("capacity %d + %d: %d stored, %d × ErrQueueFull, 0 silent drops", capacity, extra, ok, full)
@@ -114,23 +44,23 @@ func TestBacklogCapacityIsExact(t *testing.T) {
 // other keys alone.
 func TestBacklogPerKeyCapacity(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, queue.Config{Name: "email", Capacity: 100, PerKeyCapacity: 5})
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email", Capacity: 100, PerKeyCapacity: 5})
 	var noisy, quiet []*queue.Job
 	for range 12 {
-		noisy = append(noisy, newJob(t, "email", "noisy.neighbour.*"))
+		noisy = append(noisy, queuetest.NewJob(t, "email", "noisy.neighbour.*"))
 	}
 	for range 5 {
-		quiet = append(quiet, newJob(t, "email", "quiet"))
+		quiet = append(quiet, queuetest.NewJob(t, "email", "quiet"))
 	}
-	ok, full, keyFull, other := publishAll(ctx, b, queue.Backlog, noisy)
+	ok, full, keyFull, other := b.PublishAll(ctx, queue.Backlog, noisy)
 	if len(other) > 0 || ok != 5 || keyFull != 7 || full != 0 {
 		t.Fatalf("noisy key: %d stored, %d key full, %d queue full, errors %v; want 5, 7, 0", ok, keyFull, full, other)
 	}
-	ok, full, keyFull, other = publishAll(ctx, b, queue.Backlog, quiet)
+	ok, full, keyFull, other = b.PublishAll(ctx, queue.Backlog, quiet)
 	if len(other) > 0 || ok != 5 || keyFull+full != 0 {
 		t.Fatalf("quiet key after the noisy one: %d stored, %d refused, errors %v; want all 5 stored", ok, keyFull+full, other)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("email", queue.Backlog)); n != 10 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("email", queue.Backlog)); n != 10 {
 		t.Fatalf("the stream holds %d jobs, want 10", n)
 	}
 }
@@ -138,11 +68,11 @@ func TestBacklogPerKeyCapacity(t *testing.T) {
 // The same job id published 5 times is stored once.
 func TestRetriedPublishIsStoredOnce(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, queue.Config{Name: "email"})
-	j := newJob(t, "email", "k")
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email"})
+	j := queuetest.NewJob(t, "email", "k")
 	var dups int
 	for range 5 {
-		s, err := b.pub.Publish(ctx, queue.Ready, j)
+		s, err := b.Pub.Publish(ctx, queue.Ready, j)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +80,7 @@ func TestRetriedPublishIsStoredOnce(t *testing.T) {
 			dups++
 		}
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("email", queue.Ready)); n != 1 || dups != 4 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("email", queue.Ready)); n != 1 || dups != 4 {
 		t.Fatalf("5 publishes of one id: %d stored, %d acknowledged as duplicates; want 1 and 4", n, dups)
 	}
 }
@@ -159,17 +89,17 @@ func TestRetriedPublishIsStoredOnce(t *testing.T) {
 // raw key appears in no subject.
 func TestJobRoundTrip(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, queue.Config{Name: "email"})
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email"})
 	key := "tenant.42 *>\x00\xff"
-	j := newJob(t, "email", key)
+	j := queuetest.NewJob(t, "email", key)
 	j.Cost, j.Attempt = 3, 2
 	j.NotBefore = time.Date(2026, 11, 22, 12, 0, 0, 123456789, time.UTC)
 	j.Header = nats.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
-	s, err := b.pub.Publish(ctx, queue.Backlog, j)
+	s, err := b.Pub.Publish(ctx, queue.Backlog, j)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := b.js.Stream(ctx, queue.StreamName("email", queue.Backlog))
+	st, _ := b.JS.Stream(ctx, queue.StreamName("email", queue.Backlog))
 	raw, err := st.GetMsg(ctx, s.Sequence)
 	if err != nil {
 		t.Fatal(err)
@@ -190,12 +120,12 @@ func TestJobRoundTrip(t *testing.T) {
 // EnsureStreams is idempotent and applies a changed capacity.
 func TestEnsureStreamsIdempotent(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, queue.Config{Name: "email", Capacity: 10})
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email", Capacity: 10})
 	for _, c := range []int64{10, 20} {
-		if err := queue.EnsureStreams(ctx, b.js, queue.Config{Name: "email", Capacity: c}); err != nil {
+		if err := queue.EnsureStreams(ctx, b.JS, queue.Config{Name: "email", Capacity: c}); err != nil {
 			t.Fatal(err)
 		}
-		s, _ := b.js.Stream(ctx, queue.StreamName("email", queue.Backlog))
+		s, _ := b.JS.Stream(ctx, queue.StreamName("email", queue.Backlog))
 		info, err := s.Info(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -211,8 +141,8 @@ func TestEnsureStreamsIdempotent(t *testing.T) {
 // only the stream it concerns.
 func TestEnsureStreamsUpdatesOnlyChanges(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, queue.Config{Name: "email", Capacity: 10})
-	nc := b.srv.Connect(t)
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email", Capacity: 10})
+	nc := b.Server.Connect(t)
 	updated := make(chan string, 16)
 	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.UPDATED.*", func(m *nats.Msg) {
 		updated <- m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
@@ -225,11 +155,11 @@ func TestEnsureStreamsUpdatesOnlyChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if err := queue.EnsureStreams(ctx, b.js, queue.Config{Name: "email", Capacity: 10}); err != nil {
+		if err := queue.EnsureStreams(ctx, b.JS, queue.Config{Name: "email", Capacity: 10}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := queue.EnsureStreams(ctx, b.js, queue.Config{Name: "email", Capacity: 20}); err != nil {
+	if err := queue.EnsureStreams(ctx, b.JS, queue.Config{Name: "email", Capacity: 20}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -245,7 +175,7 @@ func TestEnsureStreamsUpdatesOnlyChanges(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.js.Stream(ctx, queue.StreamName("email", queue.Ready)); err != nil {
+	if _, err := b.JS.Stream(ctx, queue.StreamName("email", queue.Ready)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -319,8 +249,8 @@ func TestPublishAnswersEachCaller(t *testing.T) {
 	for _, maxInFlight := range []int{1, 7, 0} {
 		t.Run(fmt.Sprint("max_in_flight=", maxInFlight), func(t *testing.T) {
 			t.Parallel()
-			ctx, b := setup(t, queue.Config{Name: "email"})
-			pub, err := queue.NewPublisher(b.js, maxInFlight)
+			ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email"})
+			pub, err := queue.NewPublisher(b.JS, maxInFlight)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,7 +258,7 @@ func TestPublishAnswersEachCaller(t *testing.T) {
 			jobs := make([]*queue.Job, n)
 			seqs := make([]uint64, n)
 			for i := range jobs {
-				jobs[i] = newJob(t, "email", fmt.Sprint("client-", i%13))
+				jobs[i] = queuetest.NewJob(t, "email", fmt.Sprint("client-", i%13))
 			}
 			var wg sync.WaitGroup
 			for i, j := range jobs {
@@ -348,7 +278,7 @@ func TestPublishAnswersEachCaller(t *testing.T) {
 			if t.Failed() {
 				return
 			}
-			st, err := b.js.Stream(ctx, queue.StreamName("email", queue.Ready))
+			st, err := b.JS.Stream(ctx, queue.StreamName("email", queue.Ready))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,14 +303,14 @@ func TestPublishAnswersEachCaller(t *testing.T) {
 // A context that has ended sends nothing.
 func TestPublishEndedContextSendsNothing(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, queue.Config{Name: "email"})
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email"})
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err := b.pub.Publish(ended, queue.Ready, newJob(t, "email", "k"))
+	_, err := b.Pub.Publish(ended, queue.Ready, queuetest.NewJob(t, "email", "k"))
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not sent") {
 		t.Fatalf("got %v, want a 'not sent' error wrapping context.Canceled", err)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("email", queue.Ready)); n != 0 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("email", queue.Ready)); n != 0 {
 		t.Fatalf("the stream holds %d jobs, want 0", n)
 	}
 }
@@ -398,21 +328,21 @@ func TestPublishWithoutStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = pub.Publish(ctx, queue.Ready, newJob(t, "email", "k"))
+	_, err = pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "email", "k"))
 	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("got %v, want jetstream.ErrNoStreamResponse", err)
 	}
 
 	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancelShort()
-	_, err = pub.Publish(short, queue.Ready, newJob(t, "email", "k"))
+	_, err = pub.Publish(short, queue.Ready, queuetest.NewJob(t, "email", "k"))
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "may be stored") {
 		t.Fatalf("got %v, want a 'may be stored' error wrapping context.DeadlineExceeded", err)
 	}
 	if err := queue.EnsureStreams(ctx, js, queue.Config{Name: "email"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.Publish(ctx, queue.Ready, newJob(t, "email", "k")); err != nil {
+	if _, err := pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "email", "k")); err != nil {
 		t.Fatalf("after the abandoned publish was answered: %v", err)
 	}
 }
@@ -431,13 +361,13 @@ func TestPublishExpectsItsStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = pub.Publish(ctx, queue.Ready, newJob(t, "email", "k"))
+	_, err = pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "email", "k"))
 	const jsStreamNotMatch jetstream.ErrorCode = 10060 // nats-server: "expected stream does not match"
 	var api *jetstream.APIError
 	if !errors.As(err, &api) || api.ErrorCode != jsStreamNotMatch {
 		t.Fatalf("got %v, want JetStream's expected-stream refusal (%d)", err, jsStreamNotMatch)
 	}
-	if n := stored(t, ctx, js, "OTHER"); n != 0 {
+	if n := queuetest.Stored(t, ctx, js, "OTHER"); n != 0 {
 		t.Fatalf("OTHER holds %d messages, want 0", n)
 	}
 }
@@ -447,11 +377,11 @@ func TestPublishExpectsItsStream(t *testing.T) {
 // with the same id stores each exactly once.
 func TestPublishAcrossRestart(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, queue.Config{Name: "email"})
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "email"})
 	const n = 400
 	jobs := make([]*queue.Job, n)
 	for i := range jobs {
-		jobs[i] = newJob(t, "email", fmt.Sprint("client-", i%13))
+		jobs[i] = queuetest.NewJob(t, "email", fmt.Sprint("client-", i%13))
 	}
 	someDone := make(chan struct{}) // n/8 publishes returned: the rest are on their way
 	var mu sync.Mutex
@@ -460,7 +390,7 @@ func TestPublishAcrossRestart(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Go(func() {
-			_, err := b.pub.Publish(ctx, queue.Ready, j)
+			_, err := b.Pub.Publish(ctx, queue.Ready, j)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -474,7 +404,7 @@ func TestPublishAcrossRestart(t *testing.T) {
 		})
 	}
 	<-someDone
-	b.srv.Restart(t)
+	b.Server.Restart(t)
 	wg.Wait()
 	for _, err := range failed {
 		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
@@ -485,7 +415,7 @@ func TestPublishAcrossRestart(t *testing.T) {
 
 	for _, j := range jobs {
 		for {
-			_, err := b.pub.Publish(ctx, queue.Ready, j)
+			_, err := b.Pub.Publish(ctx, queue.Ready, j)
 			if err == nil {
 				break
 			}
@@ -494,7 +424,7 @@ func TestPublishAcrossRestart(t *testing.T) {
 			}
 		}
 	}
-	if got := stored(t, ctx, b.js, queue.StreamName("email", queue.Ready)); got != n {
+	if got := queuetest.Stored(t, ctx, b.JS, queue.StreamName("email", queue.Ready)); got != n {
 		t.Fatalf("the stream holds %d jobs, want %d", got, n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
 // READY holds at most ReadyCapacity jobs: JetStream refuses the next with
@@ -18,13 +19,13 @@ func TestReadyCapacityIsExact(t *testing.T) {
 	t.Parallel()
 	const capacity, extra = 50, 13
 	cfg := queue.Config{Name: "rc", Capacity: 10, ReadyCapacity: capacity, Memory: true}
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	if sc := cfg.StreamConfig(queue.Ready); sc.MaxMsgs != capacity || sc.Discard != jetstream.DiscardNew {
 		t.Fatalf("READY stream config: MaxMsgs %d, Discard %v; want %d and DiscardNew", sc.MaxMsgs, sc.Discard, capacity)
 	}
 	var ok, full int
 	for i := range capacity + extra {
-		_, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "rc", fmt.Sprint("k", i%7)))
+		_, err := b.Pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "rc", fmt.Sprint("k", i%7)))
 		switch {
 		case err == nil:
 			ok++
@@ -40,10 +41,10 @@ func TestReadyCapacityIsExact(t *testing.T) {
 	if ok != capacity || full != extra {
 		t.Fatalf("%d stored, %d × ErrReadyFull; want %d and %d", ok, full, capacity, extra)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("rc", queue.Ready)); n != capacity {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("rc", queue.Ready)); n != capacity {
 		t.Fatalf("READY holds %d jobs, want %d", n, capacity)
 	}
-	in, err := admin.Inspect(ctx, b.js, cfg)
+	in, err := admin.Inspect(ctx, b.JS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,25 +62,25 @@ func TestEnsureStreamsBoundsAnExistingReady(t *testing.T) {
 		t.Fatalf("default READY: MaxMsgs %d, Discard %v; want %d and DiscardNew", sc.MaxMsgs, sc.Discard, queue.DefaultReadyCapacity)
 	}
 	cfg := queue.Config{Name: "old", ReadyCapacity: 3}
-	ctx, b := setup(t, queue.Config{Name: "old"})
+	ctx, b := queuetest.StartQueue(t, queue.Config{Name: "old"})
 	// Made with no bound, then configured with a bound of 3.
 	old := cfg.StreamConfig(queue.Ready)
 	old.MaxMsgs, old.Discard = -1, jetstream.DiscardOld
-	if _, err := b.js.UpdateStream(ctx, old); err != nil {
+	if _, err := b.JS.UpdateStream(ctx, old); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "old", fmt.Sprint(i))); err != nil {
+		if _, err := b.Pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "old", fmt.Sprint(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := queue.EnsureStreams(ctx, b.js, cfg); err != nil {
+	if err := queue.EnsureStreams(ctx, b.JS, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("old", queue.Ready)); n != 5 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("old", queue.Ready)); n != 5 {
 		t.Fatalf("READY holds %d jobs after its bound was set to 3, want all 5", n)
 	}
-	if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "old", "x")); !errors.Is(err, queue.ErrReadyFull) {
+	if _, err := b.Pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "old", "x")); !errors.Is(err, queue.ErrReadyFull) {
 		t.Fatalf("a publish to a READY over its new bound: %v, want ErrReadyFull", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -17,30 +18,30 @@ import (
 // finds a message that is gone already no error.
 func TestCancelBacklogJob(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("cancel"))
-	a, c := newJob(t, "cancel", "k"), newJob(t, "cancel", "k")
-	sa, err := b.pub.Publish(ctx, queue.Backlog, a)
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("cancel"))
+	a, c := queuetest.NewJob(t, "cancel", "k"), queuetest.NewJob(t, "cancel", "k")
+	sa, err := b.Pub.Publish(ctx, queue.Backlog, a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pub.Publish(ctx, queue.Backlog, c); err != nil {
+	if _, err := b.Pub.Publish(ctx, queue.Backlog, c); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.CancelBacklogJob(ctx, b.js, "cancel", sa.Sequence, c.ID); !errors.Is(err, admin.ErrNotThisJob) {
+	if err := admin.CancelBacklogJob(ctx, b.JS, "cancel", sa.Sequence, c.ID); !errors.Is(err, admin.ErrNotThisJob) {
 		t.Errorf("cancel job c at job a's place: %v, want ErrNotThisJob", err)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("cancel", queue.Backlog)); n != 2 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("cancel", queue.Backlog)); n != 2 {
 		t.Fatalf("the backlog holds %d jobs after a refused cancel, want 2", n)
 	}
 	for range 2 { // the second time, it is gone already
-		if err := admin.CancelBacklogJob(ctx, b.js, "cancel", sa.Sequence, a.ID); err != nil {
+		if err := admin.CancelBacklogJob(ctx, b.JS, "cancel", sa.Sequence, a.ID); err != nil {
 			t.Fatalf("cancel job a: %v", err)
 		}
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("cancel", queue.Backlog)); n != 1 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("cancel", queue.Backlog)); n != 1 {
 		t.Errorf("the backlog holds %d jobs after job a's cancel, want 1", n)
 	}
-	if err := admin.CancelBacklogJob(ctx, b.js, "cancel", 0, a.ID); err == nil {
+	if err := admin.CancelBacklogJob(ctx, b.JS, "cancel", 0, a.ID); err == nil {
 		t.Error("cancel at sequence 0: no error")
 	}
 }
@@ -50,10 +51,10 @@ func TestCancelBacklogJob(t *testing.T) {
 // answers, and the job then runs once.
 func TestStartGate(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("gate"))
-	cancelled, flaky, plain := newJob(t, "gate", "a"), newJob(t, "gate", "b"), newJob(t, "gate", "c")
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("gate"))
+	cancelled, flaky, plain := queuetest.NewJob(t, "gate", "a"), queuetest.NewJob(t, "gate", "b"), queuetest.NewJob(t, "gate", "c")
 	for _, j := range []*queue.Job{cancelled, flaky, plain} {
-		if _, err := b.pub.Publish(ctx, queue.Backlog, j); err != nil {
+		if _, err := b.Pub.Publish(ctx, queue.Backlog, j); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -80,14 +81,14 @@ func TestStartGate(t *testing.T) {
 		}
 		return nil
 	}
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, FetchWait: 50 * time.Millisecond, StartGate: gate}, func(_ context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, FetchWait: 50 * time.Millisecond, StartGate: gate}, func(_ context.Context, j *queue.Job) error {
 		mu.Lock()
 		ran[j.ID]++
 		mu.Unlock()
 		return nil
 	})
 	deadline := time.Now().Add(15 * time.Second)
-	for stored(t, ctx, b.js, queue.StreamName("gate", queue.Backlog)) != 0 {
+	for queuetest.Stored(t, ctx, b.JS, queue.StreamName("gate", queue.Backlog)) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the backlog did not empty within 15s")
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
@@ -32,14 +33,14 @@ func TestKeyHash(t *testing.T) {
 func TestBacklogKeys(t *testing.T) {
 	t.Parallel()
 	cfg := queue.Config{Name: "keys", Memory: true, LeakRate: bucket.Rate{Count: 1, Per: time.Minute}}
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	before := time.Now()
 	publish := func(key string, n int, p spillway.Priority, weight int) {
 		t.Helper()
 		for range n {
-			j := newJob(t, cfg.Name, key)
+			j := queuetest.NewJob(t, cfg.Name, key)
 			j.Priority, j.Weight = p, weight
-			if _, err := b.pub.Publish(ctx, queue.Backlog, j); err != nil {
+			if _, err := b.Pub.Publish(ctx, queue.Backlog, j); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -51,7 +52,7 @@ func TestBacklogKeys(t *testing.T) {
 	publish("c", 3, spillway.Low, 5)
 	publish("d", 1, spillway.High, 0)
 	publish("big", 70, spillway.Normal, 0)
-	s, err := b.js.Stream(ctx, queue.StreamName(cfg.Name, queue.Backlog))
+	s, err := b.JS.Stream(ctx, queue.StreamName(cfg.Name, queue.Backlog))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestBacklogKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	keys, total, err := admin.BacklogKeys(ctx, b.js, cfg.Name, 3)
+	keys, total, err := admin.BacklogKeys(ctx, b.JS, cfg.Name, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +89,14 @@ func TestBacklogKeys(t *testing.T) {
 		t.Errorf("a: %+v, want depth 5, weight 2, 2 high and 3 low", a)
 	}
 
-	all, total, err := admin.BacklogKeys(ctx, b.js, cfg.Name, 0)
+	all, total, err := admin.BacklogKeys(ctx, b.JS, cfg.Name, 0)
 	if err != nil || total != 5 || len(all) != 5 || all[4].Key != "d" || all[4].Weight != 1 || all[4].Priorities[spillway.High] != 1 {
 		t.Errorf("BacklogKeys(default top): %+v, %d, %v; want the 5 keys, d last, high", all, total, err)
 	}
-	if _, _, err := admin.BacklogKeys(ctx, b.js, cfg.Name, admin.MaxTopKeys+1); err == nil {
+	if _, _, err := admin.BacklogKeys(ctx, b.JS, cfg.Name, admin.MaxTopKeys+1); err == nil {
 		t.Errorf("top %d: no error", admin.MaxTopKeys+1)
 	}
-	if _, _, err := admin.BacklogKeys(ctx, b.js, "missing", 1); err == nil {
+	if _, _, err := admin.BacklogKeys(ctx, b.JS, "missing", 1); err == nil {
 		t.Error("a queue without streams: no error")
 	}
 }
@@ -105,15 +106,15 @@ func TestBacklogKeys(t *testing.T) {
 func TestReadKeyReleases(t *testing.T) {
 	t.Parallel()
 	cfg := queue.Config{Name: "rel", Memory: true, LeakRate: bucket.Rate{Count: 1, Per: time.Second}}
-	ctx, b := setup(t, cfg)
-	if r, err := worker.ReadKeyReleases(ctx, b.js, "rel"); r != nil || err != nil {
+	ctx, b := queuetest.StartQueue(t, cfg)
+	if r, err := worker.ReadKeyReleases(ctx, b.JS, "rel"); r != nil || err != nil {
 		t.Errorf("no bucket: %+v, %v; want nil, nil", r, err)
 	}
-	kv, err := pace.OpenPacerBucket(ctx, b.js, 1)
+	kv, err := pace.OpenPacerBucket(ctx, b.JS, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := worker.ReadKeyReleases(ctx, b.js, "rel"); r != nil || err != nil {
+	if r, err := worker.ReadKeyReleases(ctx, b.JS, "rel"); r != nil || err != nil {
 		t.Errorf("no document: %+v, %v; want nil, nil", r, err)
 	}
 	ha, hb := queue.KeyHash("a"), queue.KeyHash("b")
@@ -121,7 +122,7 @@ func TestReadKeyReleases(t *testing.T) {
 	if _, err := kv.Put(ctx, worker.KeyReleasesKey("rel"), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
-	r, err := worker.ReadKeyReleases(ctx, b.js, "rel")
+	r, err := worker.ReadKeyReleases(ctx, b.JS, "rel")
 	if err != nil || r == nil {
 		t.Fatalf("ReadKeyReleases: %+v, %v", r, err)
 	}
@@ -131,7 +132,7 @@ func TestReadKeyReleases(t *testing.T) {
 	if _, err := kv.Put(ctx, worker.KeyReleasesKey("rel"), []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := worker.ReadKeyReleases(ctx, b.js, "rel"); err == nil || !strings.Contains(err.Error(), "rel.keys") {
+	if _, err := worker.ReadKeyReleases(ctx, b.JS, "rel"); err == nil || !strings.Contains(err.Error(), "rel.keys") {
 		t.Errorf("a broken document: %v, want an error naming it", err)
 	}
 }

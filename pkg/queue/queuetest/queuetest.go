@@ -7,10 +7,22 @@
 //	js := srv.JetStream(t) // a connection closed in t.Cleanup
 //
 // Restart stops the server and starts it again on the same port and store,
-// so a test can check what JetStream kept across a crash.
+// so a test can check what JetStream kept across a crash. StartCluster
+// starts a JetStream cluster of such servers.
+//
+// On a server of its own, StartQueue creates one queue's streams and a
+// publisher, the start of most tests of pkg/queue and its stages; NewJob,
+// Stored, Queue.PublishAll and RunWorker are what those tests do with it:
+//
+//	ctx, q := queuetest.StartQueue(t, queuetest.QueueConfig("mail"))
+//	queuetest.RunWorker(t, q.JS, worker.WorkerConfig{Queue: q.Config}, handle)
+//
+// CheckDrainRate is the one rule for a measured drain rate, and
+// StartExample is Start for a runnable Example, which has no testing.TB.
 package queuetest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -44,11 +56,24 @@ func Start(tb testing.TB) *Server {
 
 func (s *Server) start(tb testing.TB, port int) {
 	tb.Helper()
+	srv, port, err := startServer(s.dir, port)
+	if err != nil {
+		tb.Fatalf("queuetest: %v", err)
+	}
+	s.mu.Lock()
+	s.srv, s.port = srv, port
+	s.mu.Unlock()
+}
+
+// startServer starts a server on port of 127.0.0.1 (-1: a random one)
+// with its store in dir, and returns it and its port once it accepts
+// connections.
+func startServer(dir string, port int) (*server.Server, int, error) {
 	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      port,
 		JetStream: true,
-		StoreDir:  s.dir,
+		StoreDir:  dir,
 		NoLog:     true,
 		NoSigs:    true,
 		// The server's own limits stay at their defaults; tests that need
@@ -56,21 +81,19 @@ func (s *Server) start(tb testing.TB, port int) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		tb.Fatalf("queuetest: configuring nats-server: %v", err)
+		return nil, 0, fmt.Errorf("configuring nats-server: %w", err)
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		tb.Fatalf("queuetest: nats-server on 127.0.0.1 did not accept connections within 10s")
+		return nil, 0, errors.New("nats-server on 127.0.0.1 did not accept connections within 10s")
 	}
 	addr, ok := srv.Addr().(*net.TCPAddr)
 	if !ok {
 		srv.Shutdown()
-		tb.Fatalf("queuetest: nats-server listens on %v, not TCP", srv.Addr())
+		return nil, 0, fmt.Errorf("nats-server listens on %v, not TCP", srv.Addr())
 	}
-	s.mu.Lock()
-	s.srv, s.port = srv, addr.Port
-	s.mu.Unlock()
+	return srv, addr.Port, nil
 }
 
 // URL is the client URL, nats://127.0.0.1:PORT.

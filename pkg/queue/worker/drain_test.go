@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -90,13 +91,13 @@ func TestPacerSpacesStartsExactly(t *testing.T) {
 }
 
 // publishBacklog stores jobs in the backlog with the given not-before.
-func publishBacklog(t *testing.T, ctx context.Context, b *bundle, key string, n int, notBefore time.Time) []*queue.Job {
+func publishBacklog(t *testing.T, ctx context.Context, b *queuetest.Queue, key string, n int, notBefore time.Time) []*queue.Job {
 	t.Helper()
 	var jobs []*queue.Job
 	for range n {
-		j := newJob(t, b.cfg.Name, key)
+		j := queuetest.NewJob(t, b.Config.Name, key)
 		j.NotBefore = notBefore
-		if _, err := b.pub.Publish(ctx, queue.Backlog, j); err != nil {
+		if _, err := b.Pub.Publish(ctx, queue.Backlog, j); err != nil {
 			t.Fatal(err)
 		}
 		jobs = append(jobs, j)
@@ -109,13 +110,13 @@ func publishBacklog(t *testing.T, ctx context.Context, b *bundle, key string, n 
 // were queued first.
 func TestBacklogNotBeforeWithoutHeadOfLineBlocking(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("nb"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("nb"))
 	rec := newRecorder()
 	began := time.Now()
 	notYet := began.Add(1500 * time.Millisecond)
 	late := publishBacklog(t, ctx, b, "late", 3, notYet)
 	due := publishBacklog(t, ctx, b, "due", 3, time.Time{})
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
@@ -150,9 +151,9 @@ func ids(jobs []*queue.Job) []string {
 // their backlog order whichever worker holds them.
 func TestBacklogKeyOrderAcrossWorkers(t *testing.T) {
 	t.Parallel()
-	cfg := testQueue("fifo")
+	cfg := queuetest.QueueConfig("fifo")
 	cfg.LeakRate = bucket.Rate{Count: 100, Per: time.Second}
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	var keys []string
 	var published []*queue.Job
 	for k := range 5 {
@@ -173,7 +174,7 @@ func TestBacklogKeyOrderAcrossWorkers(t *testing.T) {
 	}
 	rec := newRecorder()
 	for range 3 { // each on a connection of its own
-		runWorker(t, b.srv.JetStream(t), worker.WorkerConfig{Queue: cfg, Pacer: pacer, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		queuetest.RunWorker(t, b.Server.JetStream(t), worker.WorkerConfig{Queue: cfg, Pacer: pacer, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			return nil
 		})
@@ -206,17 +207,17 @@ func TestBacklogKeyOrderAcrossWorkers(t *testing.T) {
 // no start; a fresh one still runs.
 func TestBacklogMaxAgeDeadLetters(t *testing.T) {
 	t.Parallel()
-	cfg := testQueue("aged")
+	cfg := queuetest.QueueConfig("aged")
 	cfg.MaxAge = time.Minute
-	ctx, b := setup(t, cfg)
-	old := newJob(t, "aged", "a")
+	ctx, b := queuetest.StartQueue(t, cfg)
+	old := queuetest.NewJob(t, "aged", "a")
 	old.EnqueuedAt = time.Now().Add(-2 * time.Minute)
-	if _, err := b.pub.Publish(ctx, queue.Backlog, old); err != nil {
+	if _, err := b.Pub.Publish(ctx, queue.Backlog, old); err != nil {
 		t.Fatal(err)
 	}
 	fresh := publishBacklog(t, ctx, b, "a", 1, time.Time{})[0]
 	rec := newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
@@ -229,12 +230,12 @@ func TestBacklogMaxAgeDeadLetters(t *testing.T) {
 	if _, ran := rec.starts[fresh.ID]; !ran {
 		t.Error("the fresh job did not run")
 	}
-	dead := deadLetters(t, ctx, b.js, "aged")
+	dead := deadLetters(t, ctx, b.JS, "aged")
 	if len(dead) != 1 || dead[0].Header.Get(spillway.HeaderJobID) != old.ID || string(dead[0].Data) != string(old.Payload) ||
 		!strings.HasPrefix(dead[0].Header.Get(queue.HeaderDeadReason), "expired in backlog (waited 2m0") {
 		t.Fatalf("dead letters %+v", dead)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("aged", queue.Backlog)); n != 0 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("aged", queue.Backlog)); n != 0 {
 		t.Errorf("backlog holds %d jobs", n)
 	}
 }
@@ -244,20 +245,20 @@ func TestBacklogMaxAgeDeadLetters(t *testing.T) {
 // the ack wait runs out.
 func TestBacklogHandBackOnStop(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("handback"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("handback"))
 	notBefore := time.Now().Add(2 * time.Second)
 	jobs := publishBacklog(t, ctx, b, "k", 3, notBefore)
 	first := newRecorder()
-	stop := runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: first.observe}, func(ctx context.Context, j *queue.Job) error {
+	stop := queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: first.observe}, func(ctx context.Context, j *queue.Job) error {
 		first.started(j)
 		return nil
 	})
 	first.waitFor(t, 10*time.Second, "the first worker to lead the drain", func() bool {
-		return drainLeader(ctx, b.js, "handback") != ""
+		return drainLeader(ctx, b.JS, "handback") != ""
 	})
 	stop()
 	second := newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
 		second.started(j)
 		return nil
 	})
@@ -290,13 +291,13 @@ func drainLeader(ctx context.Context, js jetstream.JetStream, q string) string {
 func TestInspect(t *testing.T) {
 	t.Parallel()
 	cfg := queue.Config{Name: "look", Capacity: 40, PerKeyCapacity: 10, Memory: true, LeakRate: bucket.Rate{Count: 2, Per: time.Second}}
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	before := time.Now()
 	publishBacklog(t, ctx, b, "a", 10, time.Time{})
-	if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "look", "a")); err != nil {
+	if _, err := b.Pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "look", "a")); err != nil {
 		t.Fatal(err)
 	}
-	info, err := admin.Inspect(ctx, b.js, cfg)
+	info, err := admin.Inspect(ctx, b.JS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestInspect(t *testing.T) {
 	if info.InFlight != 0 || info.MaxAckPending != 0 || info.BacklogHeld != 0 {
 		t.Errorf("no worker ran, yet consumer figures are %+v", info)
 	}
-	if _, err := admin.Inspect(ctx, b.js, queue.Config{Name: "missing"}); err == nil {
+	if _, err := admin.Inspect(ctx, b.JS, queue.Config{Name: "missing"}); err == nil {
 		t.Error("Inspect of a queue without streams did not fail")
 	}
 }
@@ -319,14 +320,14 @@ func TestInspect(t *testing.T) {
 // other keys' jobs do not wait for it meanwhile.
 func TestBacklogGrantOfVanishedWorkerRunsAgain(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("head"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("head"))
 	// A worker makes the grants consumer; stopped, it leaves it behind.
 	rec := newRecorder()
-	stop := runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error { return nil })
+	stop := queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error { return nil })
 	var cons jetstream.Consumer
 	rec.waitFor(t, 10*time.Second, "the grants consumer", func() bool {
 		var err error
-		cons, err = b.js.Consumer(ctx, queue.GrantsStreamName("head"), worker.GrantsConsumer)
+		cons, err = b.JS.Consumer(ctx, queue.GrantsStreamName("head"), worker.GrantsConsumer)
 		return err == nil
 	})
 	stop()
@@ -336,7 +337,7 @@ func TestBacklogGrantOfVanishedWorkerRunsAgain(t *testing.T) {
 	// The next worker leads; the test takes the first grant as a worker
 	// that dies at once would.
 	rec = newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
@@ -372,16 +373,16 @@ func TestBacklogGrantOfVanishedWorkerRunsAgain(t *testing.T) {
 // workers, so the job ahead may be held elsewhere.
 func TestBacklogKeyDueJobPassesOneNotYetDue(t *testing.T) {
 	t.Parallel()
-	cfg := testQueue("inv")
+	cfg := queuetest.QueueConfig("inv")
 	cfg.LeakRate = bucket.Rate{Count: 100, Per: time.Second}
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	rec := newRecorder()
 	began := time.Now()
 	later := publishBacklog(t, ctx, b, "k", 1, began.Add(2*time.Second))         // stored first, due at 2s
 	sooner := publishBacklog(t, ctx, b, "k", 1, began.Add(300*time.Millisecond)) // stored second, due at 0.3s
 	due := publishBacklog(t, ctx, b, "k", 2, time.Time{})                        // due at once, behind both
 	for range 2 {
-		runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			return nil
 		})
@@ -412,14 +413,14 @@ func TestBacklogKeyDueJobPassesOneNotYetDue(t *testing.T) {
 // ones that wait. The scheduled ones do not start early.
 func TestBacklogDueJobBehindManyNotDue(t *testing.T) {
 	t.Parallel()
-	cfg := testQueue("deep")
+	cfg := queuetest.QueueConfig("deep")
 	cfg.LeakRate = bucket.Rate{Count: 100, Per: time.Second}
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	rec := newRecorder()
 	began := time.Now()
 	waiting := publishBacklog(t, ctx, b, "k", 40, began.Add(time.Hour))
 	due := publishBacklog(t, ctx, b, "k", 1, time.Time{})
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
@@ -450,22 +451,22 @@ func TestBacklogDueJobBehindManyNotDue(t *testing.T) {
 func TestBacklogStartsNeverBurstAboveLeakRate(t *testing.T) {
 	t.Parallel()
 	const rate, backlogJobs, readyJobs = 10, 40, 40
-	cfg := testQueue("burst")
+	cfg := queuetest.QueueConfig("burst")
 	cfg.LeakRate = bucket.Rate{Count: rate, Per: time.Second}
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	var backlog, ready []*queue.Job
 	for i := range backlogJobs {
 		backlog = append(backlog, publishBacklog(t, ctx, b, "b"+strconv.Itoa(i%8), 1, time.Time{})...)
 	}
 	for i := range readyJobs {
-		ready = append(ready, newJob(t, "burst", "r"+strconv.Itoa(i%4)))
+		ready = append(ready, queuetest.NewJob(t, "burst", "r"+strconv.Itoa(i%4)))
 	}
-	if ok, _, _, other := publishAll(ctx, b, queue.Ready, ready); ok != readyJobs {
+	if ok, _, _, other := b.PublishAll(ctx, queue.Ready, ready); ok != readyJobs {
 		t.Fatalf("published %d of %d admitted jobs: %v", ok, readyJobs, other)
 	}
 	rec := newRecorder()
 	var running, peak atomic.Int64
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -525,13 +526,13 @@ func TestBacklogStartsNeverBurstAboveLeakRate(t *testing.T) {
 // say where each try ran. Nothing is left in the backlog or READY.
 func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("bfail"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("bfail"))
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	flaky := publishBacklog(t, ctx, b, "flaky", 1, time.Time{})[0]
 	bad := publishBacklog(t, ctx, b, "bad", 1, time.Time{})[0]
-	perm := newJob(t, "bfail", "perm")
+	perm := queuetest.NewJob(t, "bfail", "perm")
 	perm.Header = map[string][]string{"Traceparent": {traceparent}}
-	if _, err := b.pub.Publish(ctx, queue.Backlog, perm); err != nil {
+	if _, err := b.Pub.Publish(ctx, queue.Backlog, perm); err != nil {
 		t.Fatal(err)
 	}
 	policy := retry.Policy{MaxAttempts: 3, Initial: 300 * time.Millisecond, Max: 300 * time.Millisecond, Jitter: 0.5}
@@ -539,7 +540,7 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 	rec := newRecorder()
 	var mu sync.Mutex
 	attempts := map[string][]int{}
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Retry: policy, Rand: fixedRand{}, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Retry: policy, Rand: fixedRand{}, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		mu.Lock()
 		attempts[j.ID] = append(attempts[j.ID], j.Attempt)
@@ -589,7 +590,7 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 		}
 	}
 	reasons := map[string][]string{}
-	for _, d := range deadLetters(t, ctx, b.js, "bfail") {
+	for _, d := range deadLetters(t, ctx, b.JS, "bfail") {
 		reasons[d.Header.Get(spillway.HeaderJobID)] = []string{d.Header.Get(queue.HeaderDeadReason), d.Header.Get(spillway.HeaderAttempt), d.Header.Get(queue.HeaderSourceStream), d.Header.Get("Traceparent"), string(d.Data)}
 	}
 	if want := []string{"attempts exhausted (3 of 3)", "3", ready, "", "payload of " + bad.ID}; !slices.Equal(reasons[bad.ID], want) {
@@ -599,7 +600,7 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 		t.Errorf("dead letter of the permanently failing job %q, want %q", reasons[perm.ID], want)
 	}
 	for _, s := range []string{backlog, ready} {
-		if n := stored(t, ctx, b.js, s); n != 0 {
+		if n := queuetest.Stored(t, ctx, b.JS, s); n != 0 {
 			t.Errorf("%s holds %d jobs after all were settled", s, n)
 		}
 	}
@@ -611,12 +612,12 @@ func TestBacklogJobFailuresRetryThroughReady(t *testing.T) {
 // starts it again from there.
 func TestBacklogJobRunningAtStop(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("bstop"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("bstop"))
 	quick := publishBacklog(t, ctx, b, "quick", 1, time.Time{})[0]
 	stuck := publishBacklog(t, ctx, b, "stuck", 1, time.Time{})[0]
 	rec := newRecorder()
 	release := make(chan struct{})
-	stop := runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	stop := queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		if j.Key == "quick" {
 			<-release
@@ -632,14 +633,14 @@ func TestBacklogJobRunningAtStop(t *testing.T) {
 	if rec.count(worker.Succeeded) != 1 || rec.count(worker.HandedBack) != 1 {
 		t.Fatalf("after stop: %d succeeded, %d handed back; want 1 and 1", rec.count(worker.Succeeded), rec.count(worker.HandedBack))
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("bstop", queue.Backlog)); n != 1 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("bstop", queue.Backlog)); n != 1 {
 		t.Fatalf("the backlog holds %d jobs after the stop, want the handed-back one", n)
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("bstop", queue.Ready)); n != 0 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("bstop", queue.Ready)); n != 0 {
 		t.Fatalf("READY holds %d jobs after the stop, want none", n)
 	}
 	second := newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
 		second.started(j)
 		return nil
 	})
@@ -654,10 +655,10 @@ func TestBacklogJobRunningAtStop(t *testing.T) {
 // the grants wait in the stream, and the other worker starts them.
 func TestBacklogBusyWorkerHandsDueJobsOn(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("busy"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("busy"))
 	busy, free := newRecorder(), newRecorder()
 	unblock := make(chan struct{})
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 1, FetchWait: 100 * time.Millisecond, Observe: busy.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 1, FetchWait: 100 * time.Millisecond, Observe: busy.observe}, func(ctx context.Context, j *queue.Job) error {
 		busy.started(j)
 		if j.Key == "long" {
 			select {
@@ -668,16 +669,16 @@ func TestBacklogBusyWorkerHandsDueJobsOn(t *testing.T) {
 		return nil
 	})
 	t.Cleanup(func() { close(unblock) }) // before the worker stops (cleanups run last first)
-	if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "busy", "long")); err != nil {
+	if _, err := b.Pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "busy", "long")); err != nil {
 		t.Fatal(err)
 	}
 	busy.waitFor(t, 10*time.Second, "the long job to run", func() bool { return busy.count(worker.Started) == 1 })
 	queued := publishBacklog(t, ctx, b, "q", 2, time.Time{})
 	busy.waitFor(t, 10*time.Second, "a grant waiting for a free handler", func() bool {
-		c, err := b.js.Consumer(ctx, queue.GrantsStreamName("busy"), worker.GrantsConsumer)
+		c, err := b.JS.Consumer(ctx, queue.GrantsStreamName("busy"), worker.GrantsConsumer)
 		return err == nil && c.CachedInfo().NumPending > 0
 	})
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: free.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: free.observe}, func(ctx context.Context, j *queue.Job) error {
 		free.started(j)
 		return nil
 	})

@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 )
 
@@ -20,17 +16,8 @@ import (
 // worker's handler returns nil to ack the job, an error to retry it, or
 // retry.Permanent(err) to dead-letter it.
 func Example() {
-	url, stop := embeddedServer() // in production: your NATS server's URL
+	js, stop := queuetest.StartExample() // in production: jetstream.New(nc) on your NATS connection
 	defer stop()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -77,26 +64,4 @@ func Example() {
 		log.Fatal(err)
 	}
 	// Output: sending "welcome mail" for customer-42, try 1
-}
-
-// embeddedServer starts a JetStream server on a random port with its store
-// in a temporary directory (tests use queuetest.Start instead).
-func embeddedServer() (url string, stop func()) {
-	dir, err := os.MkdirTemp("", "spillway-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		log.Fatal("nats-server did not start")
-	}
-	return srv.ClientURL(), func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
 }

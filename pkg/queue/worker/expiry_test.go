@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
@@ -49,24 +50,24 @@ func TestJobExpiresAtHeader(t *testing.T) {
 // before the drain read it goes the same way. Neither takes a start.
 func TestBacklogExpiredJobsNeverRun(t *testing.T) {
 	t.Parallel()
-	cfg := testQueue("expiry")
+	cfg := queuetest.QueueConfig("expiry")
 	cfg.LeakRate = bucket.Rate{Count: 1, Per: time.Minute}
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	first := publishBacklog(t, ctx, b, "a", 1, time.Time{})[0]
-	gone := newJob(t, "expiry", "c")
+	gone := queuetest.NewJob(t, "expiry", "c")
 	gone.ExpiresAt = time.Now().Add(-time.Second)
-	if _, err := b.pub.Publish(ctx, queue.Backlog, gone); err != nil {
+	if _, err := b.Pub.Publish(ctx, queue.Backlog, gone); err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})
 	rec.waitFor(t, 20*time.Second, "the first job's success", func() bool { return rec.count(worker.Succeeded) == 1 })
-	late := newJob(t, "expiry", "b")
+	late := queuetest.NewJob(t, "expiry", "b")
 	late.ExpiresAt = time.Now().Add(2 * time.Second)
-	if _, err := b.pub.Publish(ctx, queue.Backlog, late); err != nil {
+	if _, err := b.Pub.Publish(ctx, queue.Backlog, late); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, 20*time.Second, "2 dead letters", func() bool { return rec.count(worker.DeadLettered) == 2 })
@@ -85,7 +86,7 @@ func TestBacklogExpiredJobsNeverRun(t *testing.T) {
 		}
 	}
 	rec.mu.Unlock()
-	dead := deadLetters(t, ctx, b.js, "expiry")
+	dead := deadLetters(t, ctx, b.JS, "expiry")
 	if len(dead) != 2 {
 		t.Fatalf("%d dead letters, want 2", len(dead))
 	}
@@ -97,7 +98,7 @@ func TestBacklogExpiredJobsNeverRun(t *testing.T) {
 			t.Errorf("dead letter %s: last error %q, want when it expired", m.Header.Get(spillway.HeaderJobID), m.Header.Get(queue.HeaderLastError))
 		}
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("expiry", queue.Backlog)); n != 0 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("expiry", queue.Backlog)); n != 0 {
 		t.Errorf("backlog holds %d jobs", n)
 	}
 }
@@ -109,18 +110,18 @@ func TestBacklogExpiredJobsNeverRun(t *testing.T) {
 // the granted job, so the worker alone decides.
 func TestGrantedJobStartingAfterItsExpiryIsNotRun(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("lategrant"))
-	j := newJob(t, "lategrant", "a")
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("lategrant"))
+	j := queuetest.NewJob(t, "lategrant", "a")
 	j.ExpiresAt = time.Now().Add(time.Second)
-	ack, err := b.pub.Publish(ctx, queue.Backlog, j)
+	ack, err := b.Pub.Publish(ctx, queue.Backlog, j)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.js.PublishMsg(ctx, worker.GrantMsg("lategrant", ack.Sequence, j.ExpiresAt.Add(500*time.Millisecond))); err != nil {
+	if _, err := b.JS.PublishMsg(ctx, worker.GrantMsg("lategrant", ack.Sequence, j.ExpiresAt.Add(500*time.Millisecond))); err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		return nil
 	})

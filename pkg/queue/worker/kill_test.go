@@ -52,7 +52,7 @@ func TestKillWorkerLosesNothing(t *testing.T) {
 	total := kills * 40
 	ids := make([]string, 0, total)
 	for i := range total {
-		j := newJob(t, "kill", "k"+strconv.Itoa(i%50))
+		j := queuetest.NewJob(t, "kill", "k"+strconv.Itoa(i%50))
 		dest := queue.Ready
 		if i%4 == 0 {
 			dest = queue.Backlog // a quarter goes through the drain
@@ -87,7 +87,7 @@ func TestKillWorkerLosesNothing(t *testing.T) {
 	// it. (The ledger's ack line can miss a job whose worker was killed
 	// right after the ack, so it is not the test of completion.)
 	deadline := time.Now().Add(2 * time.Minute)
-	for stored(t, ctx, js, queue.StreamName("kill", queue.Ready))+stored(t, ctx, js, queue.StreamName("kill", queue.Backlog)) > 0 {
+	for queuetest.Stored(t, ctx, js, queue.StreamName("kill", queue.Ready))+queuetest.Stored(t, ctx, js, queue.StreamName("kill", queue.Backlog)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("jobs still waiting 2 minutes after the last kill")
 		}

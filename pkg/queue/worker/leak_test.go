@@ -64,7 +64,7 @@ func TestLeakRateAcrossProcesses(t *testing.T) {
 	lateAt := time.Now().Add(10 * time.Second)
 	all := make([]*queue.Job, 0, jobs)
 	for i := range jobs {
-		j := newJob(t, "leak", fmt.Sprintf("k%02d", i%keys))
+		j := queuetest.NewJob(t, "leak", fmt.Sprintf("k%02d", i%keys))
 		if i%keys == 0 {
 			j.NotBefore = lateAt
 		}

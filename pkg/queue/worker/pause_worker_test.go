@@ -31,10 +31,10 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 	}
 	t.Parallel()
 	const backlogJobs, readyJobs, workers = 260, 20, 2
-	cfg := testQueue("paused")
+	cfg := queuetest.QueueConfig("paused")
 	cfg.LeakRate = bucket.Rate{Count: 20, Per: time.Second}
-	ctx, b := setup(t, cfg)
-	kv, err := pace.OpenPacerBucket(ctx, b.js, 1)
+	ctx, b := queuetest.StartQueue(t, cfg)
+	kv, err := pace.OpenPacerBucket(ctx, b.JS, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 4, Pacer: yp, Observe: rec.observe}, handler)
+		queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 4, Pacer: yp, Observe: rec.observe}, handler)
 	}
 	backlog := map[string]bool{}
 	for i := range backlogJobs {
@@ -79,25 +79,25 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 	rec.waitFor(t, 30*time.Second, "40 backlog jobs started", func() bool { return count() >= 40 })
 
 	pausedAt := time.Now()
-	if err := pace.SetPause(ctx, b.js, cfg.Name, 1, pace.PauseState{Paused: true, At: pausedAt, By: "test", Reason: "maintenance"}); err != nil {
+	if err := pace.SetPause(ctx, b.JS, cfg.Name, 1, pace.PauseState{Paused: true, At: pausedAt, By: "test", Reason: "maintenance"}); err != nil {
 		t.Fatal(err)
 	}
 	// Admitted while paused: they wait too.
 	var ready []string
 	for range readyJobs {
-		j := newJob(t, cfg.Name, "r")
-		if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+		j := queuetest.NewJob(t, cfg.Name, "r")
+		if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
 			t.Fatal(err)
 		}
 		ready = append(ready, j.ID)
 	}
 	time.Sleep(4 * time.Second)
-	st, err := pace.ReadPause(ctx, b.js, cfg.Name)
+	st, err := pace.ReadPause(ctx, b.JS, cfg.Name)
 	if err != nil || !st.Paused || st.By != "test" || st.Reason != "maintenance" {
 		t.Fatalf("ReadPause = %+v, %v; want paused by test for maintenance", st, err)
 	}
 	resumedAt := time.Now()
-	if err := pace.SetPause(ctx, b.js, cfg.Name, 1, pace.PauseState{At: resumedAt, By: "test"}); err != nil {
+	if err := pace.SetPause(ctx, b.JS, cfg.Name, 1, pace.PauseState{At: resumedAt, By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, 40*time.Second, "every job done", func() bool { return rec.count(worker.Succeeded) == backlogJobs+readyJobs })
@@ -161,16 +161,16 @@ func TestPauseStopsStartsUntilResume(t *testing.T) {
 // (+WPI) from a hand-back (-NAK) without a race.
 func TestPauseHoldsReadyJobPulledAfterThePause(t *testing.T) {
 	t.Parallel()
-	cfg := testQueue("pausepull")
-	ctx, b := setup(t, cfg)
+	cfg := queuetest.QueueConfig("pausepull")
+	ctx, b := queuetest.StartQueue(t, cfg)
 	rec := newRecorder()
 	logs := newPauseLog()
 	var (
 		mu       sync.Mutex
 		attempts = map[string][]int{}
 	)
-	runWorker(t, b.js, worker.WorkerConfig{
-		Queue: b.cfg, Concurrency: 1, AckWait: 3 * time.Second, FetchWait: 5 * time.Second,
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{
+		Queue: b.Config, Concurrency: 1, AckWait: 3 * time.Second, FetchWait: 5 * time.Second,
 		Logger: slog.New(logs), Observe: rec.observe,
 	}, func(ctx context.Context, j *queue.Job) error {
 		mu.Lock()
@@ -180,12 +180,12 @@ func TestPauseHoldsReadyJobPulledAfterThePause(t *testing.T) {
 	})
 	// A first job, done, makes the worker open a new pull at once (its
 	// one handler is free again): the pull is fresh, open for FetchWait.
-	first := newJob(t, cfg.Name, "r")
-	if _, err := b.pub.Publish(ctx, queue.Ready, first); err != nil {
+	first := queuetest.NewJob(t, cfg.Name, "r")
+	if _, err := b.Pub.Publish(ctx, queue.Ready, first); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, 10*time.Second, "the first job done", func() bool { return rec.count(worker.Succeeded) == 1 })
-	cons, err := b.js.Consumer(ctx, queue.StreamName(cfg.Name, queue.Ready), worker.ReadyConsumer)
+	cons, err := b.JS.Consumer(ctx, queue.StreamName(cfg.Name, queue.Ready), worker.ReadyConsumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestPauseHoldsReadyJobPulledAfterThePause(t *testing.T) {
 		return err == nil && info.NumWaiting > 0
 	})
 	acks := make(chan string, 64)
-	nc := b.js.Conn()
+	nc := b.JS.Conn()
 	// The worker's answers to the job: +WPI for a heartbeat, -NAK for
 	// a hand-back, +ACK when done.
 	sub, err := nc.Subscribe("$JS.ACK.>", func(m *nats.Msg) {
@@ -213,12 +213,12 @@ func TestPauseHoldsReadyJobPulledAfterThePause(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := pace.SetPause(ctx, b.js, cfg.Name, 1, pace.PauseState{Paused: true, At: time.Now(), By: "test"}); err != nil {
+	if err := pace.SetPause(ctx, b.JS, cfg.Name, 1, pace.PauseState{Paused: true, At: time.Now(), By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	logs.wait(t, "queue paused")
-	j := newJob(t, cfg.Name, "r")
-	if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+	j := queuetest.NewJob(t, cfg.Name, "r")
+	if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -233,7 +233,7 @@ func TestPauseHoldsReadyJobPulledAfterThePause(t *testing.T) {
 		t.Fatalf("%d starts while paused, want 0", n-1)
 	}
 
-	if err := pace.SetPause(ctx, b.js, cfg.Name, 1, pace.PauseState{At: time.Now(), By: "test"}); err != nil {
+	if err := pace.SetPause(ctx, b.JS, cfg.Name, 1, pace.PauseState{At: time.Now(), By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, 10*time.Second, "the job done after the resume", func() bool { return rec.count(worker.Succeeded) == 2 })

@@ -46,7 +46,7 @@ func TestMeasureAdaptiveLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5000 {
-		j := newJob(t, cfg.Name, fmt.Sprintf("k%03d", i%200))
+		j := queuetest.NewJob(t, cfg.Name, fmt.Sprintf("k%03d", i%200))
 		if _, err := pub.Publish(ctx, queue.Backlog, j); err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestMeasureAdaptiveLeak(t *testing.T) {
 			t.Fatal(err)
 		}
 		yps = append(yps, yp)
-		runWorker(t, js, worker.WorkerConfig{Queue: cfg, Concurrency: 8, Pacer: yp}, downstream)
+		queuetest.RunWorker(t, js, worker.WorkerConfig{Queue: cfg, Concurrency: 8, Pacer: yp}, downstream)
 	}
 	time.Sleep(run)
 	mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
@@ -22,8 +23,8 @@ import (
 func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 	t.Parallel()
 	const jobs, workers, pause = 80, 2, 2 * time.Second
-	ctx, b := setup(t, testQueue("push")) // 50/s
-	kv, err := pace.OpenPacerBucket(ctx, b.js, 1)
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("push")) // 50/s
+	kv, err := pace.OpenPacerBucket(ctx, b.JS, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,19 +54,19 @@ func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 		return nil
 	}
 	for range workers {
-		kp, err := pace.NewKVPacer(kv, b.cfg.Name, b.cfg.LeakRate)
+		kp, err := pace.NewKVPacer(kv, b.Config.Name, b.Config.LeakRate)
 		if err != nil {
 			t.Fatal(err)
 		}
-		yp, err := pace.NewYieldingPacer(kp, kv, b.cfg.Name, b.cfg.LeakRate, false)
+		yp, err := pace.NewYieldingPacer(kp, kv, b.Config.Name, b.Config.LeakRate, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 4, Pacer: yp, Observe: rec.observe}, handler)
+		queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 4, Pacer: yp, Observe: rec.observe}, handler)
 	}
 	rec.waitFor(t, 30*time.Second, "every job done", func() bool { return rec.count(worker.Succeeded) == jobs })
 
-	st, err := pace.ReadLeakState(ctx, kv, b.cfg.Name)
+	st, err := pace.ReadLeakState(ctx, kv, b.Config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestPushbackPausesTheLeakForOtherBacklogJobs(t *testing.T) {
 	for _, e := range rec.events {
 		if e.Kind == worker.Released && e.Job.ID == pushedID {
 			released++
-			if released == 2 && (e.Attempt != 2 || e.Stream != queue.StreamName(b.cfg.Name, queue.Backlog)) {
+			if released == 2 && (e.Attempt != 2 || e.Stream != queue.StreamName(b.Config.Name, queue.Backlog)) {
 				t.Errorf("the pushed-back job's retry: attempt %d from %s, want attempt 2 from the backlog", e.Attempt, e.Stream)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
@@ -18,15 +19,15 @@ import (
 // the job in READY stays there until it is done.
 func TestFullReadyDoesNotHoldBackTheBacklog(t *testing.T) {
 	t.Parallel()
-	cfg := testQueue("full")
+	cfg := queuetest.QueueConfig("full")
 	cfg.ReadyCapacity = 1
-	ctx, b := setup(t, cfg)
+	ctx, b := queuetest.StartQueue(t, cfg)
 	// READY's one place is taken by a job whose handler blocks.
-	blocker := newJob(t, "full", "a")
-	if _, err := b.pub.Publish(ctx, queue.Ready, blocker); err != nil {
+	blocker := queuetest.NewJob(t, "full", "a")
+	if _, err := b.Pub.Publish(ctx, queue.Ready, blocker); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "full", "a")); !errors.Is(err, queue.ErrReadyFull) {
+	if _, err := b.Pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "full", "a")); !errors.Is(err, queue.ErrReadyFull) {
 		t.Fatalf("a second job in a READY of capacity 1: %v, want ErrReadyFull", err)
 	}
 	var backlog []*queue.Job
@@ -35,7 +36,7 @@ func TestFullReadyDoesNotHoldBackTheBacklog(t *testing.T) {
 	}
 	rec := newRecorder()
 	unblock := make(chan struct{})
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 2, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		if j.ID == blocker.ID {
 			select {
@@ -55,12 +56,12 @@ func TestFullReadyDoesNotHoldBackTheBacklog(t *testing.T) {
 		}
 		return true
 	})
-	if n := stored(t, ctx, b.js, queue.StreamName("full", queue.Ready)); n != 1 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("full", queue.Ready)); n != 1 {
 		t.Fatalf("READY holds %d jobs, want the blocking one", n)
 	}
 	close(unblock)
 	rec.waitFor(t, 20*time.Second, "both streams to empty", func() bool {
-		return stored(t, ctx, b.js, queue.StreamName("full", queue.Backlog)) == 0 && stored(t, ctx, b.js, queue.StreamName("full", queue.Ready)) == 0
+		return queuetest.Stored(t, ctx, b.JS, queue.StreamName("full", queue.Backlog)) == 0 && queuetest.Stored(t, ctx, b.JS, queue.StreamName("full", queue.Ready)) == 0
 	})
 	for _, j := range append(backlog, blocker) {
 		if n := rec.startCount(j.ID); n != 1 {
@@ -74,21 +75,21 @@ func TestFullReadyDoesNotHoldBackTheBacklog(t *testing.T) {
 // it. The job is tried again and succeeds; nothing is re-published.
 func TestRetryInFullReady(t *testing.T) {
 	t.Parallel()
-	cfg := testQueue("retryfull")
+	cfg := queuetest.QueueConfig("retryfull")
 	cfg.ReadyCapacity = 1
-	ctx, b := setup(t, cfg)
-	j := newJob(t, "retryfull", "a")
-	if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+	ctx, b := queuetest.StartQueue(t, cfg)
+	j := queuetest.NewJob(t, "retryfull", "a")
+	if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
 	full := make(chan error, 1)
 	policy := retry.Policy{MaxAttempts: 3, Initial: 300 * time.Millisecond, Max: time.Second, Jitter: -1}
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Retry: policy, Observe: rec.observe}, func(ctx context.Context, job *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Retry: policy, Observe: rec.observe}, func(ctx context.Context, job *queue.Job) error {
 		rec.started(job)
 		if rec.startCount(job.ID) == 1 {
 			// READY is full while the job waits for its retry.
-			_, err := b.pub.Publish(ctx, queue.Ready, newJob(t, "retryfull", "b"))
+			_, err := b.Pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "retryfull", "b"))
 			full <- err
 			return errors.New("try again")
 		}
@@ -101,7 +102,7 @@ func TestRetryInFullReady(t *testing.T) {
 	if n := rec.startCount(j.ID); n != 2 || rec.count(worker.Retrying) != 1 {
 		t.Errorf("the job ran %d times with %d retries, want 2 and 1", n, rec.count(worker.Retrying))
 	}
-	rec.waitFor(t, 20*time.Second, "READY to empty", func() bool { return stored(t, ctx, b.js, queue.StreamName("retryfull", queue.Ready)) == 0 })
+	rec.waitFor(t, 20*time.Second, "READY to empty", func() bool { return queuetest.Stored(t, ctx, b.JS, queue.StreamName("retryfull", queue.Ready)) == 0 })
 }
 func (r *recorder) startCount(id string) int {
 	r.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -33,9 +34,9 @@ func TestReliabilityPanickingHandler(t *testing.T) {
 		phase = 30 * time.Second
 	}
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	cfg := testQueue("panics")
+	cfg := queuetest.QueueConfig("panics")
 	cfg.Capacity = 100_000
-	_, b := setup(t, cfg)
+	_, b := queuetest.StartQueue(t, cfg)
 	// setup's context lasts a minute; the full version runs longer.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*phase+2*time.Minute)
 	t.Cleanup(cancel)
@@ -61,7 +62,7 @@ func TestReliabilityPanickingHandler(t *testing.T) {
 	}
 	quiet := slog.New(slog.DiscardHandler) // each panic logs its stack
 	for range 2 {
-		runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 8, Retry: policy, Logger: quiet}, h)
+		queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 8, Retry: policy, Logger: quiet}, h)
 	}
 
 	// publish sends one job of key every `every` until stop closes.
@@ -76,12 +77,12 @@ func TestReliabilityPanickingHandler(t *testing.T) {
 					return
 				case <-tick.C:
 				}
-				j := newJob(t, "panics", key+strconv.Itoa(i%4))
+				j := queuetest.NewJob(t, "panics", key+strconv.Itoa(i%4))
 				if key == "boom" {
 					j.Key = "boom"
 				}
 				j.Header = header
-				if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+				if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
 					t.Errorf("publishing: %v", err)
 					return
 				}
@@ -148,11 +149,11 @@ func TestReliabilityPanickingHandler(t *testing.T) {
 	drop := 100 * (rateA/offA - rateB/offB) / (rateA / offA)
 
 	waitUntil(time.Minute, "every job settled", func() bool {
-		return stored(t, ctx, b.js, queue.StreamName("panics", queue.Ready)) == 0
+		return queuetest.Stored(t, ctx, b.JS, queue.StreamName("panics", queue.Ready)) == 0
 	})
 	dead := map[string]int{}
 	wrong := 0
-	for _, d := range deadLetters(t, ctx, b.js, "panics") {
+	for _, d := range deadLetters(t, ctx, b.JS, "panics") {
 		id := d.Header.Get(spillway.HeaderJobID)
 		dead[id]++
 		a := d.Header.Get(spillway.HeaderAttempt)

@@ -87,45 +87,14 @@ func (r *recorder) waitFor(t *testing.T, d time.Duration, what string, cond func
 	}
 }
 
-// runWorker runs a worker until the test ends, then stops it and checks
-// that Run returned nil.
-func runWorker(t *testing.T, js jetstream.JetStream, cfg worker.WorkerConfig, h worker.Handler) context.CancelFunc {
-	t.Helper()
-	w, err := worker.NewWorker(js, cfg, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	stop := func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("worker Run: %v", err)
-			}
-		case <-time.After(cfg.GracePeriod + 15*time.Second):
-			t.Errorf("worker did not stop")
-		}
-	}
-	var once sync.Once
-	t.Cleanup(func() { once.Do(stop) })
-	return func() { once.Do(stop) }
-}
-
-func testQueue(name string) queue.Config {
-	return queue.Config{Name: name, Capacity: 1000, Memory: true, LeakRate: bucket.Rate{Count: 50, Per: time.Second}}
-}
-
 // Admitted jobs each run exactly once, as fast as the concurrency allows,
 // and leave the stream when acked.
 func TestWorkerRunsReadyJobsOnce(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("ready"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("ready"))
 	rec := newRecorder()
 	var running, peak atomic.Int64
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Concurrency: 8, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 8, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -139,9 +108,9 @@ func TestWorkerRunsReadyJobsOnce(t *testing.T) {
 	})
 	var jobs []*queue.Job
 	for i := range 100 {
-		jobs = append(jobs, newJob(t, "ready", "k"+strconv.Itoa(i%7)))
+		jobs = append(jobs, queuetest.NewJob(t, "ready", "k"+strconv.Itoa(i%7)))
 	}
-	if ok, _, _, other := publishAll(ctx, b, queue.Ready, jobs); ok != len(jobs) {
+	if ok, _, _, other := b.PublishAll(ctx, queue.Ready, jobs); ok != len(jobs) {
 		t.Fatalf("published %d of %d: %v", ok, len(jobs), other)
 	}
 	rec.waitFor(t, 30*time.Second, "100 successes", func() bool { return rec.count(worker.Succeeded) == 100 })
@@ -150,7 +119,7 @@ func TestWorkerRunsReadyJobsOnce(t *testing.T) {
 			t.Errorf("job %s ran %d times", j.ID, n)
 		}
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("ready", queue.Ready)); n != 0 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("ready", queue.Ready)); n != 0 {
 		t.Errorf("%d jobs left in READY after all were acked", n)
 	}
 	if p := peak.Load(); p < 2 || p > 8 {
@@ -171,10 +140,10 @@ func (fixedRand) Int64N(n int64) int64 { return n / 2 }
 // headers, attempts and last error, and leaves READY.
 func TestPoisonJobIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("poison"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("poison"))
 	rec := newRecorder()
 	policy := retry.Policy{MaxAttempts: 4, Initial: 200 * time.Millisecond, Max: time.Second, Jitter: 0.5}
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Retry: policy, Rand: fixedRand{}, Observe: rec.observe},
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Retry: policy, Rand: fixedRand{}, Observe: rec.observe},
 		func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			if j.Key == "good" {
@@ -182,11 +151,11 @@ func TestPoisonJobIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 			}
 			return fmt.Errorf("downstream said no\r\nto attempt %d", j.Attempt)
 		})
-	poison := newJob(t, "poison", "bad")
+	poison := queuetest.NewJob(t, "poison", "bad")
 	poison.Header = map[string][]string{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
-	good := newJob(t, "poison", "good")
+	good := queuetest.NewJob(t, "poison", "good")
 	for _, j := range []*queue.Job{poison, good} {
-		if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+		if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -209,7 +178,7 @@ func TestPoisonJobIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 		t.Errorf("events: %d retrying, %d succeeded; want %d and 1", rec.count(worker.Retrying), rec.count(worker.Succeeded), policy.MaxAttempts-1)
 	}
 
-	dead := deadLetters(t, ctx, b.js, "poison")
+	dead := deadLetters(t, ctx, b.JS, "poison")
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}
@@ -234,7 +203,7 @@ func TestPoisonJobIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 		t.Errorf("dead letter subject %s, want %s", d.Subject, queue.Subject("poison", queue.Dead, "bad"))
 	}
 	rec.waitFor(t, 5*time.Second, "READY empty", func() bool {
-		return stored(t, ctx, b.js, queue.StreamName("poison", queue.Ready)) == 0
+		return queuetest.Stored(t, ctx, b.JS, queue.StreamName("poison", queue.Ready)) == 0
 	})
 }
 
@@ -266,9 +235,9 @@ func deadLetters(t *testing.T, ctx context.Context, js jetstream.JetStream, q st
 // retry.Permanent skips the remaining tries; a panic is a failed try.
 func TestPermanentErrorsAndPanics(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("perm"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("perm"))
 	rec := newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Retry: retry.Policy{MaxAttempts: 2, Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}, Observe: rec.observe},
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Retry: retry.Policy{MaxAttempts: 2, Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}, Observe: rec.observe},
 		func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			if j.Key == "permanent" {
@@ -276,9 +245,9 @@ func TestPermanentErrorsAndPanics(t *testing.T) {
 			}
 			panic("handler bug on attempt " + strconv.Itoa(j.Attempt))
 		})
-	perm, boom := newJob(t, "perm", "permanent"), newJob(t, "perm", "panics")
+	perm, boom := queuetest.NewJob(t, "perm", "permanent"), queuetest.NewJob(t, "perm", "panics")
 	for _, j := range []*queue.Job{perm, boom} {
-		if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+		if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -290,7 +259,7 @@ func TestPermanentErrorsAndPanics(t *testing.T) {
 		t.Errorf("panicking job tried %d times, want 2", n)
 	}
 	reasons := map[string]string{}
-	for _, d := range deadLetters(t, ctx, b.js, "perm") {
+	for _, d := range deadLetters(t, ctx, b.JS, "perm") {
 		reasons[d.Header.Get(spillway.HeaderJobID)] = d.Header.Get(queue.HeaderDeadReason) + ": " + d.Header.Get(queue.HeaderLastError)
 	}
 	if want := "permanent error: permanent: malformed address"; reasons[perm.ID] != want {
@@ -305,18 +274,18 @@ func TestPermanentErrorsAndPanics(t *testing.T) {
 // no other worker gets it meanwhile.
 func TestHeartbeatsKeepLongJobs(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("slow"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("slow"))
 	rec := newRecorder()
-	cfg := worker.WorkerConfig{Queue: b.cfg, AckWait: 400 * time.Millisecond, Observe: rec.observe}
+	cfg := worker.WorkerConfig{Queue: b.Config, AckWait: 400 * time.Millisecond, Observe: rec.observe}
 	h := func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		time.Sleep(2 * time.Second) // five ack waits
 		return nil
 	}
-	runWorker(t, b.js, cfg, h)
-	runWorker(t, b.js, cfg, h) // a second worker that would take a lapsed job
-	jobs := []*queue.Job{newJob(t, "slow", "a"), newJob(t, "slow", "b"), newJob(t, "slow", "c")}
-	if ok, _, _, other := publishAll(ctx, b, queue.Ready, jobs); ok != 3 {
+	queuetest.RunWorker(t, b.JS, cfg, h)
+	queuetest.RunWorker(t, b.JS, cfg, h) // a second worker that would take a lapsed job
+	jobs := []*queue.Job{queuetest.NewJob(t, "slow", "a"), queuetest.NewJob(t, "slow", "b"), queuetest.NewJob(t, "slow", "c")}
+	if ok, _, _, other := b.PublishAll(ctx, queue.Ready, jobs); ok != 3 {
 		t.Fatal(other)
 	}
 	rec.waitFor(t, 20*time.Second, "3 successes", func() bool { return rec.count(worker.Succeeded) == 3 })
@@ -332,11 +301,11 @@ func TestHeartbeatsKeepLongJobs(t *testing.T) {
 // handed back, to run again on another worker.
 func TestGracefulStop(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("stop"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("stop"))
 	rec := newRecorder()
 	release := make(chan struct{})
-	first := worker.WorkerConfig{Queue: b.cfg, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}
-	stop := runWorker(t, b.js, first, func(ctx context.Context, j *queue.Job) error {
+	first := worker.WorkerConfig{Queue: b.Config, GracePeriod: 700 * time.Millisecond, Observe: rec.observe}
+	stop := queuetest.RunWorker(t, b.JS, first, func(ctx context.Context, j *queue.Job) error {
 		rec.started(j)
 		if j.Key == "quick" {
 			<-release
@@ -346,8 +315,8 @@ func TestGracefulStop(t *testing.T) {
 		<-ctx.Done() // outlives the grace period
 		return ctx.Err()
 	})
-	quick, stuck := newJob(t, "stop", "quick"), newJob(t, "stop", "stuck")
-	if ok, _, _, other := publishAll(ctx, b, queue.Ready, []*queue.Job{quick, stuck}); ok != 2 {
+	quick, stuck := queuetest.NewJob(t, "stop", "quick"), queuetest.NewJob(t, "stop", "stuck")
+	if ok, _, _, other := b.PublishAll(ctx, queue.Ready, []*queue.Job{quick, stuck}); ok != 2 {
 		t.Fatal(other)
 	}
 	rec.waitFor(t, 10*time.Second, "both running", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.order) == 2 })
@@ -356,14 +325,14 @@ func TestGracefulStop(t *testing.T) {
 	if rec.count(worker.Succeeded) != 1 || rec.count(worker.HandedBack) != 1 {
 		t.Fatalf("after stop: %d succeeded, %d handed back; want 1 and 1", rec.count(worker.Succeeded), rec.count(worker.HandedBack))
 	}
-	if n := stored(t, ctx, b.js, queue.StreamName("stop", queue.Ready)); n != 1 {
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("stop", queue.Ready)); n != 1 {
 		t.Fatalf("READY holds %d jobs after the stop, want the handed-back one", n)
 	}
 	// Another worker picks the handed-back job up at once, not after the
 	// ack wait.
 	second := newRecorder()
 	began := time.Now()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: second.observe}, func(ctx context.Context, j *queue.Job) error {
 		second.started(j)
 		return nil
 	})
@@ -384,9 +353,9 @@ func TestGracefulStop(t *testing.T) {
 // that keeps it from starting, such as a closed connection, is returned.
 func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 	t.Parallel()
-	_, b := setup(t, testQueue("early"))
+	_, b := queuetest.StartQueue(t, queuetest.QueueConfig("early"))
 	handler := func(context.Context, *queue.Job) error { return nil }
-	w, err := worker.NewWorker(b.js, worker.WorkerConfig{Queue: b.cfg}, handler)
+	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: b.Config}, handler)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +365,7 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 		t.Errorf("Run with its context ended before it started: %v; want nil", err)
 	}
 
-	nc, err := nats.Connect(b.srv.URL())
+	nc, err := nats.Connect(b.Server.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +374,7 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Close()
-	if w, err = worker.NewWorker(js, worker.WorkerConfig{Queue: b.cfg}, handler); err != nil {
+	if w, err = worker.NewWorker(js, worker.WorkerConfig{Queue: b.Config}, handler); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Run(context.Background()); err == nil {
@@ -417,17 +386,17 @@ func TestRunStoppedWhileStartingReturnsNil(t *testing.T) {
 
 func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("junk"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("junk"))
 	rec := newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
 		t.Errorf("handler called for %+v", j)
 		return nil
 	})
-	if _, err := b.js.Publish(ctx, "spillway.ready.junk.sometoken", []byte("not a job")); err != nil {
+	if _, err := b.JS.Publish(ctx, "spillway.ready.junk.sometoken", []byte("not a job")); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, 10*time.Second, "the dead letter", func() bool { return rec.count(worker.DeadLettered) == 1 })
-	dead := deadLetters(t, ctx, b.js, "junk")
+	dead := deadLetters(t, ctx, b.JS, "junk")
 	if len(dead) != 1 || dead[0].Header.Get(queue.HeaderDeadReason) != "invalid job" || string(dead[0].Data) != "not a job" ||
 		dead[0].Header.Get(queue.HeaderLastError) != "queue: invalid job: header Spillway-Job-Id is missing" {
 		t.Fatalf("dead letters: %+v", dead)
@@ -438,7 +407,7 @@ func TestInvalidMessagesAreDeadLettered(t *testing.T) {
 // field is named.
 func TestWorkerConfigErrorsNameTheField(t *testing.T) {
 	t.Parallel()
-	q := testQueue("cfg")
+	q := queuetest.QueueConfig("cfg")
 	for _, tc := range []struct {
 		cfg  worker.WorkerConfig
 		want string
@@ -468,19 +437,19 @@ func TestWorkerConfigErrorsNameTheField(t *testing.T) {
 // a duplicate of the first — and the job is never acked into nowhere.
 func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
 	t.Parallel()
-	ctx, b := setup(t, testQueue("again"))
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("again"))
 	rec := newRecorder()
-	runWorker(t, b.js, worker.WorkerConfig{Queue: b.cfg, Observe: rec.observe},
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Observe: rec.observe},
 		func(ctx context.Context, j *queue.Job) error {
 			rec.started(j)
 			return retry.Permanent(errors.New("still broken"))
 		})
-	j := newJob(t, "again", "k")
-	if _, err := b.pub.Publish(ctx, queue.Ready, j); err != nil {
+	j := queuetest.NewJob(t, "again", "k")
+	if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, 20*time.Second, "the first dead letter", func() bool { return rec.count(worker.DeadLettered) == 1 })
-	first := deadLetters(t, ctx, b.js, "again")
+	first := deadLetters(t, ctx, b.JS, "again")
 	if len(first) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(first))
 	}
@@ -494,11 +463,11 @@ func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
 	m.Header.Set(spillway.HeaderAttempt, "0")
 	m.Header.Set(nats.MsgIdHdr, j.ID+":replay:1")
 	m.Data = first[0].Data
-	if _, err := b.js.PublishMsg(ctx, m); err != nil {
+	if _, err := b.JS.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	rec.waitFor(t, 20*time.Second, "the second dead letter", func() bool { return rec.count(worker.DeadLettered) == 2 })
-	dead := deadLetters(t, ctx, b.js, "again")
+	dead := deadLetters(t, ctx, b.JS, "again")
 	if len(dead) != 2 {
 		t.Fatalf("%d dead letters after the replay died again, want 2 (the second was dropped as a duplicate: the job is lost)", len(dead))
 	}
