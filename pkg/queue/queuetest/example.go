@@ -28,21 +28,21 @@ func StartExample() (js jetstream.JetStream, stop func()) {
 		_ = os.RemoveAll(dir)
 		panic(fmt.Errorf("queuetest: %w", err))
 	}
-	stop = func() {
+	shutdown := func() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
 		_ = os.RemoveAll(dir)
 	}
 	nc, err := nats.Connect("nats://127.0.0.1:" + strconv.Itoa(port))
 	if err != nil {
-		stop()
+		shutdown()
 		panic(fmt.Errorf("queuetest: %w", err))
 	}
 	js, err = jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		stop()
+		shutdown()
 		panic(fmt.Errorf("queuetest: %w", err))
 	}
-	return js, func() { nc.Close(); stop() }
+	return js, func() { nc.Close(); shutdown() }
 }
