@@ -29,9 +29,9 @@ type (
 		Queues []*queueDoc `yaml:"queues" list:"queues"`
 	}
 	natsDoc struct {
-		URL       text    `yaml:"url"`
-		Listen    text    `yaml:"listen"`
-		StoreDir  text    `yaml:"store_dir"`
+		URL         text    `yaml:"url"`
+		Listen      text    `yaml:"listen"`
+		StoreDir    text    `yaml:"store_dir"`
 		CredsFile   text    `yaml:"creds_file"`
 		NkeyFile    text    `yaml:"nkey_file"`
 		InboxPrefix text    `yaml:"inbox_prefix"`

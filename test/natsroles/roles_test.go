@@ -486,4 +486,3 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() (bool, st
 	}
 	t.Fatalf("%s: not within %v (last: %s)", what, d, last)
 }
-
