@@ -1,7 +1,6 @@
 package conn
 
 import (
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,7 +30,7 @@ func startNATS(t *testing.T, opts *server.Options) string {
 	return srv.Addr().String()
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // TestNATSUserPassword connects as the user a URL's user info names, and
 // reports a wrong password as a credentials problem without printing it.
