@@ -101,13 +101,17 @@ func NATS(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "url", Redact(c.ConnectedUrl())) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			// A permissions violation lands here: say which role and
-			// subject, so that a server's authorization is easy to mend.
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
 			}
-			log.Error("NATS reported an error", "connection", name, "subject", subject, "err", err)
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				// The server's authorization refused this process a
+				// subject its role needs (docs/security.md): say which.
+				log.Error("NATS refused a subject: a permissions violation", "connection", name, "subscription", subject, "err", err)
+				return
+			}
+			log.Warn("NATS reported an error", "connection", name, "subscription", subject, "err", err)
 		}),
 	}
 	auth, err := NATSOptions(c)

@@ -1,10 +1,12 @@
 package conn
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,4 +161,55 @@ func TestValidInboxPrefix(t *testing.T) {
 	if _, err := NATSOptions(NATSConfig{InboxPrefix: "x.>"}); err == nil || !strings.Contains(err.Error(), "nats.inbox_prefix") {
 		t.Errorf("NATSOptions with a wildcard prefix: err = %v", err)
 	}
+}
+
+// logRecords is a slog handler keeping each record's level and text.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []string
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	s := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+	l.mu.Lock()
+	l.recs = append(l.recs, s)
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+
+// TestNATSPermissionViolationLogged: a subject the server refuses this
+// connection is logged as an error naming the connection and the subject,
+// so that a deployment's authorization can be mended.
+func TestNATSPermissionViolationLogged(t *testing.T) {
+	t.Parallel()
+	addr := startNATS(t, &server.Options{Users: []*server.User{{Username: "worker", Password: "w", Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{"jobs.>"}},
+	}}}})
+	logs := &logRecords{}
+	nc, err := NATS(NATSConfig{URL: "nats://worker:w@" + addr}, "spillway-worker", slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if err := nc.Publish("$KV.spillway-pacer.email.paused", nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		logs.mu.Lock()
+		for _, r := range logs.recs {
+			if strings.HasPrefix(r, "ERROR") && strings.Contains(r, "spillway-worker") && strings.Contains(r, `"$KV.spillway-pacer.email.paused"`) {
+				logs.mu.Unlock()
+				return
+			}
+		}
+		logs.mu.Unlock()
+		_ = nc.Flush()
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no error logged naming the refused subject; logs: %q", logs.recs)
 }
