@@ -15,6 +15,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/cli"
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/devnats"
 )
 
 func main() { os.Exit(cli.Main("admitter", run)) }
@@ -65,6 +66,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	if *dev {
+		// The embedded server takes no credentials.
+		if w := devnats.ExposureWarning(cfg.NATS.Listen, false); w != "" {
+			log.Warn(w, "nats_listen", cfg.NATS.Listen)
+		}
+	}
 	svc, err := admitterd.Start(ctx, admitterd.Options{Config: cfg, Dev: *dev, Logger: log})
 	if err != nil {
 		return err

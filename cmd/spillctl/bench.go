@@ -157,13 +157,13 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	case "nats":
 		var closeConn func()
 		var err error
-		if c, closeConn, err = natsClient(*natsURL, "spillctl bench", clientOpts...); err != nil {
+		if c, closeConn, err = natsClient(*natsURL, "spillctl bench", getenv, clientOpts...); err != nil {
 			return fmt.Errorf("spillctl bench: %w", err)
 		}
 		defer closeConn()
-		where = *natsURL + " " + spillway.SubmitPrefix + *q
+		where = natsShown(*natsURL) + " " + spillway.SubmitPrefix + *q
 		if batch != nil {
-			where = *natsURL + " " + spillway.SubmitBatchPrefix + *q
+			where = natsShown(*natsURL) + " " + spillway.SubmitBatchPrefix + *q
 		}
 	default:
 		return usageErrorf("spillctl bench: --via %q: want http or nats", *via)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/spillway-dev/spillway/internal/conn"
 	"github.com/spillway-dev/spillway/pkg/client"
 )
 
@@ -186,11 +187,22 @@ func httpURL(s string) (u *url.URL, ok bool) {
 }
 
 // connectNATS connects with a short timeout and an error that says what
-// to do.
-func connectNATS(natsURL, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(natsURL, nats.Name(name), nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+// to do. The connection's credentials and inbox prefix come from the
+// environment, as the admitter's and the worker's do:
+// SPILLWAY_NATS_CREDS_FILE, SPILLWAY_NATS_NKEY_FILE and
+// SPILLWAY_NATS_INBOX_PREFIX (a user and password go in the URL).
+func connectNATS(natsURL, name string, getenv func(string) string) (*nats.Conn, error) {
+	opts, err := conn.NATSOptions(conn.NATSConfig{
+		CredsFile:   getenv("SPILLWAY_NATS_CREDS_FILE"),
+		NkeyFile:    getenv("SPILLWAY_NATS_NKEY_FILE"),
+		InboxPrefix: getenv("SPILLWAY_NATS_INBOX_PREFIX"),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s: %w (is nats-server running? set --nats or $SPILLWAY_NATS_URL)", natsURL, err)
+		return nil, err
+	}
+	nc, err := nats.Connect(natsURL, append(opts, nats.Name(name), nats.Timeout(5*time.Second), nats.MaxReconnects(0))...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach NATS at %s: %w (is nats-server running? set --nats or $SPILLWAY_NATS_URL; credentials: the URL's user info, $SPILLWAY_NATS_CREDS_FILE or $SPILLWAY_NATS_NKEY_FILE)", conn.Redact(natsURL), err)
 	}
 	return nc, nil
 }
@@ -324,3 +336,7 @@ func isTerminal(r io.Reader) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// natsShown is a NATS URL as spillctl prints it: a password or token in
+// its user info hidden.
+func natsShown(natsURL string) string { return conn.Redact(natsURL) }

@@ -158,7 +158,7 @@ const dlqTimeout = 10 * time.Second
 // open connects to NATS and opens queue q's dead letters; closeNATS ends the
 // connection.
 func (d *dlq) open(ctx context.Context, cmd, q, natsURL string) (dl *admin.DeadLetters, js jetstream.JetStream, closeNATS func(), err error) {
-	nc, err := connectNATS(natsURL, "spillctl dlq")
+	nc, err := connectNATS(natsURL, "spillctl dlq", d.getenv)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", cmd, err)
 	}

@@ -20,8 +20,8 @@ import (
 
 // natsClient connects to natsURL and returns a client of the NATS door
 // over the connection, which close closes.
-func natsClient(natsURL, name string, opts ...client.Option) (c *client.Client, closeConn func(), err error) {
-	nc, err := connectNATS(natsURL, name)
+func natsClient(natsURL, name string, getenv func(string) string, opts ...client.Option) (c *client.Client, closeConn func(), err error) {
+	nc, err := connectNATS(natsURL, name, getenv)
 	if err != nil {
 		return nil, nil, err
 	}

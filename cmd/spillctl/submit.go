@@ -86,10 +86,10 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	ctx, cancel := context.WithTimeout(ctx, *conn.timeout)
 	defer cancel()
 	var c *client.Client
-	where := *natsURL
+	where := natsShown(*natsURL)
 	if *via == "nats" {
 		var closeConn func()
-		if c, closeConn, err = natsClient(*natsURL, "spillctl submit", client.WithTimeout(*conn.timeout)); err != nil {
+		if c, closeConn, err = natsClient(*natsURL, "spillctl submit", getenv, client.WithTimeout(*conn.timeout)); err != nil {
 			return fmt.Errorf("spillctl submit: %w", err)
 		}
 		defer closeConn()

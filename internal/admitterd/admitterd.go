@@ -110,7 +110,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 			s.closeAll()
 		}
 	}()
-	url := cfg.NATS.URL
+	nc := cfg.NATS.NATSConfig
 	if o.Dev {
 		listen := cfg.NATS.Listen
 		if listen == config.DefaultNATSListen && portTaken(listen) {
@@ -123,10 +123,10 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		if s.dev, err = devnats.Start(listen, cfg.NATS.StoreDir); err != nil {
 			return nil, err
 		}
-		url = s.dev.URL()
-		s.log.Info("dev mode: embedded NATS with JetStream", "url", url)
+		nc.URL = s.dev.URL()
+		s.log.Info("dev mode: embedded NATS with JetStream", "url", nc.URL)
 	}
-	if s.nc, err = conn.NATS(url, cfg.NATS.CredsFile, "spillway-admitter", s.log); err != nil {
+	if s.nc, err = conn.NATS(nc, "spillway-admitter", s.log); err != nil {
 		return nil, err
 	}
 	if s.js, err = jetstream.New(s.nc); err != nil {
@@ -264,7 +264,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		}
 		s.goRun(s.workers.Wait)
 	}
-	s.log.Info("admitter ready", "http", s.HTTPAddr(), "nats", conn.Redact(url), "queues", len(cfg.Queues))
+	s.log.Info("admitter ready", "http", s.HTTPAddr(), "nats", conn.Redact(nc.URL), "queues", len(cfg.Queues))
 	return s, nil
 }
 

@@ -49,18 +49,18 @@ func (c *Config) Queue(name string) *Queue {
 	return nil
 }
 
-// NATS is how to reach NATS (nats:).
+// NATS is how to reach NATS (nats:): the connection settings, whose
+// rules are conn's, and the dev server's and the streams' own.
 type NATS struct {
-	// URL of the servers, comma-separated (default nats://127.0.0.1:4222).
-	URL string
+	// URL (default nats://127.0.0.1:4222; user info authenticates),
+	// CredsFile, NkeyFile and InboxPrefix (default none of them).
+	conn.NATSConfig
 	// Listen is where `admitter --dev` runs its embedded server
 	// (default 127.0.0.1:4222).
 	Listen string
 	// StoreDir is the embedded server's JetStream directory in dev mode
 	// (default: a temporary directory removed at exit).
 	StoreDir string
-	// CredsFile is a NATS credentials file (default none).
-	CredsFile string
 	// Replicas of every stream, 1 to 5 (default 1). Load copies it into
 	// each queue's Backlog.Replicas.
 	Replicas int

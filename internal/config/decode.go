@@ -29,11 +29,13 @@ type (
 		Queues []*queueDoc `yaml:"queues" list:"queues"`
 	}
 	natsDoc struct {
-		URL       text    `yaml:"url"`
-		Listen    text    `yaml:"listen"`
-		StoreDir  text    `yaml:"store_dir"`
-		CredsFile text    `yaml:"creds_file"`
-		Replicas  integer `yaml:"replicas"`
+		URL         text    `yaml:"url"`
+		Listen      text    `yaml:"listen"`
+		StoreDir    text    `yaml:"store_dir"`
+		CredsFile   text    `yaml:"creds_file"`
+		NkeyFile    text    `yaml:"nkey_file"`
+		InboxPrefix text    `yaml:"inbox_prefix"`
+		Replicas    integer `yaml:"replicas"`
 	}
 	redisDoc struct {
 		URL         text              `yaml:"url"`

@@ -20,6 +20,8 @@ type Overrides struct {
 	NATSURL           *string        `setting:"nats.url"`
 	NATSListen        *string        `setting:"nats.listen"`
 	NATSCredsFile     *string        `setting:"nats.creds_file"`
+	NATSNkeyFile      *string        `setting:"nats.nkey_file"`
+	NATSInboxPrefix   *string        `setting:"nats.inbox_prefix"`
 	RedisURL          *string        `setting:"redis.url"` // "" = the in-memory store
 	RedisFailureMode  *FailureMode   `setting:"redis.failure_mode"`
 	RedisTimeout      *time.Duration `setting:"redis.timeout"`

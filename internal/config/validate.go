@@ -32,7 +32,7 @@ import (
 // defaults is the Config of an empty file.
 func defaults() *Config {
 	return &Config{
-		NATS:   NATS{URL: DefaultNATSURL, Listen: DefaultNATSListen, Replicas: 1},
+		NATS:   NATS{NATSConfig: conn.NATSConfig{URL: DefaultNATSURL}, Listen: DefaultNATSListen, Replicas: 1},
 		Redis:  Redis{RedisConfig: conn.RedisConfig{Timeout: DefaultStoreTimeout}, FailureMode: FailOpen},
 		HTTP:   HTTP{Listen: DefaultHTTPListen, MaxBodyBytes: DefaultMaxBodyBytes},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: DefaultGracePeriod, AckWait: DefaultAckWait},
@@ -220,6 +220,11 @@ func (d *decoder) config(c *Config, doc *rootDoc) {
 	d.str(&n.Listen, &c.NATS.Listen, checkListen)
 	d.filename(&n.StoreDir, &c.NATS.StoreDir)
 	d.filename(&n.CredsFile, &c.NATS.CredsFile)
+	d.filename(&n.NkeyFile, &c.NATS.NkeyFile)
+	d.str(&n.InboxPrefix, &c.NATS.InboxPrefix, checkInboxPrefix)
+	if c.NATS.CredsFile != "" && c.NATS.NkeyFile != "" {
+		d.errorf(&n.NkeyFile, "expected one of nats.creds_file and nats.nkey_file, not both (a credentials file holds its own nkey seed)")
+	}
 	if n.Replicas.given() {
 		r := int(max(-1, min(n.Replicas.V, 6))) // out of range either way, and an int on every platform
 		if err := queue.ValidateReplicas(r); err != nil {

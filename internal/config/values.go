@@ -96,6 +96,15 @@ func checkNATSURL(s string) error {
 	return nil
 }
 
+// checkInboxPrefix accepts what nats.CustomInboxPrefix takes: a subject
+// prefix without wildcards; "" is NATS's own.
+func checkInboxPrefix(s string) error {
+	if s != "" && !conn.ValidInboxPrefix(s) {
+		return expected(conn.WantInboxPrefix, s)
+	}
+	return nil
+}
+
 func checkQueueName(s string) error {
 	if spillway.ValidateQueueName(s) != nil {
 		return expected(wantQueue, s)

@@ -22,11 +22,75 @@ import (
 	"github.com/spillway-dev/spillway/pkg/bucket/redisbucket"
 )
 
+// NATSConfig is how a process reaches NATS and who it is there (the
+// nats: section's connection settings). The zero value but URL connects
+// anonymously with NATS's own inbox prefix.
+type NATSConfig struct {
+	// URL of the servers, comma-separated. A user and password in a URL's
+	// user info (nats://user:pass@host:4222) authenticate as that user.
+	URL string
+	// CredsFile is a NATS credentials file: a user JWT and its nkey seed
+	// (default none).
+	CredsFile string
+	// NkeyFile is a file holding a user's nkey seed ("SU…"), for a server
+	// that lists the user by its public nkey (default none).
+	NkeyFile string
+	// InboxPrefix begins the subject of every reply this process waits
+	// for: its JetStream API answers, its pull consumers' messages, its
+	// requests' replies (default NATS's own, "_INBOX"). A deployment whose
+	// producers may subscribe to _INBOX.> gives each internal role one of
+	// its own, such as "_SPILLWAY_INBOX.worker".
+	InboxPrefix string
+}
+
+// ErrInvalidNATS wraps every problem ValidateNATS reports.
+var ErrInvalidNATS = errors.New("conn: invalid NATS settings")
+
+// WantInboxPrefix is what ValidInboxPrefix accepts, for "expected" messages.
+const WantInboxPrefix = `a subject prefix such as "_SPILLWAY_INBOX.worker": tokens joined by '.', without spaces, wildcards ('*', '>') or a trailing '.'`
+
+// ValidInboxPrefix reports whether p can begin an inbox subject: one or
+// more dot-separated tokens of printable ASCII with no wildcard ('*', '>')
+// and no whitespace. A trailing dot is NATS's to add.
+func ValidInboxPrefix(p string) bool {
+	if p == "" || len(p) > 200 {
+		return false
+	}
+	for tok := range strings.SplitSeq(p, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+		for _, c := range tok {
+			if c <= ' ' || c >= 0x7f || c == '*' || c == '>' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ValidateNATS checks the settings c's fields name, each in its own
+// words: a problem wraps ErrInvalidNATS and names the field (nats.url,
+// nats.inbox_prefix, nats.creds_file and nats.nkey_file together).
+func ValidateNATS(c NATSConfig) error {
+	var errs []error
+	if !ValidNATSURL(c.URL) {
+		errs = append(errs, fmt.Errorf("%w: nats.url: expected %s, got %q", ErrInvalidNATS, WantNATSURL, Redact(c.URL)))
+	}
+	if c.InboxPrefix != "" && !ValidInboxPrefix(c.InboxPrefix) {
+		errs = append(errs, fmt.Errorf("%w: nats.inbox_prefix: expected %s, got %q", ErrInvalidNATS, WantInboxPrefix, c.InboxPrefix))
+	}
+	if c.CredsFile != "" && c.NkeyFile != "" {
+		errs = append(errs, fmt.Errorf("%w: nats.creds_file and nats.nkey_file: set one (a credentials file holds its own nkey seed)", ErrInvalidNATS))
+	}
+	return errors.Join(errs...)
+}
+
 // NATS connects with reconnects forever: an admitter rides out a
-// NATS restart (not ready meanwhile) instead of exiting.
-func NATS(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
+// NATS restart (not ready meanwhile) instead of exiting. name is the
+// connection's name on the server (monitoring's connz).
+func NATS(c NATSConfig, name string, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
-		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
@@ -36,19 +100,65 @@ func NATS(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", "url", Redact(c.ConnectedUrl())) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				// The server's authorization refused this process a
+				// subject its role needs (docs/security.md): say which.
+				log.Error("NATS refused a subject: a permissions violation", "connection", name, "subscription", subject, "err", err)
+				return
+			}
+			log.Warn("NATS reported an error", "connection", name, "subscription", subject, "err", err)
+		}),
 	}
-	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
+	auth, err := NATSOptions(c)
+	if err != nil {
+		return nil, err
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := nats.Connect(c.URL, append(append(opts, auth...), nats.Name(name))...)
 	if err != nil {
 		hint := "is nats-server running? try `admitter --dev` for an embedded one"
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
-			hint = "check the credentials in nats.url or nats.creds_file"
+			hint = "check the credentials in nats.url, nats.creds_file or nats.nkey_file"
 		}
-		return nil, fmt.Errorf("connecting to NATS at %s: %w (%s)", Redact(url), err, hint)
+		return nil, fmt.Errorf("connecting to NATS at %s: %w (%s)", Redact(c.URL), err, hint)
 	}
 	return nc, nil
+}
+
+// NATSOptions are the options that make a connection the one c
+// describes beyond its URL: its credentials file or nkey seed, and its
+// inbox prefix. The URL's user and password need none: nats.go sends a
+// server URL's user info itself. A process that dials NATS itself
+// (spillctl) passes them to nats.Connect.
+func NATSOptions(c NATSConfig) ([]nats.Option, error) {
+	var opts []nats.Option
+	if c.CredsFile != "" && c.NkeyFile != "" {
+		return nil, fmt.Errorf("%w: nats.creds_file and nats.nkey_file: set one (a credentials file holds its own nkey seed)", ErrInvalidNATS)
+	}
+	if c.CredsFile != "" {
+		if _, err := os.Stat(c.CredsFile); err != nil {
+			return nil, fmt.Errorf("nats.creds_file: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	}
+	if c.NkeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(c.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats.nkey_file: %s: %w", c.NkeyFile, err)
+		}
+		opts = append(opts, o)
+	}
+	if c.InboxPrefix != "" {
+		if !ValidInboxPrefix(c.InboxPrefix) {
+			return nil, fmt.Errorf("%w: nats.inbox_prefix: expected %s, got %q", ErrInvalidNATS, WantInboxPrefix, c.InboxPrefix)
+		}
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
+	}
+	return opts, nil
 }
 
 // WantNATSURL is what ValidNATSURL accepts, for "expected" messages.

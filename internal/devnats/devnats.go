@@ -72,6 +72,32 @@ func Start(listen, storeDir string) (*Server, error) {
 	return s, nil
 }
 
+// ExposureWarning is the warning `admitter --dev` logs at start when its
+// embedded server, listening on listen ("host:port", as nats.listen), can
+// be reached from other machines without credentials (authRequired
+// false), or "" when it cannot: a loopback address ("127.0.0.1", "::1",
+// "localhost") keeps it on this machine; no host, an unspecified address
+// ("0.0.0.0", "::"), any other address or a host name may not.
+func ExposureWarning(listen string, authRequired bool) string {
+	if authRequired {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		host = listen
+	}
+	if host == "localhost" {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	return "dev mode: the embedded NATS server listens on " + listen + " with no authentication: anyone who can reach it can " +
+		"submit and cancel any job, read every job's payload and status, publish jobs straight into READY for the workers to run, " +
+		"pause queues and change limits through their buckets. Listen on loopback (nats.listen or SPILLWAY_NATS_LISTEN 127.0.0.1:4222), " +
+		"or run nats-server with the roles of deploy/nats/nats.conf and the admitter without --dev (docs/security.md)"
+}
+
 // clientHost is where a client on this machine reaches a listener.
 func clientHost(ip net.IP) string {
 	if ip.IsUnspecified() {

@@ -420,7 +420,7 @@ func Connect(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Proc
 			p.Close()
 		}
 	}()
-	if p.NC, err = conn.NATS(cfg.NATS.URL, cfg.NATS.CredsFile, "spillway-worker", log); err != nil {
+	if p.NC, err = conn.NATS(cfg.NATS.NATSConfig, "spillway-worker", log); err != nil {
 		return nil, err
 	}
 	p.closers = append(p.closers, func() { _ = p.NC.Drain() })

@@ -1,14 +1,13 @@
 package deployfiles
 
 import (
-	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,7 +89,7 @@ func (e *env) UnmarshalYAML(n *yaml.Node) error {
 			return err
 		}
 		for k, v := range m {
-			(*e)[k] = fmt.Sprint(v)
+			(*e)[k] = interpolate(fmt.Sprint(v))
 		}
 		return nil
 	case yaml.SequenceNode:
@@ -100,11 +99,22 @@ func (e *env) UnmarshalYAML(n *yaml.Node) error {
 		}
 		for _, kv := range l {
 			k, v, _ := strings.Cut(kv, "=")
-			(*e)[k] = v
+			(*e)[k] = interpolate(v)
 		}
 		return nil
 	}
 	return fmt.Errorf("line %d: environment: want a map or a list", n.Line)
+}
+
+// composeVar is a compose variable reference: ${NAME}, ${NAME:-default}
+// or ${NAME-default}.
+var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}`)
+
+// interpolate is what compose makes of v with none of its variables set:
+// each reference its default (or nothing), "$$" a "$".
+func interpolate(v string) string {
+	v = composeVar.ReplaceAllString(v, "$2")
+	return strings.ReplaceAll(v, "$$", "$")
 }
 
 // dependsOn is a compose depends_on: a list of names, or a map of name to
@@ -426,14 +436,17 @@ func TestComposeNATS(t *testing.T) {
 	if s == nil {
 		t.Fatalf("%s: services.nats is missing", composeFile)
 	}
-	// nats-server's own flag parser reads the command.
-	fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	noop := func() {}
-	opts, err := server.ConfigureOptions(fs, s.Command, noop, noop, noop)
-	if err != nil {
-		t.Fatalf("%s: services.nats.command %q: nats-server does not accept it: %v", composeFile, s.Command, err)
+	// nats-server's own parser reads the file the command names, with
+	// the service's environment.
+	conf, ok := flagValue(s.Command, "c")
+	if !ok {
+		conf, _ = flagValue(s.Command, "config")
 	}
+	host := s.hostFileOf(conf)
+	if host == "" {
+		t.Fatalf("%s: services.nats.command %q: want -c FILE, a file mounted from the repository", composeFile, s.Command)
+	}
+	opts := processNATSConf(t, host, s.Environment)
 	if !opts.JetStream {
 		t.Errorf("%s: services.nats.command %q: JetStream is not enabled (--jetstream)", composeFile, s.Command)
 	}

@@ -29,6 +29,7 @@ func TestNATSClusterConfig(t *testing.T) {
 		pod := fmt.Sprintf("nats-%d", i)
 		t.Run(pod, func(t *testing.T) {
 			t.Setenv("SERVER_NAME", pod)
+			setNATSPasswords(t, nil)
 			opts, err := server.ProcessConfigFile(repoFile(t, natsClusterConf))
 			if err != nil {
 				t.Fatalf("%s: nats-server does not accept it: %v", natsClusterConf, err)
@@ -88,6 +89,7 @@ func TestNATSClusterConfig(t *testing.T) {
 // the ports the file sets, lame duck within the termination grace.
 func TestNATSStatefulSet(t *testing.T) {
 	t.Setenv("SERVER_NAME", "nats-0")
+	setNATSPasswords(t, nil)
 	opts, err := server.ProcessConfigFile(repoFile(t, natsClusterConf))
 	if err != nil {
 		t.Fatalf("%s: nats-server does not accept it: %v", natsClusterConf, err)
