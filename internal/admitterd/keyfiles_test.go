@@ -154,6 +154,11 @@ func TestKeyFileFollowedWithoutSignal(t *testing.T) {
 func TestKeyFileReloadedOnSIGHUP(t *testing.T) {
 	t.Parallel()
 	s, keyFile, w, _, _ := keyedAdmitter(t, time.Hour, keyA, keyB)
+	w.OnReload = func(_, next *config.Config) { // as cmd/admitter wires it
+		if err := s.Reload(t.Context(), next); err != nil {
+			t.Errorf("Reload: %v", err)
+		}
+	}
 	sighup := make(chan struct{})
 	ctx, cancel := context.WithCancel(t.Context())
 	r := &cli.Reloader{Watcher: w, Requests: sighup, OnRequest: s.ReloadKeys, Logger: slog.New(slog.DiscardHandler)}
