@@ -154,10 +154,9 @@ func TestKeyFileFollowedWithoutSignal(t *testing.T) {
 func TestKeyFileReloadedOnSIGHUP(t *testing.T) {
 	t.Parallel()
 	s, keyFile, w, _, _ := keyedAdmitter(t, time.Hour, keyA, keyB)
+	reloaded := make(chan error, 1)
 	w.OnReload = func(_, next *config.Config) { // as cmd/admitter wires it
-		if err := s.Reload(t.Context(), next); err != nil {
-			t.Errorf("Reload: %v", err)
-		}
+		reloaded <- s.Reload(context.WithoutCancel(t.Context()), next)
 	}
 	sighup := make(chan struct{})
 	ctx, cancel := context.WithCancel(t.Context())
@@ -174,6 +173,9 @@ func TestKeyFileReloadedOnSIGHUP(t *testing.T) {
 	sighup <- struct{}{}
 	within(t, s, sent, time.Second, keyA, http.StatusUnauthorized, "key A removed, then SIGHUP")
 	within(t, s, sent, time.Second, keyC, http.StatusAccepted, "key C added, then SIGHUP")
+	if err := <-reloaded; err != nil {
+		t.Errorf("the configuration's reload on SIGHUP: %v", err)
+	}
 }
 
 // An admitter listening beyond loopback without API keys warns at start,
