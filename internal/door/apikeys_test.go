@@ -26,7 +26,7 @@ func TestAPIKeysSetWhileInUse(t *testing.T) {
 	}
 	onlyA, onlyB := parse(keyA+"\n"), parse("# rotated\n"+keyB+"\n")
 	with := func(key string) *http.Request {
-		r := httptest.NewRequest(http.MethodGet, "/v1/queues", nil)
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/queues", nil)
 		r.Header.Set("Authorization", "Bearer "+key)
 		return r
 	}
