@@ -34,7 +34,9 @@ delay 5, backlog 100 at 5/s) whose handler logs each job.
 
 Configuration: flags > SPILLWAY_* environment > file > defaults. The file
 is reloaded on SIGHUP and when it changes; an invalid file is reported and
-the running configuration stays.
+the running configuration stays. The key files (http.api_keys_file,
+http.admin_keys_file) are read again the same way: a key removed from its
+file is refused within a second, no restart needed.
 
 Flags:
 `
@@ -99,9 +101,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				svc.ReloadFailed()
 			}
 		}
-		r := &cli.Reloader{Watcher: watcher, Requests: reload, Logger: log}
-		go func() { _ = r.Run(wctx) }()
 	}
+	// SIGHUP reads the key files again too, with a configuration file or without.
+	r := &cli.Reloader{Watcher: watcher, Requests: reload, OnRequest: svc.ReloadKeys, Logger: log}
+	go func() { _ = r.Run(wctx) }()
 
 	var runErr error
 	select {

@@ -6,6 +6,7 @@
 package admitterd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,10 @@ type Options struct {
 	// Handlers overrides queue handlers of the dev-mode workers.
 	Handlers map[string]worker.Handler
 	Logger   *slog.Logger
+	// KeyFileInterval is how often the key files (http.api_keys_file,
+	// http.admin_keys_file) are read to see whether they changed
+	// (default DefaultKeyFileInterval).
+	KeyFileInterval time.Duration
 }
 
 // Service is a running admitter.
@@ -69,6 +74,7 @@ type Service struct {
 	httpLn   net.Listener
 	status   *jobstatus.Store
 	limits   jetstream.KeyValue // the runtime overrides' bucket
+	keyFiles *keyFiles          // the doors' API and admin keys, following their files
 	metrics  *AdmitMetrics
 	// store is the kind of bucket store decisions use: "redis" or
 	// "memory" (the store label of spillway_store_errors_total).
@@ -204,18 +210,11 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		return nil, err
 	}
 
-	var keys *door.APIKeys
-	if cfg.HTTP.APIKeysFile != "" {
-		if keys, err = door.LoadAPIKeys(cfg.HTTP.APIKeysFile); err != nil {
-			return nil, err
-		}
+	if s.keyFiles, err = newKeyFiles(cfg, s.log, o.Registry); err != nil {
+		return nil, err
 	}
-	var adminKeys *door.APIKeys
-	if cfg.HTTP.AdminKeysFile != "" {
-		if adminKeys, err = door.LoadAPIKeys(cfg.HTTP.AdminKeysFile); err != nil {
-			return nil, fmt.Errorf("admitterd: http.admin_keys_file: %w", err)
-		}
-	}
+	keys, adminKeys := s.keyFiles.apiKeys(), s.keyFiles.adminKeys()
+	s.warnOpenListen(cfg)
 	s.httpLn, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("admitterd: http.listen %s: %w (set http.listen or SPILLWAY_HTTP_LISTEN)", cfg.HTTP.Listen, err)
@@ -245,6 +244,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	}
 
 	s.goRun(func() error { return s.admitter.Run(runCtx) })
+	s.goRun(func() error { return s.keyFiles.run(runCtx, cmp.Or(o.KeyFileInterval, DefaultKeyFileInterval)) })
 	s.goRun(func() error { return s.firsts.Run(runCtx) })
 	s.goRun(func() error {
 		if err := s.http.Serve(s.httpLn); !errors.Is(err, http.ErrServerClosed) {
@@ -308,9 +308,14 @@ func (s *Service) Ready() error {
 // are created or updated first, then the admitter switches, and with it
 // the failure mode (redis.failure_mode) and readiness, then — in dev mode —
 // the in-process workers take it (workerd.Pool.Reload: leak rates, queues,
-// handlers, retry policies, concurrency). The store's connection
+// handlers, retry policies, concurrency). The key files follow the new
+// configuration whatever else happens (ReloadKeys). The store's connection
 // (redis.url, redis.timeout) is not reloaded: a restart applies it.
 func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
+	if s.admitter.Config().HTTP.APIKeysFile != "" && cfg.HTTP.APIKeysFile == "" {
+		s.warnOpenListen(cfg) // the listener stays; its keys go
+	}
+	s.keyFiles.configure(cfg)
 	if err := s.ensureStreams(ctx, cfg); err != nil {
 		s.reloads.WithLabelValues("failure").Inc()
 		return err
@@ -348,6 +353,12 @@ func (s *Service) warnIPTiers(cfg *config.Config) {
 		}
 	}
 }
+
+// ReloadKeys reads the key files again now (main calls it on SIGHUP) and
+// logs what it found, changed or not. The files are also read every
+// Options.KeyFileInterval; a file that cannot be read or parsed keeps the
+// running keys.
+func (s *Service) ReloadKeys() { s.keyFiles.check(true) }
 
 // ReloadFailed counts a reload whose configuration was invalid.
 func (s *Service) ReloadFailed() { s.reloads.WithLabelValues("failure").Inc() }

@@ -121,27 +121,44 @@ func (f *Flags) Logger(w io.Writer) (*slog.Logger, error) {
 
 // Reloader ties a Watcher to the process: file changes and reload
 // requests (SIGHUP, sent to Requests by main) apply new configurations
-// through apply; invalid ones are kept out, logged and counted by failed.
+// through the Watcher's hooks; invalid ones are kept out and logged.
 type Reloader struct {
+	// Watcher is the configuration's; nil when the process runs without a
+	// file (the admitter's --dev): requests then only call OnRequest.
 	Watcher  *Watcher
 	Requests <-chan struct{}
-	Logger   *slog.Logger
+	// OnRequest, if set, is called at each request before the
+	// configuration is read again, whether or not that succeeds: what the
+	// process reads besides the configuration (the admitter's key files).
+	OnRequest func()
+	Logger    *slog.Logger
 }
 
-// Run watches until ctx ends.
+// Run watches until ctx ends; it returns ctx.Err().
 func (r *Reloader) Run(ctx context.Context) error {
-	go func() {
+	requests := func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-r.Requests:
+				if r.OnRequest != nil {
+					r.OnRequest()
+				}
+				if r.Watcher == nil {
+					continue
+				}
 				if err := r.Watcher.Reload(); err != nil {
 					r.Logger.Warn("reload on SIGHUP failed; the running configuration stays", "err", err)
 				}
 			}
 		}
-	}()
+	}
+	if r.Watcher == nil {
+		requests()
+		return ctx.Err()
+	}
+	go requests()
 	return r.Watcher.Run(ctx)
 }
 

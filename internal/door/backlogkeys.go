@@ -7,7 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
@@ -20,6 +23,10 @@ import (
 // for each viewer.
 const keysCacheFor = time.Second
 
+// keysRead, if set, is told of each read of a queue's listing (tests
+// count them: export_test.go).
+var keysRead atomic.Pointer[func(js jetstream.JetStream, q string)]
+
 // keysCache holds the last key listing of each queue.
 type keysCache struct {
 	mu sync.Mutex
@@ -28,10 +35,21 @@ type keysCache struct {
 
 // keysEntry is one queue's last listing. Its mutex is held while the
 // listing is read, so concurrent requests for a queue read it once.
+//
+// A listing read for top N serves every request for N keys or fewer — the
+// ranking is the same, a shorter listing is its start — so requests that
+// vary top (?top=5, ?top=20, ...) do not read the queue again. A listing is
+// read at the largest top asked since the last read (at least
+// admin.DefaultTopKeys), so clients that keep asking for different tops
+// share one read per keysCacheFor; a request for more keys than the fresh
+// listing holds reads it again once, at admin.MaxTopKeys, which serves
+// every top until it expires. Each queue is read at most twice per
+// keysCacheFor, whatever the requests.
 type keysEntry struct {
 	mu       sync.Mutex
 	at       time.Time
-	top      int
+	top      int // what the listing was read for
+	want     int // the largest top asked since the listing was read
 	keys     []admin.KeyBacklog
 	total    int
 	releases *worker.KeyReleases
@@ -68,19 +86,31 @@ func (h *httpDoor) queueKeys(w http.ResponseWriter, r *http.Request) {
 	e := h.keys.entry(q.Name)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.top != top || time.Since(e.at) >= keysCacheFor {
-		if err := h.readKeys(r.Context(), e, q.Name, top); err != nil {
+	read := 0 // the top to read the listing for; 0: serve the one held
+	switch {
+	case time.Since(e.at) >= keysCacheFor:
+		read = max(top, e.want, admin.DefaultTopKeys)
+	case top > e.top:
+		read = admin.MaxTopKeys
+	}
+	e.want = max(e.want, top)
+	if read > 0 {
+		if err := h.readKeys(r.Context(), e, q.Name, read); err != nil {
 			h.unavailable(w, r, "reading the keys of queue "+q.Name, err)
 			return
 		}
+		e.want = top
 	}
-	writeJSON(w, http.StatusOK, "application/json", keyList(q.Name, e, cfg.HTTP.ShowRawKeys))
+	writeJSON(w, http.StatusOK, "application/json", keyList(q.Name, e, top, cfg.HTTP.ShowRawKeys))
 }
 
 // readKeys reads a queue's listing into e.
 func (h *httpDoor) readKeys(ctx context.Context, e *keysEntry, q string, top int) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	if f := keysRead.Load(); f != nil {
+		(*f)(h.o.JS, q)
+	}
 	keys, total, err := admin.BacklogKeys(ctx, h.o.JS, q, top)
 	if err != nil {
 		return err
@@ -94,15 +124,16 @@ func (h *httpDoor) readKeys(ctx context.Context, e *keysEntry, q string, top int
 	return nil
 }
 
-// keyList is a listing as the API shows it: raw keys only with
-// http.show_raw_keys.
-func keyList(q string, e *keysEntry, raw bool) spillway.KeyList {
-	list := spillway.KeyList{Queue: q, Keys: make([]spillway.KeyInfo, 0, len(e.keys)), TotalKeys: e.total}
+// keyList is the first top keys of a listing as the API shows it: raw
+// keys only with http.show_raw_keys.
+func keyList(q string, e *keysEntry, top int, raw bool) spillway.KeyList {
+	keys := e.keys[:min(top, len(e.keys))]
+	list := spillway.KeyList{Queue: q, Keys: make([]spillway.KeyInfo, 0, len(keys)), TotalKeys: e.total}
 	if e.releases != nil {
 		at := e.releases.At.UTC()
 		list.ReleasesAt, list.ReleasesWindowS = &at, e.releases.WindowS
 	}
-	for _, k := range e.keys {
+	for _, k := range keys {
 		ki := spillway.KeyInfo{
 			KeyHash: k.Hash, Depth: k.Depth, OldestAgeMS: k.OldestAge.Milliseconds(), Weight: k.Weight,
 			Priority: spillway.PriorityMix{High: k.Priorities[spillway.High], Normal: k.Priorities[spillway.Normal], Low: k.Priorities[spillway.Low]},

@@ -3,8 +3,12 @@ package door_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/door"
@@ -84,8 +88,14 @@ func TestHTTPBacklogKeys(t *testing.T) {
 	if _, err := kv.Put(t.Context(), worker.KeyReleasesKey("q"), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
-	// Another top is another listing: read anew, not from the cache.
-	l = b.keyList(t, "/v1/queues/q/keys?top=5", auth...)
+	// The listing is cached (for a second, whatever the top): the shares
+	// show once it is read again.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		l = b.keyList(t, "/v1/queues/q/keys?top=5", auth...)
+		if l.ReleasesAt != nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if l.ReleasesAt == nil || !l.ReleasesAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) || l.ReleasesWindowS != 60 || len(l.Keys) != 2 ||
 		l.Keys[0].ReleaseShare == nil || *l.Keys[0].ReleaseShare != 0.75 || l.Keys[1].ReleaseShare == nil || *l.Keys[1].ReleaseShare != 0.25 {
 		t.Errorf("with release counts: %+v, want releases_at, window 60 s and shares 0.75 and 0.25", l)
@@ -109,5 +119,46 @@ func TestHTTPBacklogKeys(t *testing.T) {
 	}
 	if r := b.do(t, http.MethodHead, "/v1/queues/q/keys", nil, auth...); r.code != http.StatusOK {
 		t.Errorf("HEAD: %d, want 200", r.code)
+	}
+}
+
+// Requests that vary top within the cache's second share one read of the
+// queue's backlog: a listing read for the default 20 keys serves every top
+// up to 20 as its start. Before, each change of top read the backlog anew,
+// so clients asking different tops kept a core busy.
+func TestHTTPBacklogKeysOneReadForAnyTop(t *testing.T) {
+	t.Parallel()
+	b := setup(t, keysConfig, setupOptions{})
+	for i := range 6 {
+		key := "tenant-" + string(rune('a'+i))
+		for range 1 + i%3 { // admitted, then 0 to 2 queued
+			if r := b.post(t, "q", nil, "X-Client", key); r.code != http.StatusAccepted {
+				t.Fatalf("submitting for %s: %d %s", key, r.code, r.body)
+			}
+		}
+	}
+	var reads atomic.Int32
+	restore := door.OnKeysRead(func(js jetstream.JetStream, q string) {
+		if js == b.JS && q == "q" { // another test's door is not this one
+			reads.Add(1)
+		}
+	})
+	t.Cleanup(restore)
+
+	began := time.Now()
+	full := b.keyList(t, "/v1/queues/q/keys")
+	if len(full.Keys) != 4 {
+		t.Fatalf("the listing: %+v, want the 4 keys with queued jobs", full)
+	}
+	for _, top := range []int{1, 20, 3, 2, 20, 1, 3, 2} {
+		l := b.keyList(t, "/v1/queues/q/keys?top="+strconv.Itoa(top))
+		want := full.Keys[:min(top, len(full.Keys))]
+		if len(l.Keys) != len(want) || l.TotalKeys != full.TotalKeys || (len(want) > 0 && l.Keys[0].KeyHash != want[0].KeyHash) {
+			t.Errorf("top=%d: %+v, want the first %d of %+v", top, l, len(want), full)
+		}
+	}
+	// One read per second of the cache, however long the requests took.
+	if n, most := reads.Load(), 1+int32(time.Since(began)/time.Second); n > most {
+		t.Errorf("9 requests of varying top read the backlog %d times, want at most %d", n, most)
 	}
 }

@@ -123,12 +123,6 @@ func validSubject(s string) bool {
 	return true
 }
 
-// redact hides a URL's password, so that an error does not print a secret.
-func redact(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		if _, has := u.User.Password(); has {
-			return u.Redacted()
-		}
-	}
-	return s
-}
+// redact hides a URL's user info and query, so that an error does not
+// print a secret.
+func redact(s string) string { return cleanURL(s) }

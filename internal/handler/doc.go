@@ -42,9 +42,13 @@
 //
 // A failure's error reads like
 //
-//	POST http://127.0.0.1:9000/send: 500 Internal Server Error: <the first 200 bytes of the body, on one line>
+//	POST http://127.0.0.1:9000/send: 500 Internal Server Error: <an excerpt of the body>
 //
-// and is a *StatusError when the downstream answered. The response body is
+// and is a *StatusError when the downstream answered. The error becomes the
+// job's last_error, which every submit key may read, so it names the URL
+// by scheme, host and path only — never its user info or query, where
+// credentials tend to live — and quotes at most 80 bytes of the body on one
+// line, printable characters only (others become U+FFFD), "…" when cut. The response body is
 // always drained (up to 64 KiB, so the connection can be reused) and closed.
 //
 // # NATS
@@ -74,5 +78,7 @@
 //
 // The status is case-insensitive; an unknown one is a retry, so that a
 // responder speaking a newer protocol cannot lose a job. A failure's error
-// is the Spillway-Error text, else the first 200 bytes of the reply body.
+// is the Spillway-Error text (up to 256 bytes), else an excerpt of the
+// reply body (up to 80 bytes), each on one line with only printable
+// characters, "…" when cut.
 package handler

@@ -24,12 +24,8 @@ import (
 // only keeps an absurd value (a date years ahead) from meaning anything.
 const MaxRetryAfter = time.Hour
 
-const (
-	// snippetLen is how much of a failure's body goes into its error.
-	snippetLen = 200
-	// maxDrain is how much of a response body is read before closing it.
-	maxDrain = 64 << 10
-)
+// maxDrain is how much of a response body is read before closing it.
+const maxDrain = 64 << 10
 
 var (
 	// ErrInvalidConfig is wrapped by the error for a handler config that

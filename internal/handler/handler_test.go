@@ -123,7 +123,7 @@ func TestValidateNamesFields(t *testing.T) {
 		got = append(got, fe.Field+": "+fe.Problem())
 	}
 	want := []string{
-		`http.url: expected an http:// or https:// URL such as "http://127.0.0.1:9000/send", got "ftp://u:xxxxx@x"`,
+		`http.url: expected an http:// or https:// URL such as "http://127.0.0.1:9000/send", got "ftp://x"`,
 		`http.timeout: expected a duration ≥ 0, got "-1ns"`,
 		`http.headers.Spillway-Priority: header Spillway-Priority is set by the worker for every job and cannot be configured`,
 		`nats.subject: expected a NATS subject such as "jobs.email" (no spaces or wildcards), got "jobs.>"`,

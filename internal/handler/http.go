@@ -20,15 +20,21 @@ import (
 )
 
 // StatusError is an HTTP handler's failure when the downstream answered:
-// the status and the start of the body. Its Error is one line:
+// the status and an excerpt of the body. Its Error is one line:
 //
 //	POST http://127.0.0.1:9000/send: 500 Internal Server Error: database is down
+//
+// It becomes a job's last_error, which any submit key may read: URL has no
+// user info or query, and Body is a short excerpt that cannot carry much of
+// whatever the downstream echoed.
 type StatusError struct {
 	Method     string
-	URL        string // with any password redacted
+	URL        string // scheme://host/path: no user info, query or fragment
 	StatusCode int
-	Status     string // "500 Internal Server Error"
-	Body       string // the first 200 bytes of the body, on one line
+	Status     string // "500 Internal Server Error", cleaned as Body is
+	// Body is the body's start on one line: at most 80 bytes of printable
+	// UTF-8 (anything else is U+FFFD), "…" when cut.
+	Body string
 }
 
 func (e *StatusError) Error() string {
@@ -65,13 +71,13 @@ func HTTP(cfg HTTPConfig, client *http.Client) (worker.Handler, error) {
 	if client == nil {
 		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: keepPost}
 	}
-	h := &httpHandler{url: u.String(), shown: u.Redacted(), timeout: timeout, header: static, client: client}
+	h := &httpHandler{url: u.String(), shown: shownURL(u), timeout: timeout, header: static, client: client}
 	return h.handle, nil
 }
 
 type httpHandler struct {
 	url     string
-	shown   string // url for errors, password redacted
+	shown   string // url for errors and logs: shownURL
 	timeout time.Duration
 	header  http.Header
 	client  *http.Client
@@ -82,7 +88,7 @@ func (h *httpHandler) handle(ctx context.Context, j *queue.Job) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, h.url, bytes.NewReader(j.Payload))
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", h.shown, err)
+		return fmt.Errorf("POST %s: %w", h.shown, scrub(err))
 	}
 	req.Header = h.header.Clone()
 	jobHeaders(j, req.Header.Set)
@@ -103,7 +109,7 @@ func (h *httpHandler) handle(ctx context.Context, j *queue.Job) error {
 	if code >= 200 && code <= 299 {
 		return nil
 	}
-	se := &StatusError{Method: http.MethodPost, URL: h.shown, StatusCode: code, Status: resp.Status, Body: snippet(resp.Body)}
+	se := &StatusError{Method: http.MethodPost, URL: h.shown, StatusCode: code, Status: excerpt(resp.Status, excerptLen), Body: bodyExcerpt(resp.Body)}
 	if se.Status == "" {
 		se.Status = strconv.Itoa(code) + " " + http.StatusText(code)
 	}
@@ -135,9 +141,9 @@ func (h *httpHandler) failed(ctx context.Context, err error) error {
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		err = ue.Err // its text repeats the method and the unredacted URL
+		err = ue.Err // its text repeats the method and the whole URL
 	}
-	return fmt.Errorf("POST %s: %w", h.shown, err)
+	return fmt.Errorf("POST %s: %w", h.shown, scrub(err))
 }
 
 // keepPost stops at a redirect that would turn the POST into a GET.
@@ -151,9 +157,9 @@ func keepPost(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-// snippet reads the first snippetLen bytes of a failure's body as one line.
-func snippet(body io.Reader) string {
-	buf := make([]byte, snippetLen)
+// bodyExcerpt reads the start of a failure's body as its excerpt.
+func bodyExcerpt(body io.Reader) string {
+	buf := make([]byte, excerptRead)
 	n, _ := io.ReadFull(body, buf) // a short or failed read leaves what it got
-	return queue.OneLine(string(buf[:n]), snippetLen)
+	return excerpt(string(buf[:n]), excerptLen)
 }

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -275,15 +277,16 @@ func TestHTTPStatusMapping(t *testing.T) {
 
 func TestHTTPErrorIsOneLine(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("é", 150) // 300 bytes: cut at 200, on a rune boundary
+	long := strings.Repeat("é", 150) // 300 bytes: cut at 80, on a rune boundary
 	tests := []struct {
 		body string
 		want string
 	}{
 		{"database is down\nretrying\r\n", ": 500 Internal Server Error: database is down retrying"},
 		{"", ": 500 Internal Server Error"},
-		{long, ": 500 Internal Server Error: " + strings.Repeat("é", 100)},
+		{long, ": 500 Internal Server Error: " + strings.Repeat("é", 40) + "…"},
 		{"bad\xffbyte", ": 500 Internal Server Error: bad\uFFFDbyte"},
+		{"bell\a esc\x1b[31m nul\x00 bidi\u202e.", ": 500 Internal Server Error: bell\uFFFD esc\uFFFD[31m nul\uFFFD bidi\uFFFD."},
 	}
 	for _, tt := range tests {
 		srv, _ := capture(t, func(w http.ResponseWriter, _ *http.Request) {
@@ -429,5 +432,62 @@ func TestHTTPRejectsConfig(t *testing.T) {
 		if _, err := handler.HTTP(cfg, nil); !errors.Is(err, handler.ErrInvalidConfig) {
 			t.Errorf("HTTP(%+v): %v, want ErrInvalidConfig", cfg, err)
 		}
+	}
+}
+
+// A handler's error becomes a job's last_error, which every submit key can
+// read: it names the downstream by scheme, host and path — never the URL's
+// user info or query — and quotes only a short, printable excerpt of the
+// body, whether the downstream answered, was not there, or redirected to a
+// Location that does not parse.
+func TestHTTPErrorTellsNoSecret(t *testing.T) {
+	t.Parallel()
+	secrets := []string{"user", "pass", "SECRET", "TAIL"}
+	body := "failed for api_key=sk_live_0123456789 " + strings.Repeat("x", 100) + "\x00\x1b[2J TAIL sk_live_SECRET"
+	answered, _ := capture(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, body)
+	})
+	redirected, _ := capture(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Location", "http://user:pass@[::1/%zz?token=SECRET")
+		w.WriteHeader(http.StatusTemporaryRedirect)
+	})
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // nothing listens on its port any more
+	withSecrets := func(base string) string {
+		return strings.Replace(base, "http://", "http://user:pass@", 1) + "/hook?token=SECRET#frag"
+	}
+	for _, tt := range []struct {
+		name, base string
+		want       string // in the error
+	}{
+		{"answered 500", answered.URL, "POST " + answered.URL + "/hook: 500 Internal Server Error: failed for api_key="},
+		{"no answer", gone.URL, "POST " + gone.URL + "/hook: "},
+		{"bad redirect", redirected.URL, "POST " + redirected.URL + "/hook: "},
+	} {
+		err := mustHTTP(t, handler.HTTPConfig{URL: withSecrets(tt.base)}, nil)(t.Context(), testJob())
+		if err == nil {
+			t.Fatalf("%s: no error", tt.name)
+		}
+		text := err.Error()
+		if !strings.HasPrefix(text, tt.want) {
+			t.Errorf("%s: error %q, want it to start %q", tt.name, text, tt.want)
+		}
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("%s: error %q tells %q", tt.name, text, s)
+			}
+		}
+		if !utf8.ValidString(text) || strings.ContainsFunc(text, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			t.Errorf("%s: error %q has a character that does not print", tt.name, text)
+		}
+	}
+	err := mustHTTP(t, handler.HTTPConfig{URL: withSecrets(answered.URL)}, nil)(t.Context(), testJob())
+	se, ok := errors.AsType[*handler.StatusError](err)
+	if !ok {
+		t.Fatalf("%v is not a *StatusError", err)
+	}
+	if len(se.Body) > 80+len("…") || !strings.HasSuffix(se.Body, "…") {
+		t.Errorf("Body %q: want at most 80 bytes and …", se.Body)
 	}
 }

@@ -60,7 +60,7 @@ func (h *natsHandler) handle(ctx context.Context, j *queue.Job) error {
 // replyError maps a reply to the handler's result.
 func (h *natsHandler) replyError(reply *nats.Msg) error {
 	status := strings.ToLower(strings.TrimSpace(header(reply.Header, spillway.HeaderStatus)))
-	text := queue.OneLine(header(reply.Header, spillway.HeaderError), queue.MaxErrorLen)
+	text := excerpt(header(reply.Header, spillway.HeaderError), errorTextLen)
 	if status == "" {
 		if text == "" {
 			return nil
@@ -71,7 +71,7 @@ func (h *natsHandler) replyError(reply *nats.Msg) error {
 		return nil
 	}
 	if text == "" {
-		text = queue.OneLine(string(reply.Data[:min(len(reply.Data), snippetLen)]), snippetLen)
+		text = excerpt(string(reply.Data[:min(len(reply.Data), excerptRead)]), excerptLen)
 	}
 	if text == "" {
 		text = "replied " + spillway.HeaderStatus + ": " + status
@@ -82,7 +82,7 @@ func (h *natsHandler) replyError(reply *nats.Msg) error {
 		return retry.Permanent(err)
 	case spillway.HandlerRetry, spillway.HandlerBusy:
 	default:
-		err = fmt.Errorf("request %s: %s (unknown %s %q, retried)", h.subject, text, spillway.HeaderStatus, queue.OneLine(status, 32))
+		err = fmt.Errorf("request %s: %s (unknown %s %q, retried)", h.subject, text, spillway.HeaderStatus, excerpt(status, 32))
 	}
 	d, ok := parseRetryAfter(header(reply.Header, spillway.HeaderRetryAfter), "", time.Now())
 	if ok {

@@ -3,6 +3,7 @@ package handler_test
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,6 +131,13 @@ func TestNATSReplyProtocol(t *testing.T) {
 			wantErr: "request jobs.s: replied Spillway-Status: busy"},
 		{name: "unknown status is retried", header: map[string]string{"Spillway-Status": "later", "Spillway-Error": "hm"}, want: plain,
 			wantErr: `request jobs.s: hm (unknown Spillway-Status "later", retried)`},
+		// The body is quoted as a short excerpt (80 bytes, …), printable
+		// only: it may echo anything, and the error is a job's last_error.
+		{name: "a long body is an excerpt", header: map[string]string{"Spillway-Status": "retry"},
+			body: "failed:\x1b[2J " + strings.Repeat("y", 100) + " token=SECRET", want: plain,
+			wantErr: "request jobs.s: failed:\uFFFD[2J " + strings.Repeat("y", 80-len("failed:\uFFFD[2J ")) + "…"},
+		{name: "a long error is cut", header: map[string]string{"Spillway-Error": strings.Repeat("z", 300)}, want: plain,
+			wantErr: "request jobs.s: " + strings.Repeat("z", 256) + "…"},
 	}
 	var current atomic.Pointer[nats.Msg] // the reply of the case being run
 	got := respond(t, responder, "jobs.s", func(*nats.Msg) *nats.Msg { return current.Load() })
