@@ -240,7 +240,7 @@ func TestIdempotencyAcrossAdmitters(t *testing.T) {
 	if !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID {
 		t.Errorf("the other admitter: %+v, want a duplicate of %+v", again.Reply, first.Reply)
 	}
-	kv, err := b.JS.KeyValue(context.Background(), admit.IdempotencyBucketOf("q", "k"))
+	kv, err := b.JS.KeyValue(context.Background(), admit.IdempotencyBucketOf("", "q", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 	a, b := setup(t, idemConfig, setupOptions{nats: srv, natsURL: px.URL(), primary: gate})
 	direct := srv.JetStream(t)
 
-	kv, err := direct.KeyValue(context.Background(), admit.IdempotencyBucketOf("q", "k"))
+	kv, err := direct.KeyValue(context.Background(), admit.IdempotencyBucketOf("", "q", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}

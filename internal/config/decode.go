@@ -34,6 +34,8 @@ type (
 		StoreDir  text    `yaml:"store_dir"`
 		CredsFile text    `yaml:"creds_file"`
 		Replicas  integer `yaml:"replicas"`
+		// ReplyPrefix: where the NATS door answers.
+		ReplyPrefix text `yaml:"reply_prefix"`
 	}
 	redisDoc struct {
 		URL         text              `yaml:"url"`

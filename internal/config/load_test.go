@@ -68,7 +68,7 @@ func TestDesignExample(t *testing.T) {
 	}
 	wantTop := Config{
 		Source: "testdata/spillway.yaml",
-		NATS:   NATS{URL: "nats://127.0.0.1:4222", Listen: DefaultNATSListen, Replicas: 1},
+		NATS:   NATS{URL: "nats://127.0.0.1:4222", Listen: DefaultNATSListen, Replicas: 1, ReplyPrefix: DefaultReplyPrefix},
 		Redis:  Redis{RedisConfig: conn.RedisConfig{URL: "redis://127.0.0.1:6379/0", Timeout: 50 * time.Millisecond}, FailureMode: FailOpen},
 		HTTP:   HTTP{Listen: ":8080", MaxBodyBytes: 1048576},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: 30 * time.Second, AckWait: 30 * time.Second},
