@@ -85,10 +85,7 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	opts := b.Options()
 	opts.Observe = admitterd.NewAdmitMetrics(b.reg).Observe
 	opts.OnStored = func(j *queue.Job, st spillway.Status, at queue.Stored) {
-		r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
-		if st == spillway.Queued {
-			r.BacklogSeq = at.Sequence
-		}
+		r := jobstatus.FirstRecord(j, spillway.State(st), at)
 		writes.Go(func() {
 			writing <- struct{}{}
 			defer func() { <-writing }()
@@ -118,6 +115,7 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	// Every answer the tests read is checked against the contract.
 	b.client = apitest.Client(t, b.srv.Client())
 	b.natsDoor = door.NewNATS(b.nc, b.admitter, nil)
+	b.natsDoor.Access = door.NATSAccess{Keys: o.keys, AdminKeys: o.adminKeys}
 	if err := b.natsDoor.Start(); err != nil {
 		t.Fatal(err)
 	}
