@@ -40,6 +40,7 @@ var fuzzProblems = map[string]bool{
 	spillway.ProblemBadCost: true, spillway.ProblemBadKey: true, spillway.ProblemBadRequest: true,
 	spillway.ProblemNotFound: true, spillway.ProblemTooLarge: true,
 	spillway.ProblemRateLimited: true, spillway.ProblemQueueFull: true, spillway.ProblemKeyFull: true,
+	spillway.ProblemIdempotencyMismatch: true, // a header block that changes a job its idempotency key named
 }
 
 // fuzzProducer speaks the NATS protocol itself over one TCP connection, so
