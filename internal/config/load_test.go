@@ -375,7 +375,7 @@ status: {ttl: [1h]}
 		{"password is not printed", "redis: {url: \"http://u:secret@host\"}\n" + minimal,
 			[]string{`spillway.yaml:1: redis.url: expected a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0", got "http://u:xxxxx@host"`}},
 		{"section not a mapping", "nats: nats://x:4222\n" + minimal,
-			[]string{`spillway.yaml:1: nats: expected a mapping of url, listen, store_dir, creds_file and replicas, got "nats://x:4222"`}},
+			[]string{`spillway.yaml:1: nats: expected a mapping of url, listen, store_dir, creds_file, replicas and reply_prefix, got "nats://x:4222"`}},
 		{"root not a mapping", "- a\n", []string{`spillway.yaml:1: expected a mapping of nats, redis, http, worker, status and queues, got a list`}},
 		{"null queue and tier", "queues:\n  - name: a\n    limits: [~]\n    backlog: {leak_rate: 1/s}\n  -\n",
 			[]string{
