@@ -26,7 +26,7 @@ import (
 // as submitted. tenant-a weighs 4. The queue "idle" never has jobs.
 const topKeysConfig = `
 nats: {url: %q}
-http: {listen: "127.0.0.1:0", api_keys_file: %q%s}
+http: {listen: "127.0.0.1:0", api_keys_file: %q, admin_keys_file: %q%s}
 queues:
   - name: email
     limits: [{key: "header:X-Client", algorithm: leaky_bucket, rate: 1/h, burst: 10, delay: 0}]
@@ -36,7 +36,8 @@ queues:
     backlog: {capacity: 100, leak_rate: 1/h}
 `
 
-// TestTopKeysFromARealAdmitter runs spillctl top against an admitter
+// TestTopKeysFromARealAdmitter runs spillctl top, with an admin key (the
+// keys listing is every tenant's), against an admitter
 // (no workers) holding a backlog of three keys: the keys section lists
 // them deepest first, with hash, depth, oldest age, weight and priority
 // mix, then the release shares the drain's leader publishes, then raw
@@ -50,7 +51,7 @@ func TestTopKeysFromARealAdmitter(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := queuetest.Start(t)
-	yaml := func(extra string) string { return fmt.Sprintf(topKeysConfig, ns.URL(), keysFile, extra) }
+	yaml := func(extra string) string { return fmt.Sprintf(topKeysConfig, ns.URL(), keysFile, keysFile, extra) }
 	svc, err := admitterd.Start(t.Context(), admitterd.Options{Config: admittest.LoadConfig(t, yaml("")), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("starting the admitter: %v", err)
