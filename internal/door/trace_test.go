@@ -2,12 +2,18 @@ package door_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/handler"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/retry"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -21,15 +27,28 @@ queues:
 
 const goodParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
-// A batch's jobs whose trace context NATS headers cannot carry — a NUL in
+// A batch's jobs whose trace context no header can carry — a NUL in
 // tracestate, a control character in traceparent — are taken, their
 // trace context dropped as the W3C recommendation says of values it
-// cannot parse, and they run: before, they were stored with the value
-// and failed every try, then were dead-lettered.
+// cannot parse, and they run on a worker with an HTTP handler, which
+// forwards the trace context: before, they were stored with the value,
+// and every try failed to build the handler's request until the job was
+// dead-lettered.
 func TestBatchTraceContextRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t, traceConfig, setupOptions{})
-	ran := runRecordingWorker(t, b, "q")
+	ran := &starts{at: map[string]time.Time{}}
+	downstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.mu.Lock()
+		ran.at[r.Header.Get(spillway.HeaderJobID)] = time.Now()
+		ran.mu.Unlock()
+	}))
+	t.Cleanup(downstream.Close)
+	h, err := handler.HTTP(handler.HTTPConfig{URL: downstream.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runHandlerWorker(t, b, "q", h)
 	jobs := []map[string]any{
 		{"headers": map[string]string{"X-Client": "a", "traceparent": goodParent, "tracestate": "vendor=a\x00b"}, "payload": "nul in tracestate"},
 		{"headers": map[string]string{"X-Client": "b", "traceparent": goodParent[:10] + "\x01" + goodParent[11:]}, "payload": "control in traceparent"},
@@ -48,7 +67,7 @@ func TestBatchTraceContextRuns(t *testing.T) {
 		if res.Status != spillway.Admitted {
 			t.Fatalf("job %d: %+v, want admitted", i, res.SubmitReply)
 		}
-		if rec := b.jobState(t, res.ID, spillway.StateSucceeded, 20*time.Second); rec.Attempts != 1 {
+		if rec := b.jobState(t, res.ID, spillway.StateSucceeded, 10*time.Second); rec.Attempts != 1 {
 			t.Errorf("job %d (%s): %+v, want one try that succeeded", i, jobs[i]["payload"], rec)
 		}
 		if _, ok := ran.of(res.ID); !ok {
@@ -81,4 +100,30 @@ func TestTraceContextKeptOrDropped(t *testing.T) {
 				j.Header.Get("traceparent"), j.Header.Get("tracestate"), ok, c.wantParent, c.wantState)
 		}
 	}
+}
+
+// runHandlerWorker runs a worker of queue q with handler h, its events feeding
+// the job-status records, until the test ends.
+func runHandlerWorker(t *testing.T, b *testBundle, q string, h worker.Handler) {
+	t.Helper()
+	rec := jobstatus.NewRecorder(b.status, nil, 0)
+	cfg := b.Config.Queue(q).Backlog
+	cfg.Memory = true // as the test kit made the streams
+	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: cfg, FetchWait: 100 * time.Millisecond, Observe: rec.Observe,
+		Retry: retry.Policy{MaxAttempts: 2, Initial: time.Millisecond, Max: time.Millisecond}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	done, recDone := make(chan error, 1), make(chan error, 1)
+	go func() { recDone <- rec.Run(ctx) }()
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		for _, c := range []chan error{done, recDone} {
+			if err := <-c; err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		}
+	})
 }
