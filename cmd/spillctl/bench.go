@@ -157,7 +157,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	case "nats":
 		var closeConn func()
 		var err error
-		if c, closeConn, err = natsClient(*natsURL, "spillctl bench", getenv, clientOpts...); err != nil {
+		if c, closeConn, err = natsClient(*natsURL, "spillctl bench", getenv, append(keyOption(keyOr(*apiKey, getenv)), clientOpts...)...); err != nil {
 			return fmt.Errorf("spillctl bench: %w", err)
 		}
 		defer closeConn()

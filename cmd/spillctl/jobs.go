@@ -32,6 +32,15 @@ func natsClient(natsURL, name string, getenv func(string) string, opts ...client
 	return c, nc.Close, nil
 }
 
+// keyOption is the client option that sends key (none when empty): the
+// NATS door takes the HTTP door's API keys.
+func keyOption(key string) []client.Option {
+	if key == "" {
+		return nil
+	}
+	return []client.Option{client.WithAPIKey(key)}
+}
+
 // submitOptions are the options of --header pairs and --cost.
 func submitOptions(headers headerFlags, cost int64) []client.SubmitOption {
 	var opts []client.SubmitOption

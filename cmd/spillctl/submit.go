@@ -89,7 +89,8 @@ func runSubmit(ctx context.Context, args []string, getenv func(string) string, s
 	where := natsShown(*natsURL)
 	if *via == "nats" {
 		var closeConn func()
-		if c, closeConn, err = natsClient(*natsURL, "spillctl submit", getenv, client.WithTimeout(*conn.timeout)); err != nil {
+		opts := append(keyOption(keyOr(*conn.apiKey, getenv)), client.WithTimeout(*conn.timeout))
+		if c, closeConn, err = natsClient(*natsURL, "spillctl submit", getenv, opts...); err != nil {
 			return fmt.Errorf("spillctl submit: %w", err)
 		}
 		defer closeConn()

@@ -30,7 +30,10 @@ GET /v1/queues/{queue}/keys: the key's hash (the key itself when the
 admitter has http.show_raw_keys), its backlog depth, its oldest job's age,
 its weight, how many of its jobs are high, normal and low priority, and
 its share of the jobs the drain released in the last minute (blank until
-a drain has published one). --queue shows one queue only.
+a drain has published one). The keys listing lists every tenant's keys:
+it takes an admin key (--api-key, one of http.admin_keys_file's); with a
+submit key the table is shown, and each queue's keys say forbidden.
+--queue shows one queue only.
 
 --once samples twice, one interval apart, prints that one frame without
 clearing the screen, and exits. --json prints each frame as one line of

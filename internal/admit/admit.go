@@ -73,6 +73,10 @@ type Request struct {
 	Trace nats.Header
 	// Schedule is the job's timing (zero: none).
 	Schedule Schedule
+	// Caller is who submits: the fingerprint of the API key the door
+	// took the submission with ("" without API keys). It is stamped on
+	// the job as spillway.HeaderSubmitter, and scopes the idempotency key.
+	Caller string
 }
 
 // Answer is the outcome of a submission that was decided.
@@ -223,9 +227,9 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 	var claim *claim
 	id := ""
 	if r.IdempotencyKey != "" && a.o.Idempotency != nil {
-		c, first, err := a.o.Idempotency.Claim(ctx, q.Name, r.IdempotencyKey, "")
+		c, first, err := a.o.Idempotency.Claim(ctx, r.Caller, q.Name, r.IdempotencyKey, "", requestSum(full, r))
 		if err != nil {
-			return Answer{}, &Error{Type: spillway.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}
+			return Answer{}, claimError(r.IdempotencyKey, err)
 		}
 		if first != nil {
 			first.Reply.Duplicate = true
@@ -248,6 +252,17 @@ func (a *Admitter) Submit(ctx context.Context, r *Request) (Answer, error) {
 		a.decided(q.Name, "error", errorReason(err), time.Since(start))
 	}
 	return ans, err
+}
+
+// claimError is the answer to an idempotency key that could not be
+// claimed: another job's key, or a record that could not be read or
+// written.
+func claimError(key string, err error) error {
+	if errors.Is(err, ErrIdempotencyMismatch) {
+		return &Error{Type: spillway.ProblemIdempotencyMismatch, Field: spillway.HeaderIdempotencyKey,
+			Detail: fmt.Sprintf("idempotency key %.80q was used for another job (its payload or a deciding header differs); nothing was taken: send this job with a new key", key)}
+	}
+	return &Error{Type: spillway.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}
 }
 
 // checked is a submission that check found valid: the tiers to decide,
@@ -387,7 +402,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 	// The weight is the key's under the configuration this submission
 	// read (a reload applies to later jobs), stamped on the job so that
 	// the drain weighs keys without matching raw keys against rules.
-	p.j = &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: p.now, Header: r.Trace,
+	p.j = &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: p.now, Header: jobHeader(r),
 		Priority: r.Priority, Weight: q.Backlog.Fairness.WeightOf(jobKey)}
 	p.dest = queue.Ready
 	if d.Verdict != bucket.Admitted || notBefore.After(p.now) {
@@ -409,6 +424,20 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 		p.j.ExpiresAt = expiresAt(r.Schedule, p.now)
 	}
 	return p, nil
+}
+
+// jobHeader is the headers a job carries besides the queue's own: its
+// trace context, and its submitter, which only the admitter sets.
+func jobHeader(r *Request) nats.Header {
+	if r.Caller == "" {
+		return r.Trace
+	}
+	h := make(nats.Header, len(r.Trace)+1)
+	for k, vs := range r.Trace {
+		h[k] = vs
+	}
+	h[spillway.HeaderSubmitter] = []string{r.Caller}
+	return h
 }
 
 // finish answers a staged job once JetStream has answered its publish

@@ -224,10 +224,10 @@ func (b *batch) claim(ctx context.Context, lo, hi int) {
 			if b.ids != nil {
 				id = b.ids[i]
 			}
-			c, first, err := b.a.o.Idempotency.Claim(ctx, b.q.Name, j.idem, id)
+			c, first, err := b.a.o.Idempotency.Claim(ctx, j.r.Caller, b.q.Name, j.idem, id, requestSum(b.full, j.r))
 			switch {
 			case err != nil:
-				b.res[i] = BatchResult{Err: &Error{Type: spillway.ProblemUnavailable, Detail: "recording the idempotency key", RetryAfter: time.Second, Err: err}}
+				b.res[i] = BatchResult{Err: claimError(j.idem, err)}
 			case first != nil:
 				first.Reply.Duplicate = true
 				b.res[i] = BatchResult{Answer: *first}

@@ -270,8 +270,9 @@ func storedOf(rs []admit.BatchResult) []string {
 
 // checkBatch checks what a batch reported: one OnBatchStored call with the
 // jobs it stored, in order, and no OnStored; and the ids of its jobs made
-// together (queue.NewJobIDs: the same but for their last 10 bits, which
-// are the job's place in the batch), those with an idempotency key too.
+// together (queue.NewJobIDs: a group of 64 shares its first 10 bytes, and
+// byte 10's top 6 bits are the job's place in the group), those with an
+// idempotency key too.
 func (h *storedHooks) checkBatch(t *testing.T, reqs []*admit.Request, rs []admit.BatchResult) {
 	t.Helper()
 	h.mu.Lock()
@@ -286,21 +287,22 @@ func (h *storedHooks) checkBatch(t *testing.T, reqs []*admit.Request, rs []admit
 	if want := storedOf(rs); !slices.Equal(got, want) {
 		t.Errorf("OnBatchStored reported %d jobs, the answers say %d were stored:\n%v\nwant\n%v", len(got), len(want), got, want)
 	}
-	var base uuid.UUID
+	base := map[int]uuid.UUID{} // group → the first 10 bytes its ids share
 	made, idem := 0, 0
 	for i, r := range rs {
 		if r.Answer.Reply.Duplicate || r.Answer.Reply.ID == "" {
 			continue // the first's id, or none
 		}
 		u := uuid.MustParse(r.Answer.Reply.ID)
-		if low := int(u[14]&0x03)<<8 | int(u[15]); low != i {
-			t.Errorf("job %d: id %s ends in %d, want its place in the batch", i, u, low)
+		if slot := int(u[10] >> 2); slot != i%queue.JobIDsPerGroup {
+			t.Errorf("job %d: id %s holds place %d, want its place in its group", i, u, slot)
 		}
-		u[14], u[15] = u[14]&^0x03, 0
-		if made == 0 {
-			base = u
-		} else if u != base {
-			t.Errorf("job %d: id %s is not of the batch's ids (%s)", i, r.Answer.Reply.ID, base)
+		clear(u[10:])
+		g := i / queue.JobIDsPerGroup
+		if b, ok := base[g]; !ok {
+			base[g] = u
+		} else if u != b {
+			t.Errorf("job %d: id %s is not of the batch's ids (%s)", i, r.Answer.Reply.ID, b)
 		}
 		made++
 		if reqs[i].IdempotencyKey != "" {
@@ -326,7 +328,8 @@ func TestBatchTakeoverIsReportedAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, id := range earlier {
-		if c, first, err := b.Idempotency.Claim(ctx, "q", fmt.Sprint("k", i), id); err != nil || first != nil || c == nil {
+		sum := admit.RequestSum(a.Config().Queue("q"), request("q", "c"))
+		if c, first, err := b.Idempotency.Claim(ctx, "", "q", fmt.Sprint("k", i), id, sum); err != nil || first != nil || c == nil {
 			t.Fatalf("claiming k%d: %v %v", i, first, err)
 		}
 	}

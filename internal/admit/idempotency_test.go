@@ -240,7 +240,7 @@ func TestIdempotencyAcrossAdmitters(t *testing.T) {
 	if !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID {
 		t.Errorf("the other admitter: %+v, want a duplicate of %+v", again.Reply, first.Reply)
 	}
-	kv, err := b.JS.KeyValue(context.Background(), admit.IdempotencyBucketOf("q", "k"))
+	kv, err := b.JS.KeyValue(context.Background(), admit.IdempotencyBucketOf("", "q", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 	a, b := setup(t, idemConfig, setupOptions{nats: srv, natsURL: px.URL(), primary: gate})
 	direct := srv.JetStream(t)
 
-	kv, err := direct.KeyValue(context.Background(), admit.IdempotencyBucketOf("q", "k"))
+	kv, err := direct.KeyValue(context.Background(), admit.IdempotencyBucketOf("", "q", "k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,5 +330,55 @@ func TestIdempotencyUnknownOutcome(t *testing.T) {
 	}
 	if n := b.msgs(t, "q", queue.Ready); n != 1 {
 		t.Errorf("after the retry READY holds %d jobs, want 1: the retry stored the job a second time", n)
+	}
+}
+
+// An idempotency key is its caller's: another caller's submission with
+// the same key is a job of its own, never the first caller's answer; the
+// same caller's with another job (payload, cost, a key header) is refused
+// as idempotency-mismatch, taking nothing; the same job again is the
+// first answer. Batches alike.
+func TestIdempotencyPerCaller(t *testing.T) {
+	t.Parallel()
+	a, b := setup(t, idemConfig, setupOptions{})
+	as := func(caller string, r *admit.Request) *admit.Request { r.Caller = caller; return r }
+	first := submit(t, a, as("sha256:aaaaaaaaaaaa", withIdem(request("q", "c"), "k")))
+	other := submit(t, a, as("sha256:bbbbbbbbbbbb", withIdem(request("q", "c"), "k")))
+	if other.Reply.Duplicate || other.Reply.ID == first.Reply.ID || other.Reply.ID == "" {
+		t.Errorf("another caller with the same key: %+v; want a job of its own, not %s", other.Reply, first.Reply.ID)
+	}
+	if again := submit(t, a, as("sha256:aaaaaaaaaaaa", withIdem(request("q", "c"), "k"))); !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID {
+		t.Errorf("the same job again: %+v, want a duplicate of %s", again.Reply, first.Reply.ID)
+	}
+	for name, r := range map[string]*admit.Request{
+		"payload": func() *admit.Request { r := request("q", "c"); r.Payload = []byte("another job"); return r }(),
+		"cost":    func() *admit.Request { r := request("q", "c"); r.Cost = 2; return r }(),
+		"key":     request("q", "d"),
+	} {
+		_, err := a.Submit(t.Context(), as("sha256:aaaaaaaaaaaa", withIdem(r, "k")))
+		var e *admit.Error
+		if !errors.As(err, &e) || e.Type != spillway.ProblemIdempotencyMismatch || e.Field != spillway.HeaderIdempotencyKey {
+			t.Errorf("the key with another %s: %v, want idempotency-mismatch", name, err)
+		}
+	}
+	rs, err := a.SubmitBatch(t.Context(), "q", []*admit.Request{
+		as("sha256:aaaaaaaaaaaa", withIdem(request("q", "c"), "k")),
+		as("sha256:aaaaaaaaaaaa", withIdem(request("q", "d"), "k")),
+		as("sha256:cccccccccccc", withIdem(request("q", "c"), "k")),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *admit.Error
+	switch {
+	case rs[0].Err != nil || !rs[0].Answer.Reply.Duplicate || rs[0].Answer.Reply.ID != first.Reply.ID:
+		t.Errorf("batch job 0, the same job: %+v %v; want a duplicate of %s", rs[0].Answer.Reply, rs[0].Err, first.Reply.ID)
+	case !errors.As(rs[1].Err, &e) || e.Type != spillway.ProblemIdempotencyMismatch:
+		t.Errorf("batch job 1, another job: %+v %v; want idempotency-mismatch", rs[1].Answer.Reply, rs[1].Err)
+	case rs[2].Err != nil || rs[2].Answer.Reply.Duplicate || rs[2].Answer.Reply.ID == first.Reply.ID || rs[2].Answer.Reply.ID == other.Reply.ID:
+		t.Errorf("batch job 2, a third caller: %+v %v; want a job of its own", rs[2].Answer.Reply, rs[2].Err)
+	}
+	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 3 {
+		t.Errorf("%d jobs stored, want 3 (one per caller)", n)
 	}
 }

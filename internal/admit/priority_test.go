@@ -1,10 +1,12 @@
 package admit_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -99,19 +101,26 @@ queues:
 	}
 }
 
-// TestSubmitPriorityIdempotent: a replay with the same idempotency key is
-// the first answer whatever its priority, and stores nothing.
+// TestSubmitPriorityIdempotent: the priority is part of the job an
+// idempotency key names: a replay with the same priority is the first
+// answer, one with another priority is another job (idempotency-mismatch),
+// and neither stores anything.
 func TestSubmitPriorityIdempotent(t *testing.T) {
 	t.Parallel()
 	a, b := setup(t, priorityConfig, setupOptions{})
 	r := request("q", "tenant-a")
 	r.IdempotencyKey, r.Priority = "once", spillway.High
 	first := submit(t, a, r)
+	r1 := request("q", "tenant-a")
+	r1.IdempotencyKey, r1.Priority = "once", spillway.High
+	if again := submit(t, a, r1); !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID || again.Reply.Status != first.Reply.Status {
+		t.Errorf("the replay: %+v, want the first answer %+v as a duplicate", again.Reply, first.Reply)
+	}
 	r2 := request("q", "tenant-a")
 	r2.IdempotencyKey, r2.Priority = "once", spillway.Low
-	again := submit(t, a, r2)
-	if !again.Reply.Duplicate || again.Reply.ID != first.Reply.ID || again.Reply.Status != first.Reply.Status {
-		t.Errorf("the replay: %+v, want the first answer %+v as a duplicate", again.Reply, first.Reply)
+	var e *admit.Error
+	if _, err := a.Submit(t.Context(), r2); !errors.As(err, &e) || e.Type != spillway.ProblemIdempotencyMismatch {
+		t.Errorf("the key with another priority: %v, want idempotency-mismatch", err)
 	}
 	if n := b.msgs(t, "q", queue.Ready) + b.msgs(t, "q", queue.Backlog); n != 1 {
 		t.Errorf("%d jobs stored, want 1", n)

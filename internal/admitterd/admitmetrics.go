@@ -7,6 +7,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/door"
 )
 
 // AdmitMetrics turns the admitter's events (admit.Event) and its store's
@@ -21,6 +22,7 @@ type AdmitMetrics struct {
 	failureMode *prometheus.CounterVec
 	fallbacks   *prometheus.CounterVec
 	shadow      *prometheus.CounterVec
+	natsDropped *prometheus.CounterVec
 
 	// Series looked up once per label values, not once per event (a
 	// lookup checks and hashes its label values): decisionKey →
@@ -62,9 +64,22 @@ func NewAdmitMetrics(reg prometheus.Registerer) *AdmitMetrics {
 			Name: "spillway_shadow_decisions_total",
 			Help: "Decisions of shadow limit tiers, which never enforce, by queue, tier (its name) and verdict (admitted, would-queue, would-reject).",
 		}, []string{"queue", "tier", "verdict"}),
+		natsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_nats_requests_dropped_total",
+			Help: "Requests to the NATS door dropped unanswered, by reason (reply_subject: a reply subject outside nats.reply_prefix).",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode, m.fallbacks, m.shadow)
+	m.natsDropped.WithLabelValues(door.DropReplySubject) // shown at 0 from the start
+	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode, m.fallbacks, m.shadow, m.natsDropped)
 	return m
+}
+
+// NATSDropped counts a request the NATS door dropped: door.NATSAccess.Dropped.
+func (m *AdmitMetrics) NATSDropped(reason string) {
+	if m == nil {
+		return
+	}
+	m.natsDropped.WithLabelValues(reason).Inc()
 }
 
 // Observe counts one admitter event: admit.Options.Observe.

@@ -234,11 +234,14 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	access := door.NATSAccess{Keys: keys, AdminKeys: adminKeys, ReplyPrefix: cfg.NATS.ReplyPrefix, Dropped: s.metrics.NATSDropped}
 	s.natsDoor = door.NewNATS(s.nc, s.admitter, s.log)
+	s.natsDoor.Access = access
 	if err = s.natsDoor.Start(); err != nil {
 		return nil, err
 	}
 	s.jobs = door.NewNATSJobs(s.nc, s.js, s.admitter, s.status, s.log)
+	s.jobs.Access = access
 	if err = s.jobs.Start(); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 const (
 	DefaultNATSURL      = "nats://127.0.0.1:4222"
 	DefaultNATSListen   = "127.0.0.1:4222"
+	DefaultReplyPrefix  = "_INBOX."
 	DefaultHTTPListen   = ":8080"
 	DefaultMaxBodyBytes = 1 << 20
 	DefaultStoreTimeout = 50 * time.Millisecond
@@ -64,6 +65,12 @@ type NATS struct {
 	// Replicas of every stream, 1 to 5 (default 1). Load copies it into
 	// each queue's Backlog.Replicas.
 	Replicas int
+	// ReplyPrefix is where the NATS door answers (default "_INBOX."): a
+	// request whose reply subject does not start with it is dropped, so
+	// a producer cannot aim an answer at a subject it could not publish
+	// to itself (a KV key, a JetStream API subject). Not empty, no
+	// wildcards, ends with ".".
+	ReplyPrefix string
 }
 
 // FailureMode is what an admitter does when its bucket store fails.
@@ -96,7 +103,9 @@ type HTTP struct {
 	AdminKeysFile  string
 	TrustedProxies []netip.Prefix
 	// ShowRawKeys lists raw client keys, beside their hashes, in
-	// GET /v1/queues/{queue}/keys (default false: hashes only).
+	// GET /v1/queues/{queue}/keys (default false: hashes only). It is
+	// refused for a queue with a tier keyed on a credential header
+	// (CredentialHeader).
 	ShowRawKeys bool
 }
 

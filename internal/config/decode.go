@@ -36,6 +36,8 @@ type (
 		NkeyFile    text    `yaml:"nkey_file"`
 		InboxPrefix text    `yaml:"inbox_prefix"`
 		Replicas    integer `yaml:"replicas"`
+		// ReplyPrefix: where the NATS door answers.
+		ReplyPrefix text `yaml:"reply_prefix"`
 	}
 	redisDoc struct {
 		URL         text              `yaml:"url"`

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/textproto"
 	"reflect"
 	"slices"
 	"strings"
@@ -125,5 +126,41 @@ func TestShowRawKeys(t *testing.T) {
 	want := []string{`spillway.yaml:1: http.show_raw_keys: expected true or false, got "maybe"`}
 	if got := problems(t, "http: {show_raw_keys: maybe}\n"+minimal); !slices.Equal(got, want) {
 		t.Errorf("show_raw_keys: maybe:\n got %v\nwant %v", got, want)
+	}
+}
+
+// http.show_raw_keys is refused beside a tier keyed on a credential
+// header, in any case: the listing would show the credentials. The
+// problem is at the tier's key and names the show_raw_keys line.
+func TestShowRawKeysRefusesCredentials(t *testing.T) {
+	t.Parallel()
+	for _, header := range []string{"X-Api-Key", "authorization", "Proxy-Authorization", "COOKIE"} {
+		src := "http: {show_raw_keys: true}\nqueues:\n  - name: q\n    limits:\n      - {key: \"header:" + header + "\", rate: 10/s, burst: 10}\n    backlog: {leak_rate: 1/s}\n"
+		want := []string{`spillway.yaml:5: queues[0].limits[0].key: keys on ` + textproto.CanonicalMIMEHeaderKey(header) +
+			`, a credential, while http.show_raw_keys is true (line 1), which would list its raw values in GET /v1/queues/{queue}/keys: set show_raw_keys to false, or key the tier on another header`}
+		if got := problems(t, src); !slices.Equal(got, want) {
+			t.Errorf("header:%s with show_raw_keys:\n got %v\nwant %v", header, got, want)
+		}
+		mustLoad(t, strings.Replace(src, "show_raw_keys: true", "show_raw_keys: false", 1))
+	}
+	mustLoad(t, "http: {show_raw_keys: true}\nqueues:\n  - name: q\n    limits:\n      - {key: \"header:X-Tenant\", rate: 10/s, burst: 10}\n    backlog: {leak_rate: 1/s}\n")
+}
+
+// nats.reply_prefix: default _INBOX.; a subject prefix ending with a dot,
+// without wildcards.
+func TestReplyPrefix(t *testing.T) {
+	t.Parallel()
+	if got := mustLoad(t, minimal).NATS.ReplyPrefix; got != DefaultReplyPrefix {
+		t.Errorf("default %q, want %q", got, DefaultReplyPrefix)
+	}
+	if got := mustLoad(t, "nats: {reply_prefix: _R.tenant.}\n"+minimal).NATS.ReplyPrefix; got != "_R.tenant." {
+		t.Errorf("reply_prefix %q, want _R.tenant.", got)
+	}
+	for _, bad := range []string{`""`, "_INBOX", "_INBOX.*.", "_INBOX.>", "a b.", ".x.", "a..b."} {
+		want := `spillway.yaml:1: nats.reply_prefix: expected a subject prefix ending with "." without wildcards, such as "_INBOX."`
+		got := problems(t, "nats: {reply_prefix: "+bad+"}\n"+minimal)
+		if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+			t.Errorf("reply_prefix %s: %v, want %s", bad, got, want)
+		}
 	}
 }

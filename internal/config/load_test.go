@@ -68,7 +68,7 @@ func TestDesignExample(t *testing.T) {
 	}
 	wantTop := Config{
 		Source: "testdata/spillway.yaml",
-		NATS:   NATS{NATSConfig: conn.NATSConfig{URL: "nats://127.0.0.1:4222"}, Listen: DefaultNATSListen, Replicas: 1},
+		NATS:   NATS{NATSConfig: conn.NATSConfig{URL: "nats://127.0.0.1:4222"}, Listen: DefaultNATSListen, Replicas: 1, ReplyPrefix: DefaultReplyPrefix},
 		Redis:  Redis{RedisConfig: conn.RedisConfig{URL: "redis://127.0.0.1:6379/0", Timeout: 50 * time.Millisecond}, FailureMode: FailOpen},
 		HTTP:   HTTP{Listen: ":8080", MaxBodyBytes: 1048576},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: 30 * time.Second, AckWait: 30 * time.Second},
@@ -375,7 +375,7 @@ status: {ttl: [1h]}
 		{"password is not printed", "redis: {url: \"http://u:secret@host\"}\n" + minimal,
 			[]string{`spillway.yaml:1: redis.url: expected a redis://, rediss:// or unix:// URL such as "redis://127.0.0.1:6379/0", got "http://u:xxxxx@host"`}},
 		{"section not a mapping", "nats: nats://x:4222\n" + minimal,
-			[]string{`spillway.yaml:1: nats: expected a mapping of url, listen, store_dir, creds_file, nkey_file, inbox_prefix and replicas, got "nats://x:4222"`}},
+			[]string{`spillway.yaml:1: nats: expected a mapping of url, listen, store_dir, creds_file, nkey_file, inbox_prefix, replicas and reply_prefix, got "nats://x:4222"`}},
 		{"root not a mapping", "- a\n", []string{`spillway.yaml:1: expected a mapping of nats, redis, http, worker, status and queues, got a list`}},
 		{"null queue and tier", "queues:\n  - name: a\n    limits: [~]\n    backlog: {leak_rate: 1/s}\n  -\n",
 			[]string{

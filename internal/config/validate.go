@@ -32,7 +32,7 @@ import (
 // defaults is the Config of an empty file.
 func defaults() *Config {
 	return &Config{
-		NATS:   NATS{NATSConfig: conn.NATSConfig{URL: DefaultNATSURL}, Listen: DefaultNATSListen, Replicas: 1},
+		NATS:   NATS{NATSConfig: conn.NATSConfig{URL: DefaultNATSURL}, Listen: DefaultNATSListen, Replicas: 1, ReplyPrefix: DefaultReplyPrefix},
 		Redis:  Redis{RedisConfig: conn.RedisConfig{Timeout: DefaultStoreTimeout}, FailureMode: FailOpen},
 		HTTP:   HTTP{Listen: DefaultHTTPListen, MaxBodyBytes: DefaultMaxBodyBytes},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: DefaultGracePeriod, AckWait: DefaultAckWait},
@@ -225,6 +225,7 @@ func (d *decoder) config(c *Config, doc *rootDoc) {
 	if c.NATS.CredsFile != "" && c.NATS.NkeyFile != "" {
 		d.errorf(&n.NkeyFile, "expected one of nats.creds_file and nats.nkey_file, not both (a credentials file holds its own nkey seed)")
 	}
+	d.str(&n.ReplyPrefix, &c.NATS.ReplyPrefix, checkReplyPrefix)
 	if n.Replicas.given() {
 		r := int(max(-1, min(n.Replicas.V, 6))) // out of range either way, and an int on every platform
 		if err := queue.ValidateReplicas(r); err != nil {
@@ -277,6 +278,31 @@ func (d *decoder) config(c *Config, doc *rootDoc) {
 			first[q.Name] = qd.Name.n.Line
 		}
 		c.Queues = append(c.Queues, q)
+	}
+	if c.HTTP.ShowRawKeys {
+		d.rawCredentials(doc)
+	}
+}
+
+// rawCredentials refuses http.show_raw_keys with a tier keyed on a
+// credential header: GET /v1/queues/{queue}/keys would list the
+// credentials themselves.
+func (d *decoder) rawCredentials(doc *rootDoc) {
+	for _, qd := range doc.Queues {
+		if qd == nil {
+			continue
+		}
+		for _, t := range qd.Limits {
+			if t == nil || !t.Key.given() {
+				continue
+			}
+			k, err := parseKey(t.Key.n.Value)
+			if err != nil || k.Kind != KeyHeader || !CredentialHeader(k.Header) {
+				continue
+			}
+			d.errorf(&t.Key, "keys on %s, a credential, while http.show_raw_keys is true (line %d), which would list its raw values in GET /v1/queues/{queue}/keys: set show_raw_keys to false, or key the tier on another header",
+				k.Header, doc.HTTP.ShowRawKeys.n.Line)
+		}
 	}
 }
 

@@ -105,6 +105,28 @@ func checkInboxPrefix(s string) error {
 	return nil
 }
 
+// checkReplyPrefix accepts nats.reply_prefix: a subject prefix ending
+// with ".", without wildcards or spaces.
+func checkReplyPrefix(s string) error {
+	const want = `a subject prefix ending with "." without wildcards, such as "_INBOX."`
+	if s == "" || !strings.HasSuffix(s, ".") || strings.ContainsAny(s, "*> \t\r\n") || strings.Contains(s, "..") || strings.HasPrefix(s, ".") {
+		return expected(want, s)
+	}
+	return nil
+}
+
+// CredentialHeader reports whether a request header named name carries
+// a credential (in any case): Authorization, Proxy-Authorization,
+// X-Api-Key, Cookie. A tier may key on one — its values are hashed —
+// but they are never shown raw.
+func CredentialHeader(name string) bool {
+	switch strings.ToLower(name) {
+	case "authorization", "proxy-authorization", "x-api-key", "cookie":
+		return true
+	}
+	return false
+}
+
 func checkQueueName(s string) error {
 	if spillway.ValidateQueueName(s) != nil {
 		return expected(wantQueue, s)

@@ -47,7 +47,11 @@ func TestHTTPBacklogKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, keysConfig, setupOptions{keys: keys})
+	admins, err := door.LoadAPIKeys(writeFile(t, "admin-keys", adminKey+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, keysConfig, setupOptions{keys: keys, adminKeys: admins})
 	auth := []string{"X-Api-Key", testKey}
 	before := time.Now()
 	for _, s := range []struct{ key, priority string }{
@@ -61,6 +65,11 @@ func TestHTTPBacklogKeys(t *testing.T) {
 	if r := b.get(t, "/v1/queues/q/keys"); r.code != http.StatusUnauthorized {
 		t.Errorf("without a key: %d %s, want 401", r.code, r.body)
 	}
+	// Every tenant's keys: an admin endpoint.
+	if r := b.get(t, "/v1/queues/q/keys", auth...); r.code != http.StatusForbidden || r.problem.Type != spillway.ProblemForbidden {
+		t.Errorf("with a submit key: %d %s, want 403", r.code, r.body)
+	}
+	auth = []string{"X-Api-Key", adminKey}
 
 	l := b.keyList(t, "/v1/queues/q/keys", auth...)
 	age := time.Since(before).Milliseconds()

@@ -198,7 +198,7 @@ func errorReply(queue string, err error) spillway.SubmitReply {
 }
 
 func (h *httpDoor) submitBatch(w http.ResponseWriter, r *http.Request) {
-	cfg, name, ok := h.submission(w, r)
+	cfg, name, who, ok := h.submission(w, r)
 	if !ok {
 		return
 	}
@@ -221,7 +221,7 @@ func (h *httpDoor) submitBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	peer := clientIP(r, cfg.HTTP.TrustedProxies)
 	for _, q := range reqs {
-		q.Peer = peer
+		q.Peer, q.Caller = peer, who.id
 	}
 	rep, err := (&batchRun{admitter: h.o.Admitter, queue: name, logger: h.o.Logger}).submit(r.Context(), reqs, bad)
 	if err != nil {
@@ -248,12 +248,17 @@ func (d *NATSDoor) startBatch() error {
 }
 
 func (d *NATSDoor) answerBatch(m *nats.Msg) {
-	if m.Reply == "" {
-		return // a publish, not a request: nobody would learn the answer
+	if !d.Access.answers(m) {
+		return
 	}
 	name := strings.TrimPrefix(m.Subject, spillway.SubmitBatchPrefix)
 	fail := func(typ, field, detail string) {
 		d.replyBatch(m, spillway.BatchReply{Queue: name, Status: spillway.Failed, Type: typ, Field: field, Error: detail})
+	}
+	who, ok := d.Access.caller(m)
+	if !ok {
+		fail(spillway.ProblemUnauthorized, "", unauthorizedDetail)
+		return
 	}
 	cfg := d.admitter.Config()
 	if cfg.Queue(name) == nil {
@@ -268,6 +273,9 @@ func (d *NATSDoor) answerBatch(m *nats.Msg) {
 		errors.As(err, &be)
 		fail(be.typ, be.field, be.detail)
 		return
+	}
+	for _, q := range reqs {
+		q.Caller = who.id
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()

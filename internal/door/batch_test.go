@@ -45,7 +45,7 @@ var batchJobs = []string{
 	`{"headers": {"X-Client": "a"}, "payload": "four"}`,
 	`{"headers": {"X-Client": "a", "Spillway-Cost": "two"}, "payload": "five"}`,
 	`{"headers": {"X-Client": "b"}, "payload_base64": "AP+A"}`,
-	`{"headers": {"X-Client": "a", "Idempotency-Key": "k-2"}, "payload": "again"}`,
+	`{"headers": {"x-client": "a", "idempotency-key": "k-2", "spillway-priority": "HIGH"}, "payload": "two"}`,
 }
 
 // checkBatchReply checks the answers to batchJobs, in order.

@@ -20,12 +20,14 @@ import (
 )
 
 // twinHeaders are n jobs' headers (name, value, …), seeded: 20 clients,
-// costs 1 to 3, classes, idempotency keys that repeat, and some jobs
-// without their key, over their quota, scheduled (a delay, or a time
+// costs 1 to 3, classes, idempotency keys that repeat — half of the
+// repeats the same job again (twinPayload), half another job — and some
+// jobs without their key, over their quota, scheduled (a delay, or a time
 // from at), with a max-wait, or with a bad header.
 func twinHeaders(n int, at time.Time) [][]string {
 	rng := rand.New(rand.NewPCG(3, 5))
 	out := make([][]string, n)
+	firstWith := map[string][]string{} // idempotency key → its first job's headers
 	for i := range out {
 		h := []string{spillway.HeaderCost, fmt.Sprint(1 + rng.IntN(3)), spillway.HeaderPriority, []string{"high", "normal", "low"}[rng.IntN(3)]}
 		if i%101 != 17 {
@@ -47,9 +49,35 @@ func twinHeaders(n int, at time.Time) [][]string {
 		if i%19 == 8 {
 			h = append(h, spillway.HeaderMaxWait, []string{"4s", "40s", "3m"}[i%3])
 		}
+		if k := twinIdem(h); k != "" {
+			if first, ok := firstWith[k]; !ok {
+				firstWith[k] = h
+			} else if rng.IntN(2) == 0 {
+				h = first // the same job again
+			}
+		}
 		out[i] = h
 	}
 	return out
+}
+
+// twinIdem is the idempotency key of job headers h, or "".
+func twinIdem(h []string) string {
+	for k := 0; k+1 < len(h); k += 2 {
+		if h[k] == spillway.HeaderIdempotencyKey {
+			return h[k+1]
+		}
+	}
+	return ""
+}
+
+// twinPayload is job i's payload: its idempotency key's, so that a job
+// with the headers of the key's first job is that job again.
+func twinPayload(h []string, i int) string {
+	if k := twinIdem(h); k != "" {
+		return "job " + k
+	}
+	return fmt.Sprint("job ", i)
 }
 
 // twinOutcome is what a job's answer says, its id replaced by the index
@@ -120,7 +148,7 @@ func TestBatchEqualsSinglesOverEachDoor(t *testing.T) {
 			if kinds["error unavailable"]+kinds["error internal"] != 0 {
 				t.Errorf("%s: answers of a failure, not of the state: %v", door, kinds)
 			}
-			for _, k := range []string{"admitted", "queued", "duplicate", "rejected rate-limited", "rejected queue-full", "rejected key-full", "rejected wait-too-long", "error bad-request", "error bad-key", "error bad-cost"} {
+			for _, k := range []string{"admitted", "queued", "duplicate", "rejected rate-limited", "rejected queue-full", "rejected key-full", "rejected wait-too-long", "error bad-request", "error bad-key", "error bad-cost", "error idempotency-mismatch"} {
 				if kinds[k] == 0 {
 					t.Errorf("%s: no job was %q: the scenario does not test it", door, k)
 				}
@@ -138,7 +166,7 @@ func (b *testBundle) submitBatch(t *testing.T, door string, jobs [][]string) []s
 		for k := 0; k+1 < len(h); k += 2 {
 			hm[h[k]] = h[k+1]
 		}
-		j, err := json.Marshal(map[string]any{"headers": hm, "payload": fmt.Sprint("job ", i)})
+		j, err := json.Marshal(map[string]any{"headers": hm, "payload": twinPayload(h, i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +201,7 @@ func (b *testBundle) submitBatch(t *testing.T, door string, jobs [][]string) []s
 // returns its answer as a batch result says it.
 func (b *testBundle) submitOne(t *testing.T, door string, h []string, i int) spillway.SubmitReply {
 	t.Helper()
-	payload := []byte(fmt.Sprint("job ", i))
+	payload := []byte(twinPayload(h, i))
 	if door == "nats" {
 		return ask(t, b.nc, natsMsg("singles", payload, h...))
 	}

@@ -35,22 +35,19 @@ type cancelFailure struct {
 	logged error
 }
 
-// cancelJob cancels job id, of queue name if name is not empty (the NATS
-// subject's queue: a job of another queue is unknown there).
-func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store, name, id string, log *slog.Logger) (jobstatus.Record, *cancelFailure) {
+// cancelJob cancels job id for who, of queue name if name is not empty
+// (the NATS subject's queue: a job of another queue is unknown there, as
+// another caller's job is).
+func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store, name, id string, who caller, log *slog.Logger) (jobstatus.Record, *cancelFailure) {
 	notFound := &cancelFailure{status: http.StatusNotFound, p: spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown job", ID: id,
 		Detail: "no status for this job id (unknown, or older than status.ttl)"}}
 	if st == nil {
 		return jobstatus.Record{}, &cancelFailure{status: http.StatusNotFound, p: spillway.Problem{Type: spillway.ProblemNotFound, Title: "Job status is not kept", ID: id,
 			Detail: "a cancel needs the job status records; this admitter keeps none"}}
 	}
-	if name != "" {
-		rec, err := st.Get(ctx, id)
-		if err == nil && rec.Queue != name {
-			return jobstatus.Record{}, notFound
-		}
-	}
-	rec, err := st.Cancel(ctx, id)
+	rec, err := st.CancelAs(ctx, id, who.id, func(rec jobstatus.Record) bool {
+		return who.owns(rec) && (name == "" || rec.Queue == name)
+	})
 	var nc *jobstatus.NotCancellableError
 	switch {
 	case errors.Is(err, jobstatus.ErrInvalidID):
@@ -95,9 +92,9 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 }
 
 // cancel is DELETE /v1/jobs/{id}: 200 with the cancelled job's record.
-func (h *httpDoor) cancel(w http.ResponseWriter, r *http.Request) {
+func (h *httpDoor) cancel(w http.ResponseWriter, r *http.Request, who caller) {
 	id := r.PathValue("id")
-	rec, f := cancelJob(r.Context(), h.o.JS, h.o.Status, "", id, h.o.Logger)
+	rec, f := cancelJob(r.Context(), h.o.JS, h.o.Status, "", id, who, h.o.Logger)
 	if f != nil {
 		if f.logged != nil {
 			h.o.Logger.Warn("door: cancel", "job", id, "err", f.logged)
@@ -127,6 +124,8 @@ type NATSJobs struct {
 	wg       sync.WaitGroup
 	// Timeout bounds one read or cancel (default 10s).
 	Timeout time.Duration
+	// Access is whom the door answers, and where; set it before Start.
+	Access NATSAccess
 }
 
 // maxConcurrentJobs bounds the reads and cancels NATSJobs works on at
@@ -179,11 +178,17 @@ func (d *NATSJobs) Stop(ctx context.Context) error {
 }
 
 func (d *NATSJobs) answer(m *nats.Msg) {
-	if m.Reply == "" {
-		return // a publish, not a request: nobody would learn the answer
+	if !d.Access.answers(m) {
+		return
 	}
 	name := strings.TrimPrefix(m.Subject, spillway.CancelPrefix)
 	rep := spillway.CancelReply{Queue: name}
+	who, ok := d.Access.caller(m)
+	if !ok {
+		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemUnauthorized, unauthorizedDetail
+		d.reply(m, rep)
+		return
+	}
 	if d.admitter.Config().Queue(name) == nil {
 		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
 		d.reply(m, rep)
@@ -201,7 +206,7 @@ func (d *NATSJobs) answer(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
-	_, f := cancelJob(ctx, d.js, d.status, name, id, d.logger)
+	_, f := cancelJob(ctx, d.js, d.status, name, id, who, d.logger)
 	if f != nil {
 		if f.logged != nil {
 			d.logger.Warn("door: cancel", "queue", name, "job", id, "err", f.logged)

@@ -40,6 +40,7 @@ var fuzzProblems = map[string]bool{
 	spillway.ProblemBadCost: true, spillway.ProblemBadKey: true, spillway.ProblemBadRequest: true,
 	spillway.ProblemNotFound: true, spillway.ProblemTooLarge: true,
 	spillway.ProblemRateLimited: true, spillway.ProblemQueueFull: true, spillway.ProblemKeyFull: true,
+	spillway.ProblemIdempotencyMismatch: true, // a header block that changes a job its idempotency key named
 }
 
 // fuzzProducer speaks the NATS protocol itself over one TCP connection, so
@@ -187,7 +188,7 @@ func FuzzNATSRequest(f *testing.F) {
 	})
 	replyConn := srv.Connect(f)
 	replies := make(chan *nats.Msg, 16)
-	sub, err := replyConn.ChanSubscribe("fuzzreply.*", replies)
+	sub, err := replyConn.ChanSubscribe("_INBOX.fuzzreply.*", replies)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func FuzzNATSRequest(f *testing.F) {
 			t.Skip()
 		}
 		i := n.Add(1)
-		reply := fmt.Sprintf("fuzzreply.%d", i)
+		reply := fmt.Sprintf("_INBOX.fuzzreply.%d", i)
 		ok, err := p.send(spillway.SubmitPrefix+q, reply, hdr, payload)
 		if err != nil {
 			t.Fatalf("sending the request: %v", err)

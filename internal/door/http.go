@@ -74,12 +74,12 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodPost, "/v1/queues/{queue}/jobs:batch", h.submitBatch}, // batch.go
 		{http.MethodGet, "/v1/jobs/{id}", h.auth(h.job)},
 		{http.MethodDelete, "/v1/jobs/{id}", h.auth(h.cancel)}, // cancel.go
-		{http.MethodGet, "/v1/queues", h.auth(h.queues)},
-		{http.MethodGet, "/v1/queues/{queue}", h.auth(h.queueInfo)},
-		{http.MethodGet, "/v1/queues/{queue}/keys", h.auth(h.queueKeys)},
-		{http.MethodPost, "/v1/queues/{queue}/pause", h.admin(h.pause)},   // admin.go
-		{http.MethodPost, "/v1/queues/{queue}/resume", h.admin(h.resume)}, // admin.go
-		{http.MethodGet, "/v1/queues/{queue}/limits", h.admin(h.limits)},  // limits.go
+		{http.MethodGet, "/v1/queues", h.auth(ignoreCaller(h.queues))},
+		{http.MethodGet, "/v1/queues/{queue}", h.auth(ignoreCaller(h.queueInfo))},
+		{http.MethodGet, "/v1/queues/{queue}/keys", h.admin(ignoreBy(h.queueKeys))}, // backlogkeys.go: raw keys are every tenant's
+		{http.MethodPost, "/v1/queues/{queue}/pause", h.admin(h.pause)},             // admin.go
+		{http.MethodPost, "/v1/queues/{queue}/resume", h.admin(h.resume)},           // admin.go
+		{http.MethodGet, "/v1/queues/{queue}/limits", h.admin(h.limits)},            // limits.go
 		{http.MethodGet, limitPath, h.admin(h.keyLimit)},
 		{http.MethodPut, limitPath, h.admin(h.setKeyLimit)},
 		{http.MethodDelete, limitPath, h.admin(h.deleteKeyLimit)},
@@ -144,40 +144,54 @@ type httpDoor struct {
 
 func (h *httpDoor) cfg() *config.Config { return h.o.Admitter.Config() }
 
-func (h *httpDoor) auth(next http.HandlerFunc) http.HandlerFunc {
+// auth authenticates a request (a submit or an admin key, or none
+// without submit keys) and hands next its caller.
+func (h *httpDoor) auth(next func(w http.ResponseWriter, r *http.Request, who caller)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !h.o.Keys.Allow(r) {
+		who, ok := h.httpCaller(r)
+		if !ok {
 			unauthorized(w, r)
 			return
 		}
-		next(w, r)
+		next(w, r, who)
 	}
+}
+
+// ignoreCaller is next, for auth, which does not depend on the caller.
+func ignoreCaller(next http.HandlerFunc) func(http.ResponseWriter, *http.Request, caller) {
+	return func(w http.ResponseWriter, r *http.Request, _ caller) { next(w, r) }
+}
+
+// ignoreBy is next, for admin, which does not depend on the admin.
+func ignoreBy(next http.HandlerFunc) func(http.ResponseWriter, *http.Request, string) {
+	return func(w http.ResponseWriter, r *http.Request, _ string) { next(w, r) }
 }
 
 func unauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="spillway"`)
 	problem(w, r, http.StatusUnauthorized, spillway.Problem{Type: spillway.ProblemUnauthorized, Title: "Unauthorized",
-		Detail: "send a valid API key as Authorization: Bearer KEY or X-Api-Key"})
+		Detail: unauthorizedDetail})
 }
 
 // submission checks a submission's API key and queue, answering 401 or
-// 404 itself (ok false).
-func (h *httpDoor) submission(w http.ResponseWriter, r *http.Request) (cfg *config.Config, name string, ok bool) {
-	if !h.o.Keys.Allow(r) {
+// 404 itself (ok false), and returns its caller.
+func (h *httpDoor) submission(w http.ResponseWriter, r *http.Request) (cfg *config.Config, name string, who caller, ok bool) {
+	who, ok = h.httpCaller(r)
+	if !ok {
 		unauthorized(w, r)
-		return nil, "", false
+		return nil, "", caller{}, false
 	}
 	cfg, name = h.cfg(), r.PathValue("queue")
 	if cfg.Queue(name) == nil {
 		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
 			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
-		return nil, "", false
+		return nil, "", caller{}, false
 	}
-	return cfg, name, true
+	return cfg, name, who, true
 }
 
 func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
-	cfg, name, ok := h.submission(w, r)
+	cfg, name, who, ok := h.submission(w, r)
 	if !ok {
 		return
 	}
@@ -195,7 +209,7 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: bad.Type, Title: titleOf(bad.Type), Field: bad.Field, Detail: bad.Detail})
 		return
 	}
-	req.Peer = clientIP(r, cfg.HTTP.TrustedProxies)
+	req.Peer, req.Caller = clientIP(r, cfg.HTTP.TrustedProxies), who.id
 	ctx, cancel := context.WithTimeout(r.Context(), SubmitTimeout)
 	defer cancel()
 	ans, err := h.o.Admitter.Submit(ctx, req)

@@ -22,19 +22,19 @@ import (
 // has to say which fields it sends.
 func jobOf(r jobstatus.Record) spillway.Job { return spillway.Job(r) }
 
-// readJob reads job id's record from st (nil: the admitter keeps none).
-// A failure is a problem with its HTTP status; logged is set when it is
-// the server's (a read that failed), worth a warning.
-func readJob(ctx context.Context, st *jobstatus.Store, id string) (job spillway.Job, p *spillway.Problem, logged error) {
+// readJob reads job id's record from st (nil: the admitter keeps none)
+// for who: another caller's job is not found. A failure is a problem with
+// its HTTP status; logged is set when it is the server's (a read that
+// failed), worth a warning.
+func readJob(ctx context.Context, st *jobstatus.Store, id string, who caller) (job spillway.Job, p *spillway.Problem, logged error) {
 	if st == nil {
 		return spillway.Job{}, &spillway.Problem{Type: spillway.ProblemNotFound, Status: http.StatusNotFound, Title: "Job status is not kept", ID: id,
 			Detail: "this admitter keeps no job status records"}, nil
 	}
 	rec, err := st.Get(ctx, id)
 	switch {
-	case errors.Is(err, jobstatus.ErrNotFound):
-		return spillway.Job{}, &spillway.Problem{Type: spillway.ProblemNotFound, Status: http.StatusNotFound, Title: "Unknown job",
-			Detail: "no status for this job id (unknown, or older than status.ttl)", ID: id}, nil
+	case errors.Is(err, jobstatus.ErrNotFound), err == nil && !who.owns(rec):
+		return spillway.Job{}, notYours(id), nil
 	case errors.Is(err, jobstatus.ErrInvalidID):
 		return spillway.Job{}, &spillway.Problem{Type: spillway.ProblemBadRequest, Status: http.StatusBadRequest, Title: "Bad job id", Detail: err.Error()}, nil
 	case err != nil:
@@ -45,9 +45,9 @@ func readJob(ctx context.Context, st *jobstatus.Store, id string) (job spillway.
 }
 
 // job is GET /v1/jobs/{id}.
-func (h *httpDoor) job(w http.ResponseWriter, r *http.Request) {
+func (h *httpDoor) job(w http.ResponseWriter, r *http.Request, who caller) {
 	id := r.PathValue("id")
-	job, p, logged := readJob(r.Context(), h.o.Status, id)
+	job, p, logged := readJob(r.Context(), h.o.Status, id, who)
 	if p == nil {
 		writeJSON(w, http.StatusOK, "application/json", job)
 		return
@@ -65,13 +65,19 @@ func (h *httpDoor) job(w http.ResponseWriter, r *http.Request) {
 // (Content-Type application/json, Spillway-Status its state) or a problem
 // (Content-Type application/problem+json, Spillway-Status error).
 func (d *NATSJobs) answerJob(m *nats.Msg) {
-	if m.Reply == "" {
-		return // a publish, not a request: nobody would learn the answer
+	if !d.Access.answers(m) {
+		return
 	}
 	id := strings.TrimPrefix(m.Subject, spillway.JobPrefix)
+	who, ok := d.Access.caller(m)
+	if !ok {
+		p := &spillway.Problem{Type: spillway.ProblemUnauthorized, Status: http.StatusUnauthorized, Title: "Unauthorized", Detail: unauthorizedDetail, Instance: m.Subject}
+		replyJSON(d.nc, d.logger, m, p, spillway.Failed, nats.Header{spillway.HeaderContentType: {spillway.ProblemContentType}}, "job", id)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
-	job, p, logged := readJob(ctx, d.status, id)
+	job, p, logged := readJob(ctx, d.status, id, who)
 	if p == nil {
 		replyJSON(d.nc, d.logger, m, job, spillway.Status(job.State),
 			nats.Header{spillway.HeaderContentType: {"application/json"}}, "job", id)

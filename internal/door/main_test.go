@@ -52,6 +52,9 @@ type testBundle struct {
 	client   *http.Client
 	natsDoor *door.NATSDoor
 	reg      *prometheus.Registry
+	// access is the NATS doors' (the submit door's, and a job door's a
+	// test starts with startJobs), counting into reg.
+	access door.NATSAccess
 
 	natsStopped bool
 }
@@ -83,12 +86,11 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	t.Cleanup(writes.Wait)
 	writing := make(chan struct{}, 32)
 	opts := b.Options()
-	opts.Observe = admitterd.NewAdmitMetrics(b.reg).Observe
+	metrics := admitterd.NewAdmitMetrics(b.reg)
+	opts.Observe = metrics.Observe
+	b.access = door.NATSAccess{Keys: o.keys, AdminKeys: o.adminKeys, Dropped: metrics.NATSDropped}
 	opts.OnStored = func(j *queue.Job, st spillway.Status, at queue.Stored) {
-		r := jobstatus.Record{ID: j.ID, Queue: j.Queue, State: spillway.State(st), EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
-		if st == spillway.Queued {
-			r.BacklogSeq = at.Sequence
-		}
+		r := jobstatus.FirstRecord(j, spillway.State(st), at)
 		writes.Go(func() {
 			writing <- struct{}{}
 			defer func() { <-writing }()
@@ -118,6 +120,7 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	// Every answer the tests read is checked against the contract.
 	b.client = apitest.Client(t, b.srv.Client())
 	b.natsDoor = door.NewNATS(b.nc, b.admitter, nil)
+	b.natsDoor.Access = b.access
 	if err := b.natsDoor.Start(); err != nil {
 		t.Fatal(err)
 	}

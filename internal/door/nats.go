@@ -30,6 +30,8 @@ type NATSDoor struct {
 	wg       sync.WaitGroup
 	// Timeout bounds one submission (default 10s).
 	Timeout time.Duration
+	// Access is whom the door answers, and where; set it before Start.
+	Access NATSAccess
 }
 
 // MaxConcurrentNATS bounds submissions the NATS door works on at once;
@@ -121,11 +123,17 @@ func (d *NATSDoor) subscribe(prefix string, answer func(*nats.Msg), pending int)
 }
 
 func (d *NATSDoor) answer(m *nats.Msg) {
-	if m.Reply == "" {
-		return // a publish, not a request: nobody would learn the answer
+	if !d.Access.answers(m) {
+		return
 	}
 	name := strings.TrimPrefix(m.Subject, spillway.SubmitPrefix)
 	rep := spillway.SubmitReply{Queue: name}
+	who, ok := d.Access.caller(m)
+	if !ok {
+		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemUnauthorized, unauthorizedDetail
+		d.reply(m, rep)
+		return
+	}
 	// An unknown queue first, whatever else is wrong, as on the HTTP door.
 	if d.admitter.Config().Queue(name) == nil {
 		rep.Status, rep.Type, rep.Error = spillway.Failed, spillway.ProblemNotFound, fmt.Sprintf("no queue %.80q", name)
@@ -139,6 +147,7 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 		d.reply(m, rep)
 		return
 	}
+	req.Caller = who.id
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
 	ans, err := d.admitter.Submit(ctx, req)

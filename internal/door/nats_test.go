@@ -212,14 +212,14 @@ queues:
 	producer := b.nats.Connect(t)
 	n := door.MaxConcurrentNATS + 16
 	replies := make(chan *nats.Msg, n)
-	sub, err := producer.ChanSubscribe("drain.reply.*", replies)
+	sub, err := producer.ChanSubscribe("_INBOX.drain.*", replies)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	for i := range n {
 		m := natsMsg("q", []byte(strconv.Itoa(i)))
-		m.Reply = "drain.reply." + strconv.Itoa(i)
+		m.Reply = "_INBOX.drain." + strconv.Itoa(i)
 		if err := producer.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}

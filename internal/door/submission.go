@@ -122,18 +122,81 @@ func scheduleHeader(field string) bool {
 	return false
 }
 
-// traceHeaders keeps W3C trace context to carry with the job.
+// traceHeaders keeps W3C trace context to carry with the job. As the
+// W3C Trace Context recommendation says of values that cannot be parsed,
+// an invalid traceparent is ignored, and tracestate with it; a tracestate
+// that is too long or holds a character other than printable ASCII (or a
+// tab) is ignored alone. The submission is taken either way: a trace is
+// the producer's aid, never a reason to refuse its job — and no value
+// that NATS headers cannot carry reaches the job's message.
 func traceHeaders(get func(string) string) nats.Header {
-	var h nats.Header
-	for _, k := range [...]string{"traceparent", "tracestate"} {
-		if v := get(k); v != "" && len(v) <= 512 {
-			if h == nil {
-				h = nats.Header{}
-			}
-			h.Set(k, v)
-		}
+	parent := get("traceparent")
+	if !validTraceparent(parent) {
+		return nil
+	}
+	h := nats.Header{}
+	h.Set("traceparent", parent)
+	if state := get("tracestate"); state != "" && validTracestate(state) {
+		h.Set("tracestate", state)
 	}
 	return h
+}
+
+// maxTracestate bounds a kept tracestate, in bytes (the recommendation's
+// 32 list members of at most 256 bytes are longer, but vendors are asked
+// to keep theirs under 512).
+const maxTracestate = 512
+
+// validTraceparent reports whether s is a traceparent of the W3C Trace
+// Context: version-traceid-parentid-flags in lower-case hex, the ids not
+// all zeros, version ff refused; a later version may append "-" and more
+// (kept as sent, printable ASCII only).
+func validTraceparent(s string) bool {
+	const n = len("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	if len(s) < n || len(s) > maxTracestate {
+		return false
+	}
+	hex := func(f string) bool {
+		for _, c := range []byte(f) {
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	zero := func(f string) bool { return strings.Trim(f, "0") == "" }
+	version, trace, parent, flags := s[0:2], s[3:35], s[36:52], s[53:55]
+	if s[2] != '-' || s[35] != '-' || s[52] != '-' || !hex(version) || !hex(trace) || !hex(parent) || !hex(flags) ||
+		version == "ff" || zero(trace) || zero(parent) {
+		return false
+	}
+	if len(s) == n {
+		return true
+	}
+	if version == "00" || s[n] != '-' {
+		return false
+	}
+	for _, c := range []byte(s[n:]) {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// validTracestate reports whether s can be carried as tracestate: at most
+// maxTracestate bytes of printable ASCII, spaces and tabs (the list's
+// optional white space).
+func validTracestate(s string) bool {
+	if len(s) > maxTracestate {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 0x20 && c != '\t') || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // titleOf is the title of a problem document of type t that requestOf

@@ -70,7 +70,7 @@ func withClaim(rec, claim Record) Record {
 		return rec
 	}
 	if claim.State == spillway.StateCancelled {
-		rec.State, rec.UpdatedAt, rec.FinishedAt = spillway.StateCancelled, claim.UpdatedAt, claim.FinishedAt
+		rec.State, rec.UpdatedAt, rec.FinishedAt, rec.CancelledBy = spillway.StateCancelled, claim.UpdatedAt, claim.FinishedAt, claim.CancelledBy
 		return rec
 	}
 	if out, ok := merge(rec, claim); ok {
@@ -79,14 +79,22 @@ func withClaim(rec, claim Record) Record {
 	return rec
 }
 
-// Cancel marks queued job id cancelled and returns its record. It wins
+// Cancel is CancelAs for an anonymous canceller who may cancel any job.
+func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
+	return s.CancelAs(ctx, id, "", nil)
+}
+
+// CancelAs marks queued job id cancelled by by (the canceller's key's
+// fingerprint, kept as CancelledBy) and returns its record. A job whose
+// record may does not accept (nil: every job) is ErrNotFound, as a job
+// with no record is: the canceller is not to learn it exists. It wins
 // the job's claim (a worker starting the job races for the same claim in
 // StartGate), then writes cancelled over the queued record under a
 // revision check: so after Cancel returns nil the job never starts, and
 // the caller removes it from the backlog (admin.CancelBacklogJob at
 // Record.BacklogSeq). A job in any other state is a *NotCancellableError
 // holding its record; none is ErrNotFound.
-func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
+func (s *Store) CancelAs(ctx context.Context, id, by string, may func(Record) bool) (Record, error) {
 	if err := ValidateID(id); err != nil {
 		return Record{}, err
 	}
@@ -94,11 +102,14 @@ func (s *Store) Cancel(ctx context.Context, id string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
+	if may != nil && !may(cur) {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
 	if cur.State != spillway.StateQueued {
 		return Record{}, &NotCancellableError{Record: cur}
 	}
 	out := cur
-	out.State, out.UpdatedAt, out.FinishedAt = spillway.StateCancelled, time.Now(), time.Now()
+	out.State, out.UpdatedAt, out.FinishedAt, out.CancelledBy = spillway.StateCancelled, time.Now(), time.Now(), by
 	claimed, won, err := s.claim(ctx, out)
 	if err != nil {
 		return Record{}, err
@@ -145,9 +156,9 @@ func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64) erro
 			return &NotCancellableError{Record: cur}
 		}
 		rev = r
-		state, updated, finished := out.State, out.UpdatedAt, out.FinishedAt
+		state, updated, finished, by := out.State, out.UpdatedAt, out.FinishedAt, out.CancelledBy
 		out = cur
-		out.State, out.UpdatedAt, out.FinishedAt = state, updated, finished
+		out.State, out.UpdatedAt, out.FinishedAt, out.CancelledBy = state, updated, finished, by
 	}
 }
 

@@ -2,6 +2,7 @@ package jobstatus
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,32 +17,30 @@ import (
 )
 
 // A batch's jobs share their first records. The admitter writes a job's
-// first record (admitted or queued) and nothing else, and for a batch
-// (queue.NewJobIDs: ids that differ in their last 10 bits only) one
+// first record (admitted or queued) and nothing else, and for a batch one
 // write per job would be half of what JetStream stores for the batch. So
-// the first records of jobs whose ids differ in their last 6 bits only are
-// kept together, as one group record under the key "<id with those bits
-// 0>.first", in that id's bucket: a batch of 1000 jobs is 16 writes, not
-// 1000. Every later write of a job (a worker's, a cancel's, a replay's) is
-// its own record, which takes precedence: a job's record is its own
-// record if it has one, else its entry in its group record.
+// the first records of the jobs of one id group (queue.NewJobIDs: up to
+// 64 ids that share their first 10 bytes) are kept together, as one group
+// record under the key "<id with bytes 10 to 15 zero>.first", in that
+// id's bucket: a batch of 1000 jobs is 16 writes, not 1000. An entry of
+// the group record names its job by the rest of its id (bytes 10 to 15,
+// random for each job), so a group record tells nothing of an id that is
+// not in it, and a reader finds a job's entry only with its whole id.
+// Every later write of a job (a worker's, a cancel's, a replay's) is its
+// own record, which takes precedence: a job's record is its own record if
+// it has one, else its entry in its group record.
 
-// groupBits is how many of an id's last bits tell the jobs of one group.
-const groupBits = 6
-
-// groupMask keeps the last groupBits bits of an id's last byte.
-const groupMask = 1<<groupBits - 1
-
-// groupOf returns the id that names job id's group (its last groupBits
-// bits 0) and the job's slot in the group. id must be a valid job id.
-func groupOf(id string) (string, int) {
+// groupOf returns the id that names job id's group (its bytes 10 to 15
+// zero) and the job's tail in the group (those bytes, in hex). id must be
+// a valid job id.
+func groupOf(id string) (string, string) {
 	u, err := uuid.Parse(id)
 	if err != nil {
-		return "", -1
+		return "", ""
 	}
-	slot := int(u[15] & groupMask)
-	u[15] &^= groupMask
-	return u.String(), slot
+	tail := hex.EncodeToString(u[10:])
+	clear(u[10:])
+	return u.String(), tail
 }
 
 // groupSuffix ends the key of every group record; a job's own key is its id.
@@ -60,14 +59,16 @@ func GroupBucketOf(id string) string {
 // groupRecord is the first records of a group's jobs, compactly: 64
 // queued jobs with every field set take about 6 KiB, under maxValueSize.
 type groupRecord struct {
-	Queue string       `json:"queue"`
-	Jobs  []groupEntry `json:"jobs"`
+	Queue string `json:"queue"`
+	// Submitter is every job's: a batch has one submitter.
+	Submitter string       `json:"submitter,omitempty"`
+	Jobs      []groupEntry `json:"jobs"`
 }
 
 // groupEntry is one job's first record in its group record. Times are
 // Unix nanoseconds; UpdatedAt is EnqueuedAt, as the admitter writes it.
 type groupEntry struct {
-	Slot       int            `json:"i"`
+	Tail       string         `json:"i"`
 	State      spillway.State `json:"s"`
 	EnqueuedAt int64          `json:"e"`
 	NotBefore  int64          `json:"nb,omitempty"`
@@ -124,15 +125,15 @@ func groupMsg(g string, recs []Record) *nats.Msg {
 	if len(recs) < 2 {
 		return nil
 	}
-	gr := groupRecord{Queue: recs[0].Queue, Jobs: make([]groupEntry, len(recs))}
+	gr := groupRecord{Queue: recs[0].Queue, Submitter: recs[0].Submitter, Jobs: make([]groupEntry, len(recs))}
 	for i, rec := range recs {
 		rec = rec.normalized()
-		if rec.Queue != gr.Queue || rank(rec.State) != 0 || rec.Attempts != 0 || rec.LastError != "" ||
+		if rec.Queue != gr.Queue || rec.Submitter != gr.Submitter || rank(rec.State) != 0 || rec.Attempts != 0 || rec.LastError != "" ||
 			!rec.StartedAt.IsZero() || !rec.FinishedAt.IsZero() || !rec.UpdatedAt.Equal(rec.EnqueuedAt) || rec.EnqueuedAt.IsZero() {
 			return nil
 		}
-		_, slot := groupOf(rec.ID)
-		gr.Jobs[i] = groupEntry{Slot: slot, State: rec.State, EnqueuedAt: rec.EnqueuedAt.UnixNano(), BacklogSeq: rec.BacklogSeq}
+		_, tail := groupOf(rec.ID)
+		gr.Jobs[i] = groupEntry{Tail: tail, State: rec.State, EnqueuedAt: rec.EnqueuedAt.UnixNano(), BacklogSeq: rec.BacklogSeq}
 		if !rec.NotBefore.IsZero() {
 			gr.Jobs[i].NotBefore = rec.NotBefore.UnixNano()
 		}
@@ -166,7 +167,7 @@ func RecordsIn(m *nats.Msg) int {
 // no entry for the job. For a reader of the buckets that is not a Store
 // (the Go client).
 func GetFirst(ctx context.Context, kv jetstream.KeyValue, id string) (Record, error) {
-	g, slot := groupOf(id)
+	g, tail := groupOf(id)
 	if g == "" {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -184,9 +185,9 @@ func GetFirst(ctx context.Context, kv jetstream.KeyValue, id string) (Record, er
 		return Record{}, fmt.Errorf("%w: %s (its group record %s, revision %d, does not decode: %w)", ErrNotFound, id, groupKey(g), e.Revision(), err)
 	}
 	for _, j := range gr.Jobs {
-		if j.Slot == slot {
+		if j.Tail == tail {
 			at := time.Unix(0, j.EnqueuedAt).UTC()
-			rec := Record{ID: id, Queue: gr.Queue, State: j.State, EnqueuedAt: at, UpdatedAt: at, BacklogSeq: j.BacklogSeq}
+			rec := Record{ID: id, Queue: gr.Queue, State: j.State, EnqueuedAt: at, UpdatedAt: at, BacklogSeq: j.BacklogSeq, Submitter: gr.Submitter}
 			if j.NotBefore != 0 {
 				rec.NotBefore = time.Unix(0, j.NotBefore).UTC()
 			}

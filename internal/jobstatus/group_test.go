@@ -38,7 +38,7 @@ func batchRecords(t *testing.T, n int, skip func(i int) bool) (recs []jobstatus.
 			continue
 		}
 		at := t0.Add(time.Duration(i) * time.Microsecond)
-		rec := jobstatus.Record{ID: id, Queue: "email", State: spillway.StateAdmitted, EnqueuedAt: at, UpdatedAt: at}
+		rec := jobstatus.Record{ID: id, Queue: "email", State: spillway.StateAdmitted, EnqueuedAt: at, UpdatedAt: at, Submitter: "sha256:0123456789ab"}
 		if i%3 == 0 {
 			rec.State, rec.NotBefore, rec.BacklogSeq = spillway.StateQueued, at.Add(time.Minute), uint64(100+i)
 		}

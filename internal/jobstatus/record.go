@@ -57,6 +57,11 @@ type Record struct {
 	// as the admitter stored it: where a cancel finds it (0: the job was
 	// admitted, or the admitter's record was lost).
 	BacklogSeq uint64 `json:"backlog_seq,omitempty"`
+	// Submitter is the fingerprint of the API key that submitted the
+	// job (the job's spillway.HeaderSubmitter; "" without API keys).
+	Submitter string `json:"submitter,omitempty"`
+	// CancelledBy is the fingerprint of the key that cancelled the job.
+	CancelledBy string `json:"cancelled_by,omitempty"`
 }
 
 // ValidateID accepts a job id as queue.NewJobID makes them: a UUIDv7 in
@@ -115,6 +120,9 @@ func merge(cur, update Record) (Record, bool) {
 	}
 	if out.BacklogSeq == 0 {
 		out.BacklogSeq = cur.BacklogSeq
+	}
+	if out.Submitter == "" {
+		out.Submitter = cur.Submitter
 	}
 	keep := func(t *time.Time, old time.Time) {
 		if t.IsZero() {

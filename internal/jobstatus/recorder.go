@@ -276,6 +276,7 @@ func update(e worker.Event, now time.Time) (Record, bool) {
 		EnqueuedAt: e.Job.EnqueuedAt,
 		NotBefore:  e.Job.NotBefore,
 		UpdatedAt:  now,
+		Submitter:  e.Job.Header.Get(spillway.HeaderSubmitter),
 	}
 	if rec.Queue == "" {
 		rec.Queue = e.Queue

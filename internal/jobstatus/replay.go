@@ -1,6 +1,7 @@
 package jobstatus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -25,7 +26,7 @@ func (s *Store) ResetForReplay(ctx context.Context, job queue.Job, l admin.DeadL
 		// Expired: what it would say is that the job is dead.
 		prev = Record{
 			ID: job.ID, Queue: job.Queue, State: spillway.StateDead, Attempts: l.Attempts, LastError: l.LastError,
-			EnqueuedAt: job.EnqueuedAt, FinishedAt: l.DeadAt, UpdatedAt: l.DeadAt,
+			EnqueuedAt: job.EnqueuedAt, FinishedAt: l.DeadAt, UpdatedAt: l.DeadAt, Submitter: job.Header.Get(spillway.HeaderSubmitter),
 		}
 	case err != nil:
 		return nil, "its status record was not reset: " + err.Error()
@@ -34,7 +35,8 @@ func (s *Store) ResetForReplay(ctx context.Context, job queue.Job, l admin.DeadL
 	if to == queue.Backlog {
 		state = spillway.StateQueued
 	}
-	reset := Record{ID: job.ID, Queue: job.Queue, State: state, LastError: prev.LastError, EnqueuedAt: now, UpdatedAt: now}
+	reset := Record{ID: job.ID, Queue: job.Queue, State: state, LastError: prev.LastError, EnqueuedAt: now, UpdatedAt: now,
+		Submitter: cmp.Or(job.Header.Get(spillway.HeaderSubmitter), prev.Submitter)}
 	// The claim of its first start goes first: the replayed job starts
 	// anew, and can be cancelled once its record says queued — a cancel's
 	// claim made after that is never deleted here.

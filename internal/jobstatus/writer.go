@@ -27,7 +27,8 @@ const (
 // Queued) and stored at at: a queued job's record says where the job is
 // in its backlog, for a cancel to find it.
 func FirstRecord(j *queue.Job, st spillway.State, at queue.Stored) Record {
-	r := Record{ID: j.ID, Queue: j.Queue, State: st, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt}
+	r := Record{ID: j.ID, Queue: j.Queue, State: st, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, UpdatedAt: j.EnqueuedAt,
+		Submitter: j.Header.Get(spillway.HeaderSubmitter)}
 	if st == spillway.StateQueued {
 		r.BacklogSeq = at.Sequence // where a cancel finds it
 	}

@@ -62,7 +62,10 @@ func TestAdminCalls(t *testing.T) {
 	if _, err := c.Queue(ctx, "nope"); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("Queue of an unknown queue: %v, want ErrNotFound", err)
 	}
-	kl := must(c.Keys(ctx, "limited", 5))(t)
+	if _, err := c.Keys(ctx, "limited", 5); !errors.Is(err, client.ErrForbidden) {
+		t.Errorf("Keys with a submit key: %v, want ErrForbidden (every tenant's keys are an admin's)", err)
+	}
+	kl := must(admin.Keys(ctx, "limited", 5))(t)
 	if kl.TotalKeys != 1 || len(kl.Keys) != 1 || kl.Keys[0].Depth != 2 {
 		t.Errorf("Keys: %+v, want one key with 2 jobs", kl)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
+	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
@@ -28,7 +29,7 @@ func doors(t *testing.T, a *admitter, opts ...client.Option) map[string]*client.
 	// Every HTTP answer the client reads is checked against the contract.
 	checked := client.WithHTTPClient(apitest.Client(t, &http.Client{}))
 	h := must(client.NewHTTP(a.httpURL(), append([]client.Option{client.WithAPIKey(testKey), checked}, opts...)...))(t)
-	n := must(client.NewNATS(a.connect(t), opts...))(t)
+	n := must(client.NewNATS(a.connect(t), append([]client.Option{client.WithAPIKey(testKey)}, opts...)...))(t)
 	return map[string]*client.Client{"http": h, "nats": n}
 }
 
@@ -125,8 +126,13 @@ func TestErrors(t *testing.T) {
 	if !errors.Is(err, client.ErrUnauthorized) {
 		t.Errorf("without an API key: %v; want 401", err)
 	}
-	if _, err := client.NewNATS(a.connect(t), client.WithAPIKey(testKey)); !errors.Is(err, client.ErrInvalidOption) {
-		t.Errorf("NewNATS with an API key: %v", err)
+	// The NATS door takes the same API keys.
+	anonNATS := must(client.NewNATS(a.connect(t)))(t)
+	if _, err := anonNATS.Submit(t.Context(), "work", nil); !errors.Is(err, client.ErrUnauthorized) {
+		t.Errorf("over NATS without an API key: %v; want unauthorized", err)
+	}
+	if _, err := client.NewNATS(a.connect(t), client.WithHTTPClient(&http.Client{})); !errors.Is(err, client.ErrInvalidOption) {
+		t.Errorf("NewNATS with an HTTP client: %v", err)
 	}
 	if _, err := client.NewHTTP("127.0.0.1:8080"); !errors.Is(err, client.ErrInvalidOption) {
 		t.Errorf("NewHTTP without a scheme: %v", err)
@@ -196,7 +202,7 @@ func TestUnavailable(t *testing.T) {
 	tr := &countingTransport{}
 	h := must(client.NewHTTP(a.httpURL(), client.WithAPIKey(testKey), client.WithHTTPClient(&http.Client{Transport: tr}),
 		client.WithRetries(2, time.Millisecond)))(t)
-	n := must(client.NewNATS(a.connect(t), client.WithRetries(2, time.Millisecond)))(t)
+	n := must(client.NewNATS(a.connect(t), client.WithAPIKey(testKey), client.WithRetries(2, time.Millisecond)))(t)
 	for door, c := range map[string]*client.Client{"http": h, "nats": n} {
 		ans, err := c.Submit(t.Context(), "work", nil)
 		var pe *client.ProblemError
@@ -355,11 +361,12 @@ func TestWaitFindsALateGroupRecord(t *testing.T) {
 	nc := a.connect(t)
 	js := must(jetstream.New(nc))(t)
 	store := must(jobstatus.OpenExisting(t.Context(), js))(t)
-	c := must(client.NewNATS(nc))(t)
+	c := must(client.NewNATS(nc, client.WithAPIKey(testKey)))(t)
 	ids := must(queue.NewJobIDs(2))(t)
 	now := time.Now()
-	recs := []jobstatus.Record{{ID: ids[0], Queue: "limited", State: spillway.StateAdmitted, EnqueuedAt: now, UpdatedAt: now},
-		{ID: ids[1], Queue: "limited", State: spillway.StateAdmitted, EnqueuedAt: now, UpdatedAt: now}}
+	sub := door.KeyFingerprint(testKey) // the client's jobs
+	recs := []jobstatus.Record{{ID: ids[0], Queue: "limited", State: spillway.StateAdmitted, EnqueuedAt: now, UpdatedAt: now, Submitter: sub},
+		{ID: ids[1], Queue: "limited", State: spillway.StateAdmitted, EnqueuedAt: now, UpdatedAt: now, Submitter: sub}}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	type result struct {
@@ -380,7 +387,7 @@ func TestWaitFindsALateGroupRecord(t *testing.T) {
 		t.Fatalf("Wait returned before the job ended: %+v, %v", r.job, r.err)
 	case <-time.After(5500 * time.Millisecond): // past the grace for a job with no record
 	}
-	if err := store.Put(ctx, jobstatus.Record{ID: ids[0], Queue: "limited", State: spillway.StateSucceeded, Attempts: 1, EnqueuedAt: now, FinishedAt: time.Now()}); err != nil {
+	if err := store.Put(ctx, jobstatus.Record{ID: ids[0], Queue: "limited", State: spillway.StateSucceeded, Attempts: 1, EnqueuedAt: now, FinishedAt: time.Now(), Submitter: sub}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -43,6 +43,9 @@ var (
 	// ErrConflict: a cancel of a job that is not queued (409);
 	// ProblemError.State is its state.
 	ErrConflict = errors.New("client: conflict")
+	// ErrIdempotencyMismatch: the idempotency key was used before, by
+	// this caller, for another job (422); nothing was taken.
+	ErrIdempotencyMismatch = errors.New("client: idempotency key reused for another job")
 	// ErrTooLarge: the payload or the batch is larger than the admitter
 	// takes (413).
 	ErrTooLarge = errors.New("client: too large")
@@ -137,6 +140,8 @@ func (e *ProblemError) Is(target error) bool {
 		return e.Status == http.StatusConflict
 	case ErrTooLarge:
 		return e.Status == http.StatusRequestEntityTooLarge
+	case ErrIdempotencyMismatch:
+		return e.Type == spillway.ProblemIdempotencyMismatch
 	case ErrUnavailable:
 		return e.Status == http.StatusServiceUnavailable
 	case ErrInternal:

@@ -88,7 +88,7 @@ func ExampleNewNATS() {
 		return
 	}
 	defer nc.Close()
-	c, err := client.NewNATS(nc)
+	c, err := client.NewNATS(nc, client.WithAPIKey(testKey))
 	if err != nil {
 		fmt.Println(err)
 		return

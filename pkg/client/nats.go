@@ -27,14 +27,31 @@ func NewNATS(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.apiKeyGiven || cfg.httpGiven {
-		return nil, fmt.Errorf("%w: WithAPIKey and WithHTTPClient are for NewHTTP; a NATS client is authorized by its connection", ErrInvalidOption)
+	if cfg.httpGiven {
+		return nil, fmt.Errorf("%w: WithHTTPClient is for NewHTTP", ErrInvalidOption)
 	}
-	return &Client{cfg: cfg, t: &natsDoor{nc: nc}}, nil
+	d := &natsDoor{nc: nc}
+	if cfg.apiKey != "" {
+		d.auth = "Bearer " + cfg.apiKey
+	}
+	return &Client{cfg: cfg, t: d}, nil
 }
 
 type natsDoor struct {
-	nc *nats.Conn
+	nc   *nats.Conn
+	auth string // the Authorization header, "" for none
+}
+
+// send sends request m with the API key, if the client has one, and
+// returns the reply.
+func (d *natsDoor) send(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	if d.auth != "" {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header["Authorization"] = []string{d.auth}
+	}
+	return d.nc.RequestMsgWithContext(ctx, m)
 }
 
 func (d *natsDoor) describe() string { return d.nc.ConnectedUrlRedacted() }
@@ -45,7 +62,7 @@ func (d *natsDoor) name() string { return "nats" }
 // reply; no reply is a *TransportError, one that does not decode an error
 // that calls it not a kind reply ("submit", "batch", "cancel").
 func (d *natsDoor) request(ctx context.Context, m *nats.Msg, kind string, rep any) (*nats.Msg, error) {
-	reply, err := d.nc.RequestMsgWithContext(ctx, m)
+	reply, err := d.send(ctx, m)
 	if err != nil {
 		return nil, &TransportError{Op: "request " + m.Subject, Err: err}
 	}
@@ -99,7 +116,7 @@ func (d *natsDoor) job(ctx context.Context, id string) (*spillway.Job, error) {
 			Detail: fmt.Sprintf("job id %.64q: not one subject token", id)}
 	}
 	subject := spillway.JobPrefix + id
-	reply, err := d.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject})
+	reply, err := d.send(ctx, &nats.Msg{Subject: subject})
 	if err != nil {
 		return nil, &TransportError{Op: "request " + subject, Err: err}
 	}

@@ -30,15 +30,14 @@ const (
 type Option func(*config) error
 
 type config struct {
-	apiKey      string
-	httpClient  *http.Client
-	timeout     time.Duration
-	retries     int
-	backoff     time.Duration
-	poll        time.Duration
-	noAutoKeys  bool
-	apiKeyGiven bool
-	httpGiven   bool
+	apiKey     string
+	httpClient *http.Client
+	timeout    time.Duration
+	retries    int
+	backoff    time.Duration
+	poll       time.Duration
+	noAutoKeys bool
+	httpGiven  bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -54,14 +53,16 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// WithAPIKey sends key as Authorization: Bearer KEY (HTTP door only; the
-// NATS door trusts the NATS connection's own credentials).
+// WithAPIKey sends key as Authorization: Bearer KEY, on either door: the
+// admitter's API keys (http.api_keys_file, http.admin_keys_file) name the
+// caller on the NATS door too, and a job can be read and cancelled only
+// by the key that submitted it, or by an admin key.
 func WithAPIKey(key string) Option {
 	return func(c *config) error {
 		if key == "" || strings.ContainsAny(key, "\r\n") {
 			return fmt.Errorf("%w: WithAPIKey: want a key of one line, not empty", ErrInvalidOption)
 		}
-		c.apiKey, c.apiKeyGiven = key, true
+		c.apiKey = key
 		return nil
 	}
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"crypto/rand"
 	"fmt"
 	"strconv"
 	"time"
@@ -66,29 +67,39 @@ func NewJobID() (string, error) {
 	return id.String(), nil
 }
 
-// MaxJobIDs bounds NewJobIDs: the ids of one call differ in their last
-// 10 bits only.
+// MaxJobIDs bounds NewJobIDs.
 const MaxJobIDs = 1 << 10
 
+// JobIDsPerGroup is how many ids of one NewJobIDs call share a group.
+const JobIDsPerGroup = 64
+
 // NewJobIDs returns n new UUIDv7s for jobs submitted together (n at most
-// MaxJobIDs): one NewJobID with its last 10 bits replaced by 0, 1, … n-1.
-// They are unique and ordered as NewJobID's are, and in the order given;
-// and whoever reads them can tell which were made together, as job-status
-// records do to keep the first records of a batch's jobs under a few keys
-// (jobstatus). Knowing one of them tells the others.
+// MaxJobIDs), unique and ordered as NewJobID's are, and in the order given.
+// Each run of JobIDsPerGroup of them is a group: ids that share their
+// first 10 bytes (a NewJobID of the group's), so that whoever reads them
+// can tell which were made together, as job-status records do to keep the
+// first records of a batch's jobs under a few keys (jobstatus). Byte 10
+// holds the id's place in its group in its top 6 bits; its last 2 bits
+// and bytes 11 to 15 — 42 bits — are random for each id, so that knowing
+// one id of a batch tells nothing of the others.
 func NewJobIDs(n int) ([]string, error) {
 	if n < 0 || n > MaxJobIDs {
 		return nil, fmt.Errorf("queue: %d job ids: want 0 to %d", n, MaxJobIDs)
 	}
-	base, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("queue: job ids: %w", err)
-	}
 	ids := make([]string, n)
+	var base uuid.UUID
 	for i := range ids {
+		if i%JobIDsPerGroup == 0 {
+			var err error
+			if base, err = uuid.NewV7(); err != nil {
+				return nil, fmt.Errorf("queue: job ids: %w", err)
+			}
+		}
 		u := base
-		u[14] = u[14]&^0x03 | byte(i>>8)
-		u[15] = byte(i)
+		if _, err := rand.Read(u[10:]); err != nil {
+			return nil, fmt.Errorf("queue: job ids: %w", err)
+		}
+		u[10] = byte(i%JobIDsPerGroup)<<2 | u[10]&0x03
 		ids[i] = u.String()
 	}
 	return ids, nil

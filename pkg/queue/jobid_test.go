@@ -28,19 +28,25 @@ func TestNewJobIDs(t *testing.T) {
 	if !slices.IsSorted(ids) || ids[0] <= before || ids[len(ids)-1] >= after {
 		t.Errorf("ids not in order between %s and %s: first %s, last %s", before, after, ids[0], ids[len(ids)-1])
 	}
-	first := uuid.MustParse(ids[0])
+	groups := map[int]uuid.UUID{} // group → the first 10 bytes its ids share
 	for i, id := range ids {
 		u, err := uuid.Parse(id)
 		if err != nil || u.String() != id || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
 			t.Fatalf("id %d %q: not a lower-case UUIDv7 (%v)", i, id, err)
 		}
-		if low := int(u[14]&0x03)<<8 | int(u[15]); low != i {
-			t.Errorf("id %d %s: last 10 bits %d", i, id, low)
+		if slot := int(u[10] >> 2); slot != i%queue.JobIDsPerGroup {
+			t.Errorf("id %d %s: place %d in its group, want %d", i, id, slot, i%queue.JobIDsPerGroup)
 		}
-		u[14], u[15] = first[14], first[15]
-		if u != first {
-			t.Errorf("id %d %s: differs from id 0 %s beyond its last 10 bits", i, id, ids[0])
+		clear(u[10:])
+		g := i / queue.JobIDsPerGroup
+		if first, ok := groups[g]; !ok {
+			groups[g] = u
+		} else if u != first {
+			t.Errorf("id %d %s: not of its group's (%s)", i, id, first)
 		}
+	}
+	if len(groups) != queue.MaxJobIDs/queue.JobIDsPerGroup {
+		t.Errorf("%d groups, want %d", len(groups), queue.MaxJobIDs/queue.JobIDsPerGroup)
 	}
 	other, err := queue.NewJobIDs(2)
 	if err != nil {
@@ -56,5 +62,46 @@ func TestNewJobIDs(t *testing.T) {
 	}
 	if ids, err := queue.NewJobIDs(0); err != nil || len(ids) != 0 {
 		t.Errorf("NewJobIDs(0) = %v, %v; want none", ids, err)
+	}
+}
+
+// The ids of a batch are not derivable from one another: beside its place
+// in its group, each has 42 random bits of its own. Two ids of one batch
+// never share their first 118 bits (ids that differed in their last 10
+// bits only were the next and previous jobs of anyone who knew one), and
+// the bits that are each id's own are not a sequence.
+func TestNewJobIDsIndependent(t *testing.T) {
+	ids, err := queue.NewJobIDs(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads := map[[15]byte]string{}
+	own := map[uint64]string{}
+	for _, id := range ids {
+		u := uuid.MustParse(id)
+		var head [15]byte // the first 118 bits
+		copy(head[:], u[:15])
+		head[14] &^= 0x03
+		if other, dup := heads[head]; dup {
+			t.Errorf("ids %s and %s share their first 118 bits", other, id)
+		}
+		heads[head] = id
+		r := uint64(u[10]&0x03)<<40 | uint64(u[11])<<32 | uint64(u[12])<<24 | uint64(u[13])<<16 | uint64(u[14])<<8 | uint64(u[15])
+		if other, dup := own[r]; dup {
+			t.Errorf("ids %s and %s have the same random bits", other, id)
+		}
+		own[r] = id
+	}
+	// Consecutive ids' own bits are not one after the other: a sequence
+	// would make the next id the last one plus one.
+	seq := 0
+	for i := 1; i < len(ids); i++ {
+		a, b := uuid.MustParse(ids[i-1]), uuid.MustParse(ids[i])
+		if a[15]+1 == b[15] && a[14] == b[14] {
+			seq++
+		}
+	}
+	if seq > 5 {
+		t.Errorf("%d of %d consecutive ids differ by one in their last bits: a sequence", seq, len(ids)-1)
 	}
 }

@@ -95,6 +95,11 @@ const (
 	HeaderAttempt = "Spillway-Attempt"
 	// HeaderError is why a NATS handler's answer is not HandlerOK.
 	HeaderError = "Spillway-Error"
+	// HeaderSubmitter is who submitted the job: the fingerprint of the
+	// API key it was submitted with (absent: no API keys, one tenant).
+	// The admitter stamps it on the job, dropping any value a producer
+	// sent; the job's status record and its dead letter keep it.
+	HeaderSubmitter = "Spillway-Submitter"
 )
 
 // Values of HeaderStatus in a NATS handler's answer to a worker.

@@ -63,4 +63,11 @@ type Job struct {
 	// BacklogSeq is a queued job's sequence in its queue's backlog
 	// stream, where a cancel finds it (0: admitted, or unknown).
 	BacklogSeq uint64 `json:"backlog_seq,omitempty"`
+	// Submitter is the fingerprint of the API key the job was submitted
+	// with (HeaderSubmitter; empty without API keys). Only its submitter
+	// and admin keys can read or cancel the job.
+	Submitter string `json:"submitter,omitempty"`
+	// CancelledBy is the fingerprint of the key that cancelled the job
+	// (empty without API keys, and for a job nobody cancelled).
+	CancelledBy string `json:"cancelled_by,omitempty"`
 }

@@ -48,8 +48,11 @@ const (
 	ProblemMethodNotAllowed = problemBase + "method-not-allowed" // 405: a known path with another method
 	ProblemConflict         = problemBase + "conflict"           // 409: a cancel of a job that is not queued (its state says why)
 	ProblemTooLarge         = problemBase + "too-large"          // 413
-	ProblemUnavailable      = problemBase + "unavailable"        // 503: NATS or a fail-closed store unreachable
-	ProblemInternal         = problemBase + "internal"           // 500
+	// 422: the caller reused an idempotency key with another job (its
+	// payload or a header that decides it differs); nothing was taken.
+	ProblemIdempotencyMismatch = problemBase + "idempotency-mismatch"
+	ProblemUnavailable         = problemBase + "unavailable" // 503: NATS or a fail-closed store unreachable
+	ProblemInternal            = problemBase + "internal"    // 500
 )
 
 // ParseProblem decodes an answer's problem document; ok is false when
@@ -105,6 +108,8 @@ func StatusOf(typ string) int {
 		return http.StatusConflict
 	case ProblemTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case ProblemIdempotencyMismatch:
+		return http.StatusUnprocessableEntity
 	case ProblemRateLimited, ProblemQueueFull, ProblemKeyFull, ProblemWaitTooLong:
 		return http.StatusTooManyRequests
 	case ProblemUnavailable:
