@@ -25,10 +25,13 @@ import (
 // twinJobs are n submissions with seeded random clients, costs, classes
 // and idempotency keys (some repeated, some bad), for queue q; some are
 // scheduled (a delay, or a time from at), some have a max-wait, which
-// some exceed whatever their tiers say and some in the backlog.
+// some exceed whatever their tiers say and some in the backlog. Half the
+// repeats of an idempotency key repeat its first job (a duplicate), the
+// others carry another job (a mismatch).
 func twinJobs(q string, n int, at time.Time) []*admit.Request {
 	rng := rand.New(rand.NewPCG(7, 11))
 	out := make([]*admit.Request, n)
+	firstWith := map[string]*admit.Request{}
 	for i := range out {
 		h := map[string]string{"X-Client": fmt.Sprintf("client-%d", rng.IntN(24))}
 		if i%97 == 13 {
@@ -52,6 +55,14 @@ func twinJobs(q string, n int, at time.Time) []*admit.Request {
 		if i%89 == 3 {
 			w := 10 * time.Minute
 			r.Schedule = admit.Schedule{NotBefore: at.Add(time.Hour), MaxWait: &w} // too late before any tier
+		}
+		if k := r.IdempotencyKey; k != "" {
+			if first, ok := firstWith[k]; !ok {
+				firstWith[k] = r
+			} else if rng.IntN(2) == 0 {
+				repeat := *first
+				r = &repeat
+			}
 		}
 		out[i] = r
 	}
@@ -115,7 +126,7 @@ func TestBatchEqualsSingles(t *testing.T) {
 	}
 	// The runs must have met every case the batch has to get right.
 	s := summary(singles)
-	for _, k := range []string{"admitted", "queued", "rate-limited", "queue-full", "key-full", "duplicate", "bad-key", "bad-cost", "ready-full", "scheduled", "wait-too-long", "wait-too-long-refunded"} {
+	for _, k := range []string{"admitted", "queued", "rate-limited", "queue-full", "key-full", "duplicate", "idempotency-mismatch", "bad-key", "bad-cost", "ready-full", "scheduled", "wait-too-long", "wait-too-long-refunded"} {
 		if s[k] == 0 {
 			t.Errorf("no job was %s: the scenario does not test it (%v)", k, s)
 		}

@@ -137,7 +137,11 @@ func TestHTTPBacklogKeys(t *testing.T) {
 // so clients asking different tops kept a core busy.
 func TestHTTPBacklogKeysOneReadForAnyTop(t *testing.T) {
 	t.Parallel()
-	b := setup(t, keysConfig, setupOptions{})
+	admins, err := door.LoadAPIKeys(writeFile(t, "admin-keys", adminKey+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, keysConfig, setupOptions{adminKeys: admins})
 	for i := range 6 {
 		key := "tenant-" + string(rune('a'+i))
 		for range 1 + i%3 { // admitted, then 0 to 2 queued
@@ -155,12 +159,12 @@ func TestHTTPBacklogKeysOneReadForAnyTop(t *testing.T) {
 	t.Cleanup(restore)
 
 	began := time.Now()
-	full := b.keyList(t, "/v1/queues/q/keys")
+	full := b.keyList(t, "/v1/queues/q/keys", "X-Api-Key", adminKey)
 	if len(full.Keys) != 4 {
 		t.Fatalf("the listing: %+v, want the 4 keys with queued jobs", full)
 	}
 	for _, top := range []int{1, 20, 3, 2, 20, 1, 3, 2} {
-		l := b.keyList(t, "/v1/queues/q/keys?top="+strconv.Itoa(top))
+		l := b.keyList(t, "/v1/queues/q/keys?top="+strconv.Itoa(top), "X-Api-Key", adminKey)
 		want := full.Keys[:min(top, len(full.Keys))]
 		if len(l.Keys) != len(want) || l.TotalKeys != full.TotalKeys || (len(want) > 0 && l.Keys[0].KeyHash != want[0].KeyHash) {
 			t.Errorf("top=%d: %+v, want the first %d of %+v", top, l, len(want), full)
