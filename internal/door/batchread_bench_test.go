@@ -43,7 +43,7 @@ func BenchmarkBatchRead(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				r := httptest.NewRequest(http.MethodPost, "/v1/queues/q/jobs:batch", bytes.NewReader(body))
+				r := httptest.NewRequestWithContext(b.Context(), http.MethodPost, "/v1/queues/q/jobs:batch", bytes.NewReader(body))
 				r.Header.Set("Content-Type", spillway.BatchJSON)
 				w := httptest.NewRecorder()
 				got, ok := readBody(w, r, 16*maxPayload, batchTooLarge)
