@@ -110,9 +110,14 @@ func NewHTTP(o HTTPOptions) http.Handler {
 // that pipelines requests and never reads the answers is disconnected
 // then, instead of holding a connection and its buffers for as long as it
 // likes. No endpoint streams an answer, so one deadline fits them all.
+// A configuration built without the defaults (WriteTimeout 0) sets none.
 func (h *httpDoor) writeDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d := h.cfg().HTTP.WriteTimeout
+		if d <= 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
 		rc := http.NewResponseController(w)
 		_ = rc.SetWriteDeadline(time.Now().Add(d))
 		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, d: d}, r)

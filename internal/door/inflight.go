@@ -62,7 +62,8 @@ func newInflight(reg prometheus.Registerer) *inflight {
 
 // acquire reserves n bytes under limit, the current http.max_inflight_bytes,
 // waiting until ctx ends for room. A reservation larger than limit takes
-// limit: such a request is read alone. It returns the function that gives
+// limit: such a request is read alone (and a limit of 0, a configuration
+// built without the defaults, bounds nothing). It returns the function that gives
 // the bytes back, or false when ctx ended first.
 func (f *inflight) acquire(ctx context.Context, n, limit int64) (release func(), ok bool) {
 	n = min(max(n, 0), limit)
