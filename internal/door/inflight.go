@@ -38,7 +38,7 @@ type inflight struct {
 }
 
 type inflightWaiter struct {
-	n     int64
+	n     int64         // f.mu; read without it once ready is closed
 	ready chan struct{} // closed when granted
 }
 
@@ -85,14 +85,14 @@ func (f *inflight) acquire(ctx context.Context, n, limit int64) (release func(),
 
 	select {
 	case <-w.ready:
-		return f.releaser(n), true
+		return f.releaser(w.n), true
 	case <-ctx.Done():
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	select {
 	case <-w.ready: // granted as ctx ended: take it
-		return f.releaser(n), true
+		return f.releaser(w.n), true
 	default:
 	}
 	front := f.waiters.Front() == e
@@ -118,10 +118,12 @@ func (f *inflight) releaser(n int64) func() {
 	}
 }
 
-// grant lets in the waiters at the front that fit; f.mu is held.
+// grant lets in the waiters at the front that fit; f.mu is held. A
+// waiter larger than a lowered limit takes the limit, as acquire would.
 func (f *inflight) grant() {
 	for e := f.waiters.Front(); e != nil; e = f.waiters.Front() {
 		w := e.Value.(*inflightWaiter)
+		w.n = min(w.n, f.limit)
 		if f.used+w.n > f.limit {
 			return
 		}

@@ -64,8 +64,9 @@ func (f *inflight) inUse() int64 {
 
 // TestInflight follows reservations of one bound of 100 bytes: room is
 // given in arrival order, a reservation larger than the bound takes the
-// whole bound, a raised bound lets waiters in, and a waiter whose context
-// ends is shed and lets those behind it in.
+// whole bound, a raised bound lets waiters in, a waiter whose context
+// ends is shed and lets those behind it in, and a lowered bound lowers the
+// waiters' reservations with it.
 func TestInflight(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
@@ -128,12 +129,32 @@ func TestInflight(t *testing.T) {
 	}
 	big.release()
 	h.release()
+
+	// A bound lowered below a waiter's reservation: the waiter takes the
+	// new bound, and gets in once alone.
+	x := reserveBG(f, 40, 150)
+	if !x.granted(t) {
+		t.Fatal("40 of 150 bytes: not granted")
+	}
+	y := reserveBG(f, 140, 150)
+	waiting(t, f, 1)
+	z := reserveBG(f, 10, 50) // lowers the bound to 50
+	waiting(t, f, 2)
+	x.release()
+	if !y.granted(t) {
+		t.Fatal("a waiter of 140 bytes under a bound lowered to 50: not granted once alone")
+	}
+	y.release()
+	if !z.granted(t) {
+		t.Fatal("the waiter behind it: not granted")
+	}
+	z.release()
 	if got := f.inUse(); got != 0 {
 		t.Errorf("%d bytes in use after every release, want 0", got)
 	}
 	for name, want := range map[string]float64{
 		"spillway_http_requests_shed_total":  1,
-		"spillway_http_inflight_waits_total": 6,
+		"spillway_http_inflight_waits_total": 8,
 		"spillway_http_inflight_bytes":       0,
 	} {
 		if got := gathered(t, reg, name); got != want {
