@@ -222,13 +222,15 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	s.http = &http.Server{
 		Handler: door.NewHTTP(door.HTTPOptions{
 			Admitter: s.admitter, JS: s.js, Status: s.status, Inspector: inspector, Keys: keys, AdminKeys: adminKeys, Ready: s.Ready, Logger: s.log,
-			Limits:  s.limits,
-			Metrics: promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
-			UI:      ui.Handler(),
+			Limits:     s.limits,
+			Metrics:    promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}),
+			UI:         ui.Handler(),
+			Registerer: o.Registry,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		// A client that announces a body and never sends it holds a
-		// connection no longer than this.
+		// connection no longer than this. Writing an answer is bounded by
+		// the door, per answer (http.write_timeout).
 		ReadTimeout:    30 * time.Second,
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,

@@ -20,6 +20,12 @@ const (
 	DefaultReplyPrefix  = "_INBOX."
 	DefaultHTTPListen   = ":8080"
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxInflightBytes bounds the request bodies the HTTP door
+	// reads at once: eight batches of the default batch limit (16 ×
+	// DefaultMaxBodyBytes), or 128 single submissions of the largest size.
+	DefaultMaxInflightBytes = 128 << 20
+	// DefaultWriteTimeout bounds the writing of one HTTP answer.
+	DefaultWriteTimeout = 30 * time.Second
 	DefaultStoreTimeout = 50 * time.Millisecond
 	DefaultStatusTTL    = 24 * time.Hour
 	DefaultGracePeriod  = 30 * time.Second
@@ -97,6 +103,15 @@ type Redis struct {
 type HTTP struct {
 	Listen       string // default :8080
 	MaxBodyBytes int64  // default 1 MiB
+	// MaxInflightBytes bounds the bytes of the submissions' bodies the
+	// door holds at once, single and batch: each request reserves its
+	// Content-Length (its body limit when it sends none) before it is
+	// read (default DefaultMaxInflightBytes, 128 MiB).
+	MaxInflightBytes int64
+	// WriteTimeout bounds the writing of one answer, from its first byte:
+	// a client that stops reading loses its connection after it (default
+	// DefaultWriteTimeout, 30s).
+	WriteTimeout time.Duration
 	APIKeysFile  string // one key per line; "" = no authentication
 	// AdminKeysFile holds the keys allowed on the admin endpoints (pause
 	// and resume), in the API keys file's format; "" = nobody is.

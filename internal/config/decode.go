@@ -65,12 +65,14 @@ type (
 		ServerName text `yaml:"server_name"`
 	}
 	httpDoc struct {
-		Listen         text    `yaml:"listen"`
-		MaxBodyBytes   integer `yaml:"max_body_bytes"`
-		APIKeysFile    text    `yaml:"api_keys_file"`
-		AdminKeysFile  text    `yaml:"admin_keys_file"`
-		TrustedProxies []*text `yaml:"trusted_proxies" list:"IP addresses or CIDR prefixes"`
-		ShowRawKeys    boolean `yaml:"show_raw_keys"`
+		Listen           text     `yaml:"listen"`
+		MaxBodyBytes     integer  `yaml:"max_body_bytes"`
+		MaxInflightBytes integer  `yaml:"max_inflight_bytes"`
+		WriteTimeout     duration `yaml:"write_timeout"`
+		APIKeysFile      text     `yaml:"api_keys_file"`
+		AdminKeysFile    text     `yaml:"admin_keys_file"`
+		TrustedProxies   []*text  `yaml:"trusted_proxies" list:"IP addresses or CIDR prefixes"`
+		ShowRawKeys      boolean  `yaml:"show_raw_keys"`
 	}
 	workerDoc struct {
 		Concurrency integer  `yaml:"concurrency"`

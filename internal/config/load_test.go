@@ -70,7 +70,7 @@ func TestDesignExample(t *testing.T) {
 		Source: "testdata/spillway.yaml",
 		NATS:   NATS{NATSConfig: conn.NATSConfig{URL: "nats://127.0.0.1:4222"}, Listen: DefaultNATSListen, Replicas: 1, ReplyPrefix: DefaultReplyPrefix},
 		Redis:  Redis{RedisConfig: conn.RedisConfig{URL: "redis://127.0.0.1:6379/0", Timeout: 50 * time.Millisecond}, FailureMode: FailOpen},
-		HTTP:   HTTP{Listen: ":8080", MaxBodyBytes: 1048576},
+		HTTP:   HTTP{Listen: ":8080", MaxBodyBytes: 1048576, MaxInflightBytes: DefaultMaxInflightBytes, WriteTimeout: DefaultWriteTimeout},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: 30 * time.Second, AckWait: 30 * time.Second},
 		Status: Status{TTL: 24 * time.Hour},
 	}
@@ -131,7 +131,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("got %+v\nwant %+v", c, want)
 	}
 	if c.Redis.FailureMode != FailOpen || c.NATS.URL != DefaultNATSURL || c.HTTP.Listen != DefaultHTTPListen ||
-		c.HTTP.MaxBodyBytes != DefaultMaxBodyBytes || c.Redis.Timeout != DefaultStoreTimeout || c.Status.TTL != DefaultStatusTTL {
+		c.HTTP.MaxBodyBytes != DefaultMaxBodyBytes || c.HTTP.MaxInflightBytes != DefaultMaxInflightBytes || c.HTTP.WriteTimeout != DefaultWriteTimeout || c.Redis.Timeout != DefaultStoreTimeout || c.Status.TTL != DefaultStatusTTL {
 		t.Errorf("defaults: %+v", c)
 	}
 	q := c.Queues[0]
@@ -355,7 +355,7 @@ func TestProblems(t *testing.T) {
 
 		{"sections", `nats: {url: "nats://a:1,http://b:2", listen: localhost, replicas: 7}
 redis: {url: "localhost:6379", failure_mode: opn, timeout: 0s}
-http: {listen: ":http", max_body_bytes: -1, trusted_proxies: [10.0.0.0/33]}
+http: {listen: ":http", max_body_bytes: -1, max_inflight_bytes: 0, write_timeout: 0s, trusted_proxies: [10.0.0.0/33]}
 worker: {concurrency: many, ack_wait: 1}
 status: {ttl: [1h]}
 ` + minimal, []string{
@@ -367,6 +367,8 @@ status: {ttl: [1h]}
 			`spillway.yaml:2: redis.timeout: expected a positive duration, got "0s"`,
 			`spillway.yaml:3: http.listen: expected host:port such as ":8080" or "127.0.0.1:8080", got ":http"`,
 			`spillway.yaml:3: http.max_body_bytes: expected an integer ≥ 1, got "-1"`,
+			`spillway.yaml:3: http.max_inflight_bytes: expected an integer ≥ 1, got "0"`,
+			`spillway.yaml:3: http.write_timeout: expected a positive duration, got "0s"`,
 			`spillway.yaml:3: http.trusted_proxies[0]: expected an IP address or a CIDR prefix such as "10.0.0.0/8", got "10.0.0.0/33"`,
 			`spillway.yaml:4: worker.concurrency: expected an integer ≥ 1, got "many"`,
 			`spillway.yaml:4: worker.ack_wait: expected a Go duration such as "1s" or "5m", got "1"`,

@@ -32,9 +32,10 @@ import (
 // defaults is the Config of an empty file.
 func defaults() *Config {
 	return &Config{
-		NATS:   NATS{NATSConfig: conn.NATSConfig{URL: DefaultNATSURL}, Listen: DefaultNATSListen, Replicas: 1, ReplyPrefix: DefaultReplyPrefix},
-		Redis:  Redis{RedisConfig: conn.RedisConfig{Timeout: DefaultStoreTimeout}, FailureMode: FailOpen},
-		HTTP:   HTTP{Listen: DefaultHTTPListen, MaxBodyBytes: DefaultMaxBodyBytes},
+		NATS:  NATS{NATSConfig: conn.NATSConfig{URL: DefaultNATSURL}, Listen: DefaultNATSListen, Replicas: 1, ReplyPrefix: DefaultReplyPrefix},
+		Redis: Redis{RedisConfig: conn.RedisConfig{Timeout: DefaultStoreTimeout}, FailureMode: FailOpen},
+		HTTP: HTTP{Listen: DefaultHTTPListen, MaxBodyBytes: DefaultMaxBodyBytes,
+			MaxInflightBytes: DefaultMaxInflightBytes, WriteTimeout: DefaultWriteTimeout},
 		Worker: Worker{Concurrency: worker.DefaultConcurrency, GracePeriod: DefaultGracePeriod, AckWait: DefaultAckWait},
 		Status: Status{TTL: DefaultStatusTTL},
 	}
@@ -240,6 +241,8 @@ func (d *decoder) config(c *Config, doc *rootDoc) {
 	h := &doc.HTTP
 	d.str(&h.Listen, &c.HTTP.Listen, checkListen)
 	d.ranged(&h.MaxBodyBytes, &c.HTTP.MaxBodyBytes, 1, math.MaxInt64)
+	d.ranged(&h.MaxInflightBytes, &c.HTTP.MaxInflightBytes, 1, math.MaxInt64)
+	d.duration(&h.WriteTimeout, &c.HTTP.WriteTimeout, true)
 	d.filename(&h.APIKeysFile, &c.HTTP.APIKeysFile)
 	d.filename(&h.AdminKeysFile, &c.HTTP.AdminKeysFile)
 	for _, s := range d.list(h.TrustedProxies, wantProxy, func(s string) error { _, err := parseProxy(s); return err }) {

@@ -208,10 +208,11 @@ func (h *httpDoor) submitBatch(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("Content-Type %.80q: want %s (a JSON array of jobs) or %s (one job per line)", r.Header.Get("Content-Type"), spillway.BatchJSON, spillway.BatchNDJSON)})
 		return
 	}
-	body, ok := readBody(w, r, batchBodyFactor*cfg.HTTP.MaxBodyBytes, batchTooLarge)
+	body, release, ok := h.readSubmission(w, r, batchBodyFactor*cfg.HTTP.MaxBodyBytes, batchTooLarge)
 	if !ok {
 		return
 	}
+	defer release()
 	reqs, bad, err := readBatch(body, ct == spillway.BatchNDJSON, name, cfg.HTTP.MaxBodyBytes, false)
 	if err != nil {
 		var be *batchError

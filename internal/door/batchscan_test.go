@@ -1,6 +1,8 @@
 package door
 
 import (
+	"bytes"
+	"encoding/base64"
 	"reflect"
 	"strings"
 	"testing"
@@ -40,6 +42,12 @@ var scanBodies = []struct {
 	{`[{"payload": "a"}]`, true, false},
 	{"[{\"payload\": \"\xff\"}]", false, false},
 	{`[{"payload": "` + strings.Repeat("x", 65) + `"}]`, false, false},
+	// base64 longer than one chunk of base64Size: whole, padded at its
+	// end; padded at a chunk's end (not base64); over maxPayload.
+	{`[{"payload_base64": "` + strings.Repeat("A", 1020) + `AA=="}]`, false, false},
+	{`[{"payload_base64": "` + strings.Repeat("A", 1020) + `AA==AAAA"}]`, false, false},
+	{`[{"payload_base64": "` + strings.Repeat("QUJD", 21) + `"}, {"payload_base64": "QUJD"}]`, false, false},
+	{`[{"payload_base64": "` + strings.Repeat("QUJD", 20) + `QQ=="}, {"payload": "a"}]`, false, true},
 }
 
 func TestScanBatchReadsAsDecodeBatch(t *testing.T) {
@@ -52,7 +60,11 @@ func TestScanBatchReadsAsDecodeBatch(t *testing.T) {
 // plain: scanBatch must read it.
 func checkScan(t *testing.T, body []byte, ndjson, plain bool) {
 	t.Helper()
-	got, ok := scanBatch(body, ndjson, 64)
+	scanned := bytes.Clone(body) // scanBatch decodes base64 payloads in place
+	got, ok := scanBatch(scanned, ndjson, 64)
+	if !ok && !bytes.Equal(scanned, body) {
+		t.Errorf("%q: scanBatch left it to decodeBatch, changed to %q", body, scanned)
+	}
 	want, err := decodeBatch(body, ndjson, 64)
 	if ok && err != nil {
 		t.Errorf("%q: scanBatch read it, decodeBatch refused it: %v", body, err)
@@ -73,4 +85,26 @@ func FuzzScanBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, ndjson bool) {
 		checkScan(t, body, ndjson, false)
 	})
+}
+
+// TestScanBatchLongBase64: payloads of a few chunks of base64Size, of
+// every length about a chunk's edge, read as decodeBatch reads them.
+func TestScanBatchLongBase64(t *testing.T) {
+	var jobs []string
+	for _, n := range []int{0, 1, 2, 3, 766, 767, 768, 769, 770, 1535, 1536, 1537, 3000} {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(i*7 + n)
+		}
+		jobs = append(jobs, `{"payload_base64": "`+base64.StdEncoding.EncodeToString(p)+`"}`, `{"payload": "text between"}`)
+	}
+	body := []byte("[" + strings.Join(jobs, ", ") + "]")
+	want, err := decodeBatch(body, false, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := scanBatch(bytes.Clone(body), false, 1<<20)
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Errorf("scanBatch: %v, jobs differ from decodeBatch's: %v", ok, !reflect.DeepEqual(got, want))
+	}
 }

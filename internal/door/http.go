@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/api"
@@ -54,7 +55,9 @@ type HTTPOptions struct {
 	// Metrics serves /metrics; UI serves /ui. Either may be nil.
 	Metrics http.Handler
 	UI      http.Handler
-	Logger  *slog.Logger
+	// Registerer takes the door's metrics (inflight.go); nil: none.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
 }
 
 // SubmitTimeout bounds one submission over either door (NATSDoor.Timeout's
@@ -68,7 +71,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	h := &httpDoor{o: o}
+	h := &httpDoor{o: o, inflight: newInflight(o.Registerer)}
 	routes := []route{
 		{http.MethodPost, "/v1/queues/{queue}/jobs", h.submit},
 		{http.MethodPost, "/v1/queues/{queue}/jobs:batch", h.submitBatch}, // batch.go
@@ -97,7 +100,69 @@ func NewHTTP(o HTTPOptions) http.Handler {
 	if o.UI != nil {
 		routes = append(routes, route{http.MethodGet, "/ui", o.UI.ServeHTTP}, route{http.MethodGet, "/ui/", o.UI.ServeHTTP})
 	}
-	return newRouter(routes)
+	return h.writeDeadline(newRouter(routes))
+}
+
+// writeDeadline bounds the writing of each answer by http.write_timeout,
+// from its first byte (before it, from the request's start): a client
+// that pipelines requests and never reads the answers is disconnected
+// then, instead of holding a connection and its buffers for as long as it
+// likes. No endpoint streams an answer, so one deadline fits them all.
+// A configuration built without the defaults (WriteTimeout 0) sets none.
+func (h *httpDoor) writeDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := h.cfg().HTTP.WriteTimeout
+		if d <= 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		_ = rc.SetWriteDeadline(time.Now().Add(d))
+		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, d: d}, r)
+	})
+}
+
+// deadlineWriter sets its connection's write deadline at the answer's
+// first byte, after the request's body was read and its jobs decided.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	d       time.Duration
+	started bool
+}
+
+func (w *deadlineWriter) start() {
+	if !w.started {
+		w.started = true
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	}
+}
+
+func (w *deadlineWriter) WriteHeader(status int) {
+	w.start()
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *deadlineWriter) Write(b []byte) (int, error) {
+	w.start()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// serverWriter is the server's own writer under w's wrappers: the one
+// http.MaxBytesReader tells, when a body runs over its limit, to close
+// the connection after the answer rather than read the rest of the body
+// (which may never end).
+func serverWriter(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }
 
 // route is one entry of the door's route table.
@@ -138,8 +203,9 @@ func newRouter(routes []route) http.Handler {
 }
 
 type httpDoor struct {
-	o    HTTPOptions
-	keys keysCache // GET /v1/queues/{queue}/keys (backlogkeys.go)
+	o        HTTPOptions
+	keys     keysCache // GET /v1/queues/{queue}/keys (backlogkeys.go)
+	inflight *inflight // http.max_inflight_bytes (inflight.go)
 }
 
 func (h *httpDoor) cfg() *config.Config { return h.o.Admitter.Config() }
@@ -195,10 +261,11 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, ok := readBody(w, r, cfg.HTTP.MaxBodyBytes, tooLarge)
+	body, release, ok := h.readSubmission(w, r, cfg.HTTP.MaxBodyBytes, tooLarge)
 	if !ok {
 		return
 	}
+	defer release()
 	req, bad := requestOf(name, body, r.Header.Get, false)
 	if bad != nil && scheduleHeader(bad.Field) {
 		// Answered as Submit's own bad requests are.
@@ -277,13 +344,22 @@ func retryMS(d time.Duration) int64 {
 }
 
 // readBody reads a request's body of at most limit bytes. A larger one is
-// answered with tooBig, an unreadable one with 400; ok is false then.
+// answered with tooBig, an unreadable one with 400; ok is false then. A
+// body of known length is read into one buffer of its size: no copies
+// left behind by a growing buffer.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, tooBig func(http.ResponseWriter, *http.Request, int64)) (body []byte, ok bool) {
 	if r.ContentLength > limit {
 		tooBig(w, r, limit)
 		return nil, false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	rd := http.MaxBytesReader(serverWriter(w), r.Body, limit)
+	var err error
+	if r.ContentLength >= 0 {
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(rd, body)
+	} else {
+		body, err = io.ReadAll(rd)
+	}
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
