@@ -8,3 +8,21 @@ func OnKeysRead(f func(js jetstream.JetStream, q string)) (restore func()) {
 	prev := keysRead.Swap(&f)
 	return func() { keysRead.Store(prev) }
 }
+
+// NATSInflight is the most request bytes d has answered at once, and the
+// bytes it answers now.
+func NATSInflight(d *NATSDoor) (peak, now int64) {
+	d.inflight.mu.Lock()
+	defer d.inflight.mu.Unlock()
+	return d.inflight.peak, d.inflight.used
+}
+
+// NATSDropped is how many submissions d's subscription dropped as a slow
+// consumer: those beyond its buffer.
+func NATSDropped(t interface{ Fatal(...any) }, d *NATSDoor) int {
+	n, err := d.sub.Dropped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

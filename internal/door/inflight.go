@@ -30,6 +30,7 @@ type inflight struct {
 	mu      sync.Mutex
 	limit   int64
 	used    int64
+	peak    int64     // the most used has been
 	waiters list.List // of *inflightWaiter, in arrival order
 
 	bytes prometheus.Gauge
@@ -74,6 +75,7 @@ func (f *inflight) acquire(ctx context.Context, n, limit int64) (release func(),
 	}
 	if f.waiters.Len() == 0 && f.used+n <= f.limit {
 		f.used += n
+		f.peak = max(f.peak, f.used)
 		f.bytes.Set(float64(f.used))
 		f.mu.Unlock()
 		return f.releaser(n), true
@@ -128,6 +130,7 @@ func (f *inflight) grant() {
 			return
 		}
 		f.used += w.n
+		f.peak = max(f.peak, f.used)
 		f.waiters.Remove(e)
 		close(w.ready)
 	}

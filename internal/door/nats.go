@@ -28,6 +28,10 @@ type NATSDoor struct {
 	batchSub *nats.Subscription // spillway.submitbatch.* (batch.go)
 	sem      chan struct{}
 	wg       sync.WaitGroup
+	// inflight bounds the bytes of requests being answered, under
+	// http.max_inflight_bytes as the HTTP door's uploads are (a bound of
+	// its own: the two doors together hold at most twice the setting).
+	inflight *inflight
 	// Timeout bounds one submission (default 10s).
 	Timeout time.Duration
 	// Access is whom the door answers, and where; set it before Start.
@@ -43,7 +47,7 @@ func NewNATS(nc *nats.Conn, a *admit.Admitter, logger *slog.Logger) *NATSDoor {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &NATSDoor{nc: nc, admitter: a, logger: logger, sem: make(chan struct{}, MaxConcurrentNATS), Timeout: SubmitTimeout}
+	return &NATSDoor{nc: nc, admitter: a, logger: logger, sem: make(chan struct{}, MaxConcurrentNATS), inflight: newInflight(nil), Timeout: SubmitTimeout}
 }
 
 // Start subscribes to spillway.submit.* in the admitters' queue group.
@@ -101,25 +105,40 @@ func drainAndWait(ctx context.Context, sub *nats.Subscription, wg *sync.WaitGrou
 
 // subscribe takes prefix.* in the admitters' queue group and answers each
 // request with answer, in a goroutine of its own, at most MaxConcurrentNATS
-// at once. A burst waits in the buffer, up to pending requests, rather
-// than be dropped as a slow consumer: a dropped request is a producer's
-// timeout.
+// at once and at most http.max_inflight_bytes of request bodies at once:
+// a request waits for room before its answer starts, and those behind it
+// wait in the subscription's buffer, up to pending requests and
+// http.max_inflight_bytes bytes, rather than be dropped as a slow
+// consumer. Past that, NATS drops them (a producer's timeout, nothing
+// stored; the connection logs the slow consumer): what producers send
+// never grows the admitter's memory without bound.
 func (d *NATSDoor) subscribe(prefix string, answer func(*nats.Msg), pending int) (*nats.Subscription, error) {
 	sub, err := d.nc.QueueSubscribe(prefix+"*", AdmitterGroup, func(m *nats.Msg) {
+		release, _ := d.inflight.acquire(context.Background(), int64(len(m.Data)), d.admitter.Config().HTTP.MaxInflightBytes)
 		d.sem <- struct{}{}
 		d.wg.Add(1)
 		go func() {
-			defer func() { <-d.sem; d.wg.Done() }()
+			defer func() { release(); <-d.sem; d.wg.Done() }()
 			answer(m)
 		}()
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := sub.SetPendingLimits(pending, 1<<30); err != nil {
+	if err := sub.SetPendingLimits(pending, pendingBytes(d.admitter.Config().HTTP.MaxInflightBytes)); err != nil {
 		return nil, err
 	}
 	return sub, nil
+}
+
+// pendingBytes is a door subscription's buffer in bytes for a bound of
+// inflight request bytes: as much again (1 GiB at most, and for a
+// configuration built without the defaults).
+func pendingBytes(inflight int64) int {
+	if inflight <= 0 || inflight > 1<<30 {
+		return 1 << 30
+	}
+	return int(inflight)
 }
 
 func (d *NATSDoor) answer(m *nats.Msg) {

@@ -280,3 +280,69 @@ queues:
 		t.Errorf("READY holds %d jobs, want %d", m, n)
 	}
 }
+
+// TestNATSInflightBound: the NATS door answers at most
+// http.max_inflight_bytes of request bodies at once, as the HTTP door
+// reads them; requests beyond wait in the subscription's buffer, bounded
+// in bytes by the same setting, and past it are dropped as a slow
+// consumer (the producer's request times out; nothing is stored) rather
+// than held: every request is answered or dropped, and what the door held
+// never passed the bound.
+func TestNATSInflightBound(t *testing.T) {
+	t.Parallel()
+	const bound, size, n = 5000, 1000, 200
+	b := setup(t, `
+http: {max_inflight_bytes: `+strconv.Itoa(bound)+`}
+queues:
+  - name: q
+    limits:
+      - {key: global, algorithm: token_bucket, rate: 1/m, burst: 1}
+    backlog: {capacity: 1, leak_rate: 1/m}
+`, setupOptions{})
+	nc := b.nats.Connect(t)
+	replies := make(chan *nats.Msg, n)
+	inbox := nats.NewInbox()
+	sub, err := nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	payload := []byte(strings.Repeat("x", size))
+	for range n {
+		if err := nc.PublishMsg(&nats.Msg{Subject: spillway.SubmitPrefix + "q", Reply: inbox, Data: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statuses := map[spillway.Status]int{}
+	answered := 0
+	for deadline := time.Now().Add(10 * time.Second); answered+door.NATSDropped(t, b.natsDoor) < n; {
+		select {
+		case m := <-replies:
+			var rep spillway.SubmitReply
+			if err := json.Unmarshal(m.Data, &rep); err != nil {
+				t.Fatalf("reply %q: %v", m.Data, err)
+			}
+			statuses[rep.Status]++
+			answered++
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: %d of %d requests answered, %d dropped (%v)", answered, n, door.NATSDropped(t, b.natsDoor), statuses)
+		}
+	}
+	dropped := door.NATSDropped(t, b.natsDoor)
+	peak, now := door.NATSInflight(b.natsDoor)
+	t.Logf("%d requests of %d bytes at once: %d answered %v, %d dropped; at most %d bytes answered at once", n, size, answered, statuses, dropped, peak)
+	if peak > bound || peak < size {
+		t.Errorf("at most %d request bytes answered at once, want between %d and the bound %d", peak, size, bound)
+	}
+	if now != 0 {
+		t.Errorf("%d request bytes held once every request was answered, want 0", now)
+	}
+	if dropped == 0 || answered < bound/size {
+		t.Errorf("%d answered, %d dropped: want the bound's worth answered and the requests past the buffer dropped", answered, dropped)
+	}
+	if statuses[spillway.Admitted]+statuses[spillway.Queued] != 2 || statuses[spillway.Rejected] != answered-2 {
+		t.Errorf("answers %v: want 1 admitted, 1 queued and the rest rejected", statuses)
+	}
+}
