@@ -12,6 +12,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/conn"
+	"github.com/spillway-dev/spillway/internal/testkit/metrictest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 )
@@ -223,7 +224,7 @@ queues:
 	wantSamples(t, b.reg, "spillway_failure_mode_total", map[string]float64{"mode=open": 3})
 	// One failed decision marks the store down; the others fall back
 	// without trying it (the backoff), unless a probe fell due meanwhile.
-	if n := metricSum(t, b.reg, "spillway_store_errors_total"); n < 1 || n > 3 {
+	if n := metrictest.Sum(t, b.reg, "spillway_store_errors_total"); n < 1 || n > 3 {
 		t.Errorf("spillway_store_errors_total = %v, want 1 to 3", n)
 	}
 }

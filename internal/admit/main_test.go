@@ -137,25 +137,6 @@ func submit(t *testing.T, a *admit.Admitter, r *admit.Request) admit.Answer {
 	return ans
 }
 
-// metricSum is the sum of a metric family's samples (counters and gauges).
-func metricSum(t *testing.T, reg prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return sum
-}
-
 // samples is a metric family's samples by their labels, "name=value,…" in
 // the order Gather sorts them (by label name).
 func samples(t *testing.T, reg prometheus.Gatherer, name string) map[string]float64 {

@@ -10,6 +10,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/testkit/metrictest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -139,7 +140,7 @@ func TestShadowTierStoreDown(t *testing.T) {
 			if ans.Reply.Status != spillway.Admitted || !slices.Equal(ans.Shadow, tt.want) {
 				t.Errorf("with Redis down: %s, shadow %v; want admitted, shadow %v", ans.Reply.Status, ans.Shadow, tt.want)
 			}
-			if got := metricSum(t, b.reg, "spillway_shadow_decisions_total"); got != float64(len(tt.want)) {
+			if got := metrictest.Sum(t, b.reg, "spillway_shadow_decisions_total"); got != float64(len(tt.want)) {
 				t.Errorf("shadow decisions counted: %v, want %d", got, len(tt.want))
 			}
 			if got := samples(t, b.reg, "spillway_failure_mode_total")["mode="+string(tt.mode)]; got != float64(1+len(tt.want)) {

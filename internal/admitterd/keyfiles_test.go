@@ -16,6 +16,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/cli"
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/testkit/logtest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
 
@@ -28,7 +29,7 @@ const (
 // keyedAdmitter starts an admitter whose API keys are read from a file
 // holding keys, with o's KeyFileInterval, and returns it, its key file, the
 // Watcher on its configuration, and its logs and metrics.
-func keyedAdmitter(t *testing.T, interval time.Duration, keys ...string) (*admitterd.Service, string, *cli.Watcher, *logBuffer, *prometheus.Registry) {
+func keyedAdmitter(t *testing.T, interval time.Duration, keys ...string) (*admitterd.Service, string, *cli.Watcher, *logtest.Buffer, *prometheus.Registry) {
 	t.Helper()
 	srv := queuetest.Start(t)
 	dir := t.TempDir()
@@ -50,7 +51,7 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	reg := prometheus.NewRegistry()
 	s := startWith(t, admitterd.Options{Config: w.Current(), Registry: reg, KeyFileInterval: interval,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
@@ -201,7 +202,7 @@ queues:
 		if err != nil {
 			t.Fatal(err)
 		}
-		logs := &logBuffer{}
+		logs := &logtest.Buffer{}
 		startWith(t, admitterd.Options{Config: cfg, Registry: prometheus.NewRegistry(),
 			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		warned := strings.Contains(logs.String(), "level=WARN") &&

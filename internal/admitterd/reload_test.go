@@ -1,7 +1,6 @@
 package admitterd_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,26 +18,9 @@ import (
 	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/cli"
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/testkit/logtest"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 )
-
-// logBuffer collects a logger's output; safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startWith starts an admitter with o (Config and Registry required) and
 // stops it when the test ends.
@@ -134,7 +115,7 @@ queues:
     backlog: {leak_rate: 1/s}
 %s`
 	w, reload := watch(t, fmt.Sprintf(yaml, srv.URL(), ""))
-	var logs logBuffer
+	var logs logtest.Buffer
 	s := startWith(t, admitterd.Options{Config: w.Current(), Registry: prometheus.NewRegistry(),
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	warnings := func(q string) int {

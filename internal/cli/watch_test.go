@@ -1,20 +1,19 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/spillway-dev/spillway/internal/config"
+	"github.com/spillway-dev/spillway/internal/testkit/logtest"
 )
 
 // watchBundle is what a Watcher test looks at.
@@ -22,30 +21,12 @@ type watchBundle struct {
 	path    string
 	results chan result // every OnResult
 	reloads chan [2]*config.Config
-	logs    *syncBuffer
+	logs    *logtest.Buffer
 }
 
 type result struct {
 	ok  bool
 	err error
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func TestMain(m *testing.M) {
@@ -67,7 +48,7 @@ func setupWatcher(t *testing.T, interval time.Duration) (*Watcher, *watchBundle)
 		path:    filepath.Join(t.TempDir(), "spillway.yaml"),
 		results: make(chan result, 100),
 		reloads: make(chan [2]*config.Config, 100),
-		logs:    &syncBuffer{},
+		logs:    &logtest.Buffer{},
 	}
 	writeFile(t, b.path, queueFile("first"))
 	w, err := NewWatcher(b.path, func(name string) string { return map[string]string{"SPILLWAY_HTTP_LISTEN": ":7"}[name] }, config.Overrides{}, interval,

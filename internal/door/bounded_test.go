@@ -17,6 +17,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
+	"github.com/spillway-dev/spillway/internal/testkit/metrictest"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -42,26 +43,6 @@ func boundedDoor(t *testing.T, b *testBundle, connState func(net.Conn, http.Conn
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv, reg
-}
-
-// metric is the value of the metric named name in reg (0 if absent).
-func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		var v float64
-		for _, m := range mf.GetMetric() {
-			v += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
-		return v
-	}
-	return 0
 }
 
 // TestHTTPInflightBound: while a submission of 1,000 bytes is being read,
@@ -111,7 +92,7 @@ func TestHTTPInflightBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the first submission's 1,000 bytes to be reserved", func() bool {
-		return metric(t, reg, "spillway_http_inflight_bytes") == 1000
+		return metrictest.Sum(t, reg, "spillway_http_inflight_bytes") == 1000
 	})
 
 	for _, c := range []struct {
@@ -146,10 +127,10 @@ func TestHTTPInflightBound(t *testing.T) {
 	if r := post("/v1/queues/q/jobs", bytes.Repeat([]byte("e"), 1000), ""); r.code != http.StatusAccepted {
 		t.Errorf("1,000 bytes once the first was answered: %d %s, want 202", r.code, r.body)
 	}
-	if got := metric(t, reg, "spillway_http_inflight_bytes"); got != 0 {
+	if got := metrictest.Sum(t, reg, "spillway_http_inflight_bytes"); got != 0 {
 		t.Errorf("spillway_http_inflight_bytes = %v after every answer, want 0", got)
 	}
-	if got := metric(t, reg, "spillway_http_requests_shed_total"); got != 2 {
+	if got := metrictest.Sum(t, reg, "spillway_http_requests_shed_total"); got != 2 {
 		t.Errorf("spillway_http_requests_shed_total = %v, want 2", got)
 	}
 }

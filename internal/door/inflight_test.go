@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spillway-dev/spillway/internal/testkit/metrictest"
 )
 
 // reservation is one acquire running in the background.
@@ -157,28 +159,8 @@ func TestInflight(t *testing.T) {
 		"spillway_http_inflight_waits_total": 8,
 		"spillway_http_inflight_bytes":       0,
 	} {
-		if got := gathered(t, reg, name); got != want {
+		if got := metrictest.Sum(t, reg, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-}
-
-// gathered is the value of the metric named name in reg (0 if absent).
-func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		var v float64
-		for _, m := range mf.GetMetric() {
-			v += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
-		return v
-	}
-	return 0
 }

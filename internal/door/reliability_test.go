@@ -28,6 +28,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/door"
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
+	"github.com/spillway-dev/spillway/internal/testkit/logtest"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -252,24 +253,6 @@ func (e *inEndless) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// inLockedBuffer collects the HTTP server's own error log.
-type inLockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *inLockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *inLockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // inHostileConfig: a 4 KiB body limit; per X-Client, every job after a
 // key's first is queued, so each key's job reaches the backlog under the
 // key's subject.
@@ -358,7 +341,7 @@ func TestReliabilityHostileInputHTTP(t *testing.T) {
 	ln := &inCountingListener{Listener: newLocalListener(t)}
 	srv := httptest.NewUnstartedServer(b.handler)
 	srv.Listener = ln
-	errLog := &inLockedBuffer{}
+	errLog := &logtest.Buffer{}
 	srv.Config.ErrorLog = log.New(errLog, "", 0)
 	srv.Config.MaxHeaderBytes = 64 << 10 // as admitterd sets it
 	srv.Start()

@@ -1,7 +1,6 @@
 package workerd_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,35 +10,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
+	"github.com/spillway-dev/spillway/internal/testkit/logtest"
 	"github.com/spillway-dev/spillway/internal/workerd"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
-
-// lockedBuffer is a log destination that several goroutines write to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A job whose HTTP handler's URL carries a user, a password and a token,
 // and whose downstream answers 500 with a body that echoes a secret past
@@ -75,7 +56,7 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(t.Context())
 	p, err := workerd.Connect(ctx, cfg, log)

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spillway-dev/spillway/internal/testkit/logtest"
 )
 
 const dockerfile = "Dockerfile"
@@ -358,7 +360,7 @@ func start(t *testing.T, bin string, re *regexp.Regexp, args ...string) (*proces
 	cmd := exec.CommandContext(t.Context(), bin, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -401,23 +403,6 @@ func start(t *testing.T, bin string, re *regexp.Regexp, args ...string) (*proces
 		t.Fatalf("%s %s printed no line matching %s within a minute\nstderr:\n%s", filepath.Base(bin), strings.Join(args, " "), re, stderr.String())
 	}
 	return nil, nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // waitOK requests url until it answers 200, for up to a minute.
