@@ -11,7 +11,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/admin"
-	"github.com/spillway-dev/spillway/pkg/queue/worker"
+	"github.com/spillway-dev/spillway/pkg/retry"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -28,34 +28,15 @@ type starts struct {
 func runRecordingWorker(t *testing.T, b *testBundle, q string) *starts {
 	t.Helper()
 	s := &starts{at: map[string]time.Time{}, poke: make(chan struct{}, 1)}
-	rec := jobstatus.NewRecorder(b.status, nil, 0)
-	cfg := b.Config.Queue(q).Backlog
-	cfg.Memory = true // as the test kit made the streams
-	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: cfg, FetchWait: 100 * time.Millisecond, Observe: rec.Observe},
-		func(_ context.Context, j *queue.Job) error {
-			s.mu.Lock()
-			s.at[j.ID] = time.Now()
-			s.mu.Unlock()
-			select {
-			case s.poke <- struct{}{}:
-			default:
-			}
-			return nil
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done, recDone := make(chan error, 1), make(chan error, 1)
-	go func() { recDone <- rec.Run(ctx) }()
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		for _, c := range []chan error{done, recDone} {
-			if err := <-c; err != nil {
-				t.Errorf("worker: %v", err)
-			}
+	runHandlerWorker(t, b, q, retry.Policy{}, func(_ context.Context, j *queue.Job) error {
+		s.mu.Lock()
+		s.at[j.ID] = time.Now()
+		s.mu.Unlock()
+		select {
+		case s.poke <- struct{}{}:
+		default:
 		}
+		return nil
 	})
 	return s
 }

@@ -48,7 +48,7 @@ func TestBatchTraceContextRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runHandlerWorker(t, b, "q", h)
+	runHandlerWorker(t, b, "q", retry.Policy{MaxAttempts: 2, Initial: time.Millisecond, Max: time.Millisecond}, h)
 	jobs := []map[string]any{
 		{"headers": map[string]string{"X-Client": "a", "traceparent": goodParent, "tracestate": "vendor=a\x00b"}, "payload": "nul in tracestate"},
 		{"headers": map[string]string{"X-Client": "b", "traceparent": goodParent[:10] + "\x01" + goodParent[11:]}, "payload": "control in traceparent"},
@@ -102,15 +102,15 @@ func TestTraceContextKeptOrDropped(t *testing.T) {
 	}
 }
 
-// runHandlerWorker runs a worker of queue q with handler h, its events feeding
-// the job-status records, until the test ends.
-func runHandlerWorker(t *testing.T, b *testBundle, q string, h worker.Handler) {
+// runHandlerWorker runs a worker of queue q with handler h and retry
+// policy p (zero: the default), its events feeding the job-status records
+// as a worker process's do, until the test ends.
+func runHandlerWorker(t *testing.T, b *testBundle, q string, p retry.Policy, h worker.Handler) {
 	t.Helper()
 	rec := jobstatus.NewRecorder(b.status, nil, 0)
 	cfg := b.Config.Queue(q).Backlog
 	cfg.Memory = true // as the test kit made the streams
-	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: cfg, FetchWait: 100 * time.Millisecond, Observe: rec.Observe,
-		Retry: retry.Policy{MaxAttempts: 2, Initial: time.Millisecond, Max: time.Millisecond}}, h)
+	w, err := worker.NewWorker(b.JS, worker.WorkerConfig{Queue: cfg, FetchWait: 100 * time.Millisecond, Observe: rec.Observe, Retry: p}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
