@@ -260,9 +260,20 @@ func work(ctx context.Context, o options) (result, error) {
 }
 
 // pull fetches as many jobs as there are free slots, until --count jobs
-// are done, READY is empty or ctx ends.
+// are done, READY is empty or ctx ends. With --count it asks for no more
+// jobs than are left to do, so that its last pull does not wait for jobs
+// it would not run.
 func (f *floor) pull(ctx context.Context) error {
+	delivered := 0
 	for {
+		if f.o.count > 0 && delivered >= f.o.count {
+			select { // every job asked for is delivered: wait for them to be done
+			case <-f.enough:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		// Wait for one free slot, then take every free one.
 		select {
 		case <-f.free:
@@ -281,6 +292,12 @@ func (f *floor) pull(ctx context.Context) error {
 				break more
 			}
 		}
+		if left := f.o.count - delivered; f.o.count > 0 && n > left {
+			for range n - left {
+				f.free <- struct{}{}
+			}
+			n = left
+		}
 		batch, err := f.cons.Fetch(n, jetstream.FetchMaxWait(f.o.fetchWait))
 		if err != nil {
 			return fmt.Errorf("pull: %w", err)
@@ -290,6 +307,7 @@ func (f *floor) pull(ctx context.Context) error {
 			got++
 			f.jobs <- msg
 		}
+		delivered += got
 		for range n - got {
 			f.free <- struct{}{}
 		}
