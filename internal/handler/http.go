@@ -69,7 +69,7 @@ func HTTP(cfg HTTPConfig, client *http.Client) (worker.Handler, error) {
 		static.Set(name, v)
 	}
 	if client == nil {
-		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), CheckRedirect: keepPost}
+		client = NewHTTPClient()
 	}
 	h := &httpHandler{url: u.String(), shown: shownURL(u), timeout: timeout, header: static, client: client}
 	return h.handle, nil
@@ -145,6 +145,24 @@ func (h *httpHandler) failed(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("POST %s: %w", h.shown, scrub(err))
 }
+
+// NewHTTPClient is the client an http handler uses unless given one: it
+// follows only the redirects that keep the POST (keepPost), and it keeps
+// an idle connection for every request it made at once, so a worker whose
+// handler slots are all busy reuses its connections to the downstream
+// rather than dial one for most jobs (Go's default transport keeps two
+// a host). Idle connections close after the default transport's 90 s.
+func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0 // no bound across hosts: a host's own bounds it
+	t.MaxIdleConnsPerHost = maxIdlePerHost
+	return &http.Client{Transport: t, CheckRedirect: keepPost}
+}
+
+// maxIdlePerHost bounds the idle connections NewHTTPClient's transport
+// keeps to one downstream: more than any worker's handler slots run at
+// once; what is kept is never more than ran at once.
+const maxIdlePerHost = 4096
 
 // keepPost stops at a redirect that would turn the POST into a GET.
 func keepPost(req *http.Request, via []*http.Request) error {

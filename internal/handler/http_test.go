@@ -491,3 +491,58 @@ func TestHTTPErrorTellsNoSecret(t *testing.T) {
 		t.Errorf("Body %q: want at most 80 bytes and …", se.Body)
 	}
 }
+
+// TestHTTPKeepsAConnectionPerSlot: a handler's own client keeps a
+// connection for each job it ran at once, so a worker whose slots are all
+// busy reuses them rather than dial the downstream for most jobs. Two
+// rounds of 32 jobs at once, each held at the downstream until all 32 are
+// there, open 32 connections, not 32 and then 30 more.
+func TestHTTPKeepsAConnectionPerSlot(t *testing.T) {
+	t.Parallel()
+	const slots = 32
+	var conns atomic.Int32
+	var mu sync.Mutex
+	arrived, all := 0, make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		arrived++
+		if arrived%slots == 0 {
+			close(all)
+			all = make(chan struct{})
+		}
+		wait := all
+		if arrived%slots == 0 {
+			wait = nil
+		}
+		mu.Unlock()
+		if wait != nil {
+			select {
+			case <-wait:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	h := mustHTTP(t, handler.HTTPConfig{URL: srv.URL}, nil)
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for range slots {
+			wg.Go(func() {
+				if err := h(t.Context(), testJob()); err != nil {
+					t.Errorf("round %d: %v", round, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := conns.Load(); n != slots {
+		t.Errorf("2 rounds of %d jobs at once opened %d connections, want %d", slots, n, slots)
+	}
+}

@@ -78,6 +78,8 @@ type Options struct {
 	Handlers map[string]worker.Handler
 	// Registerer receives the worker metrics; nil records none.
 	Registerer prometheus.Registerer
+	// HTTPClient sends the http handlers' requests; nil: one
+	// handler.NewHTTPClient for every queue.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 }
@@ -135,7 +137,9 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 		o.Logger = slog.Default()
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{}
+		// One client for every queue's handler: it keeps a connection per
+		// busy slot and follows only the redirects that keep the POST.
+		o.HTTPClient = handler.NewHTTPClient()
 	}
 	if o.Config == nil || o.JS == nil {
 		return nil, errors.New("workerd: Options need Config and JS")
