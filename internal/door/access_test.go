@@ -89,14 +89,6 @@ func TestNATSReplySubjectOutsidePrefix(t *testing.T) {
 	if err := pace.SetPause(ctx, b.JS, "q", 1, pace.PauseState{Paused: true, At: time.Now().UTC(), By: "operator"}); err != nil {
 		t.Fatal(err)
 	}
-	forged := "$KV." + pace.PacerBucket + "." + pace.PauseKey("q")
-	for _, subject := range []string{spillway.SubmitPrefix + "nope", spillway.SubmitBatchPrefix + "q", spillway.CancelPrefix + "q", spillway.JobPrefix + "x"} {
-		m := natsMsg("q", []byte("x"), "X-Client", "forger")
-		m.Subject, m.Reply = subject, forged
-		if err := b.nc.PublishMsg(m); err != nil {
-			t.Fatal(err)
-		}
-	}
 	dropped := func() float64 {
 		mfs, err := b.reg.Gather()
 		if err != nil {
@@ -116,6 +108,14 @@ func TestNATSReplySubjectOutsidePrefix(t *testing.T) {
 	}
 	if n := dropped(); n != 0 {
 		t.Fatalf("spillway_nats_requests_dropped_total{reason=%q} is %v before any request, want 0", door.DropReplySubject, n)
+	}
+	forged := "$KV." + pace.PacerBucket + "." + pace.PauseKey("q")
+	for _, subject := range []string{spillway.SubmitPrefix + "nope", spillway.SubmitBatchPrefix + "q", spillway.CancelPrefix + "q", spillway.JobPrefix + "x"} {
+		m := natsMsg("q", []byte("x"), "X-Client", "forger")
+		m.Subject, m.Reply = subject, forged
+		if err := b.nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	admittest.WaitFor(t, 10*time.Second, "4 requests dropped", func() bool { return dropped() == 4 })
 	// The door answers requests on the prefix still; by the time this

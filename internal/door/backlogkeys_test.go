@@ -175,3 +175,25 @@ func TestHTTPBacklogKeysOneReadForAnyTop(t *testing.T) {
 		t.Errorf("9 requests of varying top read the backlog %d times, want at most %d", n, most)
 	}
 }
+
+// The keys listing shows every tenant's traffic: an admin endpoint, but
+// open on an admitter without any keys (one anonymous tenant, who sees
+// every job anyway, as on `admitter --dev`); with submit keys and no
+// admin keys it is off for all.
+func TestHTTPBacklogKeysWhoMayList(t *testing.T) {
+	t.Parallel()
+	open := setup(t, keysConfig, setupOptions{})
+	if r := open.get(t, "/v1/queues/q/keys"); r.code != http.StatusOK {
+		t.Errorf("no keys at all: %d %s, want 200", r.code, r.body)
+	}
+	keys, err := door.LoadAPIKeys(writeFile(t, "keys", testKey+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants := setup(t, keysConfig, setupOptions{keys: keys})
+	for _, h := range [][]string{nil, {"X-Api-Key", testKey}} {
+		if r := tenants.get(t, "/v1/queues/q/keys", h...); r.code == http.StatusOK {
+			t.Errorf("submit keys, no admin keys, header %q: %d %s, want 401 or 403", h, r.code, r.body)
+		}
+	}
+}

@@ -79,7 +79,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodDelete, "/v1/jobs/{id}", h.auth(h.cancel)}, // cancel.go
 		{http.MethodGet, "/v1/queues", h.auth(ignoreCaller(h.queues))},
 		{http.MethodGet, "/v1/queues/{queue}", h.auth(ignoreCaller(h.queueInfo))},
-		{http.MethodGet, "/v1/queues/{queue}/keys", h.admin(ignoreBy(h.queueKeys))}, // backlogkeys.go: raw keys are every tenant's
+		{http.MethodGet, "/v1/queues/{queue}/keys", h.tenantsAdmin(h.queueKeys)}, // backlogkeys.go: every tenant's keys
 		{http.MethodPost, "/v1/queues/{queue}/pause", h.admin(h.pause)},             // admin.go
 		{http.MethodPost, "/v1/queues/{queue}/resume", h.admin(h.resume)},           // admin.go
 		{http.MethodGet, "/v1/queues/{queue}/limits", h.admin(h.limits)},            // limits.go
@@ -228,9 +228,19 @@ func ignoreCaller(next http.HandlerFunc) func(http.ResponseWriter, *http.Request
 	return func(w http.ResponseWriter, r *http.Request, _ caller) { next(w, r) }
 }
 
-// ignoreBy is next, for admin, which does not depend on the admin.
-func ignoreBy(next http.HandlerFunc) func(http.ResponseWriter, *http.Request, string) {
-	return func(w http.ResponseWriter, r *http.Request, _ string) { next(w, r) }
+// tenantsAdmin guards an endpoint that shows every tenant's traffic: an
+// admin endpoint, except on an admitter with no keys at all, whose one
+// anonymous tenant already sees every job (single-tenant mode, as
+// `admitter --dev` runs without a configuration).
+func (h *httpDoor) tenantsAdmin(next http.HandlerFunc) http.HandlerFunc {
+	admin := h.admin(func(w http.ResponseWriter, r *http.Request, _ string) { next(w, r) })
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.o.Keys.empty() && h.o.AdminKeys.empty() {
+			next(w, r)
+			return
+		}
+		admin(w, r)
+	}
 }
 
 func unauthorized(w http.ResponseWriter, r *http.Request) {

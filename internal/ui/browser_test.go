@@ -558,7 +558,7 @@ func startPageServer(t *testing.T) string {
 
 const keysYAML = `
 nats: {listen: "127.0.0.1:0", store_dir: %q}
-http: {listen: "127.0.0.1:0", api_keys_file: %q}
+http: {listen: "127.0.0.1:0", api_keys_file: %q, admin_keys_file: %q}
 queues:
   - name: tenants
     limits: [{key: "header:X-Client-Id", algorithm: leaky_bucket, rate: 1/h, burst: 10, delay: 0}]
@@ -628,19 +628,24 @@ func (s *service) submitAs(t *testing.T, q, client, priority, apiKey string, wan
 }
 
 // TestPageShowsTopKeys: a dev-mode admitter with API keys holds a backlog
-// of two keys whose jobs are not due for an hour; once the page has the
-// key, each queue's "Top keys" table shows the keys of
+// of two keys whose jobs are not due for an hour; once the page has an
+// admin key (the keys listing shows every tenant's traffic, so it takes
+// one), each queue's "Top keys" table shows the keys of
 // GET /v1/queues/{queue}/keys, deepest first, with depth, age, weight
 // and priority mix, then the release shares once the drain's leader has
 // published counts; an empty backlog says so.
 func TestPageShowsTopKeys(t *testing.T) {
-	const key = "ui-keys-test-key"
-	keysFile := filepath.Join(t.TempDir(), "keys")
-	if err := os.WriteFile(keysFile, []byte(key+"\n"), 0o600); err != nil {
+	const key = "ui-keys-test-admin-key"
+	dir := t.TempDir()
+	keysFile, adminFile := filepath.Join(dir, "keys"), filepath.Join(dir, "admin-keys")
+	if err := os.WriteFile(keysFile, []byte("ui-keys-test-submit-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(adminFile, []byte(key+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx := browser(t)
-	svc := startAdmitter(t, fmt.Sprintf(keysYAML, t.TempDir(), keysFile), nil)
+	svc := startAdmitter(t, fmt.Sprintf(keysYAML, t.TempDir(), keysFile, adminFile), nil)
 	// flood: admitted, then high, normal, low queued; calm: admitted,
 	// then low queued. The first jobs run at once; the queued ones wait.
 	for _, s := range []struct {
