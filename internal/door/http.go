@@ -80,9 +80,9 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, "/v1/queues", h.auth(ignoreCaller(h.queues))},
 		{http.MethodGet, "/v1/queues/{queue}", h.auth(ignoreCaller(h.queueInfo))},
 		{http.MethodGet, "/v1/queues/{queue}/keys", h.tenantsAdmin(h.queueKeys)}, // backlogkeys.go: every tenant's keys
-		{http.MethodPost, "/v1/queues/{queue}/pause", h.admin(h.pause)},             // admin.go
-		{http.MethodPost, "/v1/queues/{queue}/resume", h.admin(h.resume)},           // admin.go
-		{http.MethodGet, "/v1/queues/{queue}/limits", h.admin(h.limits)},            // limits.go
+		{http.MethodPost, "/v1/queues/{queue}/pause", h.admin(h.pause)},          // admin.go
+		{http.MethodPost, "/v1/queues/{queue}/resume", h.admin(h.resume)},        // admin.go
+		{http.MethodGet, "/v1/queues/{queue}/limits", h.admin(h.limits)},         // limits.go
 		{http.MethodGet, limitPath, h.admin(h.keyLimit)},
 		{http.MethodPut, limitPath, h.admin(h.setKeyLimit)},
 		{http.MethodDelete, limitPath, h.admin(h.deleteKeyLimit)},
