@@ -200,20 +200,28 @@ func (r *runner) running() int {
 	return len(r.active)
 }
 
-// handBackAll gives every unsettled job back to JetStream. Handlers still
-// running after their context was canceled are abandoned: whatever they
-// return later is ignored.
-func (r *runner) handBackAll() {
+// handBackAll gives every unsettled job back to JetStream once the grace
+// period is over. It claims the jobs before cancelHandlers cancels their
+// handlers: a handler that returns as its context ends would otherwise
+// settle its job first, as a failed try (an attempt spent, or a dead
+// letter) rather than a job handed back. Handlers still running are
+// abandoned: whatever they return is ignored.
+func (r *runner) handBackAll(cancelHandlers func()) {
 	r.mu.Lock()
 	var left []*execution
 	for e := range r.active {
 		left = append(left, e)
 	}
 	r.mu.Unlock()
+	var claimed []*execution
 	for _, e := range left {
 		if e.claim() {
-			r.handBack(e)
+			claimed = append(claimed, e)
 		}
+	}
+	cancelHandlers()
+	for _, e := range claimed {
+		r.handBack(e)
 	}
 }
 

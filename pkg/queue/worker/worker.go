@@ -295,8 +295,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Warn("grace period over: canceling running handlers and handing their jobs back",
 		"grace_period", w.cfg.GracePeriod, "running", r.running())
-	cancelHandlers()
-	r.handBackAll()
+	r.handBackAll(cancelHandlers)
 	return nil
 }
 

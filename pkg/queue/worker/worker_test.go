@@ -477,3 +477,30 @@ func TestReplayedJobThatDiesAgainIsDeadLetteredAgain(t *testing.T) {
 		}
 	}
 }
+
+// When the grace period runs out, every job still running is handed back,
+// even one whose handler returns the moment its context ends: the worker
+// claims the jobs before it cancels the handlers, so none is settled as a
+// failed try (an attempt spent, a retry delay) instead.
+func TestGraceOverHandsBackHandlersThatReturnOnCancel(t *testing.T) {
+	t.Parallel()
+	const n = 16
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("grace"))
+	rec := newRecorder()
+	stop := queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: n, GracePeriod: 200 * time.Millisecond, Observe: rec.observe},
+		func(ctx context.Context, j *queue.Job) error {
+			rec.started(j)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	for i := range n {
+		if _, err := b.Pub.Publish(ctx, queue.Ready, queuetest.NewJob(t, "grace", fmt.Sprint("k", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.waitFor(t, 10*time.Second, "every job running", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return len(rec.order) == n })
+	stop()
+	if got, retried := rec.count(worker.HandedBack), rec.count(worker.Retrying); got != n || retried != 0 {
+		t.Errorf("after the grace period: %d handed back, %d settled as failed tries; want %d and 0", got, retried, n)
+	}
+}
