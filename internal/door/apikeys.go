@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -95,16 +94,6 @@ func (k *APIKeys) sums() [][sha256.Size]byte {
 		return ks.sums
 	}
 	return nil
-}
-
-// Allow reports whether r carries a valid key (always, for an empty set).
-func (k *APIKeys) Allow(r *http.Request) bool {
-	sums := k.sums()
-	if len(sums) == 0 {
-		return true
-	}
-	key := requestKey(r)
-	return key != "" && inSet(sums, key)
 }
 
 func (k *APIKeys) empty() bool { return len(k.sums()) == 0 }

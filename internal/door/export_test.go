@@ -26,3 +26,10 @@ func NATSDropped(t interface{ Fatal(...any) }, d *NATSDoor) int {
 	}
 	return n
 }
+
+// Admits reports whether a door holding submit keys k lets in a request
+// carrying key ("" for none), as callerOf decides it without admin keys.
+func Admits(k *APIKeys, key string) bool {
+	_, ok := callerOf(k, nil, key)
+	return ok
+}
