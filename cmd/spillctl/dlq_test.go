@@ -55,7 +55,7 @@ func setupDLQ(t *testing.T, capacity int64, dupWindow time.Duration) *dlqBundle 
 // newJob is a job of the bundle's queue with a payload and a trace header.
 func (b *dlqBundle) newJob(t *testing.T, i int) *queue.Job {
 	t.Helper()
-	id, err := queue.NewJobID()
+	id, err := queue.NewJobID("email")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,7 @@ func writesPerJob(t *testing.T, to queue.Destination, running, batch bool) (writ
 	}
 	ids := make([]string, jobs)
 	if batch {
-		if ids, err = queue.NewJobIDs(jobs); err != nil {
+		if ids, err = queue.NewJobIDs("email", jobs); err != nil {
 			t.Fatal(err)
 		}
 	}
