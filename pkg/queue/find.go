@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,7 +21,7 @@ func FindReady(ctx context.Context, js jetstream.JetStream, q, id string) (*jets
 	if !validIDToken(id) {
 		return nil, nil
 	}
-	subj := js.Options().APIPrefix + "DIRECT.GET." + StreamName(q, Ready) + "." + ReadySubject(q, id)
+	subj := apiPrefix(js.Options()) + "DIRECT.GET." + StreamName(q, Ready) + "." + ReadySubject(q, id)
 	r, err := js.Conn().RequestWithContext(ctx, subj, nil)
 	if err != nil {
 		return nil, fmt.Errorf("queue: reading job %s in %s: %w", id, StreamName(q, Ready), err)
@@ -37,4 +38,18 @@ func FindReady(ctx context.Context, js jetstream.JetStream, q, id string) (*jets
 	}
 	at, _ := time.Parse(time.RFC3339Nano, r.Header.Get(jetstream.TimeStampHeaer))
 	return &jetstream.RawStreamMsg{Subject: r.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: r.Header, Data: r.Data, Time: at}, nil
+}
+
+// apiPrefix is the JetStream API prefix that a context made with opts
+// sends its requests to, as jetstream spells it.
+func apiPrefix(opts jetstream.JetStreamOptions) string {
+	switch {
+	case opts.Domain != "":
+		return "$JS." + opts.Domain + ".API."
+	case opts.APIPrefix == "":
+		return jetstream.DefaultAPIPrefix
+	case !strings.HasSuffix(opts.APIPrefix, "."):
+		return opts.APIPrefix + "."
+	}
+	return opts.APIPrefix
 }
