@@ -55,7 +55,7 @@ func setupDLQ(t *testing.T, capacity int64, dupWindow time.Duration) *dlqBundle 
 // newJob is a job of the bundle's queue with a payload and a trace header.
 func (b *dlqBundle) newJob(t *testing.T, i int) *queue.Job {
 	t.Helper()
-	id, err := queue.NewJobID()
+	id, err := queue.NewJobID("email")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestDLQReplayToReady(t *testing.T) {
 	if h.Get(spillway.HeaderJobID) != jobs[0].ID || h.Get(nats.MsgIdHdr) != fmt.Sprintf("%s:replay:%d", jobs[0].ID, r.DeadSeq) ||
 		h.Get(spillway.HeaderAttempt) != "0" || h.Get("Traceparent") != jobs[0].Header.Get("Traceparent") ||
 		h.Get(queue.HeaderDeadReason) != "" || h.Get(queue.HeaderLastError) != "" || h.Get(queue.HeaderSourceSeq) != "" ||
-		string(msg.Data) != string(jobs[0].Payload) || msg.Subject != queue.Subject("email", queue.Ready, jobs[0].Key) {
+		string(msg.Data) != string(jobs[0].Payload) || msg.Subject != queue.ReadySubject("email", jobs[0].ID) {
 		t.Fatalf("replayed message on %s: %v %q", msg.Subject, h, msg.Data)
 	}
 

@@ -392,7 +392,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 	}
 	if id == "" {
 		var err error
-		if id, err = queue.NewJobID(); err != nil {
+		if id, err = queue.NewJobID(q.Name); err != nil {
 			a.refund(ctx, q.Name, d)
 			p.refunded = true
 			return p, &Error{Type: spillway.ProblemInternal, Detail: "making a job id", Err: err}

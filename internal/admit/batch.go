@@ -86,7 +86,7 @@ func (a *Admitter) SubmitBatch(ctx context.Context, name string, reqs []*Request
 	// can be written together (jobstatus); a job whose idempotency key
 	// was claimed before keeps the id of that claim. Without them (no
 	// randomness), each job makes its own.
-	b.ids, _ = queue.NewJobIDs(len(reqs))
+	b.ids, _ = queue.NewJobIDs(q.Name, len(reqs))
 	for i, r := range reqs {
 		r.Queue = q.Name
 		j := &b.jobs[i]

@@ -334,7 +334,7 @@ func TestBatchTakeoverIsReportedAlone(t *testing.T) {
 	var hooks storedHooks
 	a, b := setup(t, idemConfig, setupOptions{staleAfter: 50 * time.Millisecond, options: hooks.install})
 	ctx := t.Context()
-	earlier, err := queue.NewJobIDs(3) // an earlier batch's, whose answers were lost
+	earlier, err := queue.NewJobIDs("q", 3) // an earlier batch's, whose answers were lost
 	if err != nil {
 		t.Fatal(err)
 	}

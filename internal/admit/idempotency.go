@@ -120,7 +120,7 @@ func (i *Idempotency) Claim(ctx context.Context, caller, q, key, id, sum string)
 	for {
 		if id == "" {
 			var err error
-			if id, err = queue.NewJobID(); err != nil {
+			if id, err = queue.NewJobID(q); err != nil {
 				return nil, nil, err
 			}
 		}

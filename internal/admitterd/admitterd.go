@@ -384,20 +384,30 @@ func (s *Service) ensureStreams(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// recordStored hands the job's first status record to the writer; it
-// never blocks a submission.
+// recordStored hands a queued job's first status record to the writer;
+// it never blocks a submission. An admitted job gets none: the job in
+// READY is its status until a worker writes its outcome
+// (jobstatus.Locator), so admitting it stores the job and nothing else.
 func (s *Service) recordStored(j *queue.Job, st spillway.Status, at queue.Stored) {
+	if st != spillway.Queued {
+		return
+	}
 	s.firsts.Add(jobstatus.FirstRecord(j, spillway.State(st), at))
 }
 
-// recordBatch hands the first status records of a batch's stored jobs to
-// the writer, to be written together; it never blocks a submission.
+// recordBatch hands the first status records of a batch's queued jobs
+// to the writer, to be written together; it never blocks a submission.
+// Its admitted jobs get none, as recordStored's.
 func (s *Service) recordBatch(jobs []admit.StoredJob) {
-	recs := make([]jobstatus.Record, len(jobs))
-	for i, j := range jobs {
-		recs[i] = jobstatus.FirstRecord(j.Job, spillway.State(j.Status), j.At)
+	var recs []jobstatus.Record
+	for _, j := range jobs {
+		if j.Status == spillway.Queued {
+			recs = append(recs, jobstatus.FirstRecord(j.Job, spillway.State(j.Status), j.At))
+		}
 	}
-	s.firsts.AddBatch(recs)
+	if len(recs) > 0 {
+		s.firsts.AddBatch(recs)
+	}
 }
 
 // Shutdown stops taking submissions, answers those received, and closes

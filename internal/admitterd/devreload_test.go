@@ -94,7 +94,7 @@ queues:
 		t.Fatal(err)
 	}
 	for i := range 300 {
-		id, err := queue.NewJobID()
+		id, err := queue.NewJobID("d")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,14 +38,16 @@ type cancelFailure struct {
 // cancelJob cancels job id for who, of queue name if name is not empty
 // (the NATS subject's queue: a job of another queue is unknown there, as
 // another caller's job is).
-func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store, name, id string, who caller, log *slog.Logger) (jobstatus.Record, *cancelFailure) {
+func cancelJob(ctx context.Context, js jetstream.JetStream, a *admit.Admitter, st *jobstatus.Store, name, id string, who caller, log *slog.Logger) (jobstatus.Record, *cancelFailure) {
 	notFound := &cancelFailure{status: http.StatusNotFound, p: spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown job", ID: id,
 		Detail: "no status for this job id (unknown, or older than status.ttl)"}}
 	if st == nil {
 		return jobstatus.Record{}, &cancelFailure{status: http.StatusNotFound, p: spillway.Problem{Type: spillway.ProblemNotFound, Title: "Job status is not kept", ID: id,
 			Detail: "a cancel needs the job status records; this admitter keeps none"}}
 	}
-	rec, err := st.CancelAs(ctx, id, who.id, func(rec jobstatus.Record) bool {
+	// An admitted job, found in READY when it has no record yet, is not
+	// cancellable: the same answer as for its admitted record.
+	rec, err := locate(st, js, a).CancelAs(ctx, id, who.id, func(rec jobstatus.Record) bool {
 		return who.owns(rec) && (name == "" || rec.Queue == name)
 	})
 	var nc *jobstatus.NotCancellableError
@@ -94,7 +96,7 @@ func cancelJob(ctx context.Context, js jetstream.JetStream, st *jobstatus.Store,
 // cancel is DELETE /v1/jobs/{id}: 200 with the cancelled job's record.
 func (h *httpDoor) cancel(w http.ResponseWriter, r *http.Request, who caller) {
 	id := r.PathValue("id")
-	rec, f := cancelJob(r.Context(), h.o.JS, h.o.Status, "", id, who, h.o.Logger)
+	rec, f := cancelJob(r.Context(), h.o.JS, h.o.Admitter, h.o.Status, "", id, who, h.o.Logger)
 	if f != nil {
 		if f.logged != nil {
 			h.o.Logger.Warn("door: cancel", "job", id, "err", f.logged)
@@ -206,7 +208,7 @@ func (d *NATSJobs) answer(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
-	_, f := cancelJob(ctx, d.js, d.status, name, id, who, d.logger)
+	_, f := cancelJob(ctx, d.js, d.admitter, d.status, name, id, who, d.logger)
 	if f != nil {
 		if f.logged != nil {
 			d.logger.Warn("door: cancel", "queue", name, "job", id, "err", f.logged)

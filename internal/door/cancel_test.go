@@ -31,11 +31,19 @@ queues:
     backlog: {capacity: 10, per_key_capacity: 1, leak_rate: 20/s}
 `
 
-// waitState waits for job id's record to be in state want.
+// waitState waits for job id's status to be in state want: its record,
+// or, for an admitted job, its READY message (jobstatus.Locator).
 func (b *testBundle) waitState(t *testing.T, id string, want spillway.State) {
 	t.Helper()
+	loc := jobstatus.NewLocator(b.status, b.JS, func() []string {
+		var names []string
+		for _, q := range b.admitter.Config().Queues {
+			names = append(names, q.Name)
+		}
+		return names
+	})
 	admittest.WaitFor(t, 10*time.Second, "job "+id+" "+string(want), func() bool {
-		rec, err := b.status.Get(t.Context(), id)
+		rec, err := loc.Get(t.Context(), id)
 		return err == nil && rec.State == want
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/door"
+	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -279,8 +280,13 @@ func fuzzCheckSubjects(t *testing.T, core *admittest.Core, i int64) {
 			}
 			for subj := range info.State.Subjects {
 				parts := strings.Split(subj, ".")
-				if len(parts) != 4 || parts[0] != "spillway" || parts[2] != qn || !subjectToken(parts[3]) {
-					t.Errorf("after %d requests, stream %s holds subject %q: want spillway.<dest>.%s.<key token>", i, queue.StreamName(qn, dest), subj, qn)
+				// The backlog's subjects end with a key token, READY's with a job id.
+				last := subjectToken
+				if dest == queue.Ready {
+					last = func(s string) bool { return jobstatus.ValidateID(s) == nil }
+				}
+				if len(parts) != 4 || parts[0] != "spillway" || parts[2] != qn || !last(parts[3]) {
+					t.Errorf("after %d requests, stream %s holds subject %q: want spillway.<dest>.%s.<key token or, in READY, job id>", i, queue.StreamName(qn, dest), subj, qn)
 				}
 			}
 			if dest == queue.Ready {

@@ -493,7 +493,7 @@ func TestHTTPJobStatus(t *testing.T) {
 			t.Errorf("GET /v1/jobs/%s: %d %s, want 400 %s", id, r.code, r.body, spillway.ProblemBadRequest)
 		}
 	}
-	unknown, err := queue.NewJobID()
+	unknown, err := queue.NewJobID("q")
 	if err != nil {
 		t.Fatal(err)
 	}

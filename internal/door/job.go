@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/jobstatus"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
@@ -22,16 +24,33 @@ import (
 // has to say which fields it sends.
 func jobOf(r jobstatus.Record) spillway.Job { return spillway.Job(r) }
 
-// readJob reads job id's record from st (nil: the admitter keeps none)
+// locate is where the doors read a job's status: its record in st, or,
+// for an admitted job, which has none until its outcome, its READY message
+// in the admitter's queues as they are now (jobstatus.Locator).
+func locate(st *jobstatus.Store, js jetstream.JetStream, a *admit.Admitter) *jobstatus.Locator {
+	return jobstatus.NewLocator(st, js, func() []string {
+		if a == nil {
+			return nil
+		}
+		qs := a.Config().Queues
+		names := make([]string, len(qs))
+		for i := range qs {
+			names[i] = qs[i].Name
+		}
+		return names
+	})
+}
+
+// readJob reads job id's status from st (nil: the admitter keeps none)
 // for who: another caller's job is not found. A failure is a problem with
 // its HTTP status; logged is set when it is the server's (a read that
 // failed), worth a warning.
-func readJob(ctx context.Context, st *jobstatus.Store, id string, who caller) (job spillway.Job, p *spillway.Problem, logged error) {
+func readJob(ctx context.Context, loc *jobstatus.Locator, st *jobstatus.Store, id string, who caller) (job spillway.Job, p *spillway.Problem, logged error) {
 	if st == nil {
 		return spillway.Job{}, &spillway.Problem{Type: spillway.ProblemNotFound, Status: http.StatusNotFound, Title: "Job status is not kept", ID: id,
 			Detail: "this admitter keeps no job status records"}, nil
 	}
-	rec, err := st.Get(ctx, id)
+	rec, err := loc.Get(ctx, id)
 	switch {
 	case errors.Is(err, jobstatus.ErrNotFound), err == nil && !who.owns(rec):
 		return spillway.Job{}, notYours(id), nil
@@ -47,7 +66,7 @@ func readJob(ctx context.Context, st *jobstatus.Store, id string, who caller) (j
 // job is GET /v1/jobs/{id}.
 func (h *httpDoor) job(w http.ResponseWriter, r *http.Request, who caller) {
 	id := r.PathValue("id")
-	job, p, logged := readJob(r.Context(), h.o.Status, id, who)
+	job, p, logged := readJob(r.Context(), locate(h.o.Status, h.o.JS, h.o.Admitter), h.o.Status, id, who)
 	if p == nil {
 		writeJSON(w, http.StatusOK, "application/json", job)
 		return
@@ -77,7 +96,7 @@ func (d *NATSJobs) answerJob(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout)
 	defer cancel()
-	job, p, logged := readJob(ctx, d.status, id, who)
+	job, p, logged := readJob(ctx, locate(d.status, d.js, d.admitter), d.status, id, who)
 	if p == nil {
 		replyJSON(d.nc, d.logger, m, job, spillway.Status(job.State),
 			nats.Header{spillway.HeaderContentType: {"application/json"}}, "job", id)

@@ -78,8 +78,8 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	if b.status, err = jobstatus.Open(ctx, b.JS, time.Hour, 1); err != nil {
 		t.Fatal(err)
 	}
-	// Job status records are written off the submission's path, as
-	// admitterd does; the test waits for the writes before NATS closes.
+	// Queued jobs' status records are written off the submission's path,
+	// as admitterd does; the test waits for the writes before NATS closes.
 	// At most 32 at once: a batch of 1,000 on a loaded machine must not
 	// time its writes out.
 	var writes sync.WaitGroup
@@ -90,6 +90,9 @@ func setup(t *testing.T, yaml string, o setupOptions) *testBundle {
 	opts.Observe = metrics.Observe
 	b.access = door.NATSAccess{Keys: o.keys, AdminKeys: o.adminKeys, Dropped: metrics.NATSDropped}
 	opts.OnStored = func(j *queue.Job, st spillway.Status, at queue.Stored) {
+		if st != spillway.Queued {
+			return // an admitted job's status is its READY message until its outcome
+		}
 		r := jobstatus.FirstRecord(j, spillway.State(st), at)
 		writes.Go(func() {
 			writing <- struct{}{}

@@ -13,13 +13,23 @@
 // expire TTL after their last write (the buckets' TTL: JetStream's
 // MaxAge), so they hold recent jobs only.
 //
+// # Admitted jobs
+//
+// An admitted job has no record until its outcome: the admitter stores the
+// job in READY and nothing else, and the job's READY message is its status
+// until a worker writes the outcome (Recorder.Outcome, before the job's
+// ack). A Locator reads a job's status wherever it is: its record, else
+// its READY message (found by its id: queue.FindReady), else its record
+// once more.
+//
 // # Status is advisory
 //
 // The job itself lives in its JetStream streams, and nothing in Spillway
 // decides anything from its record but a cancel (docs/design.md#cancel).
 // A record may therefore lag, or miss a step: the FirstWriter drops first
-// records rather than slow an answer down, the Recorder drops updates
-// rather than slow a worker down, and a write that fails is not retried.
+// records rather than slow an answer down, the Recorder drops updates (but
+// a READY job's outcome, written before its ack) rather than slow a worker
+// down, and a write that fails is not retried.
 // What it never does is go backwards (see Advance).
 //
 // # Cancel
@@ -34,10 +44,10 @@
 //
 // # Writers
 //
-// The admitter's FirstWriter writes a job's first record (admitted or
-// queued) as Store.Create would, asynchronously (CreateMsg): only if there
-// is no record yet — a fast worker may have started the job first. A
-// batch's jobs share their first records, up to 64 to a group record
+// The admitter's FirstWriter writes a queued job's first record as
+// Store.Create would, asynchronously (CreateMsg): only if there is no
+// record yet — a fast worker may have started the job first. A batch's
+// queued jobs share their first records, up to 64 to a group record
 // (FirstMsgs; group.go), which a job's own record, written by anyone
 // after, takes precedence over. The workers' Recorder follows each job
 // through its tries from the worker.Worker's events with Store.Advance,

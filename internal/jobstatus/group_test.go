@@ -29,7 +29,7 @@ func firstRecords(t *testing.T, n int, skip func(i int) bool) []jobstatus.Record
 // batchRecords is firstRecords with the batch's ids, refused ones too.
 func batchRecords(t *testing.T, n int, skip func(i int) bool) (recs []jobstatus.Record, ids []string) {
 	t.Helper()
-	ids, err := queue.NewJobIDs(n)
+	ids, err := queue.NewJobIDs("email", n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,8 +49,10 @@ const (
 // # Writes
 //
 // A job that succeeds or dies on its first try costs its record one write
-// here, without a read: its outcome is put over the admitter's record
-// (Store.Put). A retried job's updates are merged into the stored record
+// here, without a read: its outcome is put over whatever is there
+// (Store.Put) — for an admitted job, nothing: the admitter writes no
+// record of it, and the job's READY message is its status until this
+// write, which Outcome makes before the job's ack. A retried job's updates are merged into the stored record
 // (Store.Advance: a read and a conditional write), so that a late report
 // of an earlier try cannot undo a later one. With SetRecordRunning(false)
 // Started events write nothing; a backlog job's start is written by
@@ -79,7 +81,9 @@ type Recorder struct {
 	dropped atomic.Uint64
 	running atomic.Bool
 	gating  atomic.Bool // StartGate wrote the backlog jobs' starts
-	quiet   atomic.Bool // Started events write nothing (SetRecordRunning)
+	// settling: Outcome wrote the READY jobs' outcomes before their acks.
+	settling atomic.Bool
+	quiet    atomic.Bool // Started events write nothing (SetRecordRunning)
 }
 
 // SetRecordRunning says whether Started events write a running record (on,
@@ -111,6 +115,9 @@ func (r *Recorder) Observe(e worker.Event) {
 	if e.Kind == worker.Started && r.gating.Load() && e.Stream == queue.StreamName(e.Queue, queue.Backlog) {
 		return // StartGate wrote it, synchronously
 	}
+	if (e.Kind == worker.Succeeded || e.Kind == worker.DeadLettered) && r.settling.Load() && e.Stream == queue.StreamName(e.Queue, queue.Ready) {
+		return // Outcome wrote it (or queued it), before the ack
+	}
 	rec, ok := update(e, time.Now())
 	if !ok {
 		return
@@ -128,6 +135,31 @@ func (r *Recorder) Observe(e worker.Event) {
 func (r *Recorder) StartGate(ctx context.Context, e worker.Event) error {
 	r.gating.Store(true)
 	return r.store.StartGate(ctx, e)
+}
+
+// Outcome is a worker.WorkerConfig.Outcome for the workers this Recorder
+// observes: it writes a READY job's outcome and returns when JetStream
+// has stored it, before the worker acks the job. An admitted job has no
+// record until then — its READY message is its status (Locator) — so
+// this write is not dropped when the buffer is full, as an update may be:
+// a reader would find the job nowhere. A write that fails is queued for
+// Run like any update, and the error returned. The outcomes it writes are
+// not written again from their events.
+func (r *Recorder) Outcome(ctx context.Context, e worker.Event) error {
+	r.settling.Store(true)
+	rec, ok := update(e, time.Now())
+	if !ok {
+		return nil
+	}
+	err := r.store.record(ctx, rec)
+	if err != nil {
+		select {
+		case r.updates <- rec:
+		default:
+			r.dropped.Add(1)
+		}
+	}
+	return err
 }
 
 // Dropped is the number of updates that never reached the store: the buffer

@@ -30,7 +30,7 @@ func open(t *testing.T, ttl time.Duration) *jobstatus.Store {
 
 func newID(t *testing.T) string {
 	t.Helper()
-	id, err := queue.NewJobID()
+	id, err := queue.NewJobID("email")
 	if err != nil {
 		t.Fatal(err)
 	}

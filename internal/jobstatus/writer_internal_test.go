@@ -69,7 +69,7 @@ func TestStatusWriterWritesWhatIsQueuedAtShutdown(t *testing.T) {
 	w, b := setupWriter(t)
 	var all []string
 	for range 3 {
-		ids, err := queue.NewJobIDs(100)
+		ids, err := queue.NewJobIDs("q", 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestStatusWriterWritesWhatIsQueuedAtShutdown(t *testing.T) {
 		all = append(all, ids...)
 	}
 	for range 10 {
-		id, err := queue.NewJobID()
+		id, err := queue.NewJobID("q")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestStatusWriterWritesWhatIsQueuedAtShutdown(t *testing.T) {
 func TestStatusWriterRefusals(t *testing.T) {
 	t.Parallel()
 	w, b := setupWriter(t)
-	id, err := queue.NewJobID()
+	id, err := queue.NewJobID("q")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestStatusWriterRefusals(t *testing.T) {
 	}
 	w.Add(admitted(id))
 
-	ids, err := queue.NewJobIDs(2) // one group
+	ids, err := queue.NewJobIDs("q", 2) // one group
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ queues:
 		t.Fatal(err)
 	}
 	for i := range 5000 {
-		id, err := queue.NewJobID()
+		id, err := queue.NewJobID("hook")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -106,7 +106,7 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := queue.NewJobID()
+	id, err := queue.NewJobID("pb")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := queue.NewJobID()
+	id, err := queue.NewJobID("hook")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -321,11 +321,14 @@ func (p *Pool) pacer(q *config.Queue) (*pace.YieldingPacer, error) {
 
 func (p *Pool) newWorker(cfg *config.Config, st plan, pc *pace.YieldingPacer) (*worker.Worker, error) {
 	observe := p.m.observe
-	var gate func(context.Context, worker.Event) error
+	var gate, outcome func(context.Context, worker.Event) error
 	if p.o.Recorder != nil {
 		rec := p.o.Recorder
 		observe = func(e worker.Event) { p.m.observe(e); rec.Observe(e) }
 		gate = rec.StartGate // a cancel and a start: one wins (docs/design.md#cancel)
+		// An admitted job has no record until its outcome: written
+		// before its ack, so a reader finds it in READY or in its record.
+		outcome = rec.Outcome
 	}
 	w, err := worker.NewWorker(p.o.JS, worker.WorkerConfig{
 		Queue:       st.q.Backlog,
@@ -337,6 +340,7 @@ func (p *Pool) newWorker(cfg *config.Config, st plan, pc *pace.YieldingPacer) (*
 		Logger:      p.o.Logger.With("queue", st.q.Name),
 		Observe:     observe,
 		StartGate:   gate,
+		Outcome:     outcome,
 	}, st.h)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", st.q.Name, err)

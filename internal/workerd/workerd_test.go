@@ -103,7 +103,7 @@ queues:
 	}
 	var ids []string
 	for i := range 160 {
-		id, err := queue.NewJobID()
+		id, err := queue.NewJobID("w")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -362,7 +362,7 @@ func TestWaitFindsALateGroupRecord(t *testing.T) {
 	js := must(jetstream.New(nc))(t)
 	store := must(jobstatus.OpenExisting(t.Context(), js))(t)
 	c := must(client.NewNATS(nc, client.WithAPIKey(testKey)))(t)
-	ids := must(queue.NewJobIDs(2))(t)
+	ids := must(queue.NewJobIDs("limited", 2))(t)
 	now := time.Now()
 	sub := door.KeyFingerprint(testKey) // the client's jobs
 	recs := []jobstatus.Record{{ID: ids[0], Queue: "limited", State: spillway.StateAdmitted, EnqueuedAt: now, UpdatedAt: now, Submitter: sub},

@@ -214,17 +214,19 @@ func (c Config) grantsStreamConfig() jetstream.StreamConfig {
 	return c.stream(GrantsStreamName(c.Name), "backlog starts granted by the drain's leader", GrantSubject(c.Name))
 }
 
-// Subject is where a job of key lands (in the backlog, a job of the
-// normal class): spillway.<destination>.<queue>.<key token>. One subject
+// Subject is where a job of key lands in the backlog (a job of the normal
+// class) or DEAD: spillway.<destination>.<queue>.<key token>. One subject
 // per key (and class) is what makes the per-key capacity a JetStream limit.
+// READY's subjects name the job, not its key (ReadySubject): d must not be
+// Ready.
 func Subject(queue string, d Destination, key string) string {
 	return subjectOf(queue, d, KeyToken(key))
 }
 
 // ClassSubject is where a job of key and class p lands: in the backlog, a
 // high or low job has a subject of its own,
-// spillway.backlog.<queue>.<class>.<key token>; elsewhere, and for a normal
-// job, it is Subject.
+// spillway.backlog.<queue>.<class>.<key token>; in DEAD, and for a normal
+// job, it is Subject. As Subject's, d must not be Ready.
 func ClassSubject(queue string, d Destination, key string, p spillway.Priority) string {
 	return classSubject(queue, d, p, KeyToken(key))
 }
@@ -247,6 +249,8 @@ func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 	case Ready:
 		sc.MaxMsgs = c.ReadyCapacity
 		sc.Discard = jetstream.DiscardNew
+		// A job is read by its id (FindReady) from any replica.
+		sc.AllowDirect = true
 	case Backlog:
 		sc.MaxMsgs = c.Capacity
 		sc.Discard = jetstream.DiscardNew
@@ -347,7 +351,8 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.MaxAge == want.MaxAge &&
 		have.Discard == want.Discard &&
 		unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
-		have.DiscardNewPerSubject == want.DiscardNewPerSubject
+		have.DiscardNewPerSubject == want.DiscardNewPerSubject &&
+		have.AllowDirect == want.AllowDirect
 }
 
 // MaxMinShare bounds Fairness.MinShare: a lower class never takes more

@@ -15,7 +15,10 @@
 //
 // Each queue has three streams (EnsureStreams, idempotent): READY for
 // admitted jobs, BACKLOG for queued ones and DEAD for jobs that failed for
-// good, with subjects spillway.<ready|backlog|dead>.<queue>.<key token>.
+// good, with subjects spillway.<backlog|dead>.<queue>.<key token> and, in
+// READY, spillway.ready.<queue>.<job id> (ReadySubject): one subject per
+// job, so that FindReady reads a job by its id alone, with a direct get
+// that any replica answers.
 // READY and BACKLOG use work-queue retention, so an ack removes a job. The
 // backlog's bounds are JetStream's own (MaxMsgs, MaxMsgsPerSubject, Discard
 // New per subject): a full backlog refuses the publish itself, without a
@@ -31,8 +34,11 @@
 // (spillway.HeaderJobID, HeaderQueue, HeaderKey, HeaderCost,
 // HeaderNotBefore, HeaderAttempt, HeaderPriority), the queue's own
 // (HeaderEnqueuedAt, HeaderWeight, HeaderExpiresAt), and the producer's,
-// such as traceparent. Its class is a spillway.Priority. Its id, a UUIDv7,
-// is also the Nats-Msg-Id: a retried publish is stored once. Publisher.Publish sends
+// such as traceparent. Its class is a spillway.Priority. Its id, a UUIDv7
+// (NewJobID, NewJobIDs), is also the Nats-Msg-Id: a retried publish is
+// stored once; and it carries its queue's 14-bit tag (QueueTag,
+// JobIDQueueTag), so that a reader given the id alone knows which queue's
+// READY to look in. Publisher.Publish sends
 // asynchronously with a bounded number awaiting acknowledgement, and
 // returns only once JetStream stored the job — or refused it, as
 // ErrQueueFull or ErrKeyQueueFull.

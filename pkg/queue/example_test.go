@@ -29,7 +29,7 @@ func ExamplePublisher_Publish_backlogFull() {
 		log.Fatal(err)
 	}
 	for i := range 3 {
-		id, err := queue.NewJobID()
+		id, err := queue.NewJobID("reports")
 		if err != nil {
 			log.Fatal(err)
 		}

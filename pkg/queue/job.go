@@ -2,6 +2,7 @@ package queue
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"time"
@@ -36,7 +37,10 @@ const MaxWeight = 1000
 
 // Job is one unit of work: an opaque payload and what Spillway knows of it.
 type Job struct {
-	ID         string // a UUIDv7 (NewJobID); also the Nats-Msg-Id, so a retried publish is stored once
+	// ID is a UUIDv7 (NewJobID); also the Nats-Msg-Id, so a retried
+	// publish is stored once, and in READY the subject's last token, so
+	// that the job is found by its id (ReadySubject).
+	ID         string
 	Queue      string
 	Key        string // the client key; travels in a header, never in a subject
 	Cost       int64  // units the job took from its limits (≥ 1)
@@ -58,12 +62,15 @@ type Job struct {
 	Header nats.Header
 }
 
-// NewJobID returns a new UUIDv7: unique, and ordered by creation time.
-func NewJobID() (string, error) {
+// NewJobID returns a new UUIDv7 for a job of queue q: unique, ordered by
+// creation time, and tagged with its queue (JobIDQueueTag), so that a
+// reader given the id alone knows which queue's READY to look in.
+func NewJobID(q string) (string, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return "", fmt.Errorf("queue: job id: %w", err)
 	}
+	tagID(&id, QueueTag(q))
 	return id.String(), nil
 }
 
@@ -73,20 +80,22 @@ const MaxJobIDs = 1 << 10
 // JobIDsPerGroup is how many ids of one NewJobIDs call share a group.
 const JobIDsPerGroup = 64
 
-// NewJobIDs returns n new UUIDv7s for jobs submitted together (n at most
-// MaxJobIDs), unique and ordered as NewJobID's are, and in the order given.
-// Each run of JobIDsPerGroup of them is a group: ids that share their
-// first 10 bytes (a NewJobID of the group's), so that whoever reads them
-// can tell which were made together, as job-status records do to keep the
-// first records of a batch's jobs under a few keys (jobstatus). Byte 10
-// holds the id's place in its group in its top 6 bits; its last 2 bits
-// and bytes 11 to 15 — 42 bits — are random for each id, so that knowing
-// one id of a batch tells nothing of the others.
-func NewJobIDs(n int) ([]string, error) {
+// NewJobIDs returns n new UUIDv7s for jobs of queue q submitted together
+// (n at most MaxJobIDs), unique, ordered and tagged as NewJobID's are, and
+// in the order given. Each run of JobIDsPerGroup of them is a group: ids
+// that share their first 10 bytes (a NewJobID of the group's), so that
+// whoever reads them can tell which were made together, as job-status
+// records do to keep the first records of a batch's queued jobs under a
+// few keys (jobstatus). Byte 10 holds the id's place in its group in its
+// top 6 bits; its last 2 bits and bytes 11 to 15 — 42 bits — are random
+// for each id, so that knowing one id of a batch tells nothing of the
+// others.
+func NewJobIDs(q string, n int) ([]string, error) {
 	if n < 0 || n > MaxJobIDs {
 		return nil, fmt.Errorf("queue: %d job ids: want 0 to %d", n, MaxJobIDs)
 	}
 	ids := make([]string, n)
+	tag := QueueTag(q)
 	var base uuid.UUID
 	for i := range ids {
 		if i%JobIDsPerGroup == 0 {
@@ -94,6 +103,7 @@ func NewJobIDs(n int) ([]string, error) {
 			if base, err = uuid.NewV7(); err != nil {
 				return nil, fmt.Errorf("queue: job ids: %w", err)
 			}
+			tagID(&base, tag)
 		}
 		u := base
 		if _, err := rand.Read(u[10:]); err != nil {
@@ -103,6 +113,36 @@ func NewJobIDs(n int) ([]string, error) {
 		ids[i] = u.String()
 	}
 	return ids, nil
+}
+
+// QueueTagBits is the size of a queue's tag in its jobs' ids.
+const QueueTagBits = 14
+
+// QueueTag is the tag that the ids of queue q's jobs carry: the first 14
+// bits of the SHA-256 of its name. Different queues may share a tag (with
+// many queues, some do): a tag narrows down the queues a job may be of, it
+// does not name one.
+func QueueTag(q string) uint16 {
+	sum := sha256.Sum256([]byte(q))
+	return (uint16(sum[0])<<8 | uint16(sum[1])) >> (16 - QueueTagBits)
+}
+
+// tagID writes tag into id: the 6 bits of byte 8 under the variant's 2, and
+// byte 9 — random bits of a UUIDv7 (rand_b), inside the 10 bytes a group of
+// ids shares, so the timestamp and rand_a that order ids are untouched.
+func tagID(id *uuid.UUID, tag uint16) {
+	id[8] = id[8]&0xc0 | byte(tag>>8)&0x3f
+	id[9] = byte(tag)
+}
+
+// JobIDQueueTag is the queue tag (QueueTag) that job id carries; false if
+// id is not a UUID.
+func JobIDQueueTag(id string) (uint16, bool) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return 0, false
+	}
+	return uint16(u[8]&0x3f)<<8 | uint16(u[9]), true
 }
 
 // message builds the NATS message for j on destination d.
@@ -154,7 +194,14 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 	if j.Weight > 1 {
 		set(HeaderWeight, strconv.Itoa(j.Weight))
 	}
-	m := &nats.Msg{Subject: classSubject(j.Queue, d, j.Priority, KeyToken(j.Key)), Header: h}
+	subject := classSubject(j.Queue, d, j.Priority, KeyToken(j.Key))
+	if d == Ready {
+		if !validIDToken(j.ID) {
+			return nil, fmt.Errorf("%w %q: not a subject token: a READY job's subject ends with its id", ErrInvalidJob, j.ID)
+		}
+		subject = ReadySubject(j.Queue, j.ID)
+	}
+	m := &nats.Msg{Subject: subject, Header: h}
 	m.Data = j.Payload
 	return m, nil
 }

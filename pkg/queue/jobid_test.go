@@ -10,15 +10,15 @@ import (
 )
 
 func TestNewJobIDs(t *testing.T) {
-	before, err := queue.NewJobID()
+	before, err := queue.NewJobID("email")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := queue.NewJobIDs(queue.MaxJobIDs)
+	ids, err := queue.NewJobIDs("email", queue.MaxJobIDs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := queue.NewJobID()
+	after, err := queue.NewJobID("email")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestNewJobIDs(t *testing.T) {
 	if len(groups) != queue.MaxJobIDs/queue.JobIDsPerGroup {
 		t.Errorf("%d groups, want %d", len(groups), queue.MaxJobIDs/queue.JobIDsPerGroup)
 	}
-	other, err := queue.NewJobIDs(2)
+	other, err := queue.NewJobIDs("email", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +56,11 @@ func TestNewJobIDs(t *testing.T) {
 		t.Errorf("a later call's id %s is not after %s", other[0], after)
 	}
 	for _, n := range []int{-1, queue.MaxJobIDs + 1} {
-		if _, err := queue.NewJobIDs(n); err == nil {
+		if _, err := queue.NewJobIDs("email", n); err == nil {
 			t.Errorf("NewJobIDs(%d): no error", n)
 		}
 	}
-	if ids, err := queue.NewJobIDs(0); err != nil || len(ids) != 0 {
+	if ids, err := queue.NewJobIDs("email", 0); err != nil || len(ids) != 0 {
 		t.Errorf("NewJobIDs(0) = %v, %v; want none", ids, err)
 	}
 }
@@ -71,7 +71,7 @@ func TestNewJobIDs(t *testing.T) {
 // bits only were the next and previous jobs of anyone who knew one), and
 // the bits that are each id's own are not a sequence.
 func TestNewJobIDsIndependent(t *testing.T) {
-	ids, err := queue.NewJobIDs(100)
+	ids, err := queue.NewJobIDs("email", 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +103,61 @@ func TestNewJobIDsIndependent(t *testing.T) {
 	}
 	if seq > 5 {
 		t.Errorf("%d of %d consecutive ids differ by one in their last bits: a sequence", seq, len(ids)-1)
+	}
+}
+
+// A job id carries its queue's tag (14 bits of the SHA-256 of the queue's
+// name), whichever way it was made, and stays a valid UUIDv7: the tag is
+// in rand_b, under the variant bits and inside a group's shared bytes, so
+// the ids of one queue made one after the other stay unique and in order.
+func TestJobIDQueueTag(t *testing.T) {
+	tags := map[uint16]string{}
+	for _, q := range []string{"email", "reports", "q", "a-much-longer-queue-name_0123456789"} {
+		want := queue.QueueTag(q)
+		if want >= 1<<queue.QueueTagBits {
+			t.Fatalf("QueueTag(%q) = %#x: more than %d bits", q, want, queue.QueueTagBits)
+		}
+		if other, ok := tags[want]; ok {
+			t.Fatalf("queues %q and %q share tag %#x", other, q, want) // these four do not
+		}
+		tags[want] = q
+		var ids []string
+		for range 50 {
+			id, err := queue.NewJobID(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		batch, err := queue.NewJobIDs(q, 2*queue.JobIDsPerGroup+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, batch...)
+		last, err := queue.NewJobID(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, last)
+		seen := map[string]bool{}
+		for i, id := range ids {
+			u, err := uuid.Parse(id)
+			if err != nil || u.String() != id || u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+				t.Fatalf("%s id %d %q: not a lower-case UUIDv7 (%v)", q, i, id, err)
+			}
+			if got, ok := queue.JobIDQueueTag(id); !ok || got != want {
+				t.Errorf("%s id %s: tag %#x, %v; want %#x", q, id, got, ok, want)
+			}
+			if seen[id] {
+				t.Errorf("%s id %s made twice", q, id)
+			}
+			seen[id] = true
+		}
+		if !slices.IsSorted(ids) {
+			t.Errorf("%s: %d ids not in the order they were made", q, len(ids))
+		}
+	}
+	if _, ok := queue.JobIDQueueTag("not-an-id"); ok {
+		t.Error("JobIDQueueTag of a string that is not a UUID: ok")
 	}
 }

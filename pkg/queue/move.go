@@ -41,7 +41,8 @@ type Move struct {
 // Source is a job's message where a move finds it.
 type Source struct {
 	Queue string
-	// Subject is the message's subject: the copy keeps its key token.
+	// Subject is the message's subject: a copy to the backlog or DEAD
+	// keeps its key token (out of READY, it is the key header's).
 	Subject string
 	// Stream and Seq are its place (Seq 0 if unknown).
 	Stream string
@@ -82,9 +83,11 @@ func isJetStreamHeader(k string) bool {
 // In the backlog, the job's class (its spillway.HeaderPriority) picks the
 // copy's subject, so a move there of a message whose class cannot be read
 // is refused with ErrInvalidJob: filing it under the normal class would
-// make it a job its producer did not send. READY and DEAD have one
-// subject per key whatever the class, and a move there does not read it:
-// a message that is not a job still reaches DEAD.
+// make it a job its producer did not send. DEAD has one subject per key
+// whatever the class, and a move there does not read it: a message that is
+// not a job still reaches DEAD. READY has one subject per job (ReadySubject),
+// so a move there is refused with ErrInvalidJob when the message's
+// spillway.HeaderJobID cannot be a subject token.
 func (mv *Move) message() (*nats.Msg, error) {
 	class := spillway.Normal
 	if mv.to == Backlog {
@@ -93,7 +96,11 @@ func (mv *Move) message() (*nats.Msg, error) {
 			return nil, fmt.Errorf("%w %s: header %s: %w", ErrInvalidJob, mv.src.Header.Get(spillway.HeaderJobID), spillway.HeaderPriority, err)
 		}
 	}
-	m := nats.NewMsg(classSubject(mv.src.Queue, mv.to, class, SubjectToken(mv.src.Subject)))
+	subject, err := mv.subject(class)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(subject)
 	for k, vs := range mv.src.Header {
 		if !isJetStreamHeader(k) {
 			m.Header[k] = append([]string(nil), vs...)
@@ -112,6 +119,25 @@ func (mv *Move) message() (*nats.Msg, error) {
 	m.Header.Set(nats.MsgIdHdr, mv.msgID)
 	m.Data = mv.src.Data
 	return m, nil
+}
+
+// subject is the copy's subject. Into READY, the job's id is its last
+// token. Into the backlog or DEAD, the key token: the source subject's own,
+// since the backlog's and DEAD's subjects end with it, but for a job out
+// of READY, whose subject ends with its id: its key header's KeyToken.
+func (mv *Move) subject(class spillway.Priority) (string, error) {
+	if mv.to == Ready {
+		id := mv.src.Header.Get(spillway.HeaderJobID)
+		if !validIDToken(id) {
+			return "", fmt.Errorf("%w %q: header %s: not a subject token, and a READY job's subject ends with its id", ErrInvalidJob, id, spillway.HeaderJobID)
+		}
+		return ReadySubject(mv.src.Queue, id), nil
+	}
+	token := SubjectToken(mv.src.Subject)
+	if strings.HasPrefix(mv.src.Subject, SubjectRoot+Ready.String()+".") {
+		token = KeyToken(mv.src.Header.Get(spillway.HeaderKey))
+	}
+	return classSubject(mv.src.Queue, mv.to, class, token), nil
 }
 
 // Do stores the copy in the destination stream and, once JetStream has

@@ -80,7 +80,7 @@ func TestMoveHeaderRule(t *testing.T) {
 		want    map[string][]string // every header of the copy
 	}{
 		{
-			name: "backlog retry to READY", subject: subjectOf("q", Ready, KeyToken("k")),
+			name: "backlog retry to READY", subject: ReadySubject("q", "job-1"),
 			mv: RetryMove(backlogJob(source()), 2, now.Add(time.Minute), Ready),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"SPILLWAY_q_BACKLOG:42"}, spillway.HeaderAttempt: {"2"}, spillway.HeaderNotBefore: {later},
@@ -113,7 +113,7 @@ func TestMoveHeaderRule(t *testing.T) {
 			}),
 		},
 		{
-			name: "replay to READY", subject: subjectOf("q", Ready, KeyToken("k")),
+			name: "replay to READY", subject: ReadySubject("q", "job-1"),
 			mv: ReplayMove(deadJob, Ready, "job-1", now),
 			want: with(map[string][]string{
 				nats.MsgIdHdr: {"job-1:replay:5"}, spillway.HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
@@ -160,7 +160,9 @@ func TestMoveHeaderRule(t *testing.T) {
 // A move files a job under its class in the backlog, and only there
 // reads the class: a message whose class cannot be read is refused a
 // place in the backlog (nothing stored, the source not settled), and
-// still reaches READY or DEAD with its header as it was.
+// still reaches READY or DEAD with its header as it was. Out of READY,
+// whose subjects end with the job's id, a job goes under its key's token,
+// taken from its key header; into READY, under its id.
 func TestMoveClass(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -170,7 +172,7 @@ func TestMoveClass(t *testing.T) {
 		if priority != "" {
 			h.Set(spillway.HeaderPriority, priority)
 		}
-		return Source{Queue: "q", Subject: subjectOf("q", Ready, tok), Stream: "SPILLWAY_q_READY", Seq: 7, Header: h}
+		return Source{Queue: "q", Subject: ReadySubject("q", "job-1"), Stream: "SPILLWAY_q_READY", Seq: 7, Header: h}
 	}
 	for _, c := range []struct {
 		name    string
@@ -180,10 +182,10 @@ func TestMoveClass(t *testing.T) {
 		{"high, retried to the backlog", RetryMove(src("high"), 1, now, Backlog), "spillway.backlog.q.high." + tok},
 		{"low, replayed to the backlog", ReplayMove(src("LOW"), Backlog, "job-1", now), "spillway.backlog.q.low." + tok},
 		{"no class, to the backlog", RetryMove(src(""), 1, now, Backlog), "spillway.backlog.q." + tok},
-		{"high, to READY", RetryMove(src("high"), 1, now, Ready), "spillway.ready.q." + tok},
+		{"high, to READY", RetryMove(src("high"), 1, now, Ready), "spillway.ready.q.job-1"},
 		{"unreadable, to the backlog", RetryMove(src("urgent"), 1, now, Backlog), ""},
 		{"unreadable, replayed to the backlog", ReplayMove(src("urgent"), Backlog, "job-1", now), ""},
-		{"unreadable, to READY", RetryMove(src("urgent"), 1, now, Ready), "spillway.ready.q." + tok},
+		{"unreadable, to READY", RetryMove(src("urgent"), 1, now, Ready), "spillway.ready.q.job-1"},
 		{"unreadable, to DEAD", DeadMove(src("urgent"), 0, "invalid job", nil, now), "spillway.dead.q." + tok},
 	} {
 		m, err := c.mv.message()
@@ -215,21 +217,46 @@ func TestSubjectBuilder(t *testing.T) {
 	t.Parallel()
 	tok := KeyToken("k")
 	for _, c := range []struct{ got, want string }{
-		{Subject("q", Ready, "k"), "spillway.ready.q." + tok},
+		{ReadySubject("q", "job-1"), "spillway.ready.q.job-1"},
 		{Subject("q", Backlog, "k"), "spillway.backlog.q." + tok},
 		{Subject("q", Dead, "k"), "spillway.dead.q." + tok},
 		{SubjectFilter("q", Backlog), "spillway.backlog.q.>"},
 		{SubjectFilter("q", Ready), "spillway.ready.q.*"},
 		{classSubject("q", Backlog, spillway.High, tok), "spillway.backlog.q.high." + tok},
 		{classSubject("q", Backlog, spillway.Low, tok), "spillway.backlog.q.low." + tok},
-		{classSubject("q", Ready, spillway.High, tok), "spillway.ready.q." + tok},
+		{SubjectToken(ReadySubject("q", "job-1")), "job-1"},
 		{SubjectToken(classSubject("q", Backlog, spillway.Low, tok)), tok},
 		{GrantSubject("q"), "spillway.grants.q"},
 		{Config{Name: "q"}.StreamConfig(Dead).Subjects[0], "spillway.dead.q.*"},
-		{SubjectToken(Subject("q", Ready, "k")), tok},
+		{Config{Name: "q"}.StreamConfig(Ready).Subjects[0], "spillway.ready.q.*"},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s, want %s", c.got, c.want)
+		}
+	}
+}
+
+// A move into READY files the job under its id, so a message whose id
+// cannot be a subject token is refused there (nothing stored, the source
+// kept), while it still reaches DEAD.
+func TestMoveToReadyNeedsAnID(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, id := range []string{"", "a.b", "a*", "with space"} {
+		h := nats.Header{spillway.HeaderQueue: {"q"}, spillway.HeaderKey: {"k"}}
+		if id != "" {
+			h.Set(spillway.HeaderJobID, id)
+		}
+		src := Source{Queue: "q", Subject: subjectOf("q", Dead, KeyToken("k")), Stream: "SPILLWAY_q_DEAD", Seq: 3, Header: h}
+		settled := false
+		ack, err := ReplayMove(src, Ready, "x", now).Do(t.Context(), nil, func(context.Context) error { settled = true; return nil })
+		if ack != nil || !errors.Is(err, ErrInvalidJob) || settled {
+			t.Errorf("id %q to READY: ack %v, error %v, settled %t; want ErrInvalidJob and the source kept", id, ack, err, settled)
+		}
+		mv := DeadMove(src, 1, "invalid job", nil, now)
+		m, err := mv.message()
+		if err != nil || m.Subject != subjectOf("q", Dead, KeyToken("k")) {
+			t.Errorf("id %q to DEAD: %v, %v", id, m, err)
 		}
 	}
 }

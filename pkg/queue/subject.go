@@ -30,11 +30,12 @@ func KeyToken(key string) string {
 const SubjectRoot = "spillway."
 
 // subjectOf is the one place a stream subject is spelled:
-// spillway.<destination>.<queue>.<token>, where token is a KeyToken, or
-// "*" for a filter matching every key of the normal class. In the backlog,
-// the jobs of the other priority classes have a subject of their own
-// (classSubject), so that the drain reads each key's jobs of a class in
-// order without reading the others.
+// spillway.<destination>.<queue>.<token>. In the backlog and DEAD, token is
+// a KeyToken, or "*" for a filter matching every key of the normal class;
+// in the backlog, the jobs of the other priority classes have a subject of
+// their own (classSubject), so that the drain reads each key's jobs of a
+// class in order without reading the others. In READY, token is the job's
+// id (ReadySubject), or "*" for every job.
 func subjectOf(queue string, d Destination, token string) string {
 	return SubjectRoot + d.String() + "." + queue + "." + token
 }
@@ -64,8 +65,35 @@ func GrantSubject(queue string) string {
 	return SubjectRoot + "grants." + queue
 }
 
-// SubjectToken is a stream subject's last token, the key token: a move keeps
-// it, so a job stays under its key wherever it goes.
+// ReadySubject is where job id of queue q waits in READY:
+// spillway.ready.<queue>.<id>. One subject per job, so that a reader finds
+// the job by its id alone (a direct get of the subject's last message,
+// FindReady), and JetStream keeps no per-key index of READY to walk on each
+// ack. A job's key is in its headers (spillway.HeaderKey).
+func ReadySubject(q, id string) string {
+	return subjectOf(q, Ready, id)
+}
+
+// validIDToken reports whether id can be a subject's last token: not
+// empty, and no '.', '*', '>', space or control character. A job id made
+// by NewJobID is one.
+func validIDToken(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case c <= ' ', c == 0x7f, c == '.', c == '*', c == '>':
+			return false
+		}
+	}
+	return true
+}
+
+// SubjectToken is a stream subject's last token: in the backlog and DEAD
+// the key token, which a move between them keeps, so a job stays under its
+// key; in READY the job's id (a move out of READY takes the key token from
+// the job's key header instead).
 func SubjectToken(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
 }

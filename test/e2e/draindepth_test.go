@@ -174,7 +174,7 @@ func publishAll(t *testing.T, ctx context.Context, pub *queue.Publisher, n int, 
 	sem := make(chan struct{}, 256)
 	for i := range n {
 		j := job(i)
-		id, err := queue.NewJobID()
+		id, err := queue.NewJobID("deep")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ func backlogFill(t *testing.T, natsURL, path, q string, n int) []string {
 	}
 	ids := make([]string, 0, n)
 	for i := range n {
-		id, err := queue.NewJobID()
+		id, err := queue.NewJobID("a")
 		if err != nil {
 			t.Fatal(err)
 		}

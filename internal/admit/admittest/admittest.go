@@ -2,6 +2,7 @@ package admittest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -108,6 +109,27 @@ func LastOfKey(tb testing.TB, js jetstream.JetStream, q string, d queue.Destinat
 	s, err := js.Stream(context.Background(), queue.StreamName(q, d))
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if d == queue.Ready {
+		// READY's subjects name the job, not its key: the key is in each
+		// job's headers, read from the last message back.
+		info, err := s.Info(context.Background())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for seq := info.State.LastSeq; seq >= info.State.FirstSeq && seq > 0; seq-- {
+			m, err := s.GetMsg(context.Background(), seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			if m.Header.Get(spillway.HeaderKey) == key {
+				return m, nil
+			}
+		}
+		return nil, jetstream.ErrMsgNotFound
 	}
 	var last *jetstream.RawStreamMsg
 	for _, p := range spillway.Priorities {

@@ -27,7 +27,7 @@ func ExampleInspect() {
 		log.Fatal(err)
 	}
 	for range 4 {
-		id, err := queue.NewJobID()
+		id, err := queue.NewJobID("reports")
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -60,7 +60,7 @@ func QueueConfig(name string) queue.Config {
 // "payload of " + its id, enqueued now.
 func NewJob(tb testing.TB, q, key string) *queue.Job {
 	tb.Helper()
-	id, err := queue.NewJobID()
+	id, err := queue.NewJobID(q)
 	if err != nil {
 		tb.Fatal(err)
 	}

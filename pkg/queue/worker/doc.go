@@ -58,6 +58,13 @@
 // the worker delete the job's backlog message and run nothing
 // (docs/design.md#cancel).
 //
+// # Outcomes
+//
+// WorkerConfig.Outcome is handed a READY job's outcome (Succeeded or
+// DeadLettered) before the job leaves READY, so that a job whose status is
+// read from READY until its outcome (docs/design.md#reads) is always found
+// in one of the two.
+//
 // # Stopping
 //
 // When Run's context ends the worker stops pulling, lets the lead go,

@@ -36,7 +36,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	id, err := queue.NewJobID()
+	id, err := queue.NewJobID("emails")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -384,11 +384,13 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 	if herr == nil {
 		ctx, cancel := settleCtx(r.hctx)
 		defer cancel()
+		ev := Event{Kind: Succeeded, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Took: took}
+		r.outcome(ctx, e, ev)
 		if err := e.settleSource(ctx); err != nil {
 			r.log.Error("job succeeded but its ack failed; JetStream will deliver it again", "job", e.job.ID, "error", err)
 			return
 		}
-		r.observe(Event{Kind: Succeeded, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Took: took})
+		r.observe(ev)
 		return
 	}
 	if r.hctx.Err() != nil {
@@ -448,7 +450,12 @@ func (r *runner) moveToRetry(e *execution, delay time.Duration, herr error) {
 func (r *runner) deadLetter(e *execution, attempts int, reason string, cause error, took time.Duration) {
 	ctx, cancel := settleCtx(r.hctx)
 	defer cancel()
-	moved, err := queue.DeadMove(e.source(r.cfg.Queue.Name), attempts, reason, cause, time.Now()).Do(ctx, r.js, e.settleSource)
+	ev := Event{Kind: DeadLettered, Job: e.job, Attempt: attempts, Stream: e.stream, Sequence: e.seq, Err: cause, Reason: reason, Took: took}
+	settle := func(ctx context.Context) error {
+		r.outcome(ctx, e, ev) // copied to DEAD: the outcome, then the ack
+		return e.settleSource(ctx)
+	}
+	moved, err := queue.DeadMove(e.source(r.cfg.Queue.Name), attempts, reason, cause, time.Now()).Do(ctx, r.js, settle)
 	if moved == nil {
 		r.log.Error("dead-lettering failed; the job stays where it is and comes back", "stream", e.stream, "stream_seq", e.seq, "error", err)
 		_ = e.msg.NakWithDelay(time.Second)
@@ -458,7 +465,20 @@ func (r *runner) deadLetter(e *execution, attempts int, reason string, cause err
 		r.log.Error("job dead-lettered but its ack failed; it will be dead-lettered again (stored once)", "stream", e.stream, "stream_seq", e.seq, "error", err)
 		return
 	}
-	r.observe(Event{Kind: DeadLettered, Job: e.job, Attempt: attempts, Stream: e.stream, Sequence: e.seq, Err: cause, Reason: reason, Took: took})
+	r.observe(ev)
+}
+
+// outcome hands a READY job's outcome ev to WorkerConfig.Outcome before
+// the job is acked; a backlog job's, and a message that is not a job, are
+// not handed.
+func (r *runner) outcome(ctx context.Context, e *execution, ev Event) {
+	if r.cfg.Outcome == nil || e.backlog != nil || ev.Job == nil {
+		return
+	}
+	ev.Queue = r.cfg.Queue.Name
+	if err := r.cfg.Outcome(ctx, ev); err != nil {
+		r.log.Warn("recording a job's outcome before its ack failed; the job is settled all the same", "job", ev.Job.ID, "error", err)
+	}
 }
 
 // checkStall warns, at most every 10 s, when the ready consumer delivers

@@ -190,7 +190,7 @@ func TestReliabilityClusterLeaderLoss(t *testing.T) {
 			tick := time.NewTicker(10 * time.Millisecond)
 			defer tick.Stop()
 			for i := 0; ; i++ {
-				id, err := queue.NewJobID()
+				id, err := queue.NewJobID("r3")
 				if err != nil {
 					t.Error(err)
 					return

@@ -90,6 +90,14 @@ type WorkerConfig struct {
 	// error hands the grant back, to start again a second later. Nil: every
 	// job starts, and a cancel cannot be told whether it came in time.
 	StartGate func(ctx context.Context, e Event) error
+	// Outcome, if set, is given a READY job's outcome — its Succeeded or
+	// DeadLettered event — before the job leaves READY (its ack, after a
+	// dead letter's copy to DEAD), so that a reader who looks for the job
+	// in READY and then in what Outcome wrote finds it in one of them. It
+	// is called on the job's goroutine and delays the ack by its own
+	// time; an error is logged and the job settled all the same. The
+	// event is also observed (Observe) afterwards, as every event is.
+	Outcome func(ctx context.Context, e Event) error
 }
 
 // EventKind is a step in a job's life in a worker.
