@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admitterd"
@@ -45,8 +46,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var f cli.Flags
 	fs := f.FlagSet("admitter", true, stderr)
 	dev := fs.Bool("dev", false, "dev mode: embedded JetStream, in-process workers, built-in demo queue without --config")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof), finished at shutdown")
 	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		stop, err := startCPUProfile(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	log, o, err := f.Setup(fs, stderr)
 	if err != nil {
@@ -117,4 +126,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
 	return errors.Join(runErr, svc.Shutdown(sctx))
+}
+
+// startCPUProfile profiles the process's CPU into path until stop is
+// called: for finding where an admitter's time per job goes under a
+// load (scripts/bench-admission, BENCH_PROFILE=1).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("admitter: --cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("admitter: --cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }

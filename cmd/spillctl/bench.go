@@ -45,6 +45,9 @@ Examples:
   spillctl bench --via nats --rate 500/s --count 10000 --json
   spillctl bench --queue demo --callers 64 --batch 100 --keys 1000
 
+--server takes several admitters' URLs, comma-separated: HTTP jobs go to
+each in turn (over NATS the admitters' queue group spreads them).
+
 --batch N sends batches of N jobs (POST …/jobs:batch, spillway.submitbatch.<queue>);
 --count, --rate and latencies then count batches, verdicts and throughput jobs.
 
@@ -137,22 +140,36 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	var where string
 	var c *client.Client
+	var others []*client.Client // more admitters' HTTP doors, in turn with c's
 	switch *via {
 	case "http":
 		// The admitter's client, with a connection for each caller.
+		servers := strings.Split(*server, ",")
+		if len(servers) > 1 && batch != nil {
+			return usageErrorf("spillctl bench: --batch takes one --server, not %d", len(servers))
+		}
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = max(cfg.Callers, min(*maxOut, 1024))
-		tr.MaxIdleConns = tr.MaxIdleConnsPerHost
+		tr.MaxIdleConns = tr.MaxIdleConnsPerHost * len(servers)
 		hc := &http.Client{Timeout: *timeout, Transport: tr}
 		defer hc.CloseIdleConnections()
-		a, err := newAdmitter("spillctl bench", *server, keyOr(*apiKey, getenv), *timeout, append(clientOpts, client.WithHTTPClient(hc))...)
-		if err != nil {
-			return err
+		for i, s := range servers {
+			a, err := newAdmitter("spillctl bench", strings.TrimSpace(s), keyOr(*apiKey, getenv), *timeout, append(clientOpts, client.WithHTTPClient(hc))...)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				others = append(others, a.c)
+				continue
+			}
+			c = a.c
+			where = a.base + "/v1/queues/" + *q + "/jobs"
+			if batch != nil {
+				where += ":batch"
+			}
 		}
-		c = a.c
-		where = a.base + "/v1/queues/" + *q + "/jobs"
-		if batch != nil {
-			where += ":batch"
+		if len(others) > 0 {
+			where += fmt.Sprintf(" and %d more admitter%s in turn", len(others), plural(len(others)))
 		}
 	case "nats":
 		var closeConn func()
@@ -169,6 +186,13 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return usageErrorf("spillctl bench: --via %q: want http or nats", *via)
 	}
 	cfg.Target = &loadgen.SubmitTarget{Client: c, Queue: *q, Options: opts, KeyHeader: *keyHeader, Payload: payload}
+	if len(others) > 0 {
+		rr := loadgen.RoundRobin{cfg.Target}
+		for _, o := range others {
+			rr = append(rr, &loadgen.SubmitTarget{Client: o, Queue: *q, Options: opts, KeyHeader: *keyHeader, Payload: payload})
+		}
+		cfg.Target = rr
+	}
 	if batch != nil {
 		cfg.Target = &loadgen.BatchTarget{Client: c, Queue: *q, Batch: batch}
 	}

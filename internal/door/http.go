@@ -442,21 +442,44 @@ func rateLimitHeaders(h http.Header, rl *admit.RateLimit) {
 	if rl == nil || len(rl.Policies) == 0 {
 		return
 	}
-	policies := make([]string, len(rl.Policies))
+	// Every answer carries these: spelled with strconv and set under their
+	// canonical names, as Header.Set would, without its allocations.
+	b := make([]byte, 0, 48*len(rl.Policies))
 	for i, p := range rl.Policies {
-		policies[i] = fmt.Sprintf("%q;q=%d;w=%d", p.Name, p.Quota, ceilSeconds(p.Window))
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, p.Name)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, p.Quota, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, ceilSeconds(p.Window), 10)
 	}
-	h.Set("RateLimit-Policy", strings.Join(policies, ", "))
+	h[headerRateLimitPolicy] = []string{string(b)}
 	if !rl.Counted {
 		return
 	}
 	p := rl.Policies[0]
 	reset := ceilSeconds(rl.Reset)
-	h.Set("RateLimit", fmt.Sprintf("%q;r=%d;t=%d", p.Name, rl.Remaining, reset))
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(p.Quota, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(rl.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	b = strconv.AppendQuote(b[:0], p.Name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, rl.Remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	h[headerRateLimit] = []string{string(b)}
+	h[headerXRateLimitLimit] = []string{strconv.FormatInt(p.Quota, 10)}
+	h[headerXRateLimitRemaining] = []string{strconv.FormatInt(rl.Remaining, 10)}
+	h[headerXRateLimitReset] = []string{strconv.FormatInt(reset, 10)}
 }
+
+// The rate-limit headers' names, canonical.
+var (
+	headerRateLimitPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
+	headerRateLimit           = http.CanonicalHeaderKey("RateLimit")
+	headerXRateLimitLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	headerXRateLimitRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	headerXRateLimitReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
+)
 
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {

@@ -67,6 +67,12 @@ func newInflight(reg prometheus.Registerer) *inflight {
 // built without the defaults, bounds nothing). It returns the function that gives
 // the bytes back, or false when ctx ended first.
 func (f *inflight) acquire(ctx context.Context, n, limit int64) (release func(), ok bool) {
+	return f.acquireWithin(ctx, n, limit, 0)
+}
+
+// acquireWithin is acquire waiting at most wait (0: no bound but ctx).
+// The timer is made only when the request has to wait: most find room.
+func (f *inflight) acquireWithin(ctx context.Context, n, limit int64, wait time.Duration) (release func(), ok bool) {
 	n = min(max(n, 0), limit)
 	f.mu.Lock()
 	if limit != f.limit {
@@ -85,6 +91,11 @@ func (f *inflight) acquire(ctx context.Context, n, limit int64) (release func(),
 	f.mu.Unlock()
 	f.waits.Inc()
 
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
 	select {
 	case <-w.ready:
 		return f.releaser(w.n), true
@@ -168,9 +179,7 @@ func (h *httpDoor) reserve(w http.ResponseWriter, r *http.Request, limit int64) 
 		n = min(r.ContentLength, limit)
 	}
 	bound := h.cfg().HTTP.MaxInflightBytes
-	ctx, cancel := context.WithTimeout(r.Context(), inflightWait)
-	defer cancel()
-	release, ok = h.inflight.acquire(ctx, n, bound)
+	release, ok = h.inflight.acquireWithin(r.Context(), n, bound, inflightWait)
 	if ok {
 		return release, true
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,6 +29,12 @@ type NATSDoor struct {
 	batchSub *nats.Subscription // spillway.submitbatch.* (batch.go)
 	sem      chan struct{}
 	wg       sync.WaitGroup
+	// work hands a request to an idle answerer; answerers counts them,
+	// quit ends them at Stop (answerer).
+	work      chan natsWork
+	answerers atomic.Int32
+	quit      chan struct{}
+	quitOnce  sync.Once
 	// inflight bounds the bytes of requests being answered, under
 	// http.max_inflight_bytes as the HTTP door's uploads are (a bound of
 	// its own: the two doors together hold at most twice the setting).
@@ -47,7 +54,8 @@ func NewNATS(nc *nats.Conn, a *admit.Admitter, logger *slog.Logger) *NATSDoor {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &NATSDoor{nc: nc, admitter: a, logger: logger, sem: make(chan struct{}, MaxConcurrentNATS), inflight: newInflight(nil), Timeout: SubmitTimeout}
+	return &NATSDoor{nc: nc, admitter: a, logger: logger, sem: make(chan struct{}, MaxConcurrentNATS), inflight: newInflight(nil), Timeout: SubmitTimeout,
+		work: make(chan natsWork), quit: make(chan struct{})}
 }
 
 // Start subscribes to spillway.submit.* in the admitters' queue group.
@@ -67,6 +75,8 @@ func (d *NATSDoor) Start() error {
 // already received are answered) and waits for those in progress, or for
 // ctx.
 func (d *NATSDoor) Stop(ctx context.Context) error {
+	// Answerers end once their answer in progress is sent.
+	defer d.quitOnce.Do(func() { close(d.quit) })
 	// The batch subscription is drained first, waiting for nothing: its
 	// answers in progress are in d.wg, which the submit door's drain
 	// waits for with its own.
@@ -117,10 +127,13 @@ func (d *NATSDoor) subscribe(prefix string, answer func(*nats.Msg), pending int)
 		release, _ := d.inflight.acquire(context.Background(), int64(len(m.Data)), d.admitter.Config().HTTP.MaxInflightBytes)
 		d.sem <- struct{}{}
 		d.wg.Add(1)
-		go func() {
-			defer func() { release(); <-d.sem; d.wg.Done() }()
-			answer(m)
-		}()
+		w := natsWork{m: m, answer: answer, release: release}
+		select {
+		case d.work <- w:
+		default:
+			d.answerers.Add(1)
+			go d.answerer(w)
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -129,6 +142,40 @@ func (d *NATSDoor) subscribe(prefix string, answer func(*nats.Msg), pending int)
 		return nil, err
 	}
 	return sub, nil
+}
+
+// natsWork is a request to answer, with the room it holds (released
+// when it is answered).
+type natsWork struct {
+	m       *nats.Msg
+	answer  func(*nats.Msg)
+	release func()
+}
+
+// answerer answers w, then the requests handed to it, until Stop. A
+// request goes to an answerer that waits for one, else to a new one: a
+// goroutine started per request would grow its stack on every answer (the
+// decision's hashing and encoding run deeper than a new stack), and
+// copying stacks cost the admitter more CPU per job than the hand-off. At
+// most MaxConcurrentNATS answerers stay: one that finds more ends; idle
+// ones hold little, as the garbage collector shrinks their stacks.
+func (d *NATSDoor) answerer(w natsWork) {
+	for {
+		w.answer(w.m)
+		w.release()
+		<-d.sem
+		d.wg.Done()
+		if d.answerers.Load() > MaxConcurrentNATS {
+			d.answerers.Add(-1)
+			return
+		}
+		select {
+		case w = <-d.work:
+		case <-d.quit:
+			d.answerers.Add(-1)
+			return
+		}
+	}
 }
 
 // pendingBytes is a door subscription's buffer in bytes for a bound of
@@ -159,7 +206,7 @@ func (d *NATSDoor) answer(m *nats.Msg) {
 		d.reply(m, rep)
 		return
 	}
-	get := func(k string) string { return headerGet(m.Header, k) }
+	get := natsHeaderOf(m.Header).get
 	req, bad := requestOf(name, m.Data, get, true)
 	if bad != nil {
 		rep.Status, rep.Type, rep.Error = spillway.Failed, bad.Type, bad.Detail
@@ -236,6 +283,67 @@ func headerGet(h nats.Header, k string) string {
 		}
 	}
 	return ""
+}
+
+// natsHeaders looks a request's headers up as headerGet does, with one
+// look at the names first: when every name is in canonical form
+// (X-Api-Key, Spillway-Cost), as clients send them, a name asked in
+// canonical form is found, or not, by the map alone, and the many names a
+// submission asks for and does not carry cost no scan of the headers each.
+type natsHeaders struct {
+	h         nats.Header
+	canonical bool
+}
+
+func natsHeaderOf(h nats.Header) natsHeaders {
+	for k := range h {
+		if !canonicalName(k) {
+			return natsHeaders{h: h}
+		}
+	}
+	return natsHeaders{h: h, canonical: true}
+}
+
+func (n natsHeaders) get(k string) string {
+	if n.canonical && canonicalName(k) {
+		if v := n.h[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	return headerGet(n.h, k)
+}
+
+// canonicalName reports whether k is a header name of ASCII letters,
+// digits and hyphens in canonical form: each letter upper case at the
+// start and after a hyphen, lower case elsewhere. Two such names that
+// differ but in case are never both canonical.
+func canonicalName(k string) bool {
+	if k == "" {
+		return false
+	}
+	upper := true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case c == '-':
+			upper = true
+			continue
+		case c >= '0' && c <= '9':
+		case c >= 'A' && c <= 'Z':
+			if !upper {
+				return false
+			}
+		case c >= 'a' && c <= 'z':
+			if upper {
+				return false
+			}
+		default:
+			return false
+		}
+		upper = false
+	}
+	return true
 }
 
 // AdmitterGroup is the queue group every admitter subscribes in, on every

@@ -126,3 +126,14 @@ func transportReason(err error) string {
 	}
 	return "transport"
 }
+
+// RoundRobin spreads submissions over its targets in turn, by their
+// number in the run: two admitters, each with its own HTTP address, take
+// half the load each (over NATS the admitters' queue group spreads it).
+// It does not spread batches (JobsTarget).
+type RoundRobin []Target
+
+// Submit sends r to the target whose turn it is.
+func (rr RoundRobin) Submit(ctx context.Context, r Request) Outcome {
+	return rr[uint64(r.Seq)%uint64(len(rr))].Submit(ctx, r)
+}

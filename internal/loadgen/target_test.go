@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -216,4 +217,29 @@ func ExampleRun() {
 	}
 	fmt.Println("admitted", rep.Counts.Admitted, "latencies", rep.Latency.Count())
 	// Output: admitted 1000 latencies 1000
+}
+
+func TestRoundRobin(t *testing.T) {
+	var got [3][]int64
+	var mu sync.Mutex
+	rr := make(RoundRobin, 3)
+	for i := range rr {
+		rr[i] = TargetFunc(func(_ context.Context, r Request) Outcome {
+			mu.Lock()
+			defer mu.Unlock()
+			got[i] = append(got[i], r.Seq)
+			return Outcome{Verdict: Verdict(i)}
+		})
+	}
+	for seq := range int64(7) {
+		if o := rr.Submit(t.Context(), Request{Seq: seq}); o.Verdict != Verdict(seq%3) {
+			t.Errorf("job %d: verdict %v, want target %d's", seq, o.Verdict, seq%3)
+		}
+	}
+	want := [3][]int64{{0, 3, 6}, {1, 4}, {2, 5}}
+	for i := range got {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("target %d took jobs %v, want %v", i, got[i], want[i])
+		}
+	}
 }
