@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -52,8 +53,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := f.FlagSet("worker", false, stderr)
 	queues := fs.String("queues", "", "comma-separated `names` of the queues to work (default: every queue with a handler)")
 	metricsAddr := fs.String("metrics-listen", ":9090", "`address` of /metrics, /livez and /readyz (empty: none)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run, until the worker stops, to `FILE` (go tool pprof)")
 	if done, err := cli.Parse(fs, usage, args, stdout); done || err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if f.Config == "" {
 		return errors.New("no configuration: give --config FILE (see worker --help)")
@@ -133,4 +142,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		r := &cli.Reloader{Watcher: watcher, Requests: reload, Logger: log}
 		go func() { _ = r.Run(ctx) }()
 	})
+}
+
+// startCPUProfile profiles the process's CPU into path until the returned
+// function is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }

@@ -65,6 +65,18 @@ const (
 // leaseKey is the entry in the pacer bucket of the lease on queue's drain.
 func leaseKey(q string) string { return q + ".drain-leader" }
 
+// grantTransit is how late a grant taken on its first delivery may be and
+// still use its booked start: about a grant's way from the leader to a
+// worker (a publish, its store, a pull) on a loaded machine. At a leak
+// faster than one start per grantTransit — while the workers keep the
+// chain of starts busy, a booking is for about now — a grant is that late
+// whenever it is taken at once, and booking it again would cost each job
+// a second booking and start it no more evenly: the starts it could
+// crowd are the few grants published and not yet taken. A leak of at most
+// 1/grantTransit (200) a second is unchanged: a grant late by more than a
+// start's share is booked again.
+const grantTransit = 5 * time.Millisecond
+
 // GrantsConsumer is the durable consumer every worker pulls grants from.
 const GrantsConsumer = "spillway-grants"
 
@@ -148,14 +160,13 @@ func (d *drainer) take(ctx context.Context) {
 	}
 }
 
-// start waits for a grant's booked start and runs its job in the slot
-// reserved for it.
 // grantOf reads a grant: the job's backlog sequence and its start. A
 // grant taken again after a worker died, or taken more than a start's
-// share of the leak after its booked start (every handler was busy), has
-// its start spent: it is booked anew here, in the order the grants come,
-// so that a key's jobs keep their order and starts never crowd. ok is
-// false for a grant that was dropped or handed back.
+// share of the leak (or grantTransit, if longer) after its booked start
+// (every handler was busy), has its start spent: it is booked anew here,
+// in the order the grants come, so that a key's jobs keep their order and
+// starts never crowd. ok is false for a grant that was dropped or handed
+// back.
 func (d *drainer) grantOf(ctx context.Context, msg jetstream.Msg) (seq uint64, start time.Time, ok bool) {
 	seq, err := strconv.ParseUint(msg.Headers().Get(headerGrantSeq), 10, 64)
 	at, err2 := strconv.ParseInt(msg.Headers().Get(headerGrantStart), 10, 64)
@@ -166,7 +177,7 @@ func (d *drainer) grantOf(ctx context.Context, msg jetstream.Msg) (seq uint64, s
 	}
 	start = time.Unix(0, at)
 	meta, _ := msg.Metadata()
-	if (meta != nil && meta.NumDelivered > 1) || time.Since(start) > d.period {
+	if (meta != nil && meta.NumDelivered > 1) || time.Since(start) > max(d.period, grantTransit) {
 		wait, err := d.book(ctx)
 		if err != nil {
 			d.handBack(msg, time.Second, err)
