@@ -188,7 +188,7 @@ func (l *leader) index(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if info.State.Msgs > 0 && info.State.Msgs <= min(inOrderMax, uint64(flowWindow*len(info.State.Subjects)+maxLookahead)) {
+	if info.State.Msgs > 0 && info.State.Msgs <= uint64(flowWindow*len(info.State.Subjects)+maxLookahead) {
 		// The windows can hold the whole backlog: the feed reads it in
 		// order, one read a job, as jobs arriving. Read a flow at a time
 		// by its subject, each read would make the server look through
@@ -207,13 +207,6 @@ func (l *leader) index(ctx context.Context) error {
 	l.log.Debug("backlog indexed", "flows", len(info.State.Subjects), "jobs", info.State.Msgs, "granted", len(l.granted))
 	return nil
 }
-
-// inOrderMax is the deepest backlog a new leader reads in stream order
-// rather than by flow: in order, a job stored last — a due one behind a
-// backlog that waits — is seen only after every job before it is read
-// (at a 200 µs round trip, 8,192 reads take about 1.6 s); by flow, each
-// flow's first job is read at once.
-const inOrderMax = 8192
 
 // feedBatch is how many jobs the feed reads at most before the leader
 // grants again: a backlog read in order at the start (index) is read a
