@@ -188,7 +188,7 @@ func (l *leader) index(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if info.State.Msgs > 0 && info.State.Msgs <= uint64(flowWindow*len(info.State.Subjects)+maxLookahead) {
+	if info.State.Msgs <= uint64(flowWindow*len(info.State.Subjects)+maxLookahead) {
 		// The windows can hold the whole backlog: the feed reads it in
 		// order, one read a job, as jobs arriving. Read a flow at a time
 		// by its subject, each read would make the server look through
