@@ -132,20 +132,15 @@ func (s *fairSched) flow(subject string) *flow {
 	return f
 }
 
-// add offers a job read from the stream in order, or seen arriving. A job
-// at or before the flow's last read is known already. The window takes it
-// up to flowWindow jobs, and up to flowLookahead while the windows hold
-// fewer than maxLookahead jobs past flowWindow in all: a job read in
-// stream order is a read of its own, where reading it later by its key's
-// subject makes the server look through every job stored between it and
-// the flow's last read. Beyond that, or behind a job left in the stream
-// already, it is left in the stream for a later read.
+// add offers a job read from the stream, or seen arriving. A job at or
+// before the flow's last read is known already; with the window full, it
+// is left in the stream for a later read.
 func (s *fairSched) add(subject string, j pendingJob, now int64) {
 	f := s.flow(subject)
 	if j.seq <= f.last {
 		return
 	}
-	if f.more || len(f.window) >= flowLookahead || !s.mayHoldBeyond(f) {
+	if len(f.window) >= flowWindow || f.more {
 		f.more = true
 		s.place(f, now)
 		return

@@ -188,15 +188,6 @@ func (l *leader) index(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if info.State.Msgs <= uint64(flowWindow*len(info.State.Subjects)+maxLookahead) {
-		// The windows can hold the whole backlog: the feed reads it in
-		// order, one read a job, as jobs arriving. Read a flow at a time
-		// by its subject, each read would make the server look through
-		// every job of the other flows stored in between.
-		l.next = info.State.FirstSeq
-		l.log.Debug("backlog indexed; reading it in order", "flows", len(info.State.Subjects), "jobs", info.State.Msgs, "granted", len(l.granted))
-		return nil
-	}
 	l.next = info.State.LastSeq + 1
 	now := time.Now().UnixNano()
 	for subject := range info.State.Subjects {
@@ -208,14 +199,9 @@ func (l *leader) index(ctx context.Context) error {
 	return nil
 }
 
-// feedBatch is how many jobs the feed reads at most before the leader
-// grants again: a backlog read in order at the start (index) is read a
-// batch at a time.
-const feedBatch = 512
-
 // feed reads the jobs published since the last read, and says how many.
 func (l *leader) feed(ctx context.Context) (n int) {
-	for ; ctx.Err() == nil && n < feedBatch; n++ {
+	for ; ctx.Err() == nil; n++ {
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		m, err := l.backlog.GetMsg(rctx, l.next, jetstream.WithGetMsgSubject(l.filter))
 		cancel()
@@ -229,9 +215,6 @@ func (l *leader) feed(ctx context.Context) (n int) {
 			return
 		}
 		l.next = m.Sequence + 1
-		if l.granted[m.Sequence] {
-			continue // granted by the leader before: its worker settles it
-		}
 		l.sched.add(m.Subject, l.pending(m), time.Now().UnixNano())
 	}
 	return n
