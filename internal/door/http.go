@@ -312,17 +312,17 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		h.submitError(w, r, name, err)
 		return
 	}
-	rateLimitHeaders(w.Header(), ans.RateLimit)
+	hdr := answerHeaders{buf: make([]byte, 0, 384)} // the header values, then the body (writeSubmitReply)
+	rateLimitHeaders(&hdr, ans.RateLimit)
 	for _, v := range ans.ShadowHeader() {
 		w.Header().Add(spillway.HeaderShadow, v)
 	}
 	rep := ans.Reply
 	switch rep.Status {
 	case spillway.Admitted, spillway.Queued:
-		w.Header().Set("Location", "/v1/jobs/"+rep.ID)
-		w.Header().Set(spillway.HeaderStatus, string(rep.Status))
-		writeJSON(w, http.StatusAccepted, "application/json", rep)
+		writeSubmitReply(w, &hdr, &rep)
 	default:
+		hdr.set(w.Header())
 		w.Header().Set(spillway.HeaderStatus, string(spillway.Rejected))
 		setRetryAfter(w.Header(), rep.RetryAfterMS)
 		title := "Rate limited"
@@ -448,7 +448,7 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	return false
 }
 
-// rateLimitHeaders writes what an answer says about the limits:
+// rateLimitHeaders adds to a what an answer says about the limits:
 // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11,
 // each policy named by its tier's name) and X-RateLimit-*. Answers the
 // tiers did not decide carry none: errors (bad cost or key, unknown
@@ -456,48 +456,39 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 // the job) were decided by nothing that has a remaining quota to tell.
 // Under failure mode open nothing counts the job, so the answer lists
 // the policies in force and says nothing of what remains.
-func rateLimitHeaders(h http.Header, rl *admit.RateLimit) {
+func rateLimitHeaders(a *answerHeaders, rl *admit.RateLimit) {
 	if rl == nil || len(rl.Policies) == 0 {
 		return
 	}
-	// Every answer carries these: spelled with strconv and set under their
-	// canonical names, as Header.Set would, without its allocations.
-	b := make([]byte, 0, 48*len(rl.Policies))
 	for i, p := range rl.Policies {
 		if i > 0 {
-			b = append(b, ", "...)
+			a.buf = append(a.buf, ", "...)
 		}
-		b = strconv.AppendQuote(b, p.Name)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, p.Quota, 10)
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, ceilSeconds(p.Window), 10)
+		a.buf = strconv.AppendQuote(a.buf, p.Name)
+		a.buf = append(a.buf, ";q="...)
+		a.buf = strconv.AppendInt(a.buf, p.Quota, 10)
+		a.buf = append(a.buf, ";w="...)
+		a.buf = strconv.AppendInt(a.buf, ceilSeconds(p.Window), 10)
 	}
-	h[headerRateLimitPolicy] = []string{string(b)}
+	a.add(headerRateLimitPolicy)
 	if !rl.Counted {
 		return
 	}
 	p := rl.Policies[0]
 	reset := ceilSeconds(rl.Reset)
-	b = strconv.AppendQuote(b[:0], p.Name)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, rl.Remaining, 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
-	h[headerRateLimit] = []string{string(b)}
-	h[headerXRateLimitLimit] = []string{strconv.FormatInt(p.Quota, 10)}
-	h[headerXRateLimitRemaining] = []string{strconv.FormatInt(rl.Remaining, 10)}
-	h[headerXRateLimitReset] = []string{strconv.FormatInt(reset, 10)}
+	a.buf = strconv.AppendQuote(a.buf, p.Name)
+	a.buf = append(a.buf, ";r="...)
+	a.buf = strconv.AppendInt(a.buf, rl.Remaining, 10)
+	a.buf = append(a.buf, ";t="...)
+	a.buf = strconv.AppendInt(a.buf, reset, 10)
+	a.add(headerRateLimit)
+	a.buf = strconv.AppendInt(a.buf, p.Quota, 10)
+	a.add(headerXRateLimitLimit)
+	a.buf = strconv.AppendInt(a.buf, rl.Remaining, 10)
+	a.add(headerXRateLimitRemaining)
+	a.buf = strconv.AppendInt(a.buf, reset, 10)
+	a.add(headerXRateLimitReset)
 }
-
-// The rate-limit headers' names, canonical.
-var (
-	headerRateLimitPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
-	headerRateLimit           = http.CanonicalHeaderKey("RateLimit")
-	headerXRateLimitLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
-	headerXRateLimitRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
-	headerXRateLimitReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
-)
 
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
