@@ -374,19 +374,20 @@ func retryMS(d time.Duration) int64 {
 // readBody reads a request's body of at most limit bytes. A larger one is
 // answered with tooBig, an unreadable one with 400; ok is false then. A
 // body of known length is read into one buffer of its size: no copies
-// left behind by a growing buffer.
+// left behind by a growing buffer. The server reads no more than a
+// Content-Length says, so only a body of unknown length (chunked) needs
+// http.MaxBytesReader to hold it to limit.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, tooBig func(http.ResponseWriter, *http.Request, int64)) (body []byte, ok bool) {
 	if r.ContentLength > limit {
 		tooBig(w, r, limit)
 		return nil, false
 	}
-	rd := http.MaxBytesReader(serverWriter(w), r.Body, limit)
 	var err error
 	if r.ContentLength >= 0 {
 		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(rd, body)
+		_, err = io.ReadFull(r.Body, body)
 	} else {
-		body, err = io.ReadAll(rd)
+		body, err = io.ReadAll(http.MaxBytesReader(serverWriter(w), r.Body, limit))
 	}
 	if err != nil {
 		var mb *http.MaxBytesError
