@@ -418,6 +418,9 @@ func clientIP(r *http.Request, trusted []netip.Prefix) string {
 	if err != nil {
 		return host
 	}
+	if peer.Is4() && !isTrusted(peer, trusted) {
+		return host // as peer.String() spells it: ParseAddr takes IPv4 in that form only
+	}
 	peer = peer.Unmap()
 	if !isTrusted(peer, trusted) {
 		return peer.String()
