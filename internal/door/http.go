@@ -104,11 +104,19 @@ func NewHTTP(o HTTPOptions) http.Handler {
 }
 
 // writeDeadline bounds the writing of each answer by http.write_timeout,
-// from its first byte (before it, from the request's start): a client
-// that pipelines requests and never reads the answers is disconnected
-// then, instead of holding a connection and its buffers for as long as it
-// likes. No endpoint streams an answer, so one deadline fits them all.
-// A configuration built without the defaults (WriteTimeout 0) sets none.
+// from its first byte: a client that pipelines requests and never reads
+// the answers is disconnected then, instead of holding a connection and
+// its buffers for as long as it likes. No endpoint streams an answer, so
+// one deadline fits them all. A configuration built without the defaults
+// (WriteTimeout 0) sets none.
+//
+// The server clears a connection's write deadline after each answer, so
+// a request starts with none, and the deadline is set once per answer,
+// at its first byte: setting it moves the connection's timer, which is
+// a cost per request. Two writes can come before that byte, and each is
+// bounded too: a request that expects 100-continue gets a deadline from
+// its start, for the server's interim answer, and a handler that returns
+// without writing gets one before the server writes its answer.
 func (h *httpDoor) writeDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d := h.cfg().HTTP.WriteTimeout
@@ -116,9 +124,19 @@ func (h *httpDoor) writeDeadline(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		rc := http.NewResponseController(w)
-		_ = rc.SetWriteDeadline(time.Now().Add(d))
-		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, d: d}, r)
+		dw := &deadlineWriter{ResponseWriter: w, d: d}
+		// The server's own writer has SetWriteDeadline; a wrapper (a test's)
+		// may not, and is reached through http.ResponseController.
+		if c, ok := w.(interface{ SetWriteDeadline(time.Time) error }); ok {
+			dw.conn = c
+		} else {
+			dw.conn = http.NewResponseController(w)
+		}
+		if r.Header.Get("Expect") != "" { // the server answers 100 Continue as the body is read
+			_ = dw.conn.SetWriteDeadline(time.Now().Add(d))
+		}
+		next.ServeHTTP(dw, r)
+		dw.start()
 	})
 }
 
@@ -126,7 +144,7 @@ func (h *httpDoor) writeDeadline(next http.Handler) http.Handler {
 // first byte, after the request's body was read and its jobs decided.
 type deadlineWriter struct {
 	http.ResponseWriter
-	rc      *http.ResponseController
+	conn    interface{ SetWriteDeadline(time.Time) error }
 	d       time.Duration
 	started bool
 }
@@ -134,7 +152,7 @@ type deadlineWriter struct {
 func (w *deadlineWriter) start() {
 	if !w.started {
 		w.started = true
-		_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+		_ = w.conn.SetWriteDeadline(time.Now().Add(w.d))
 	}
 }
 
@@ -294,17 +312,17 @@ func (h *httpDoor) submit(w http.ResponseWriter, r *http.Request) {
 		h.submitError(w, r, name, err)
 		return
 	}
-	rateLimitHeaders(w.Header(), ans.RateLimit)
+	hdr := answerHeaders{buf: make([]byte, 0, 384)} // the header values, then the body (writeSubmitReply)
+	rateLimitHeaders(&hdr, ans.RateLimit)
 	for _, v := range ans.ShadowHeader() {
 		w.Header().Add(spillway.HeaderShadow, v)
 	}
 	rep := ans.Reply
 	switch rep.Status {
 	case spillway.Admitted, spillway.Queued:
-		w.Header().Set("Location", "/v1/jobs/"+rep.ID)
-		w.Header().Set(spillway.HeaderStatus, string(rep.Status))
-		writeJSON(w, http.StatusAccepted, "application/json", rep)
+		writeSubmitReply(w, &hdr, &rep)
 	default:
+		hdr.set(w.Header())
 		w.Header().Set(spillway.HeaderStatus, string(spillway.Rejected))
 		setRetryAfter(w.Header(), rep.RetryAfterMS)
 		title := "Rate limited"
@@ -356,19 +374,20 @@ func retryMS(d time.Duration) int64 {
 // readBody reads a request's body of at most limit bytes. A larger one is
 // answered with tooBig, an unreadable one with 400; ok is false then. A
 // body of known length is read into one buffer of its size: no copies
-// left behind by a growing buffer.
+// left behind by a growing buffer. The server reads no more than a
+// Content-Length says, so only a body of unknown length (chunked) needs
+// http.MaxBytesReader to hold it to limit.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64, tooBig func(http.ResponseWriter, *http.Request, int64)) (body []byte, ok bool) {
 	if r.ContentLength > limit {
 		tooBig(w, r, limit)
 		return nil, false
 	}
-	rd := http.MaxBytesReader(serverWriter(w), r.Body, limit)
 	var err error
 	if r.ContentLength >= 0 {
 		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(rd, body)
+		_, err = io.ReadFull(r.Body, body)
 	} else {
-		body, err = io.ReadAll(rd)
+		body, err = io.ReadAll(http.MaxBytesReader(serverWriter(w), r.Body, limit))
 	}
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -398,6 +417,9 @@ func clientIP(r *http.Request, trusted []netip.Prefix) string {
 	peer, err := netip.ParseAddr(host)
 	if err != nil {
 		return host
+	}
+	if peer.Is4() && !isTrusted(peer, trusted) {
+		return host // as peer.String() spells it: ParseAddr takes IPv4 in that form only
 	}
 	peer = peer.Unmap()
 	if !isTrusted(peer, trusted) {
@@ -430,7 +452,7 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	return false
 }
 
-// rateLimitHeaders writes what an answer says about the limits:
+// rateLimitHeaders adds to a what an answer says about the limits:
 // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11,
 // each policy named by its tier's name) and X-RateLimit-*. Answers the
 // tiers did not decide carry none: errors (bad cost or key, unknown
@@ -438,48 +460,39 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 // the job) were decided by nothing that has a remaining quota to tell.
 // Under failure mode open nothing counts the job, so the answer lists
 // the policies in force and says nothing of what remains.
-func rateLimitHeaders(h http.Header, rl *admit.RateLimit) {
+func rateLimitHeaders(a *answerHeaders, rl *admit.RateLimit) {
 	if rl == nil || len(rl.Policies) == 0 {
 		return
 	}
-	// Every answer carries these: spelled with strconv and set under their
-	// canonical names, as Header.Set would, without its allocations.
-	b := make([]byte, 0, 48*len(rl.Policies))
 	for i, p := range rl.Policies {
 		if i > 0 {
-			b = append(b, ", "...)
+			a.buf = append(a.buf, ", "...)
 		}
-		b = strconv.AppendQuote(b, p.Name)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, p.Quota, 10)
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, ceilSeconds(p.Window), 10)
+		a.buf = strconv.AppendQuote(a.buf, p.Name)
+		a.buf = append(a.buf, ";q="...)
+		a.buf = strconv.AppendInt(a.buf, p.Quota, 10)
+		a.buf = append(a.buf, ";w="...)
+		a.buf = strconv.AppendInt(a.buf, ceilSeconds(p.Window), 10)
 	}
-	h[headerRateLimitPolicy] = []string{string(b)}
+	a.add(headerRateLimitPolicy)
 	if !rl.Counted {
 		return
 	}
 	p := rl.Policies[0]
 	reset := ceilSeconds(rl.Reset)
-	b = strconv.AppendQuote(b[:0], p.Name)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, rl.Remaining, 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, reset, 10)
-	h[headerRateLimit] = []string{string(b)}
-	h[headerXRateLimitLimit] = []string{strconv.FormatInt(p.Quota, 10)}
-	h[headerXRateLimitRemaining] = []string{strconv.FormatInt(rl.Remaining, 10)}
-	h[headerXRateLimitReset] = []string{strconv.FormatInt(reset, 10)}
+	a.buf = strconv.AppendQuote(a.buf, p.Name)
+	a.buf = append(a.buf, ";r="...)
+	a.buf = strconv.AppendInt(a.buf, rl.Remaining, 10)
+	a.buf = append(a.buf, ";t="...)
+	a.buf = strconv.AppendInt(a.buf, reset, 10)
+	a.add(headerRateLimit)
+	a.buf = strconv.AppendInt(a.buf, p.Quota, 10)
+	a.add(headerXRateLimitLimit)
+	a.buf = strconv.AppendInt(a.buf, rl.Remaining, 10)
+	a.add(headerXRateLimitRemaining)
+	a.buf = strconv.AppendInt(a.buf, reset, 10)
+	a.add(headerXRateLimitReset)
 }
-
-// The rate-limit headers' names, canonical.
-var (
-	headerRateLimitPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
-	headerRateLimit           = http.CanonicalHeaderKey("RateLimit")
-	headerXRateLimitLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
-	headerXRateLimitRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
-	headerXRateLimitReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
-)
 
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {

@@ -16,7 +16,9 @@ func BenchmarkRateLimitHeaders(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h := make(http.Header, 8)
-		rateLimitHeaders(h, rl)
+		var a answerHeaders
+		rateLimitHeaders(&a, rl)
+		a.set(h)
 		if len(h) != 5 {
 			b.Fatalf("%d headers", len(h))
 		}
