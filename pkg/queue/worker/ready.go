@@ -35,6 +35,7 @@ type runner struct {
 	idleCh     chan struct{}
 	lastStallW time.Time
 	randMu     sync.Mutex // guards cfg.Rand, which need not be safe for concurrent use
+	keep       *keeper    // the executions' goroutines
 }
 
 // execution is one delivery of a job being run: from READY, or a backlog
@@ -91,6 +92,7 @@ func newRunner(ctx, hctx context.Context, p parts, h Handler, cons jetstream.Con
 		parts: p, handle: h, cons: cons, ctx: ctx, hctx: hctx,
 		active: make(map[*execution]struct{}),
 		idleCh: make(chan struct{}),
+		keep:   newKeeper(),
 	}
 }
 
@@ -141,18 +143,18 @@ func (r *runner) start(msg jetstream.Msg) {
 	e := &execution{msg: msg}
 	slot := r.slots.tryTake()
 	r.track(e)
-	go r.execute(e, slot)
+	r.keep.Go(func() { r.execute(e, slot) })
 }
 
 // runBacklog runs a backlog job whose booked start came, in the handler
 // slot the drainer took for it.
 func (r *runner) runBacklog(e *execution, job queue.Job) {
 	r.track(e)
-	go func() {
+	r.keep.Go(func() {
 		defer r.finish(e)
 		defer r.slots.put()
 		r.try(e, job)
-	}()
+	})
 }
 
 func (r *runner) track(e *execution) {

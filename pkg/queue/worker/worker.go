@@ -275,6 +275,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	pause, slots := pace.NewPauser(), newSlots(w.cfg.Concurrency)
 	p := parts{cfg: w.cfg, js: w.js, pause: pause, slots: slots, log: w.log, observe: w.observe}
 	r := newRunner(ctx, hctx, p, w.handle, ready)
+	defer r.keep.stop()
 	d := newDrainer(p, streams, r)
 
 	var loops sync.WaitGroup
