@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/spillway-dev/spillway/internal/admitterd"
@@ -51,7 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if *cpuprofile != "" {
-		stop, err := startCPUProfile(*cpuprofile)
+		stop, err := cli.StartCPUProfile(*cpuprofile)
 		if err != nil {
 			return err
 		}
@@ -126,19 +125,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
 	return errors.Join(runErr, svc.Shutdown(sctx))
-}
-
-// startCPUProfile profiles the process's CPU into path until stop is
-// called: for finding where an admitter's time per job goes under a
-// load (scripts/bench-admission, BENCH_PROFILE=1).
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("admitter: --cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("admitter: --cpuprofile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
 }
