@@ -21,17 +21,22 @@ func TestKeeperKeepsGoroutines(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	for i := range 20 {
+	// One after another: the goroutine that ran a function takes the next.
+	// It counts itself idle just before it waits, so a function handed over
+	// in between starts a goroutine of its own: a few may, not most.
+	const seq = 20
+	for range seq {
 		done := make(chan struct{})
 		k.Go(func() { close(done) })
 		<-done
-		waitIdle(1)
-		if got := k.started.Load(); got != 1 {
-			t.Fatalf("after %d functions one after another: %d goroutines started, want 1", i+1, got)
-		}
+		waitIdle(k.started.Load())
+	}
+	if got := k.started.Load(); got > seq/4 {
+		t.Fatalf("%d functions one after another started %d goroutines, want most of them run on a kept one", seq, got)
 	}
 
-	// 8 at once: the waiting one takes one, 7 more start; all run together.
+	// 8 at once run together (none waits for another), and every goroutine
+	// is kept after them.
 	var running sync.WaitGroup
 	running.Add(8)
 	release := make(chan struct{})
@@ -40,10 +45,10 @@ func TestKeeperKeepsGoroutines(t *testing.T) {
 	}
 	running.Wait()
 	close(release)
-	waitIdle(8)
-	if got := k.started.Load(); got != 8 {
-		t.Fatalf("8 functions at once: %d goroutines started in all, want 8", got)
+	if got := k.started.Load(); got < 8 {
+		t.Fatalf("8 functions ran at once on %d goroutines", got)
 	}
+	waitIdle(k.started.Load())
 }
 
 // stop ends the waiting goroutines (goleak in TestMain checks none is left)
