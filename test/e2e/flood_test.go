@@ -70,7 +70,8 @@ const (
 // http.max_inflight_bytes); neither drain loses its lease, and both go on
 // leaking while the uploads arrive; every upload is answered, with its
 // jobs' answers or a 503 that says when to come back — no other status,
-// no transport error, no hang.
+// no hang. (A shed upload may see its connection closed while it is still
+// sending, before the 503; the door counts it as shed all the same.)
 func TestFloodOfBatchUploads(t *testing.T) {
 	hook := newWebhook(t)
 	cfgPath := writeFile(t, "spillway.yaml", fmt.Sprintf(floodConfig, hook.srv.URL, floodLeak))
