@@ -151,7 +151,7 @@ func (l *Limit) token(r *tierResult, st state, fresh bool, now, n int64) {
 		r.Verdict = Excess
 		r.RetryAfter = l.drainTime(n*p - k)
 	}
-	r.Remaining = k / p
+	r.Remaining = max(0, k/p) // a settle's charge may leave a debt (k < 0)
 	r.ResetAfter = l.drainTime(full - k)
 }
 

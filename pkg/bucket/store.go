@@ -52,6 +52,33 @@ type Store interface {
 	// refund: Refund then returns nil at once. A Decision another store
 	// made is refused with ErrInvalidRefund.
 	Refund(ctx context.Context, d Decision) error
+
+	// Settle settles, at the store's clock, the cost of decision d at
+	// actual units (0 to MaxActualCost) in each tier of d.Consumed, in one
+	// atomic step: the job's handler reported what the job really cost.
+	// For δ = actual − cost < 0 it gives back −δ units exactly as Refund
+	// gives back n; for δ > 0 it takes δ more, a forced consumption that
+	// never refuses, so that the key's later jobs wait for it. Per
+	// algorithm, for δ > 0:
+	//
+	//   - leaky_bucket: the level, leaked to now, plus δ, at most one quota
+	//     beyond full (2·(burst+1) units);
+	//   - token_bucket: the tokens, refilled to now, less δ, at least
+	//     −burst: a debt the refill pays before the key's next job;
+	//   - fixed_window: the count plus δ, at most the limit, if d.At's
+	//     window is still the current one, else nothing;
+	//   - sliding_window: the current or the previous count, whichever
+	//     holds d.At's window, plus δ, at most the limit; nothing if older;
+	//   - sliding_log: the job's own entry (stamped d.At, of cost n) takes
+	//     actual units instead — leaves the log for 0, grows for more until
+	//     the window's entries sum to the limit — if it is still in the
+	//     window.
+	//
+	// A key without state takes a charge as a key never seen (a sliding
+	// log's entry is gone with its log: nothing). Settle is not idempotent:
+	// the caller settles a job once. An actual cost equal to the decided
+	// one, or a decision that consumed nothing, returns nil at once.
+	Settle(ctx context.Context, d Decision, actual int64) error
 }
 
 // ErrDuplicateKey is returned when two tiers of one decision share a key.

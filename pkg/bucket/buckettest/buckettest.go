@@ -556,6 +556,7 @@ func Exercise(t *testing.T, newStore NewStore) {
 	})
 
 	exerciseRefund(t, setup)
+	exerciseSettle(t, setup)
 }
 
 func equal(a, b bucket.Decision) bool {

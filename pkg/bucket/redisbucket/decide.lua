@@ -92,7 +92,7 @@ local function token(key, s, ns, n, a, p, burst, _, r)
   else
     r[1], r[5] = EXCESS, cdiv(n * p - k, a)
   end
-  r[4], r[6] = fdiv(k, p), cdiv(full - k, a)
+  r[4], r[6] = math.max(0, fdiv(k, p)), cdiv(full - k, a) -- a settle may leave a debt (k < 0)
   r[7] = pack('<ddd', k, s, ns)
   return true
 end
