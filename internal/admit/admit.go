@@ -156,6 +156,14 @@ type Options struct {
 	Logger  *slog.Logger
 	// Now is the clock for answers (default time.Now).
 	Now func() time.Time
+	// InstanceID is this admitter's id (NewInstanceID), the route of
+	// settle requests for the jobs its memory store decides; "" stamps no
+	// charge on them (settle.go).
+	InstanceID string
+	// SettleKV records which jobs of the shared store were settled, so
+	// that each is settled once whichever admitter answers; nil: each
+	// admitter remembers its own (settle.go).
+	SettleKV jetstream.KeyValue
 }
 
 // Admitter admits jobs. Safe for concurrent use; SetConfig swaps the
@@ -167,6 +175,7 @@ type Admitter struct {
 	retry     *retryAfters
 	batches   reservations  // batch.go
 	over      overrideState // overrides.go
+	settles   settleOnce    // settle.go
 }
 
 // New returns an admitter for cfg. The queues' streams must exist
@@ -182,6 +191,7 @@ func New(cfg *config.Config, o Options) (*Admitter, error) {
 		o.Now = time.Now
 	}
 	a := &Admitter{o: o, positions: newPositions(o.JS), retry: newRetryAfters(o.JS, o.Now)}
+	a.settles.kv = o.SettleKV
 	a.setConfig(cfg)
 	return a, nil
 }
@@ -404,6 +414,9 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 	// the drain weighs keys without matching raw keys against rules.
 	p.j = &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: p.now, Header: jobHeader(r),
 		Priority: r.Priority, Weight: q.Backlog.Fairness.WeightOf(jobKey)}
+	if c := a.chargeOf(tiers, cost, d, src); c != "" {
+		p.j.Header = withCharge(p.j.Header, c) // what a settle of its cost needs (settle.go)
+	}
 	p.dest = queue.Ready
 	if d.Verdict != bucket.Admitted || notBefore.After(p.now) {
 		p.dest = queue.Backlog

@@ -82,6 +82,9 @@ type Service struct {
 	reloads *prometheus.CounterVec
 	// firsts writes the jobs' first status records.
 	firsts *jobstatus.FirstWriter
+	// instanceID routes the settles of jobs this admitter's memory store
+	// decided (settle.go).
+	instanceID string
 	// statusDropped counts first status records not written: the
 	// writer's buffer was full, or JetStream refused them (status is
 	// advisory; the job itself is stored).
@@ -196,10 +199,20 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if s.firsts, err = jobstatus.NewFirstWriter(s.nc, s.log, func(n int) { s.statusDropped.Add(float64(n)) }); err != nil {
 		return nil, err
 	}
+	if s.instanceID, err = admit.NewInstanceID(); err != nil {
+		return nil, err
+	}
+	settled, err := openSettleKV(ctx, s.js, cfg.Status.TTL, replicas)
+	if err != nil {
+		return nil, err
+	}
 	if s.admitter, err = admit.New(cfg, admit.Options{
 		JS: s.js, Publisher: pub, Store: s.failover, Idempotency: idem, Observe: s.metrics.Observe, Logger: s.log,
-		OnStored: s.recordStored, OnBatchStored: s.recordBatch,
+		OnStored: s.recordStored, OnBatchStored: s.recordBatch, InstanceID: s.instanceID, SettleKV: settled,
 	}); err != nil {
+		return nil, err
+	}
+	if err = s.startSettle(o.Registry, shared != nil); err != nil {
 		return nil, err
 	}
 	inspector := admin.NewInspector(s.js) // one snapshot of the queues for /metrics and GET /v1/queues

@@ -107,6 +107,7 @@ func (h *httpHandler) handle(ctx context.Context, j *queue.Job) error {
 	}()
 	code := resp.StatusCode
 	if code >= 200 && code <= 299 {
+		costActual(j, resp.Header.Get(spillway.HeaderCostActual))
 		return nil
 	}
 	se := &StatusError{Method: http.MethodPost, URL: h.shown, StatusCode: code, Status: excerpt(resp.Status, excerptLen), Body: bodyExcerpt(resp.Body)}

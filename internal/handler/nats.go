@@ -47,7 +47,11 @@ func (h *natsHandler) handle(ctx context.Context, j *queue.Job) error {
 	reply, err := h.nc.RequestMsgWithContext(rctx, m)
 	switch {
 	case err == nil:
-		return h.replyError(reply)
+		err = h.replyError(reply)
+		if err == nil {
+			costActual(j, header(reply.Header, spillway.HeaderCostActual))
+		}
+		return err
 	case ctx.Err() != nil:
 		return fmt.Errorf("request %s: %w", h.subject, context.Cause(ctx))
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):

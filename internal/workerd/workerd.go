@@ -110,6 +110,8 @@ type Pool struct {
 	mu      sync.Mutex // serialises Reload; guards the fields below
 	running map[string]*running
 	pacers  map[string]*pace.YieldingPacer // kept when a queue goes, for when it comes back
+
+	cost *costSettler // cost.go
 }
 
 // running is one queue's current worker.
@@ -151,6 +153,7 @@ func Start(ctx context.Context, o Options) (*Pool, error) {
 		return nil, fmt.Errorf("workerd: %w", err)
 	}
 	p := &Pool{o: o, m: newMetrics(o.Registerer), kv: kv, running: map[string]*running{}, pacers: map[string]*pace.YieldingPacer{}}
+	p.cost = newCostSettler(o.NC, o.Registerer)
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	if err := p.apply(o.Config); err != nil {
 		p.cancel()
@@ -341,6 +344,7 @@ func (p *Pool) newWorker(cfg *config.Config, st plan, pc *pace.YieldingPacer) (*
 		Observe:     observe,
 		StartGate:   gate,
 		Outcome:     outcome,
+		SettleCost:  p.cost.settle,
 	}, st.h)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", st.q.Name, err)

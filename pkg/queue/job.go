@@ -60,6 +60,10 @@ type Job struct {
 	// Header holds further headers to carry, such as W3C traceparent.
 	// Spillway's own names and Nats-* are set by the publisher.
 	Header nats.Header
+
+	// What the handler reported the job really cost (SetCostActual).
+	costActual   int64
+	costReported bool
 }
 
 // NewJobID returns a new UUIDv7 for a job of queue q: unique, ordered by

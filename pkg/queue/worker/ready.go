@@ -333,6 +333,9 @@ func (r *runner) try(e *execution, job queue.Job) {
 	herr := r.call(&job)
 	took := time.Since(began)
 	stop()
+	if n, ok := job.CostActual(); ok && herr == nil {
+		e.job.SetCostActual(n) // the handler had a copy
+	}
 	if e.claim() {
 		r.settle(e, herr, took)
 	}
@@ -387,6 +390,7 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 		ctx, cancel := settleCtx(r.hctx)
 		defer cancel()
 		ev := Event{Kind: Succeeded, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Took: took}
+		r.settleCost(ctx, e.job)
 		r.outcome(ctx, e, ev)
 		if err := e.settleSource(ctx); err != nil {
 			r.log.Error("job succeeded but its ack failed; JetStream will deliver it again", "job", e.job.ID, "error", err)

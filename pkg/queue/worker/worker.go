@@ -98,6 +98,15 @@ type WorkerConfig struct {
 	// time; an error is logged and the job settled all the same. The
 	// event is also observed (Observe) afterwards, as every event is.
 	Outcome func(ctx context.Context, e Event) error
+	// SettleCost, if set, is given a job whose handler succeeded and
+	// reported what the job really cost (queue.Job.SetCostActual, or
+	// spillway.HeaderCostActual in an HTTP or NATS handler's answer), with
+	// that cost, before its outcome is recorded (Outcome) and the job
+	// acked: once the job is seen done its cost is settled. It is called
+	// on the job's goroutine and delays the ack by its own time; an error
+	// is logged and the job settled all the same — settling a cost never
+	// holds or loses a job. Nil: reported costs are ignored.
+	SettleCost func(ctx context.Context, j *queue.Job, actual int64) error
 }
 
 // EventKind is a step in a job's life in a worker.
