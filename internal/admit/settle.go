@@ -211,6 +211,9 @@ func (a *Admitter) SettleCost(ctx context.Context, queueName, jobID, charge stri
 		if tiers[i], err = tierOfKey(q, k); err != nil {
 			return Settled{}, err
 		}
+		if quota := tiers[i].Limit.Quota(); c.Cost > quota {
+			return Settled{}, fmt.Errorf("%w: cost %d: tier key %.60q's limit never grants more than %d", ErrBadSettle, c.Cost, k, quota)
+		}
 	}
 	if err := bucket.CheckRequest(tiers, c.Cost); err != nil {
 		return Settled{}, fmt.Errorf("%w: %w", ErrBadSettle, err)
