@@ -71,6 +71,19 @@
 // the other jobs alone would leave it (when, without the refunded job, it
 // would have run empty, or full, meanwhile). Limit.Refund is the pure form.
 //
+// # Settles
+//
+// A job's handler may report what the job really cost: d.Settle(ctx,
+// actual) settles the cost of decision d at actual units in its consumed
+// tiers (Store.Settle gives the rule per algorithm). A smaller actual cost
+// is a refund of the difference; a larger one is a forced consumption that
+// never refuses, so that the key's later jobs wait for it: a token bucket
+// may owe up to one burst, a leaky bucket's level may reach one quota
+// beyond full, a window fills up to its limit. A job of cost c settled at
+// once at actual ≤ c leaves its key as a job of that actual cost would
+// have. A process that did not decide rebuilds what a settle needs with
+// Rebind. Limit.Settle is the pure form.
+//
 // # Stores
 //
 // A Store keeps the state per key and decides at its own clock. Memory is
@@ -106,6 +119,8 @@
 //     tiers of d.Request() that d.Consumed names, in one atomic step, at
 //     the store's clock; a decision that consumed nothing needs no work,
 //     and a key the store no longer holds has nothing to give back.
+//   - Settle: check it with CheckSettle, then settle per algorithm as
+//     Store.Settle describes, in one atomic step, at the store's clock.
 //   - The clock: a store decides and refunds at its own clock, read once
 //     per call, never at a time the caller passes. Stores shared between
 //     processes need one clock for all of them (redisbucket reads Redis

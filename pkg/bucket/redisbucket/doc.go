@@ -132,6 +132,18 @@
 // batches below: each is its own round trip. A decision with Consumed 0
 // needs none, and Refund returns at once.
 //
+// # Settles
+//
+// [Store.Settle] settles a decision's cost at the actual cost its handler
+// reported, with the semantics of bucket.Store.Settle: one run of
+// settle.lua over the consumed tiers' keys (on a cluster, one run per hash
+// tag), laid out as a refund with the actual cost after the tiers. A
+// refund (a smaller cost) changes only keys with state; a charge (a larger
+// one) takes a missing key as a key never seen. A sliding log's entry is
+// found with LPOS from the tail (Redis ≥ 6.0.6) and replaced in place, or
+// removed, and the header's sum moved. Like refunds, settles are their own
+// round trips.
+//
 // # Coalescing
 //
 // Concurrent decisions share round trips. A caller that finds a free slot
