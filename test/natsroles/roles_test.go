@@ -233,13 +233,16 @@ func TestRoles(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 
-	// The handler service answers every job "ok" (an empty reply).
+	// The handler service answers every job "ok" (no status), saying it
+	// cost nothing: the worker asks the admitter to settle its cost.
 	hv := newViolations()
 	hc := connect(t, addr, "handler", hv)
 	var handled sync.Map
 	if _, err := hc.QueueSubscribe("jobs.email", "mailer", func(m *nats.Msg) {
 		handled.Store(m.Header.Get(spillway.HeaderJobID), true)
-		_ = m.Respond(nil)
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set(spillway.HeaderCostActual, "0")
+		_ = m.RespondMsg(r)
 	}); err != nil {
 		t.Fatal(err)
 	}
