@@ -73,10 +73,16 @@ func (a *Admitter) chargeOf(tiers []bucket.Tier, cost int64, d bucket.Decision, 
 	b.WriteByte(';')
 	b.WriteString(strconv.FormatInt(cost, 10))
 	sep := byte(';')
+	at := d.At.UnixNano()
 	for i := range tiers {
 		if d.Consumed&(1<<uint(i)) != 0 {
 			b.WriteByte(sep)
 			b.WriteString(tiers[i].Key)
+			if t := d.TierAt[i]; t != 0 && t != at {
+				// A Redis Cluster decided this tier at its shard's time.
+				b.WriteByte('@')
+				b.WriteString(strconv.FormatInt(t, 10))
+			}
 			sep = ','
 		}
 	}
@@ -100,6 +106,10 @@ type Charge struct {
 	At    time.Time
 	Cost  int64
 	Keys  []string // the bucket keys of the tiers that took the job's units
+	// TierAt is, by index of Keys, the time a tier was decided when it
+	// is not At (Unix ns; 0: At): a Redis Cluster decides each hash
+	// tag's tiers at its own shard's time ("<tier key>@<ns>").
+	TierAt []int64
 }
 
 // ParseCharge reads a queue.HeaderCharge value, or says what is wrong with it.
@@ -127,8 +137,16 @@ func ParseCharge(v string) (Charge, error) {
 	if len(c.Keys) > bucket.MaxTiers {
 		return bad("%d tier keys: want 1 to %d", len(c.Keys), bucket.MaxTiers)
 	}
-	for _, k := range c.Keys {
-		if k == "" {
+	c.TierAt = make([]int64, len(c.Keys))
+	for i, k := range c.Keys {
+		if k, t, ok := strings.Cut(k, "@"); ok {
+			n, err := strconv.ParseInt(t, 10, 64)
+			if err != nil || n <= 0 {
+				return bad("tier %d's time %.40q: want Unix nanoseconds > 0", i, t)
+			}
+			c.Keys[i], c.TierAt[i] = k, n
+		}
+		if c.Keys[i] == "" {
 			return bad("an empty tier key")
 		}
 	}
@@ -229,7 +247,9 @@ func (a *Admitter) SettleCost(ctx context.Context, queueName, jobID, charge stri
 	if !first {
 		return Settled{Queue: q.Name}, nil
 	}
-	if err := bucket.Rebind(store, q.Name, tiers, c.Cost, c.At).Settle(ctx, actual); err != nil {
+	d := bucket.Rebind(store, q.Name, tiers, c.Cost, c.At)
+	copy(d.TierAt[:], c.TierAt)
+	if err := d.Settle(ctx, actual); err != nil {
 		return Settled{}, fmt.Errorf("admit: settling job %s: %w", jobID, err)
 	}
 	return s, nil

@@ -180,3 +180,32 @@ func TestSettleCostSharedStoreOnce(t *testing.T) {
 		t.Fatalf("cost 1 with no token left: %+v, want it to wait (the job was settled once)", ans.Reply)
 	}
 }
+
+// ParseCharge never panics, and what it accepts it reads whole.
+func FuzzParseCharge(f *testing.F) {
+	for _, s := range []string{
+		"shared;1764316800000000000;5;1:abc",
+		"a1;1764316800000000000;100;1:abc,2:def~0a1b2c3d",
+		"shared;1764316800000000000;5;1:abc@1764316800000000123,2:x",
+		"", ";;;", "a;b;c;d", "shared;1;1;@", "shared;1;1;1:a@-5",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := admit.ParseCharge(s)
+		if err != nil {
+			if !errors.Is(err, admit.ErrBadSettle) {
+				t.Fatalf("%q: %v, not ErrBadSettle", s, err)
+			}
+			return
+		}
+		if c.Route == "" || c.Cost < 1 || len(c.Keys) == 0 || len(c.TierAt) != len(c.Keys) {
+			t.Fatalf("%q: accepted as %+v", s, c)
+		}
+		for _, k := range c.Keys {
+			if k == "" || strings.ContainsAny(k, ",;@") {
+				t.Fatalf("%q: key %q", s, k)
+			}
+		}
+	})
+}

@@ -4,7 +4,8 @@ package queue
 // admitter on a job its tiers charged and carried with it through every
 // stream: "<route>;<decision time, Unix ns>;<cost>;<tier key>[,<tier
 // key>...]", the tier keys being the bucket keys of the tiers that took
-// the job's units. route says which admitter can settle it: "shared" for
+// the job's units (a key decided at another time, by a Redis Cluster's
+// shard, is followed by "@<its time, Unix ns>"). route says which admitter can settle it: "shared" for
 // the shared store (any admitter), else the id of the admitter whose
 // memory store decided (docs/design.md#cost-settled-from-the-answer).
 const HeaderCharge = "Spillway-Charge"
