@@ -196,9 +196,13 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if s.firsts, err = jobstatus.NewFirstWriter(s.nc, s.log, func(n int) { s.statusDropped.Add(float64(n)) }); err != nil {
 		return nil, err
 	}
+	debounce, err := admit.OpenDebounce(ctx, s.js, debounceTTL(cfg), replicas, superseder{s.status})
+	if err != nil {
+		return nil, err
+	}
 	if s.admitter, err = admit.New(cfg, admit.Options{
 		JS: s.js, Publisher: pub, Store: s.failover, Idempotency: idem, Observe: s.metrics.Observe, Logger: s.log,
-		OnStored: s.recordStored, OnBatchStored: s.recordBatch,
+		OnStored: s.recordStored, OnBatchStored: s.recordBatch, Debounce: debounce,
 	}); err != nil {
 		return nil, err
 	}
