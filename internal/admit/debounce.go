@@ -101,9 +101,9 @@ func debounceGroup(q string, r *Request, jobKey string) string {
 }
 
 // register makes e the newest job of group, unless the entry names a job
-// stored after it. It returns the job that is superseded (zero: none)
-// and the job superseding it.
-func (d *Debouncer) register(ctx context.Context, group string, e debounceEntry) (old, by debounceEntry, err error) {
+// stored after it and not yet due at now. It returns the job that is
+// superseded (zero: none) and the job superseding it.
+func (d *Debouncer) register(ctx context.Context, group string, e debounceEntry, now time.Time) (old, by debounceEntry, err error) {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return old, by, err
@@ -128,8 +128,12 @@ func (d *Debouncer) register(ctx context.Context, group string, e debounceEntry)
 		switch {
 		case prev.ID == e.ID:
 			return debounceEntry{}, e, nil // this job again (an idempotent retry)
-		case prev.Seq > e.Seq:
-			return e, prev, nil // a job stored after this one is the newest already
+		case prev.Seq > e.Seq && prev.NotBefore.After(now):
+			// A job stored after this one, by another admitter at the
+			// same moment, is the newest already. (One that is due
+			// already is no such job: an entry older than a backlog that
+			// was deleted and made again, whose sequences restarted.)
+			return e, prev, nil
 		}
 		_, err = d.kv.Update(ctx, group, data, cur.Revision())
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
@@ -160,7 +164,7 @@ func (a *Admitter) debounce(ctx context.Context, p *placing, stored queue.Stored
 	defer cancel()
 	j := p.j
 	group := debounceGroup(p.q.Name, p.r, p.jobKey)
-	old, by, err := d.register(ctx, group, debounceEntry{ID: j.ID, Seq: stored.Sequence, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore})
+	old, by, err := d.register(ctx, group, debounceEntry{ID: j.ID, Seq: stored.Sequence, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore}, a.o.Now())
 	if err != nil {
 		a.o.Logger.Warn("admit: a debounced job was not made its group's newest; an older job of its group may run too",
 			"queue", p.q.Name, "job", j.ID, "err", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,6 +187,42 @@ func TestDebounce(t *testing.T) {
 		}
 	})
 
+	t.Run("racing admitters", func(t *testing.T) {
+		// Ten jobs of one group at once, through both admitters: the
+		// group's entry is written with compare-and-set, so one runs and
+		// the nine others end superseded, whichever admitter wrote last.
+		ids := make([]string, 10)
+		var wg sync.WaitGroup
+		for i := range ids {
+			wg.Go(func() {
+				a := submitHTTP(t, client, adm(i), "deb", map[string]string{"X-Client": "race", spillway.HeaderDebounce: "1s"}, []byte(`{}`))
+				ids[i] = a.Reply.ID
+			})
+		}
+		wg.Wait()
+		states := map[spillway.State]int{}
+		waitFor(t, 15*time.Second, "every racing job succeeded or superseded", func() bool {
+			clear(states)
+			for _, id := range ids {
+				states[stateOf(client, adm(0), id)]++
+			}
+			return states[spillway.StateSucceeded]+states[spillway.StateSuperseded] == len(ids)
+		})
+		if states[spillway.StateSucceeded] != 1 || states[spillway.StateSuperseded] != 9 {
+			t.Errorf("racing jobs by state: %v, want 1 succeeded and 9 superseded", states)
+		}
+		if got := hitsOf(ids...); len(got) != 1 {
+			t.Errorf("handler calls by job: %v, want one job once", got)
+		}
+		var gone []string
+		for _, id := range ids {
+			if stateOf(client, adm(1), id) == spillway.StateSuperseded {
+				gone = append(gone, id)
+			}
+		}
+		notInStreams(t, js, "deb", gone)
+	})
+
 	t.Run("bad headers", func(t *testing.T) {
 		for _, tc := range []struct {
 			h     map[string]string
@@ -230,8 +267,8 @@ func TestDebounce(t *testing.T) {
 	for _, a := range c.admitters {
 		superseded += afScrape(t, client, a.addr)[`spillway_jobs_superseded_total{queue="deb"}`]
 	}
-	if superseded != 8 {
-		t.Errorf("spillway_jobs_superseded_total{queue=\"deb\"} over the admitters: %v, want 8 (4 + 2 + 2)", superseded)
+	if superseded != 17 {
+		t.Errorf("spillway_jobs_superseded_total{queue=\"deb\"} over the admitters: %v, want 17 (4 + 2 + 2 + 9)", superseded)
 	}
 }
 
@@ -279,6 +316,21 @@ func waitStatus(t *testing.T, client *http.Client, addr, id string, state spillw
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// stateOf is job id's state as GET /v1/jobs/{id} says it ("" when it
+// cannot be read).
+func stateOf(client *http.Client, addr, id string) spillway.State {
+	resp, err := get(client, "http://"+addr+"/v1/jobs/"+id)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var job spillway.Job
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&job) != nil {
+		return ""
+	}
+	return job.State
 }
 
 // notInStreams fails the test for each job of ids that is still a
