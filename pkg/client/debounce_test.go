@@ -51,6 +51,22 @@ func TestDebounce(t *testing.T) {
 				t.Errorf("%s: a bad debounce option: %v, want ErrInvalidOption", door, err)
 			}
 		}
+		// A batch's jobs of one key supersede each other in the batch's
+		// order: the last one waits.
+		opts := []client.SubmitOption{client.WithDebounce(time.Hour), client.WithDebounceKey(door + "-batch")}
+		res, err := c.SubmitBatch(t.Context(), "work", []client.BatchJob{{Options: opts}, {Options: opts}, {Options: opts}})
+		if err != nil || len(res) != 3 {
+			t.Fatalf("%s: a batch of debounced jobs: %v, %v", door, res, err)
+		}
+		for i, r := range res[:2] {
+			if r.Err != nil {
+				t.Fatalf("%s: batch job %d: %v", door, i, r.Err)
+			}
+			job, err := c.Status(t.Context(), r.Answer.ID)
+			if err != nil || job.State != spillway.StateSuperseded || job.SupersededBy != res[i+1].Answer.ID {
+				t.Errorf("%s: batch job %d: %+v, %v; want superseded by the next", door, i, job, err)
+			}
+		}
 		var pe *client.ProblemError
 		_, err = c.Submit(t.Context(), "work", nil, client.WithDebounce(25*time.Hour))
 		if !errors.Is(err, client.ErrBadRequest) || !errors.As(err, &pe) || (door == "http" && pe.Field != spillway.HeaderDebounce) ||
