@@ -15,6 +15,8 @@
 //     a place frees (retryafter.go). Either way the job carries the
 //     submission's priority class and its key's fairness weight, for the
 //     backlog's drain; neither changes the verdict.
+//  4. A debounced job (Spillway-Debounce), stored in the backlog, becomes
+//     its group's newest and supersedes the one that was (debounce.go).
 package admit
 
 import (
