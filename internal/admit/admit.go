@@ -15,6 +15,8 @@
 //     a place frees (retryafter.go). Either way the job carries the
 //     submission's priority class and its key's fairness weight, for the
 //     backlog's drain; neither changes the verdict.
+//  4. A debounced job (Spillway-Debounce), stored in the backlog, becomes
+//     its group's newest and supersedes the one that was (debounce.go).
 package admit
 
 import (
@@ -73,6 +75,10 @@ type Request struct {
 	Trace nats.Header
 	// Schedule is the job's timing (zero: none).
 	Schedule Schedule
+	// DebounceKey (Spillway-Debounce-Key) groups a debounced job
+	// (Schedule.Debounce) with the jobs it supersedes and is superseded
+	// by; empty: the job's limit key (debounce.go).
+	DebounceKey string
 	// Caller is who submits: the fingerprint of the API key the door
 	// took the submission with ("" without API keys). It is stamped on
 	// the job as spillway.HeaderSubmitter, and scopes the idempotency key.
@@ -150,6 +156,10 @@ type Options struct {
 	// took over an earlier submission's id (its idempotency key's) is
 	// reported by OnStored. It must not block.
 	OnBatchStored func([]StoredJob)
+	// Debounce keeps the newest debounced job of each group and
+	// supersedes the others (debounce.go); nil: a debounced job only
+	// waits its debounce, superseding nothing.
+	Debounce *Debouncer
 	// Observe, if set, is called for every decision and the other Events
 	// (events.go). It runs on the submitting goroutine and must not block.
 	Observe func(Event)
@@ -318,6 +328,10 @@ func check(full, q *config.Queue, r *Request, now func() time.Time) (checked, er
 	if c.late = r.Schedule.tooLate(arrived, notBefore); c.late > 0 {
 		return c, nil
 	}
+	if len(r.DebounceKey) > MaxKeyLen {
+		return checked{}, &Error{Type: spillway.ProblemBadRequest, Field: spillway.HeaderDebounceKey,
+			Detail: fmt.Sprintf("%s of %d bytes: want at most %d", spillway.HeaderDebounceKey, len(r.DebounceKey), MaxKeyLen)}
+	}
 	if len(r.IdempotencyKey) > MaxIdempotencyKeyLen {
 		return checked{}, &Error{Type: spillway.ProblemBadRequest, Field: spillway.HeaderIdempotencyKey,
 			Detail: fmt.Sprintf("idempotency key of %d bytes: want at most %d", len(r.IdempotencyKey), MaxIdempotencyKeyLen)}
@@ -418,7 +432,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 		p.j.Header = withCharge(p.j.Header, c) // what a settle of its cost needs (settle.go)
 	}
 	p.dest = queue.Ready
-	if d.Verdict != bucket.Admitted || notBefore.After(p.now) {
+	if d.Verdict != bucket.Admitted || notBefore.After(p.now) || r.Schedule.Debounce > 0 {
 		p.dest = queue.Backlog
 		// The latest not-before of the tiers, whichever verdict is the
 		// worst: an excess job must still wait for a leaky tier that
@@ -508,6 +522,9 @@ func (a *Admitter) finish(ctx context.Context, p *placing, stored queue.Stored, 
 		ans.Reply.EstimatedStart = &est
 	}
 	p.stored = &StoredJob{Job: j, Status: ans.Reply.Status, At: stored}
+	if r.Schedule.Debounce > 0 && dest == queue.Backlog {
+		a.debounce(ctx, p, stored)
+	}
 	if a.o.OnStored != nil && (!p.inBatch || a.o.OnBatchStored == nil) {
 		a.o.OnStored(j, ans.Reply.Status, stored)
 	}

@@ -35,9 +35,12 @@ const (
 	// RetryAfterFallback: a full backlog's Retry-After could not be read
 	// from the backlog and is the time to drain a whole backlog (Queue).
 	RetryAfterFallback
+	// JobSuperseded: a debounced job was superseded by a newer job of its
+	// debounce key (Queue) and will not run (debounce.go).
+	JobSuperseded
 )
 
-var eventNames = [...]string{"decided", "shadow_decided", "retry_after_fallback"}
+var eventNames = [...]string{"decided", "shadow_decided", "retry_after_fallback", "job_superseded"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {

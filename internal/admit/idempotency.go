@@ -246,5 +246,10 @@ func requestSum(q *config.Queue, r *Request) string {
 		field(l.Key.Header)
 		field(v)
 	}
+	if r.Schedule.Debounce > 0 { // only then: the sums of other jobs stay as they were
+		field(spillway.HeaderDebounce)
+		field(r.Schedule.Debounce.String())
+		field(r.DebounceKey)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }

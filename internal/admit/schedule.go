@@ -25,6 +25,11 @@ type Schedule struct {
 	// submission the job may still start: one that would start later is
 	// refused (wait-too-long), and one queued expires then.
 	MaxWait *time.Duration
+	// Debounce (Spillway-Debounce), if set, is a delay from the
+	// submission, as Delay, after which the job starts unless a newer job
+	// of its debounce key superseded it (debounce.go). Not with NotBefore
+	// or Delay.
+	Debounce time.Duration
 }
 
 // start is when a schedule lets a job start, submitted at now (zero: at
@@ -35,6 +40,9 @@ func (s Schedule) start(q *config.Queue, now time.Time) (time.Time, error) {
 	at, header := s.NotBefore, spillway.HeaderNotBefore
 	if s.Delay > 0 {
 		at, header = now.Add(s.Delay), spillway.HeaderDelay
+	}
+	if s.Debounce > 0 {
+		at, header = now.Add(s.Debounce), spillway.HeaderDebounce
 	}
 	ahead := at.Sub(now)
 	if ahead <= 0 {

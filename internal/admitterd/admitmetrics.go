@@ -23,6 +23,7 @@ type AdmitMetrics struct {
 	fallbacks   *prometheus.CounterVec
 	shadow      *prometheus.CounterVec
 	natsDropped *prometheus.CounterVec
+	superseded  *prometheus.CounterVec
 
 	// Series looked up once per label values, not once per event (a
 	// lookup checks and hashes its label values): decisionKey →
@@ -68,9 +69,13 @@ func NewAdmitMetrics(reg prometheus.Registerer) *AdmitMetrics {
 			Name: "spillway_nats_requests_dropped_total",
 			Help: "Requests to the NATS door dropped unanswered, by reason (reply_subject: a reply subject outside nats.reply_prefix).",
 		}, []string{"reason"}),
+		superseded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spillway_jobs_superseded_total",
+			Help: "Debounced jobs superseded by a newer job of their debounce key before they started (they never run), by queue.",
+		}, []string{"queue"}),
 	}
 	m.natsDropped.WithLabelValues(door.DropReplySubject) // shown at 0 from the start
-	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode, m.fallbacks, m.shadow, m.natsDropped)
+	reg.MustRegister(m.decisions, m.duration, m.storeErrors, m.failureMode, m.fallbacks, m.shadow, m.natsDropped, m.superseded)
 	return m
 }
 
@@ -95,6 +100,8 @@ func (m *AdmitMetrics) Observe(e admit.Event) {
 		m.shadow.WithLabelValues(e.Queue, e.Tier, e.Verdict).Inc()
 	case admit.RetryAfterFallback:
 		m.fallbacks.WithLabelValues(e.Queue).Inc()
+	case admit.JobSuperseded:
+		m.superseded.WithLabelValues(e.Queue).Inc()
 	}
 }
 
@@ -147,6 +154,7 @@ func (m *AdmitMetrics) Init(cfg *config.Config, store string) {
 			m.counter(decisionKey{q.Name, vr[0], vr[1]})
 		}
 		m.durationOf(q.Name)
+		m.superseded.WithLabelValues(q.Name)
 		for _, tv := range s.Shadow {
 			m.shadow.WithLabelValues(q.Name, tv[0], tv[1])
 		}

@@ -206,9 +206,14 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if err != nil {
 		return nil, err
 	}
+	debounce, err := admit.OpenDebounce(ctx, s.js, debounceTTL(cfg), replicas, superseder{s.status})
+	if err != nil {
+		return nil, err
+	}
 	if s.admitter, err = admit.New(cfg, admit.Options{
 		JS: s.js, Publisher: pub, Store: s.failover, Idempotency: idem, Observe: s.metrics.Observe, Logger: s.log,
 		OnStored: s.recordStored, OnBatchStored: s.recordBatch, InstanceID: s.instanceID, SettleKV: settled,
+		Debounce: debounce,
 	}); err != nil {
 		return nil, err
 	}

@@ -48,6 +48,9 @@ func requestOf(queue string, payload []byte, get func(string) string, natsDoor b
 	if req.Schedule, bad = parseSchedule(get); bad != nil {
 		return nil, bad
 	}
+	if req.Schedule.Debounce, req.DebounceKey, bad = parseDebounce(get, req.Schedule); bad != nil {
+		return nil, bad
+	}
 	return req, nil
 }
 
@@ -112,11 +115,43 @@ func parseSchedule(get func(string) string) (admit.Schedule, *admit.Error) {
 	return s, nil
 }
 
+// parseDebounce reads Spillway-Debounce and Spillway-Debounce-Key, given
+// the schedule parseSchedule read (docs/design.md#debounce). A malformed
+// or non-positive debounce, one beside Spillway-Not-Before or
+// Spillway-Delay (a debounce is the job's delay), one longer than the
+// max-wait, or a debounce key without a debounce is a bad request naming
+// the header. The bounds that depend on the queue (backlog.max_delay,
+// backlog.max_age) are the admitter's, as for Spillway-Delay.
+func parseDebounce(get func(string) string, s admit.Schedule) (time.Duration, string, *admit.Error) {
+	bad := func(header, format string, args ...any) (time.Duration, string, *admit.Error) {
+		return 0, "", &admit.Error{Type: spillway.ProblemBadRequest, Field: header, Detail: header + " " + fmt.Sprintf(format, args...)}
+	}
+	v, key := get(spillway.HeaderDebounce), get(spillway.HeaderDebounceKey)
+	if v == "" {
+		if key != "" {
+			return bad(spillway.HeaderDebounceKey, "%.40q: it names a debounced job's group; send it with %s", key, spillway.HeaderDebounce)
+		}
+		return 0, "", nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return bad(spillway.HeaderDebounce, "%.40q: want a duration > 0 such as 500ms, 1s or 5m", v)
+	}
+	if !s.NotBefore.IsZero() || s.Delay > 0 {
+		return bad(spillway.HeaderDebounce, "%.40q: a debounced job waits its debounce; give %s or %s / %s, not both",
+			v, spillway.HeaderDebounce, spillway.HeaderNotBefore, spillway.HeaderDelay)
+	}
+	if s.MaxWait != nil && d > *s.MaxWait {
+		return bad(spillway.HeaderMaxWait, "%s is shorter than %s %s: the job could never start in time", *s.MaxWait, spillway.HeaderDebounce, d)
+	}
+	return d, key, nil
+}
+
 // scheduleHeader reports whether field is one of the headers
-// parseSchedule reads (its errors name the header).
+// parseSchedule and parseDebounce read (its errors name the header).
 func scheduleHeader(field string) bool {
 	switch field {
-	case spillway.HeaderNotBefore, spillway.HeaderDelay, spillway.HeaderMaxWait:
+	case spillway.HeaderNotBefore, spillway.HeaderDelay, spillway.HeaderMaxWait, spillway.HeaderDebounce, spillway.HeaderDebounceKey:
 		return true
 	}
 	return false

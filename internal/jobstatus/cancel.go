@@ -64,9 +64,14 @@ func (s *Store) claim(ctx context.Context, rec Record) (Record, bool, error) {
 }
 
 // withClaim is what a job's record says given its claim: a queued record
-// claimed by a start says running, by a cancel cancelled.
+// claimed by a start says running, by a cancel cancelled, by a newer job
+// of its debounce key superseded.
 func withClaim(rec, claim Record) Record {
 	if rec.State != spillway.StateQueued {
+		return rec
+	}
+	if claim.State == spillway.StateSuperseded {
+		rec.State, rec.UpdatedAt, rec.FinishedAt, rec.SupersededBy = spillway.StateSuperseded, claim.UpdatedAt, claim.FinishedAt, claim.SupersededBy
 		return rec
 	}
 	if claim.State == spillway.StateCancelled {
@@ -165,7 +170,8 @@ func (s *Store) writeCancelled(ctx context.Context, out Record, rev uint64) erro
 // StartGate is a worker.WorkerConfig.StartGate over s: before a backlog
 // job's handler runs it wins the job's claim, holding the running record
 // — one write, no read — and answers worker.ErrJobCancelled when a cancel
-// won it. A claim held by an earlier start (a worker that stopped or died
+// won it, or a newer job of its debounce key that superseded it
+// (supersede.go). A claim held by an earlier start (a worker that stopped or died
 // mid-try) lets the job start again. A job with no record (the
 // admitter's write was lost, or the record expired) starts.
 func (s *Store) StartGate(ctx context.Context, e worker.Event) error {
@@ -181,6 +187,9 @@ func (s *Store) StartGate(ctx context.Context, e worker.Event) error {
 	}
 	if !took && cur.State == spillway.StateCancelled {
 		return fmt.Errorf("%w: %s", worker.ErrJobCancelled, rec.ID)
+	}
+	if !took && cur.State == spillway.StateSuperseded {
+		return fmt.Errorf("%w: %s superseded by %s", worker.ErrJobCancelled, rec.ID, cur.SupersededBy)
 	}
 	return nil
 }

@@ -42,6 +42,11 @@
 // Get shows a queued record's claim; Cancel writes cancelled over the
 // record too, and a cancelled record takes no later update.
 //
+// Store.Supersede is the same race, won for an admitter that stored a
+// newer job of a debounced job's group (docs/design.md#debounce): the
+// claim and then the record say superseded, and the start gate refuses
+// the job as it refuses a cancelled one. A job whose start won first runs.
+//
 // # Writers
 //
 // The admitter's FirstWriter writes a queued job's first record as

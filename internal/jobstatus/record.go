@@ -21,7 +21,7 @@ func rank(s spillway.State) int {
 		return 1
 	case spillway.StateRetrying:
 		return 2
-	case spillway.StateSucceeded, spillway.StateDead, spillway.StateExpired, spillway.StateCancelled:
+	case spillway.StateSucceeded, spillway.StateDead, spillway.StateExpired, spillway.StateCancelled, spillway.StateSuperseded:
 		return 3
 	}
 	return -1
@@ -62,6 +62,9 @@ type Record struct {
 	Submitter string `json:"submitter,omitempty"`
 	// CancelledBy is the fingerprint of the key that cancelled the job.
 	CancelledBy string `json:"cancelled_by,omitempty"`
+	// SupersededBy is the newer job of the same debounce key that
+	// superseded this one (supersede.go).
+	SupersededBy string `json:"superseded_by,omitempty"`
 }
 
 // ValidateID accepts a job id as queue.NewJobID makes them: a UUIDv7 in
@@ -100,12 +103,12 @@ func (r Record) normalized() Record {
 // merge applies update to cur, the stored record. An update that is behind
 // cur — an earlier try, or an earlier step of the same try — is refused
 // (false), so that a late report never undoes a later one; so is any
-// update of a cancelled job, which never starts. Otherwise the
+// update of a cancelled or superseded job, which never starts. Otherwise the
 // update wins, and what it leaves zero is kept from cur: the enqueue time
 // stays, a running job keeps its previous try's error. FinishedAt is never
 // kept: only a final state has one.
 func merge(cur, update Record) (Record, bool) {
-	if cur.State == spillway.StateCancelled {
+	if cur.State == spillway.StateCancelled || cur.State == spillway.StateSuperseded {
 		return cur, false
 	}
 	if update.Attempts < cur.Attempts || (update.Attempts == cur.Attempts && rank(update.State) < rank(cur.State)) {

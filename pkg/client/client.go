@@ -150,7 +150,7 @@ func (c *Client) jobCall(ctx context.Context, id string, afterLoss bool, call fu
 }
 
 // Wait blocks until job id reaches a final state — succeeded, dead,
-// expired or cancelled — and returns its record, or until ctx ends. It
+// expired, cancelled or superseded — and returns its record, or until ctx ends. It
 // reads the record as Status does, every poll interval
 // (WithPollInterval), on either door: GET /v1/jobs/{id}, or a request on
 // spillway.job.<id>. A job without a record for a few seconds (its first

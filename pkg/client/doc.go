@@ -53,7 +53,7 @@
 // Status reads a job's status record — a spillway.Job, the same on
 // either door: GET /v1/jobs/{id}, or a request on spillway.job.<id> that
 // one admitter answers. Wait reads it every poll interval until it is
-// final (succeeded, dead, expired or cancelled). Cancel takes a queued job
+// final (succeeded, dead, expired, cancelled or superseded). Cancel takes a queued job
 // out of the backlog. The record is advisory: it may lag the job by a
 // step. The client never reads the admitter's storage: what it knows of
 // a job is what an admitter answers.

@@ -258,6 +258,34 @@ func WithMaxWait(d time.Duration) SubmitOption {
 	}
 }
 
+// WithDebounce sends Spillway-Debounce: the job waits d from its
+// admission, and a newer job of its debounce key (WithDebounceKey, else
+// its limit key) submitted meanwhile supersedes it: only the newest
+// runs, the others end spillway.StateSuperseded. d is at most the
+// queue's backlog.max_delay; not with WithNotBefore or WithDelay.
+func WithDebounce(d time.Duration) SubmitOption {
+	return func(s *submission) {
+		if d <= 0 {
+			s.fail("WithDebounce %v: want a positive duration", d)
+			return
+		}
+		s.set(spillway.HeaderDebounce, d.String())
+	}
+}
+
+// WithDebounceKey sends Spillway-Debounce-Key: the group of a debounced
+// job (WithDebounce), in place of its limit key. Jobs of one queue and
+// one caller with the same debounce key supersede each other.
+func WithDebounceKey(k string) SubmitOption {
+	return func(s *submission) {
+		if k == "" {
+			s.fail("WithDebounceKey: want a non-empty key")
+			return
+		}
+		s.set(spillway.HeaderDebounceKey, k)
+	}
+}
+
 // newSubmission applies opts, and gives the job a generated idempotency
 // key unless one was set or auto is false.
 func newSubmission(opts []SubmitOption, auto bool) (submission, error) {

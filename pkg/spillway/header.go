@@ -45,6 +45,15 @@ const (
 	// than that (ProblemWaitTooLong), and is the expiry of one that is
 	// queued (docs/design.md#max-wait).
 	HeaderMaxWait = "Spillway-Max-Wait"
+	// HeaderDebounce (a Go duration > 0) debounces a job: it waits that
+	// long in the backlog, and a newer job of the same queue and debounce
+	// key (HeaderDebounceKey) submitted meanwhile supersedes it: only the
+	// newest runs, the others end StateSuperseded (docs/design.md#debounce).
+	HeaderDebounce = "Spillway-Debounce"
+	// HeaderDebounceKey names a debounced job's group (absent: the job's
+	// limit key, what its first enforcing tier keys on). Only with
+	// HeaderDebounce.
+	HeaderDebounceKey = "Spillway-Debounce-Key"
 	// HeaderJobID names a job: the job to cancel on CancelPrefix
 	// subjects, and the job a worker hands to its handler.
 	HeaderJobID = "Spillway-Job-Id"

@@ -29,12 +29,15 @@ const (
 	// StateCancelled: a client cancelled it while it was queued; it never
 	// ran. Final.
 	StateCancelled State = "cancelled"
+	// StateSuperseded: a newer job of its debounce key (HeaderDebounce)
+	// replaced it while it waited; it never ran (Job.SupersededBy). Final.
+	StateSuperseded State = "superseded"
 )
 
 // Final reports whether s is a state a job does not leave on its own:
-// succeeded, dead, expired or cancelled.
+// succeeded, dead, expired, cancelled or superseded.
 func (s State) Final() bool {
-	return s == StateSucceeded || s == StateDead || s == StateExpired || s == StateCancelled
+	return s == StateSucceeded || s == StateDead || s == StateExpired || s == StateCancelled || s == StateSuperseded
 }
 
 // Job is a job's status record: what GET /v1/jobs/{id} and a request on
@@ -70,4 +73,7 @@ type Job struct {
 	// CancelledBy is the fingerprint of the key that cancelled the job
 	// (empty without API keys, and for a job nobody cancelled).
 	CancelledBy string `json:"cancelled_by,omitempty"`
+	// SupersededBy is the id of the newer job of the same debounce key
+	// that superseded this one (StateSuperseded).
+	SupersededBy string `json:"superseded_by,omitempty"`
 }

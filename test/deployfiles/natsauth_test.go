@@ -157,7 +157,7 @@ func natsUses() map[string]natsUse {
 		"producer": {publish: door, subscribe: []string{"_INBOX.>"}},
 		"admitter": {
 			publish: slices.Concat(jsAPI, []string{ready, backlog, backlogHigh, dead,
-				kv(overrides.Bucket, q+".tier.k"), kv(pace.PacerBucket, pace.PauseKey(q))}, statusKV, idemKV),
+				kv(overrides.Bucket, q+".tier.k"), kv(pace.PacerBucket, pace.PauseKey(q)), kv(admit.DebounceBucket, q+".k")}, statusKV, idemKV),
 			subscribe: append(doorSubs, internalInbox("admitter")+".>"),
 		},
 		"worker": {
@@ -194,7 +194,7 @@ func natsForbidden() map[string]natsUse {
 		},
 		"worker": {publish: []string{
 			"$KV." + pace.PacerBucket + "." + pace.PauseKey(q), "$KV." + overrides.Bucket + ".x",
-			"$KV." + queue.ShardBucket(admit.IdempotencyBucket, 3) + ".x", "$JS.API.STREAM.DELETE." + queue.StreamName(q, queue.Ready),
+			"$KV." + queue.ShardBucket(admit.IdempotencyBucket, 3) + ".x", "$KV." + admit.DebounceBucket + ".x", "$JS.API.STREAM.DELETE." + queue.StreamName(q, queue.Ready),
 			"$JS.API.STREAM.PURGE." + queue.StreamName(q, queue.Backlog),
 		}},
 		"handler": {publish: []string{"jobs.email", "spillway.submit.email", "$JS.API.INFO"}, subscribe: []string{"_INBOX.>", "spillway.>"}},
