@@ -404,6 +404,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 	// the drain weighs keys without matching raw keys against rules.
 	p.j = &queue.Job{ID: id, Queue: q.Name, Key: jobKey, Cost: cost, Payload: r.Payload, EnqueuedAt: p.now, Header: jobHeader(r),
 		Priority: r.Priority, Weight: q.Backlog.Fairness.WeightOf(jobKey)}
+	p.j.Concurrency = concurrencyOf(q, r) // stamped as the weight is: workers bound keys without the configuration
 	p.dest = queue.Ready
 	if d.Verdict != bucket.Admitted || notBefore.After(p.now) {
 		p.dest = queue.Backlog
