@@ -12,6 +12,7 @@ import (
 
 	"github.com/spillway-dev/spillway/internal/testkit/apitest"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
+	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
@@ -149,6 +150,26 @@ func TestKeyConcurrencyAcrossWorkerProcesses(t *testing.T) {
 	for range 2 {
 		ids[concSubmit(t, client, adm, "B")] = "B"
 	}
+	// The listing shows A's running jobs by its key's hash, at most 2.
+	hashA, sawA := queue.KeyHash("A"), 0
+	waitFor(t, 10*time.Second, "the keys listing showing A's running jobs", func() bool {
+		resp, err := get(client, "http://"+adm+"/v1/queues/conc/keys")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var kl spillway.KeyList
+		decodeJSON(t, resp.Body, &kl)
+		for _, k := range kl.Concurrency {
+			if k.Name == "per-tenant" && k.KeyHash == hashA {
+				if k.Running > 2 {
+					t.Errorf("the listing shows %d of A running, want at most 2", k.Running)
+				}
+				sawA = max(sawA, k.Running)
+			}
+		}
+		return sawA > 0
+	})
 	waitFor(t, 60*time.Second, "14 jobs answered by the webhook", func() bool {
 		done := 0
 		for _, c := range hook.snapshot() {
