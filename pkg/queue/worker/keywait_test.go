@@ -106,3 +106,59 @@ func TestKeyConcurrencyAcrossWorkers(t *testing.T) {
 		return n == 0
 	})
 }
+
+// A READY job waiting for its key's slot when its worker stops is handed
+// back, not run and not lost: the next worker runs it, once. The job that
+// held the slot finishes within the grace period.
+func TestKeyWaiterHandedBackAtStop(t *testing.T) {
+	t.Parallel()
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("concstop"))
+	rec := newRecorder()
+	release := make(chan struct{})
+	first := make(chan string, 1)
+	h := func(ctx context.Context, j *queue.Job) error {
+		rec.started(j)
+		select {
+		case first <- j.ID:
+			<-release // the first job holds the key's one slot until told
+		default:
+		}
+		return nil
+	}
+	cfg := worker.WorkerConfig{Queue: b.Config, Concurrency: 4, Observe: rec.observe, AckWait: 3 * time.Second, GracePeriod: 10 * time.Second}
+	stop := queuetest.RunWorker(t, b.JS, cfg, h)
+	var jobs []*queue.Job
+	for range 2 {
+		j := queuetest.NewJob(t, "concstop", "a")
+		j.Concurrency = []queue.ConcurrencyKey{{Name: "one", Max: 1, Token: queue.KeyToken("a")}}
+		if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	var running string
+	select {
+	case running = <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no job started")
+	}
+	rec.waitFor(t, 30*time.Second, "the other job waiting for the key's slot", func() bool { return rec.count(worker.KeyWaiting) == 1 })
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	rec.waitFor(t, 30*time.Second, "the waiting job handed back", func() bool { return rec.count(worker.KeyWaited) == 1 })
+	close(release)
+	<-stopped
+	if n := rec.count(worker.Started); n != 1 {
+		t.Fatalf("%d starts before the stop, want only the job that held the slot", n)
+	}
+	queuetest.RunWorker(t, b.JS, cfg, h)
+	rec.waitFor(t, 30*time.Second, "both jobs succeeded", func() bool { return rec.count(worker.Succeeded) == 2 })
+	for _, j := range jobs {
+		if n := len(rec.starts[j.ID]); n != 1 {
+			t.Errorf("job %s ran %d times (the first to run: %s), want once", j.ID, n, running)
+		}
+	}
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("concstop", queue.Ready)); n != 0 {
+		t.Errorf("%d jobs left in READY", n)
+	}
+}
