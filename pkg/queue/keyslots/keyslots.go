@@ -57,14 +57,21 @@ const requestTimeout = 5 * time.Second
 // ErrContended is returned when an update lost casTries races in a row.
 var ErrContended = errors.New("keyslots: the key's entry kept changing under the update")
 
-// OpenBucket creates or opens Bucket with replicas replicas (0: 1).
+// OpenBucket creates or opens Bucket with replicas replicas (1 to 5; 0
+// means 1).
 func OpenBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	if replicas == 0 {
+		replicas = 1
+	}
+	if err := queue.ValidateReplicas(replicas); err != nil {
+		return nil, err
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      Bucket,
 		Description: "Spillway: the jobs running under each key's concurrency bound (docs/design.md#per-key-concurrency)",
 		History:     1,
 		Storage:     jetstream.FileStorage,
-		Replicas:    max(replicas, 1),
+		Replicas:    replicas,
 		TTL:         bucketMaxAge,
 	})
 	if err != nil {
@@ -100,7 +107,9 @@ type Slots struct {
 	mu sync.Mutex
 	// seen is when this process first saw each holder at its beat, by
 	// entry key and job: a holder seen unchanged for a lease is dead.
-	seen map[string]map[string]seenBeat
+	// What was not seen again for two leases is swept (sweptAt).
+	seen    map[string]map[string]seenBeat
+	sweptAt time.Time
 	// freed is closed, and replaced, when this process gives a slot back,
 	// so that its own waiters look at once.
 	freed chan struct{}
@@ -308,6 +317,7 @@ func (s *Slots) dead(ek string, hd Holder, now time.Time) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweepLocked(now)
 	m := s.seen[ek]
 	if m == nil {
 		m = map[string]seenBeat{}
@@ -320,6 +330,28 @@ func (s *Slots) dead(ek string, hd Holder, now time.Time) bool {
 		return false
 	}
 	return now.Sub(sb.at) >= s.lease
+}
+
+// sweepLocked drops, at most once a lease, the sightings older than two
+// leases: a live holder's beat changes every lease/3, and a dead one seen
+// since is removed from its entry, so such a sighting is of an entry this
+// process no longer looks at. Were it looked at again, its holders' clocks
+// start anew.
+func (s *Slots) sweepLocked(now time.Time) {
+	if now.Sub(s.sweptAt) < s.lease {
+		return
+	}
+	s.sweptAt = now
+	for ek, m := range s.seen {
+		for id, sb := range m {
+			if now.Sub(sb.at) > 2*s.lease {
+				delete(m, id)
+			}
+		}
+		if len(m) == 0 {
+			delete(s.seen, ek)
+		}
+	}
 }
 
 // forget drops what this process saw of the holders of ek that are no
