@@ -431,6 +431,7 @@ func (a *Admitter) stage(ctx context.Context, q *config.Queue, r *Request, tiers
 	if c := a.chargeOf(tiers, cost, d, src); c != "" {
 		p.j.Header = withCharge(p.j.Header, c) // what a settle of its cost needs (settle.go)
 	}
+	p.j.Concurrency = concurrencyOf(q, r) // stamped as the weight is: workers bound keys without the configuration
 	p.dest = queue.Ready
 	if d.Verdict != bucket.Admitted || notBefore.After(p.now) || r.Schedule.Debounce > 0 {
 		p.dest = queue.Backlog

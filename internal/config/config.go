@@ -159,6 +159,9 @@ type Queue struct {
 	// has no handler section) makes an admit-only queue: the admitter
 	// accepts jobs for it, and the worker refuses to run it.
 	Handler handler.Config
+	// Concurrency are the queue's per-key concurrency bounds
+	// (concurrency:); nil: none.
+	Concurrency []Concurrency
 }
 
 // KeyKind is what identifies a client for one limit tier.

@@ -90,6 +90,8 @@ type (
 		Ready   readyDoc    `yaml:"ready"`
 		Retry   retryDoc    `yaml:"retry"`
 		Handler *handlerDoc `yaml:"handler"`
+		// Concurrency: docs/design.md#per-key-concurrency (concurrency.go).
+		Concurrency []*concurrencyDoc `yaml:"concurrency" list:"concurrency entries"`
 	}
 	limitDoc struct {
 		Key       text `yaml:"key"`

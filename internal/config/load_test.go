@@ -382,7 +382,7 @@ status: {ttl: [1h]}
 		{"null queue and tier", "queues:\n  - name: a\n    limits: [~]\n    backlog: {leak_rate: 1/s}\n  -\n",
 			[]string{
 				`spillway.yaml:3: queues[0].limits[0]: expected a limit tier (a mapping of key, algorithm, rate, burst, delay, nodelay, limit, window, name, on_missing, mode and overrides), got nothing`,
-				`spillway.yaml:5: queues[1]: expected a queue (a mapping of name, limits, backlog, ready, retry and handler), got nothing`,
+				`spillway.yaml:5: queues[1]: expected a queue (a mapping of name, limits, backlog, ready, retry, handler and concurrency), got nothing`,
 			}},
 
 		// yaml.v3 counts parser errors' lines from 0 and scanner errors'
@@ -400,7 +400,7 @@ status: {ttl: [1h]}
 			[]string{`spillway.yaml:3: queues[0].name: given twice (first at line 2)`}},
 		{"list items beside one that is not a mapping", "queues:\n  - 5\n  - name: q\n    limits: [{key: global, rate: ten}]\n    backlog: {leak_rate: 1/s}\n",
 			[]string{
-				`spillway.yaml:2: queues[0]: expected a mapping of name, limits, backlog, ready, retry and handler, got "5"`,
+				`spillway.yaml:2: queues[0]: expected a mapping of name, limits, backlog, ready, retry, handler and concurrency, got "5"`,
 				`spillway.yaml:4: queues[1].limits[0].rate: expected a rate such as "10/s", got "ten"`,
 			}},
 		{"unknown field in an anchor", "x-b: &b {leak_rate: 1/s, capacty: 5}\nqueues:\n  - name: q\n    limits: [{key: global, rate: 1/s}]\n    backlog: *b\n",

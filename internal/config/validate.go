@@ -361,6 +361,7 @@ func (d *decoder) queue(qd *queueDoc, replicas int) Queue {
 	if qd.Handler != nil {
 		q.Handler = d.handler(qd.Handler)
 	}
+	q.Concurrency = d.concurrency(qd.Concurrency)
 	return q
 }
 

@@ -53,6 +53,7 @@ type keysEntry struct {
 	keys     []admin.KeyBacklog
 	total    int
 	releases *worker.KeyReleases
+	running  []spillway.KeyConcurrency // per-key concurrency (concurrencykeys.go)
 }
 
 func (c *keysCache) entry(q string) *keysEntry {
@@ -121,6 +122,7 @@ func (h *httpDoor) readKeys(ctx context.Context, e *keysEntry, q string, top int
 		h.o.Logger.Warn("door: reading the drain's release counts", "queue", q, "err", err)
 	}
 	e.at, e.top, e.keys, e.total, e.releases = time.Now(), top, keys, total, releases
+	e.running = h.readRunning(ctx, q)
 	return nil
 }
 
@@ -148,6 +150,7 @@ func keyList(q string, e *keysEntry, top int, raw bool) spillway.KeyList {
 		}
 		list.Keys = append(list.Keys, ki)
 	}
+	list.Concurrency = e.running[:min(top, len(e.running))]
 	return list
 }
 

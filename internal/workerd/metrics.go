@@ -20,6 +20,10 @@ type metrics struct {
 	dead      *prometheus.CounterVec
 	expired   *prometheus.CounterVec
 	leak      *prometheus.GaugeVec
+	// Per-key concurrency (docs/design.md#per-key-concurrency): by queue
+	// only, never by key.
+	keyWaits   *prometheus.CounterVec
+	keyWaiting *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	running map[runKey]struct{}            // started and not yet ended, so the gauge never drifts
@@ -91,6 +95,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "The backlog's configured leak rate in jobs per second, by queue.",
 		}, []string{"queue"}),
 	}
+	m.keyWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_concurrency_waits_total",
+		Help: "Jobs that found their key at its concurrency max, by queue and source: ready (it waits in the worker) or backlog (its grant goes back for a later start).",
+	}, []string{"queue", "source"})
+	m.keyWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "spillway_concurrency_waiting",
+		Help: "READY jobs waiting in this process for a slot of their key's concurrency max, by queue.",
+	}, []string{"queue"})
+	reg.MustRegister(m.keyWaits, m.keyWaiting)
 	m.running = make(map[runKey]struct{})
 	m.pacers = make(map[string]*pace.YieldingPacer)
 	lc := leakCollector{m: m,
@@ -172,6 +185,15 @@ func (m *metrics) observe(e worker.Event) {
 		m.wait.WithLabelValues(e.Queue).Observe(e.Waited.Seconds())
 	case worker.HandedBack:
 		m.ended(e)
+	case worker.KeyWaiting:
+		if e.Stream == queue.StreamName(e.Queue, queue.Backlog) {
+			m.keyWaits.WithLabelValues(e.Queue, "backlog").Inc()
+		} else {
+			m.keyWaits.WithLabelValues(e.Queue, "ready").Inc()
+			m.keyWaiting.WithLabelValues(e.Queue).Inc()
+		}
+	case worker.KeyWaited:
+		m.keyWaiting.WithLabelValues(e.Queue).Dec()
 	}
 }
 

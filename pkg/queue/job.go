@@ -57,6 +57,9 @@ type Job struct {
 	// wanted: it is dead-lettered (ReasonExpired) rather than started
 	// after it (zero: never).
 	ExpiresAt time.Time
+	// Concurrency are the job's per-key concurrency bounds
+	// (HeaderConcurrencyKey), stamped by the admitter.
+	Concurrency []ConcurrencyKey
 	// Header holds further headers to carry, such as W3C traceparent.
 	// Spillway's own names and Nats-* are set by the publisher.
 	Header nats.Header
@@ -198,6 +201,9 @@ func (j *Job) message(d Destination) (*nats.Msg, error) {
 	if j.Weight > 1 {
 		set(HeaderWeight, strconv.Itoa(j.Weight))
 	}
+	for _, k := range j.Concurrency {
+		h.Add(HeaderConcurrencyKey, k.String())
+	}
 	subject := classSubject(j.Queue, d, j.Priority, KeyToken(j.Key))
 	if d == Ready {
 		if !validIDToken(j.ID) {
@@ -248,8 +254,17 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 			return Job{}, fmt.Errorf("%w %s: header %s %q: want an integer from 1 to %d", ErrInvalidJob, j.ID, HeaderWeight, w, MaxWeight)
 		}
 	}
+	for _, v := range h.Values(HeaderConcurrencyKey) {
+		k, err := ParseConcurrencyKey(v)
+		if err != nil {
+			return Job{}, fmt.Errorf("job %s: %w", j.ID, err)
+		}
+		j.Concurrency = append(j.Concurrency, k)
+	}
 	for k, vs := range h {
 		switch k {
+		case HeaderConcurrencyKey:
+			continue
 		case spillway.HeaderJobID, spillway.HeaderQueue, spillway.HeaderKey, spillway.HeaderCost, spillway.HeaderNotBefore,
 			spillway.HeaderAttempt, spillway.HeaderPriority, HeaderEnqueuedAt, HeaderWeight, HeaderExpiresAt, nats.MsgIdHdr:
 			continue

@@ -96,6 +96,21 @@ type KeyList struct {
 	// did.
 	ReleasesAt      *time.Time `json:"releases_at,omitempty"`
 	ReleasesWindowS int64      `json:"releases_window_s,omitempty"`
+	// Concurrency are the keys with jobs running under the queue's
+	// per-key concurrency bounds, most running first (at most top of
+	// them); absent when none run.
+	Concurrency []KeyConcurrency `json:"concurrency,omitempty"`
+}
+
+// KeyConcurrency is how many jobs of one key run now under one of a
+// queue's concurrency entries, across all workers (a crashed worker's
+// count until its slots are taken over, within the ack wait).
+type KeyConcurrency struct {
+	// Name is the concurrency entry's name.
+	Name string `json:"name"`
+	// KeyHash names the key as KeyInfo's does.
+	KeyHash string `json:"key_hash"`
+	Running int    `json:"running"`
 }
 
 // KeyInfo is one key's part of a backlog.

@@ -208,6 +208,7 @@ queues:
     backlog: {capacity: 100, leak_rate: 50/s}
     retry: {max_attempts: 3, initial: 100ms, max: 1s}
     handler: {nats: {subject: jobs.email, timeout: 5s}}
+    concurrency: [{name: all, key: global, max: 1}]   # the worker takes and gives back key slots
 `, url(addr, role), roles[role])
 	cfg, err := config.LoadBytes(role+".yaml", []byte(yaml), nil, config.Overrides{})
 	if err != nil {

@@ -261,7 +261,12 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 		return
 	}
 	e.job, e.attempt = &job, job.Attempt+1
+	if !d.r.startKeys(e) { // per-key concurrency (keywait.go): at its max, the grant goes back
+		d.slots.put()
+		return
+	}
 	if !d.gate(ctx, e) {
+		d.r.releaseKeys(e)
 		d.slots.put()
 		return
 	}

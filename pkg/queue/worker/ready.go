@@ -56,6 +56,8 @@ type execution struct {
 	backlog jetstream.Stream
 	done    func() // called when the execution ends, if set
 
+	keys *keyHold // the key slots it holds (keywait.go)
+
 	mu      sync.Mutex
 	settled bool
 }
@@ -109,7 +111,7 @@ func (r *runner) pull(ctx context.Context) {
 			return
 		}
 		n := r.slots.room(ctx.Done())
-		if n == 0 {
+		if n = r.keys.room(ctx.Done(), n); n == 0 { // jobs waiting for a key slot are bounded (keywait.go)
 			return
 		}
 		batch, err := r.cons.Fetch(n, jetstream.FetchMaxWait(r.cfg.FetchWait))
@@ -165,6 +167,7 @@ func (r *runner) track(e *execution) {
 
 // finish forgets e.
 func (r *runner) finish(e *execution) {
+	r.releaseKeys(e)
 	if e.done != nil {
 		e.done()
 	}
@@ -282,6 +285,9 @@ func (r *runner) execute(e *execution, slot bool) {
 			}
 			return
 		}
+	}
+	if !r.waitKeys(e, &slot) { // per-key concurrency (keywait.go)
+		return
 	}
 	if !slot {
 		// Due, and every handler busy: the drainer took one for a backlog

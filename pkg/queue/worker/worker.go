@@ -13,6 +13,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/keyslots"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/retry"
 )
@@ -128,9 +129,17 @@ const (
 	// HandedBack: the worker stopped before the job finished; JetStream
 	// will deliver it again.
 	HandedBack
+	// KeyWaiting: the job's key is at its concurrency max
+	// (docs/design.md#per-key-concurrency). A READY job waits in the
+	// worker (KeyWaited follows); a backlog job's grant goes back.
+	KeyWaiting
+	// KeyWaited: a READY job that waited for a key slot holds it now, or
+	// the worker stopped first.
+	KeyWaited
 )
 
-var eventNames = [...]string{"released", "started", "succeeded", "retrying", "dead_lettered", "handed_back"}
+var eventNames = [...]string{"released", "started", "succeeded", "retrying", "dead_lettered", "handed_back",
+	"key_waiting", "key_waited"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -283,6 +292,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// READY jobs and backlog starts share the handler slots.
 	pause, slots := pace.NewPauser(), newSlots(w.cfg.Concurrency)
 	p := parts{cfg: w.cfg, js: w.js, pause: pause, slots: slots, log: w.log, observe: w.observe}
+	if streams.keys != nil {
+		p.keys = newKeyWaits(streams.keys, w.cfg)
+	}
 	r := newRunner(ctx, hctx, p, w.handle, ready)
 	defer r.keep.stop()
 	d := newDrainer(p, streams, r)
@@ -346,6 +358,9 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainSt
 	if d.kv, err = pace.OpenPacerBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
 		return nil, d, err
 	}
+	if d.keys, err = keyslots.OpenBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
+		return nil, d, err
+	}
 	return ready, d, nil
 }
 
@@ -357,6 +372,7 @@ type parts struct {
 	js      jetstream.JetStream
 	pause   *pace.Pauser // the queue's pause state, followed while Run runs
 	slots   *slots       // the handler slots, shared by READY jobs and backlog starts
+	keys    *keyWaits    // the key slots of per-key concurrency (keywait.go)
 	log     *slog.Logger
 	observe func(Event)
 }
@@ -367,6 +383,7 @@ type drainStreams struct {
 	backlog jetstream.Stream
 	gstream jetstream.Stream   // GRANTS
 	kv      jetstream.KeyValue // the pacers' bucket: the lease, the pause, the releases per key
+	keys    jetstream.KeyValue // the key slots' bucket (keyslots)
 }
 
 // readyConsumer creates or updates the ready consumer. MaxAckPending only
