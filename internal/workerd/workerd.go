@@ -110,6 +110,9 @@ type Pool struct {
 	mu      sync.Mutex // serialises Reload; guards the fields below
 	running map[string]*running
 	pacers  map[string]*pace.YieldingPacer // kept when a queue goes, for when it comes back
+	// keyPauses follow each queue's paused keys (pushback scope key),
+	// shared by its successive workers, made on first use.
+	keyPauses map[string]*pace.KeyPauses
 }
 
 // running is one queue's current worker.
@@ -341,6 +344,7 @@ func (p *Pool) newWorker(cfg *config.Config, st plan, pc *pace.YieldingPacer) (*
 		Observe:     observe,
 		StartGate:   gate,
 		Outcome:     outcome,
+		KeyPauses:   p.keyPausesOf(st.q),
 	}, st.h)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", st.q.Name, err)

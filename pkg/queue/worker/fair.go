@@ -44,6 +44,12 @@ type fairSched struct {
 	reads, ahead map[*flow]struct{}
 	// beyond is how many jobs the windows hold past flowWindow, in all.
 	beyond int
+	// keyFlows are the flows of each key token, one per class, for
+	// holding a key's flows together (hold); heldUntil, if set, is when a
+	// key's pause ends (unix ns, 0: not paused), asked when its flow is
+	// made.
+	keyFlows  map[string]*[len(spillway.Priorities)]*flow
+	heldUntil func(token string) int64
 }
 
 // flowWindow is how many jobs of a due flow the scheduler holds.
@@ -81,6 +87,7 @@ type flow struct {
 	next    int64        // its earliest due time (unix ns) while waiting
 	grants  int          // starts granted over the scheduler's life
 	beyond  int          // its share of fairSched.beyond
+	held    int64        // unix ns: its key is paused until then (hold)
 }
 
 // pendingJob is a job of a flow's window.
@@ -114,6 +121,7 @@ func newFairSched(minShare float64) *fairSched {
 	s := &fairSched{
 		minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow),
 		reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{}),
+		keyFlows: make(map[string]*[len(spillway.Priorities)]*flow),
 		waiting: flowHeap{less: byNext, place: func(f *flow) *int { return &f.waitIdx }},
 	}
 	for i := range s.classes {
@@ -128,6 +136,16 @@ func (s *fairSched) flow(subject string) *flow {
 	if f == nil {
 		f = &flow{subject: subject, class: queue.SubjectClass(subject), dueIdx: -1, waitIdx: -1}
 		s.flows[subject] = f
+		token := queue.SubjectToken(subject)
+		kf := s.keyFlows[token]
+		if kf == nil {
+			kf = new([len(spillway.Priorities)]*flow)
+			s.keyFlows[token] = kf
+		}
+		kf[classIndex(f.class)] = f
+		if s.heldUntil != nil {
+			f.held = s.heldUntil(token)
+		}
 	}
 	return f
 }
@@ -216,6 +234,14 @@ func (s *fairSched) place(f *flow, now int64) {
 			next = j.wakes()
 		}
 	}
+	if f.held > now && len(f.window) > 0 {
+		// Its key is paused: it waits for the pause's end, as for a job
+		// not due yet.
+		if due || f.held > next {
+			next = f.held
+		}
+		due = false
+	}
 	c := &s.classes[classIndex(f.class)]
 	switch {
 	case due:
@@ -249,7 +275,39 @@ func (s *fairSched) place(f *flow, now int64) {
 		}
 		if !f.more {
 			delete(s.flows, f.subject)
+			s.forgetKeyFlow(f)
 		}
+	}
+}
+
+// hold keeps the flows of the key whose token is token from being picked
+// until until (unix ns): its key's downstream pushed back. Each flow
+// waits for the pause's end as for a job not due yet, and becomes due
+// then with the class's virtual time, as any flow due after being idle.
+// A hold is extended, never shortened.
+func (s *fairSched) hold(token string, until, now int64) {
+	kf := s.keyFlows[token]
+	if kf == nil {
+		return
+	}
+	for _, f := range kf {
+		if f != nil && until > f.held {
+			f.held = until
+			s.place(f, now)
+		}
+	}
+}
+
+// forgetKeyFlow drops f, which the scheduler forgets, from keyFlows.
+func (s *fairSched) forgetKeyFlow(f *flow) {
+	token := queue.SubjectToken(f.subject)
+	kf := s.keyFlows[token]
+	if kf == nil {
+		return
+	}
+	kf[classIndex(f.class)] = nil
+	if *kf == ([len(spillway.Priorities)]*flow{}) {
+		delete(s.keyFlows, token)
 	}
 }
 

@@ -98,6 +98,11 @@ type WorkerConfig struct {
 	// time; an error is logged and the job settled all the same. The
 	// event is also observed (Observe) afterwards, as every event is.
 	Outcome func(ctx context.Context, e Event) error
+	// KeyPauses follows the queue's paused keys when its pushback scope
+	// is key (Queue.Pushback, docs/design.md#pushback); ignored otherwise.
+	// Default: one of this worker's own. Workers of one queue in a process
+	// may share one, whose Pauses counts them all.
+	KeyPauses *pace.KeyPauses
 }
 
 // EventKind is a step in a job's life in a worker.
@@ -274,6 +279,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	// READY jobs and backlog starts share the handler slots.
 	pause, slots := pace.NewPauser(), newSlots(w.cfg.Concurrency)
 	p := parts{cfg: w.cfg, js: w.js, pause: pause, slots: slots, log: w.log, observe: w.observe}
+	if streams.keyKV != nil {
+		p.keys, p.keyKV = w.cfg.KeyPauses, streams.keyKV
+		if p.keys == nil {
+			p.keys = pace.NewKeyPauses()
+		}
+	}
 	r := newRunner(ctx, hctx, p, w.handle, ready)
 	defer r.keep.stop()
 	d := newDrainer(p, streams, r)
@@ -284,6 +295,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	// nothing.
 	watching := make(chan struct{})
 	loops.Go(func() { pause.Run(ctx, streams.kv, w.cfg.Queue.Name, w.log, watching) })
+	if p.keys != nil {
+		// The keys paused before this worker began are known before its
+		// first pull, as the pause state is.
+		keysKnown := make(chan struct{})
+		loops.Go(func() { p.keys.Run(ctx, streams.keyKV, w.cfg.Queue.Name, w.log, keysKnown) })
+		select {
+		case <-keysKnown:
+		case <-ctx.Done():
+		case <-time.After(requestTimeout):
+			w.log.Warn("the queue's paused keys are not known yet; working until the watch tells them", "after", requestTimeout)
+		}
+	}
 	select {
 	case <-watching:
 	case <-ctx.Done():
@@ -337,6 +360,11 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainSt
 	if d.kv, err = pace.OpenPacerBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
 		return nil, d, err
 	}
+	if w.cfg.Queue.Pushback == queue.PushbackKey {
+		if d.keyKV, err = pace.OpenKeyPushbackBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
+			return nil, d, err
+		}
+	}
 	return ready, d, nil
 }
 
@@ -350,6 +378,8 @@ type parts struct {
 	slots   *slots       // the handler slots, shared by READY jobs and backlog starts
 	log     *slog.Logger
 	observe func(Event)
+	keys    *pace.KeyPauses // the paused keys (pushback scope key), or nil
+	keyKV   jetstream.KeyValue
 }
 
 // drainStreams are the JetStream handles the drain works with.
@@ -358,6 +388,7 @@ type drainStreams struct {
 	backlog jetstream.Stream
 	gstream jetstream.Stream   // GRANTS
 	kv      jetstream.KeyValue // the pacers' bucket: the lease, the pause, the releases per key
+	keyKV   jetstream.KeyValue // the keys' pauses (pushback scope key), or nil
 }
 
 // readyConsumer creates or updates the ready consumer. MaxAckPending only
