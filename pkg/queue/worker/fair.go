@@ -121,9 +121,9 @@ func newFairSched(minShare float64) *fairSched {
 	s := &fairSched{
 		minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow),
 		reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{}),
-		keyFlows: make(map[string]*[len(spillway.Priorities)]*flow),
 		waiting: flowHeap{less: byNext, place: func(f *flow) *int { return &f.waitIdx }},
 	}
+	s.keyFlows = make(map[string]*[len(spillway.Priorities)]*flow)
 	for i := range s.classes {
 		s.classes[i].due = flowHeap{less: byTag, place: func(f *flow) *int { return &f.dueIdx }}
 	}
