@@ -111,7 +111,7 @@ func (d *drainer) run(ctx context.Context) {
 		lease.Hold(ctx, func(lctx context.Context) {
 			newLeader(leaderDeps{
 				js: d.js, queue: d.cfg.Queue, drainStreams: d.drainStreams, book: d.book,
-				pause: d.pause, period: d.period, log: d.log, observe: d.observe, keys: d.keys,
+				pause: d.pause, period: d.period, log: d.log, observe: d.observe, keys: d.keys, weights: d.weights,
 			}).run(lctx)
 		})
 	})

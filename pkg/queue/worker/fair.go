@@ -50,6 +50,10 @@ type fairSched struct {
 	// made.
 	keyFlows  map[string]*[len(spillway.Priorities)]*flow
 	heldUntil func(token string) int64
+	// weightOf, if set, is a key's weight in force when its flow is
+	// picked (the weights may change while its jobs wait); nil: the
+	// weight stamped on the job.
+	weightOf func(key string) int
 }
 
 // flowWindow is how many jobs of a due flow the scheduler holds.
@@ -88,6 +92,7 @@ type flow struct {
 	grants  int          // starts granted over the scheduler's life
 	beyond  int          // its share of fairSched.beyond
 	held    int64        // unix ns: its key is paused until then (hold)
+	key     string       // the client key of its jobs (weightOf)
 }
 
 // pendingJob is a job of a flow's window.
@@ -98,6 +103,9 @@ type pendingJob struct {
 	weight   int
 	bad      error // its headers are not a job's: it is dead-lettered
 	expires  int64 // unix ns: when it is dead-lettered if not released (0: never)
+
+	// key is its client key, kept on its flow (flow.key) once read.
+	key string
 }
 
 // goes reports whether j leaves its flow at the next pick by now: it is
@@ -163,6 +171,7 @@ func (s *fairSched) add(subject string, j pendingJob, now int64) {
 		s.place(f, now)
 		return
 	}
+	j = f.keep(j)
 	f.window = append(f.window, j)
 	f.last = j.seq
 	s.place(f, now)
@@ -171,6 +180,7 @@ func (s *fairSched) add(subject string, j pendingJob, now int64) {
 // push appends j, read from the stream after f's last read, to f's
 // window: the reader decides how far to read (needsRead, mayReadAhead).
 func (s *fairSched) push(f *flow, j pendingJob, now int64) {
+	j = f.keep(j)
 	f.window = append(f.window, j)
 	f.last = j.seq
 	f.more = true
@@ -278,6 +288,24 @@ func (s *fairSched) place(f *flow, now int64) {
 			s.forgetKeyFlow(f)
 		}
 	}
+}
+
+// keep records the client key of j on its flow f (every job of a flow has
+// the same key) and returns j without it, so that a window holds it once.
+func (f *flow) keep(j pendingJob) pendingJob {
+	if j.key != "" {
+		f.key, j.key = j.key, ""
+	}
+	return j
+}
+
+// weight is the weight of flow f for the start of its job j: the weight
+// in force for its key (weightOf), else the one stamped on j.
+func (s *fairSched) weight(f *flow, j pendingJob) int {
+	if s.weightOf != nil {
+		return min(max(s.weightOf(f.key), 1), queue.MaxWeight)
+	}
+	return max(j.weight, 1)
 }
 
 // hold keeps the flows of the key whose token is token from being picked
@@ -398,7 +426,7 @@ func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
 	}
 	start := max(c.vtime, f.finish)
 	c.vtime = start
-	f.finish = start + tagScale/uint64(max(j.weight, 1))
+	f.finish = start + tagScale/uint64(s.weight(f, j))
 	f.grants++
 	heap.Remove(&c.due, f.dueIdx)
 	s.order++

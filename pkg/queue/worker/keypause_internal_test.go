@@ -52,3 +52,39 @@ func TestFairSchedNewFlowOfAHeldKey(t *testing.T) {
 		t.Errorf("flows left after the last job: %d, by key %d", len(s.flows), len(s.keyFlows))
 	}
 }
+
+// The weight in force when a flow is picked counts, not the one stamped
+// on its jobs: a change reaches the jobs already waiting, from the next
+// start on (the finish tags so far stand).
+func TestFairSchedWeighsByTheWeightsInForce(t *testing.T) {
+	s := newFairSched(0)
+	weight := map[string]int{"a": 1, "b": 1}
+	s.weightOf = func(key string) int { return weight[key] }
+	a, b := "spillway.backlog.q.a", "spillway.backlog.q.b"
+	seq := uint64(0)
+	for range 200 {
+		for _, sub := range []string{a, b} {
+			seq++
+			key := sub[len(sub)-1:]
+			s.push(s.flow(sub), pendingJob{seq: seq, weight: 1, key: key}, 0)
+		}
+	}
+	count := func(n int) map[string]int {
+		got := map[string]int{}
+		for range n {
+			f, _, ok := s.pick(0)
+			if !ok {
+				t.Fatal("nothing due")
+			}
+			got[f.key]++
+		}
+		return got
+	}
+	if got := count(40); got["a"] != 20 || got["b"] != 20 {
+		t.Errorf("weights 1/1: %v, want 20/20", got)
+	}
+	weight["a"] = 3
+	if got := count(80); got["a"] < 59 || got["a"] > 61 {
+		t.Errorf("weights 3/1 after the change: %v of 80, want a 60 ±1", got)
+	}
+}

@@ -31,6 +31,9 @@ type leaderDeps struct {
 	observe func(Event)
 	// keys are the paused keys, with pushback scope key (nil: none).
 	keys *pace.KeyPauses
+	// weights are the fairness weights in force (nil: those stamped on
+	// the jobs).
+	weights *pace.Weights
 }
 
 // leader runs a queue's drain while its worker holds the lease.
@@ -82,6 +85,9 @@ func newLeader(deps leaderDeps) *leader {
 		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
 	}
 	l.holdPausedKeys()
+	if deps.weights != nil {
+		l.sched.weightOf = deps.weights.WeightOf
+	}
 	return l
 }
 
@@ -292,7 +298,7 @@ func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
 	if due.IsZero() {
 		due = j.EnqueuedAt
 	}
-	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1)}
+	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1), key: j.Key}
 	if !j.ExpiresAt.IsZero() {
 		p.expires = max(j.ExpiresAt.UnixNano(), 1)
 	}

@@ -279,6 +279,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	// READY jobs and backlog starts share the handler slots.
 	pause, slots := pace.NewPauser(), newSlots(w.cfg.Concurrency)
 	p := parts{cfg: w.cfg, js: w.js, pause: pause, slots: slots, log: w.log, observe: w.observe}
+	// The fairness weights in force reach the jobs that wait: the
+	// leader weighs a flow when it picks it. Until the admitters' entry
+	// is read (or while there is none) the queue's own weights apply.
+	p.weights = pace.NewWeights(w.cfg.Queue.Fairness)
 	if streams.keyKV != nil {
 		p.keys, p.keyKV = w.cfg.KeyPauses, streams.keyKV
 		if p.keys == nil {
@@ -295,6 +299,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// nothing.
 	watching := make(chan struct{})
 	loops.Go(func() { pause.Run(ctx, streams.kv, w.cfg.Queue.Name, w.log, watching) })
+	loops.Go(func() { p.weights.Run(ctx, streams.kv, w.cfg.Queue.Name, w.log) })
 	if p.keys != nil {
 		// The keys paused before this worker began are known before its
 		// first pull, as the pause state is.
@@ -380,6 +385,7 @@ type parts struct {
 	observe func(Event)
 	keys    *pace.KeyPauses // the paused keys (pushback scope key), or nil
 	keyKV   jetstream.KeyValue
+	weights *pace.Weights // the fairness weights in force, followed while Run runs
 }
 
 // drainStreams are the JetStream handles the drain works with.
