@@ -76,11 +76,12 @@ type KeyPauses struct {
 	until   map[string]int64 // key token → its pause's end, unix ns
 	version uint64           // grows at every change of until
 	changed chan struct{}    // told (without blocking) at every change
+	sweepAt int              // the size of until at which set forgets the pauses that ended
 }
 
 // NewKeyPauses returns a KeyPauses with no key paused.
 func NewKeyPauses() *KeyPauses {
-	return &KeyPauses{now: time.Now, until: make(map[string]int64), changed: make(chan struct{}, 1)}
+	return &KeyPauses{now: time.Now, until: make(map[string]int64), changed: make(chan struct{}, 1), sweepAt: minSweep}
 }
 
 // Until is the end of the pause of the key whose token is token: zero or
@@ -165,12 +166,27 @@ func (k *KeyPauses) set(token string, until int64) {
 	}
 	k.until[token] = until
 	k.version++
+	if len(k.until) >= k.sweepAt {
+		// Forget the pauses that ended, now and then: a worker that does
+		// not lead (Each) holds only the keys paused lately.
+		now := k.now().UnixNano()
+		for t, u := range k.until {
+			if u <= now {
+				delete(k.until, t)
+			}
+		}
+		k.sweepAt = max(minSweep, 2*len(k.until))
+	}
 	k.mu.Unlock()
 	select {
 	case k.changed <- struct{}{}:
 	default:
 	}
 }
+
+// minSweep is the least number of pauses KeyPauses holds before it
+// forgets those that ended.
+const minSweep = 64
 
 // Pause pauses, on every worker, the key of queue q whose token is token
 // until after from now (0: DefaultPushbackPause; capped at

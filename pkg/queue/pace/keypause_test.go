@@ -1,6 +1,7 @@
 package pace_test
 
 import (
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -85,5 +86,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("after 10s: still waiting for: %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A worker holds only the keys paused lately, however many keys were
+// paused over its life.
+func TestKeyPausesForgetEndedPauses(t *testing.T) {
+	t.Parallel()
+	srv := queuetest.Start(t)
+	kv, err := pace.OpenKeyPushbackBucket(t.Context(), srv.JetStream(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := pace.NewKeyPauses()
+	clock := time.Now()
+	pace.SetKeyPausesClock(k, func() time.Time { return clock })
+	for i := range 300 {
+		if _, err := k.Pause(t.Context(), kv, "hooks", fmt.Sprintf("k%025d", i), time.Second); err != nil {
+			t.Fatal(err)
+		}
+		clock = clock.Add(2 * time.Second) // the pause ended before the next
+	}
+	if n := pace.KeyPausesHeld(k); n > 64 {
+		t.Errorf("after 300 pauses that ended one after the other: %d held, want at most 64", n)
+	}
+	if k.Pauses() != 300 {
+		t.Errorf("pauses begun: %d, want 300", k.Pauses())
 	}
 }
