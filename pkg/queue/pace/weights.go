@@ -104,8 +104,10 @@ func PublishWeights(ctx context.Context, js jetstream.JetStream, q string, repli
 
 // Weights follows a queue's fairness weights in force (WeightsKey). Until
 // the entry is read, and while it does not exist, the fallback given to
-// NewWeights applies (the worker's own configuration). Safe for concurrent
-// use; a nil *Weights has no weights (every key weighs 1).
+// NewWeights applies (the worker's own configuration) if it has rules;
+// with neither, there are no weights in force and the weight stamped on
+// each job counts (WeightOf's ok is false). Safe for concurrent use; a nil
+// *Weights has no weights in force.
 type Weights struct {
 	mu       sync.Mutex
 	fallback queue.Fairness
@@ -119,18 +121,22 @@ func NewWeights(fallback queue.Fairness) *Weights {
 }
 
 // WeightOf is key's weight under the weights in force
-// (queue.Fairness.WeightOf).
-func (w *Weights) WeightOf(key string) int {
+// (queue.Fairness.WeightOf); ok is false when none are (no entry, and no
+// fallback rules): the job's stamped weight counts.
+func (w *Weights) WeightOf(key string) (weight int, ok bool) {
 	if w == nil {
-		return 1
+		return 1, false
 	}
 	w.mu.Lock()
 	f := w.fallback
 	if w.rules != nil {
 		f = *w.rules
+	} else if len(f.Weights) == 0 {
+		w.mu.Unlock()
+		return 1, false
 	}
 	w.mu.Unlock()
-	return f.WeightOf(key)
+	return f.WeightOf(key), true
 }
 
 // Run follows queue q's entry in kv until ctx ends, watching again after

@@ -23,8 +23,11 @@ func TestWeightsFollowTheEntry(t *testing.T) {
 	own := queue.Fairness{Weights: []queue.WeightRule{{KeyPattern: queue.KeyPattern{Key: "a"}, Weight: 2}}}
 	w := pace.NewWeights(own)
 	go w.Run(t.Context(), kv, "hooks", slog.New(slog.DiscardHandler))
-	if got := w.WeightOf("a"); got != 2 {
-		t.Errorf("before any entry: weight of a %d, want the worker's own 2", got)
+	if got, ok := w.WeightOf("a"); got != 2 || !ok {
+		t.Errorf("before any entry: weight of a %d (%v), want the worker's own 2", got, ok)
+	}
+	if _, ok := pace.NewWeights(queue.Fairness{}).WeightOf("a"); ok {
+		t.Error("no entry and no weights of its own: ok, want the stamped weight to count")
 	}
 	rules := []queue.WeightRule{
 		{KeyPattern: queue.KeyPattern{Key: "t-", Prefix: true}, Weight: 4},
@@ -34,9 +37,9 @@ func TestWeightsFollowTheEntry(t *testing.T) {
 	if err := pace.PublishWeights(t.Context(), js, "hooks", 1, rules); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the published weights", func() bool { return w.WeightOf("a") == 3 })
+	waitFor(t, "the published weights", func() bool { n, _ := w.WeightOf("a"); return n == 3 })
 	for key, want := range map[string]int{"a": 3, "t-1": 4, "other": 5} {
-		if got := w.WeightOf(key); got != want {
+		if got, _ := w.WeightOf(key); got != want {
 			t.Errorf("weight of %q: %d, want %d", key, got, want)
 		}
 	}
@@ -57,7 +60,7 @@ func TestWeightsFollowTheEntry(t *testing.T) {
 	if err := pace.PublishWeights(t.Context(), js, "hooks", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the weights removed", func() bool { return w.WeightOf("a") == 1 })
+	waitFor(t, "the weights removed", func() bool { n, ok := w.WeightOf("a"); return n == 1 && ok })
 	if _, err := pace.DecodeWeights([]byte(`{"weights":[{"key":"a","weight":1001}]}`)); err == nil {
 		t.Error("DecodeWeights accepted a weight of 1001")
 	}

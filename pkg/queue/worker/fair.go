@@ -51,9 +51,9 @@ type fairSched struct {
 	keyFlows  map[string]*[len(spillway.Priorities)]*flow
 	heldUntil func(token string) int64
 	// weightOf, if set, is a key's weight in force when its flow is
-	// picked (the weights may change while its jobs wait); nil: the
-	// weight stamped on the job.
-	weightOf func(key string) int
+	// picked (the weights may change while its jobs wait); nil, or ok
+	// false: the weight stamped on the job.
+	weightOf func(key string) (weight int, ok bool)
 }
 
 // flowWindow is how many jobs of a due flow the scheduler holds.
@@ -303,7 +303,9 @@ func (f *flow) keep(j pendingJob) pendingJob {
 // in force for its key (weightOf), else the one stamped on j.
 func (s *fairSched) weight(f *flow, j pendingJob) int {
 	if s.weightOf != nil {
-		return min(max(s.weightOf(f.key), 1), queue.MaxWeight)
+		if w, ok := s.weightOf(f.key); ok {
+			return min(max(w, 1), queue.MaxWeight)
+		}
 	}
 	return max(j.weight, 1)
 }

@@ -59,7 +59,7 @@ func TestFairSchedNewFlowOfAHeldKey(t *testing.T) {
 func TestFairSchedWeighsByTheWeightsInForce(t *testing.T) {
 	s := newFairSched(0)
 	weight := map[string]int{"a": 1, "b": 1}
-	s.weightOf = func(key string) int { return weight[key] }
+	s.weightOf = func(key string) (int, bool) { return weight[key], true }
 	a, b := "spillway.backlog.q.a", "spillway.backlog.q.b"
 	seq := uint64(0)
 	for range 200 {
