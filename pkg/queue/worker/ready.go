@@ -360,7 +360,8 @@ func (r *runner) next(attempt int, err error) retry.Decision {
 // yield tells the pacer when a handler's downstream pushed back
 // (retry.IsPushback): the queue's leak pauses on every worker
 // (docs/design.md#pushback). READY jobs are not held: they were admitted
-// within the queue's limits.
+// within the queue's limits. With the pushback scope key, only the job's
+// key pauses (yieldKey).
 func (r *runner) yield(e *execution, herr error) {
 	after, ok := retry.IsPushback(herr)
 	if !ok {
