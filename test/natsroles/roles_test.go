@@ -205,7 +205,7 @@ worker: {concurrency: 2, grace_period: 5s, ack_wait: 10s}
 queues:
   - name: email
     limits: [{key: global, algorithm: token_bucket, rate: 1/m, burst: 1}]
-    backlog: {capacity: 100, leak_rate: 50/s}
+    backlog: {capacity: 100, leak_rate: 50/s, pushback: key}
     retry: {max_attempts: 3, initial: 100ms, max: 1s}
     handler: {nats: {subject: jobs.email, timeout: 5s}}
 `, url(addr, role), roles[role])
@@ -233,11 +233,22 @@ func TestRoles(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 
-	// The handler service answers every job "ok" (an empty reply).
+	// The handler service answers every job "ok" (an empty reply), but
+	// the first one busy: the worker pauses its key (pushback: key) in
+	// the keys' pause bucket, and the job runs again after the pause.
 	hv := newViolations()
 	hc := connect(t, addr, "handler", hv)
 	var handled sync.Map
+	var busy sync.Once
 	if _, err := hc.QueueSubscribe("jobs.email", "mailer", func(m *nats.Msg) {
+		pushed := false
+		busy.Do(func() { pushed = true })
+		if pushed {
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set(spillway.HeaderStatus, spillway.HandlerBusy)
+			_ = m.RespondMsg(r)
+			return
+		}
 		handled.Store(m.Header.Get(spillway.HeaderJobID), true)
 		_ = m.Respond(nil)
 	}); err != nil {
