@@ -15,9 +15,16 @@ import (
 // the admitter runs the configuration all the same, and the drain weighs
 // keys by the weights it knew.
 func (s *Service) publishWeights(ctx context.Context, cfg *config.Config) {
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	kv, err := pace.OpenPacerBucket(octx, s.js, max(cfg.NATS.Replicas, 1))
+	cancel()
+	if err != nil {
+		s.log.Warn("the queues' fairness weights were not published to their workers; their waiting jobs keep the weights the drain knew", "error", err)
+		return
+	}
 	for _, q := range cfg.Queues {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := pace.PublishWeights(wctx, s.js, q.Name, max(cfg.NATS.Replicas, 1), q.Backlog.Fairness.Weights)
+		err := pace.PublishWeights(wctx, kv, q.Name, q.Backlog.Fairness.Weights)
 		cancel()
 		if err != nil {
 			s.log.Warn("the queue's fairness weights were not published to its workers; its waiting jobs keep the weights the drain knew", "queue", q.Name, "error", err)

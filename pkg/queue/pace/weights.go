@@ -79,15 +79,10 @@ func DecodeWeights(b []byte) ([]queue.WeightRule, error) {
 	return rules, nil
 }
 
-// PublishWeights writes queue q's fairness weights in force to the pacers'
-// bucket, which it creates if no worker did yet (replicas as
-// OpenPacerBucket's); it writes nothing when the entry holds them
-// already.
-func PublishWeights(ctx context.Context, js jetstream.JetStream, q string, replicas int, rules []queue.WeightRule) error {
-	kv, err := OpenPacerBucket(ctx, js, replicas)
-	if err != nil {
-		return err
-	}
+// PublishWeights writes queue q's fairness weights in force to kv, the
+// pacers' bucket (OpenPacerBucket); it writes nothing when the entry holds
+// them already.
+func PublishWeights(ctx context.Context, kv jetstream.KeyValue, q string, rules []queue.WeightRule) error {
 	val := EncodeWeights(rules)
 	e, err := kv.Get(ctx, WeightsKey(q))
 	switch {

@@ -34,7 +34,7 @@ func TestWeightsFollowTheEntry(t *testing.T) {
 		{KeyPattern: queue.KeyPattern{Key: "", Prefix: true}, Weight: 5},
 		{KeyPattern: queue.KeyPattern{Key: "a"}, Weight: 3},
 	}
-	if err := pace.PublishWeights(t.Context(), js, "hooks", 1, rules); err != nil {
+	if err := pace.PublishWeights(t.Context(), kv, "hooks", rules); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the published weights", func() bool { n, _ := w.WeightOf("a"); return n == 3 })
@@ -48,7 +48,7 @@ func TestWeightsFollowTheEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pace.PublishWeights(t.Context(), js, "hooks", 1, rules); err != nil {
+	if err := pace.PublishWeights(t.Context(), kv, "hooks", rules); err != nil {
 		t.Fatal(err)
 	}
 	if e2, err := kv.Get(t.Context(), pace.WeightsKey("hooks")); err != nil || e2.Revision() != e.Revision() {
@@ -57,7 +57,7 @@ func TestWeightsFollowTheEntry(t *testing.T) {
 	if _, err := kv.Put(t.Context(), pace.WeightsKey("hooks"), []byte(`{"weights":[{"key":"a","weight":0}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := pace.PublishWeights(t.Context(), js, "hooks", 1, nil); err != nil {
+	if err := pace.PublishWeights(t.Context(), kv, "hooks", nil); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the weights removed", func() bool { n, ok := w.WeightOf("a"); return n == 1 && ok })
