@@ -2,6 +2,7 @@
 // queue with the queue's handler, a pacer shared by every worker process,
 // job-status records and the worker metrics (spillway_jobs_*,
 // spillway_leak_rate, spillway_leak_rate_current, spillway_leak_pauses_total,
+// spillway_key_pushback_pauses_total,
 // spillway_dead_letters_total). cmd/worker and
 // `admitter --dev` both run it.
 //
