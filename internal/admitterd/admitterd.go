@@ -144,6 +144,7 @@ func Start(ctx context.Context, o Options) (_ *Service, err error) {
 	if err = s.ensureStreams(ctx, cfg); err != nil {
 		return nil, err
 	}
+	s.publishWeights(ctx, cfg)
 	s.metrics = NewAdmitMetrics(o.Registry)
 	s.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "spillway_config_reloads_total",
@@ -351,6 +352,7 @@ func (s *Service) Reload(ctx context.Context, cfg *config.Config) error {
 		s.log.Warn("redis.url, sentinel, cluster, credentials, tls and timeout take effect at the next start; the admitter keeps its bucket store")
 	}
 	s.admitter.SetConfig(cfg)
+	s.publishWeights(ctx, cfg)
 	s.metrics.Init(cfg, s.store)
 	s.warnIPTiers(cfg)
 	if s.workers != nil {

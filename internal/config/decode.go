@@ -126,6 +126,7 @@ type (
 		MaxDelay        duration    `yaml:"max_delay"`
 		DuplicateWindow duration    `yaml:"duplicate_window"`
 		Fairness        fairnessDoc `yaml:"fairness"`
+		Pushback        text        `yaml:"pushback"`
 	}
 	// leakRateDoc is leak_rate: a rate, or the mapping {max: 100/s,
 	// adaptive: true} (docs/design.md#pushback).

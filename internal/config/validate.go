@@ -514,6 +514,10 @@ func (d *decoder) backlog(q *queueDoc, name string, replicas int) queue.Config {
 	}
 	cfg.LeakRate = lr.Max.V
 	d.boolean(&lr.Adaptive, &cfg.Adaptive)
+	var scope string
+	if d.str(&b.Pushback, &scope, oneOf(queue.PushbackQueue, queue.PushbackKey)) {
+		cfg.Pushback = queue.PushbackScope(scope)
+	}
 
 	f := &b.Fairness
 	cfg.Fairness.MinShare = f.MinShare.V // NaN when it is not a number: refused by queue

@@ -28,6 +28,7 @@ type metrics struct {
 	mu      sync.Mutex
 	running map[runKey]struct{}            // started and not yet ended, so the gauge never drifts
 	pacers  map[string]*pace.YieldingPacer // the queues worked here, for leakCollector
+	keys    map[string]*pace.KeyPauses     // the queues with pushback scope key, for keyPauseCollector
 }
 
 // leakCollector reports each queue's current leak rate and the pauses
@@ -115,6 +116,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			[]string{"queue"}, nil),
 	}
 	reg.MustRegister(m.completed, m.duration, m.wait, m.inFlight, m.dead, m.expired, m.leak, lc)
+	m.keys = make(map[string]*pace.KeyPauses)
+	reg.MustRegister(newKeyPauseCollector(m))
 	return m
 }
 

@@ -2,6 +2,7 @@
 // queue with the queue's handler, a pacer shared by every worker process,
 // job-status records and the worker metrics (spillway_jobs_*,
 // spillway_leak_rate, spillway_leak_rate_current, spillway_leak_pauses_total,
+// spillway_key_pushback_pauses_total,
 // spillway_dead_letters_total). cmd/worker and
 // `admitter --dev` both run it.
 //
@@ -112,6 +113,9 @@ type Pool struct {
 	pacers  map[string]*pace.YieldingPacer // kept when a queue goes, for when it comes back
 
 	cost *costSettler // cost.go
+	// keyPauses follow each queue's paused keys (pushback scope key),
+	// shared by its successive workers, made on first use.
+	keyPauses map[string]*pace.KeyPauses
 }
 
 // running is one queue's current worker.
@@ -345,6 +349,7 @@ func (p *Pool) newWorker(cfg *config.Config, st plan, pc *pace.YieldingPacer) (*
 		StartGate:   gate,
 		Outcome:     outcome,
 		SettleCost:  p.cost.settle,
+		KeyPauses:   p.keyPausesOf(st.q),
 	}, st.h)
 	if err != nil {
 		return nil, fmt.Errorf("workerd: queue %s: %w", st.q.Name, err)

@@ -79,7 +79,21 @@ type Config struct {
 	// time (default 24h; a configuration file's 0 refuses every scheduled
 	// job). The tiers' own not-before is not bounded by it.
 	MaxDelay time.Duration
+	// Pushback is what a handler's pushback (429, 503, busy) pauses
+	// (docs/design.md#pushback): the queue's whole leak (PushbackQueue,
+	// the default; "" means it), or only the pushed-back job's key
+	// (PushbackKey), whose share the other keys take meanwhile.
+	Pushback PushbackScope
 }
+
+// PushbackScope is what a handler's pushback pauses: Config.Pushback.
+type PushbackScope string
+
+// Pushback scopes.
+const (
+	PushbackQueue PushbackScope = "queue"
+	PushbackKey   PushbackScope = "key"
+)
 
 // WithDefaults is c with each zero field set to its documented default.
 func (c Config) WithDefaults() Config {
@@ -161,6 +175,9 @@ func (c Config) ValidateGiven() error {
 	}
 	if c.ReadyCapacity < 1 {
 		bad("ready_capacity", c.ReadyCapacity, "an integer ≥ 1")
+	}
+	if c.Pushback != "" && c.Pushback != PushbackQueue && c.Pushback != PushbackKey {
+		bad("pushback", c.Pushback, "queue or key")
 	}
 	if err := ValidateReplicas(c.Replicas); err != nil {
 		var fe *FieldError

@@ -205,7 +205,7 @@ worker: {concurrency: 2, grace_period: 5s, ack_wait: 10s}
 queues:
   - name: email
     limits: [{key: global, algorithm: token_bucket, rate: 1/m, burst: 1}]
-    backlog: {capacity: 100, leak_rate: 50/s}
+    backlog: {capacity: 100, leak_rate: 50/s, pushback: key}
     retry: {max_attempts: 3, initial: 100ms, max: 1s}
     handler: {nats: {subject: jobs.email, timeout: 5s}}
     concurrency: [{name: all, key: global, max: 1}]   # the worker takes and gives back key slots
@@ -235,11 +235,23 @@ func TestRoles(t *testing.T) {
 	defer cancel()
 
 	// The handler service answers every job "ok" (no status), saying it
-	// cost nothing: the worker asks the admitter to settle its cost.
+	// cost nothing: the worker asks the admitter to settle its cost. But
+	// the first one is answered busy: the worker pauses its key
+	// (pushback: key) in the keys' pause bucket, and the job runs again
+	// after the pause.
 	hv := newViolations()
 	hc := connect(t, addr, "handler", hv)
 	var handled sync.Map
+	var busy sync.Once
 	if _, err := hc.QueueSubscribe("jobs.email", "mailer", func(m *nats.Msg) {
+		pushed := false
+		busy.Do(func() { pushed = true })
+		if pushed {
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set(spillway.HeaderStatus, spillway.HandlerBusy)
+			_ = m.RespondMsg(r)
+			return
+		}
 		handled.Store(m.Header.Get(spillway.HeaderJobID), true)
 		r := nats.NewMsg(m.Reply)
 		r.Header.Set(spillway.HeaderCostActual, "0")

@@ -21,6 +21,17 @@
 // time (LeakState, docs/design.md#pushback). The state is one entry of the
 // pacers' bucket, read by every worker's pacer.
 //
+// With the queue's pushback scope key (queue.PushbackKey) a pushback pauses
+// only its job's key instead: KeyPauses writes the pause's end to an entry
+// of KeyPushbackBucket, whose entries expire, and follows every worker's;
+// a key's pushback cuts an adaptive leak (Cut) without pausing it.
+//
+// # Weights
+//
+// Admitters publish each queue's fairness weights to its WeightsKey entry
+// (PublishWeights); every worker follows it (Weights), so that the drain
+// weighs the jobs already waiting by the weights in force.
+//
 // # Pause
 //
 // An operator pauses a queue (SetPause): its workers start none of its

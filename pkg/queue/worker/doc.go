@@ -33,7 +33,10 @@
 // handler takes the grant, waits for the booked start and runs the handler
 // from the backlog message, so the rate holds for handler starts, not only
 // for moves. A handler's retry.Pushback is told to a pacer that is a
-// pace.Yielder, which pauses the leak of every worker.
+// pace.Yielder, which pauses the leak of every worker; with the queue's
+// pushback scope key it pauses only the job's key (pace.KeyPauses), whose
+// flows the leader holds until the pause ends. The leader weighs each
+// flow by the fairness weights in force (pace.Weights) when it picks it.
 //
 // A success deletes the backlog message and acks the grant; a failed try
 // that may be retried moves the job to READY (after a pushback, back to

@@ -111,7 +111,7 @@ func (d *drainer) run(ctx context.Context) {
 		lease.Hold(ctx, func(lctx context.Context) {
 			newLeader(leaderDeps{
 				js: d.js, queue: d.cfg.Queue, drainStreams: d.drainStreams, book: d.book,
-				pause: d.pause, period: d.period, log: d.log, observe: d.observe,
+				pause: d.pause, period: d.period, log: d.log, observe: d.observe, keys: d.keyPauses, weights: d.weights,
 			}).run(lctx)
 		})
 	})
@@ -236,6 +236,10 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 	case err != nil:
 		d.slots.put()
 		d.handBack(msg, time.Second, err)
+		return
+	}
+	if d.keyPaused(msg, raw.Subject) {
+		d.slots.put()
 		return
 	}
 	e := &execution{

@@ -44,6 +44,16 @@ type fairSched struct {
 	reads, ahead map[*flow]struct{}
 	// beyond is how many jobs the windows hold past flowWindow, in all.
 	beyond int
+	// keyFlows are the flows of each key token, one per class, for
+	// holding a key's flows together (hold); heldUntil, if set, is when a
+	// key's pause ends (unix ns, 0: not paused), asked when its flow is
+	// made.
+	keyFlows  map[string]*[len(spillway.Priorities)]*flow
+	heldUntil func(token string) int64
+	// weightOf, if set, is a key's weight in force when its flow is
+	// picked (the weights may change while its jobs wait); nil, or ok
+	// false: the weight stamped on the job.
+	weightOf func(key string) (weight int, ok bool)
 }
 
 // flowWindow is how many jobs of a due flow the scheduler holds.
@@ -81,6 +91,8 @@ type flow struct {
 	next    int64        // its earliest due time (unix ns) while waiting
 	grants  int          // starts granted over the scheduler's life
 	beyond  int          // its share of fairSched.beyond
+	held    int64        // unix ns: its key is paused until then (hold)
+	key     string       // the client key of its jobs (weightOf)
 }
 
 // pendingJob is a job of a flow's window.
@@ -91,6 +103,9 @@ type pendingJob struct {
 	weight   int
 	bad      error // its headers are not a job's: it is dead-lettered
 	expires  int64 // unix ns: when it is dead-lettered if not released (0: never)
+
+	// key is its client key, kept on its flow (flow.key) once read.
+	key string
 }
 
 // goes reports whether j leaves its flow at the next pick by now: it is
@@ -116,6 +131,7 @@ func newFairSched(minShare float64) *fairSched {
 		reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{}),
 		waiting: flowHeap{less: byNext, place: func(f *flow) *int { return &f.waitIdx }},
 	}
+	s.keyFlows = make(map[string]*[len(spillway.Priorities)]*flow)
 	for i := range s.classes {
 		s.classes[i].due = flowHeap{less: byTag, place: func(f *flow) *int { return &f.dueIdx }}
 	}
@@ -128,6 +144,16 @@ func (s *fairSched) flow(subject string) *flow {
 	if f == nil {
 		f = &flow{subject: subject, class: queue.SubjectClass(subject), dueIdx: -1, waitIdx: -1}
 		s.flows[subject] = f
+		token := queue.SubjectToken(subject)
+		kf := s.keyFlows[token]
+		if kf == nil {
+			kf = new([len(spillway.Priorities)]*flow)
+			s.keyFlows[token] = kf
+		}
+		kf[classIndex(f.class)] = f
+		if s.heldUntil != nil {
+			f.held = s.heldUntil(token)
+		}
 	}
 	return f
 }
@@ -145,6 +171,7 @@ func (s *fairSched) add(subject string, j pendingJob, now int64) {
 		s.place(f, now)
 		return
 	}
+	j = f.keep(j)
 	f.window = append(f.window, j)
 	f.last = j.seq
 	s.place(f, now)
@@ -153,6 +180,7 @@ func (s *fairSched) add(subject string, j pendingJob, now int64) {
 // push appends j, read from the stream after f's last read, to f's
 // window: the reader decides how far to read (needsRead, mayReadAhead).
 func (s *fairSched) push(f *flow, j pendingJob, now int64) {
+	j = f.keep(j)
 	f.window = append(f.window, j)
 	f.last = j.seq
 	f.more = true
@@ -216,6 +244,14 @@ func (s *fairSched) place(f *flow, now int64) {
 			next = j.wakes()
 		}
 	}
+	if f.held > now && len(f.window) > 0 {
+		// Its key is paused: it waits for the pause's end, as for a job
+		// not due yet.
+		if due || f.held > next {
+			next = f.held
+		}
+		due = false
+	}
 	c := &s.classes[classIndex(f.class)]
 	switch {
 	case due:
@@ -249,7 +285,59 @@ func (s *fairSched) place(f *flow, now int64) {
 		}
 		if !f.more {
 			delete(s.flows, f.subject)
+			s.forgetKeyFlow(f)
 		}
+	}
+}
+
+// keep records the client key of j on its flow f (every job of a flow has
+// the same key) and returns j without it, so that a window holds it once.
+func (f *flow) keep(j pendingJob) pendingJob {
+	if j.key != "" {
+		f.key, j.key = j.key, ""
+	}
+	return j
+}
+
+// weight is the weight of flow f for the start of its job j: the weight
+// in force for its key (weightOf), else the one stamped on j.
+func (s *fairSched) weight(f *flow, j pendingJob) int {
+	if s.weightOf != nil {
+		if w, ok := s.weightOf(f.key); ok {
+			return min(max(w, 1), queue.MaxWeight)
+		}
+	}
+	return max(j.weight, 1)
+}
+
+// hold keeps the flows of the key whose token is token from being picked
+// until until (unix ns): its key's downstream pushed back. Each flow
+// waits for the pause's end as for a job not due yet, and becomes due
+// then with the class's virtual time, as any flow due after being idle.
+// A hold is extended, never shortened.
+func (s *fairSched) hold(token string, until, now int64) {
+	kf := s.keyFlows[token]
+	if kf == nil {
+		return
+	}
+	for _, f := range kf {
+		if f != nil && until > f.held {
+			f.held = until
+			s.place(f, now)
+		}
+	}
+}
+
+// forgetKeyFlow drops f, which the scheduler forgets, from keyFlows.
+func (s *fairSched) forgetKeyFlow(f *flow) {
+	token := queue.SubjectToken(f.subject)
+	kf := s.keyFlows[token]
+	if kf == nil {
+		return
+	}
+	kf[classIndex(f.class)] = nil
+	if *kf == ([len(spillway.Priorities)]*flow{}) {
+		delete(s.keyFlows, token)
 	}
 }
 
@@ -340,7 +428,7 @@ func (s *fairSched) pick(now int64) (f *flow, j pendingJob, ok bool) {
 	}
 	start := max(c.vtime, f.finish)
 	c.vtime = start
-	f.finish = start + tagScale/uint64(max(j.weight, 1))
+	f.finish = start + tagScale/uint64(s.weight(f, j))
 	f.grants++
 	heap.Remove(&c.due, f.dueIdx)
 	s.order++

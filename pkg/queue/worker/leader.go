@@ -29,6 +29,11 @@ type leaderDeps struct {
 	period  time.Duration // one start's share of the leak
 	log     *slog.Logger
 	observe func(Event)
+	// keys are the paused keys, with pushback scope key (nil: none).
+	keys *pace.KeyPauses
+	// weights are the fairness weights in force (nil: those stamped on
+	// the jobs).
+	weights *pace.Weights
 }
 
 // leader runs a queue's drain while its worker holds the lease.
@@ -53,6 +58,8 @@ type leader struct {
 	// at readAheadRate since aheadAt.
 	aheadBudget float64
 	aheadAt     time.Time
+	// keysSeen is the version of the key pauses the scheduler holds.
+	keysSeen uint64
 }
 
 // bookAhead is how many starts ahead of the next one due the leader
@@ -73,10 +80,15 @@ const feedRecheck = 20 * time.Millisecond
 const demandFresh = 50 * time.Millisecond
 
 func newLeader(deps leaderDeps) *leader {
-	return &leader{
+	l := &leader{
 		leaderDeps: deps, sched: newFairSched(deps.queue.Fairness.MinShare), filter: queue.SubjectFilter(deps.queue.Name, queue.Backlog),
 		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
 	}
+	l.holdPausedKeys()
+	if deps.weights != nil {
+		l.sched.weightOf = deps.weights.WeightOf
+	}
+	return l
 }
 
 // run leads until ctx ends.
@@ -118,6 +130,7 @@ func (l *leader) run(ctx context.Context) {
 			}
 		}
 		l.read(ctx)
+		l.holdKeys()
 		now := time.Now()
 		if !l.sched.peek(now.UnixNano()) {
 			l.idle(ctx, now)
@@ -158,6 +171,7 @@ func (l *leader) idle(ctx context.Context, now time.Time) {
 	select {
 	case <-t.C:
 	case <-l.wake:
+	case <-l.keys.Changed():
 	case <-ctx.Done():
 	}
 }
@@ -284,7 +298,7 @@ func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
 	if due.IsZero() {
 		due = j.EnqueuedAt
 	}
-	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1)}
+	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1), key: j.Key}
 	if !j.ExpiresAt.IsZero() {
 		p.expires = max(j.ExpiresAt.UnixNano(), 1)
 	}
@@ -337,9 +351,13 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	start := time.Now().Add(wait)
 	// A job whose booked start is past its expiry would never run: it
 	// goes to DEAD now, and the booking goes to the next job picked (if
-	// none is due, it is lost, as any booking not used).
-	for j.expires != 0 && start.UnixNano() > j.expires {
-		l.expire(ctx, f.subject, j, start)
+	// none is due, it is lost, as any booking not used). So does the
+	// booking of a job whose key was paused meanwhile until after it: the
+	// job goes back to its flow, which waits for the pause's end.
+	for j.expires != 0 && start.UnixNano() > j.expires || l.keyHeld(f, j, start) {
+		if j.expires != 0 && start.UnixNano() > j.expires {
+			l.expire(ctx, f.subject, j, start)
+		}
 		if f, j, ok = l.sched.pick(time.Now().UnixNano()); !ok {
 			return nil
 		}

@@ -369,10 +369,15 @@ func (r *runner) next(attempt int, err error) retry.Decision {
 // yield tells the pacer when a handler's downstream pushed back
 // (retry.IsPushback): the queue's leak pauses on every worker
 // (docs/design.md#pushback). READY jobs are not held: they were admitted
-// within the queue's limits.
-func (r *runner) yield(herr error) {
+// within the queue's limits. With the pushback scope key, only the job's
+// key pauses (yieldKey).
+func (r *runner) yield(e *execution, herr error) {
 	after, ok := retry.IsPushback(herr)
 	if !ok {
+		return
+	}
+	if r.keyPauses != nil {
+		r.yieldKey(e, after)
 		return
 	}
 	y, ok := r.cfg.Pacer.(pace.Yielder)
@@ -409,7 +414,7 @@ func (r *runner) settle(e *execution, herr error, took time.Duration) {
 		r.handBack(e)
 		return
 	}
-	r.yield(herr)
+	r.yield(e, herr)
 	d := r.next(e.attempt, herr)
 	if d.Verdict == retry.Retry {
 		if e.backlog != nil {

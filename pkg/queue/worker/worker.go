@@ -108,6 +108,11 @@ type WorkerConfig struct {
 	// is logged and the job settled all the same — settling a cost never
 	// holds or loses a job. Nil: reported costs are ignored.
 	SettleCost func(ctx context.Context, j *queue.Job, actual int64) error
+	// KeyPauses follows the queue's paused keys when its pushback scope
+	// is key (Queue.Pushback, docs/design.md#pushback); ignored otherwise.
+	// Default: one of this worker's own. Workers of one queue in a process
+	// may share one, whose Pauses counts them all.
+	KeyPauses *pace.KeyPauses
 }
 
 // EventKind is a step in a job's life in a worker.
@@ -295,6 +300,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	if streams.keys != nil {
 		p.keys = newKeyWaits(streams.keys, w.cfg)
 	}
+	// The fairness weights in force reach the jobs that wait: the
+	// leader weighs a flow when it picks it. Until the admitters' entry
+	// is read (or while there is none) the queue's own weights apply.
+	p.weights = pace.NewWeights(w.cfg.Queue.Fairness)
+	if streams.keyPauseKV != nil {
+		p.keyPauses, p.keyPauseKV = w.cfg.KeyPauses, streams.keyPauseKV
+		if p.keyPauses == nil {
+			p.keyPauses = pace.NewKeyPauses()
+		}
+	}
 	r := newRunner(ctx, hctx, p, w.handle, ready)
 	defer r.keep.stop()
 	d := newDrainer(p, streams, r)
@@ -305,6 +320,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	// nothing.
 	watching := make(chan struct{})
 	loops.Go(func() { pause.Run(ctx, streams.kv, w.cfg.Queue.Name, w.log, watching) })
+	loops.Go(func() { p.weights.Run(ctx, streams.kv, w.cfg.Queue.Name, w.log) })
+	if p.keyPauses != nil {
+		// The keys paused before this worker began are known before its
+		// first pull, as the pause state is.
+		keysKnown := make(chan struct{})
+		loops.Go(func() { p.keyPauses.Run(ctx, streams.keyPauseKV, w.cfg.Queue.Name, w.log, keysKnown) })
+		select {
+		case <-keysKnown:
+		case <-ctx.Done():
+		case <-time.After(requestTimeout):
+			w.log.Warn("the queue's paused keys are not known yet; working until the watch tells them", "after", requestTimeout)
+		}
+	}
 	select {
 	case <-watching:
 	case <-ctx.Done():
@@ -361,6 +389,11 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainSt
 	if d.keys, err = keyslots.OpenBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
 		return nil, d, err
 	}
+	if w.cfg.Queue.Pushback == queue.PushbackKey {
+		if d.keyPauseKV, err = pace.OpenKeyPushbackBucket(ctx, w.js, w.cfg.Queue.Replicas); err != nil {
+			return nil, d, err
+		}
+	}
 	return ready, d, nil
 }
 
@@ -368,22 +401,26 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainSt
 // (READY) and the drainer (the backlog): its configuration and what both
 // of them work with.
 type parts struct {
-	cfg     WorkerConfig
-	js      jetstream.JetStream
-	pause   *pace.Pauser // the queue's pause state, followed while Run runs
-	slots   *slots       // the handler slots, shared by READY jobs and backlog starts
-	keys    *keyWaits    // the key slots of per-key concurrency (keywait.go)
-	log     *slog.Logger
-	observe func(Event)
+	cfg        WorkerConfig
+	js         jetstream.JetStream
+	pause      *pace.Pauser // the queue's pause state, followed while Run runs
+	slots      *slots       // the handler slots, shared by READY jobs and backlog starts
+	keys       *keyWaits    // the key slots of per-key concurrency (keywait.go)
+	log        *slog.Logger
+	observe    func(Event)
+	keyPauses  *pace.KeyPauses // the paused keys (pushback scope key), or nil
+	keyPauseKV jetstream.KeyValue
+	weights    *pace.Weights // the fairness weights in force, followed while Run runs
 }
 
 // drainStreams are the JetStream handles the drain works with.
 type drainStreams struct {
-	grants  jetstream.Consumer // the workers' consumer of the GRANTS stream
-	backlog jetstream.Stream
-	gstream jetstream.Stream   // GRANTS
-	kv      jetstream.KeyValue // the pacers' bucket: the lease, the pause, the releases per key
-	keys    jetstream.KeyValue // the key slots' bucket (keyslots)
+	grants     jetstream.Consumer // the workers' consumer of the GRANTS stream
+	backlog    jetstream.Stream
+	gstream    jetstream.Stream   // GRANTS
+	kv         jetstream.KeyValue // the pacers' bucket: the lease, the pause, the releases per key
+	keys       jetstream.KeyValue // the key slots' bucket (keyslots)
+	keyPauseKV jetstream.KeyValue // the keys' pauses (pushback scope key), or nil
 }
 
 // readyConsumer creates or updates the ready consumer. MaxAckPending only
