@@ -122,8 +122,10 @@ func TestRealPrometheus(t *testing.T) {
 		"SpillwayAckPendingNearMax":   "inactive",
 		"SpillwayAdmitterErrors":      "inactive",
 		"SpillwayBacklogDrainTooSlow": "inactive",
-		// The load's only settle failures are a handler's invalid costs.
+		// The load's only settle failures are a handler's invalid costs;
+		// its busy jobs pause their keys several times a minute.
 		"SpillwayCostSettleFailing": "inactive",
+		"SpillwayKeyPushbackSteady": "pending",
 	}
 	var rules []promRule
 	for deadline := time.Now().Add(30 * time.Second); ; {
