@@ -346,7 +346,7 @@ func formatTop(f topFrame, interval time.Duration, loc *time.Location) string {
 	if f.MetricsError != "" {
 		fmt.Fprintf(&b, "(no completion or decision rates: %s)\n", f.MetricsError)
 	}
-	b.WriteString(formatKeys(f.Keys, loc))
+	b.WriteString(formatKeysRunning(f.Keys, loc))
 	return b.String()
 }
 

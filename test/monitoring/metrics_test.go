@@ -150,6 +150,12 @@ func TestNoDeadPanels(t *testing.T) {
 		{"spillway_failure_mode_total", map[string]string{"mode": "local"}},
 		{"spillway_failure_mode_active", map[string]string{"mode": "local"}},
 		{"spillway_queue_inspect_errors_total", map[string]string{"queue": brokenQueue}},
+		{"spillway_concurrency_waits_total", map[string]string{"queue": flowQueue}},
+		{"spillway_key_pushback_pauses_total", map[string]string{"queue": flowQueue}},
+		{"spillway_jobs_superseded_total", map[string]string{"queue": flowQueue}},
+		{"spillway_cost_settled_units_total", map[string]string{"queue": flowQueue, "direction": "refunded"}},
+		{"spillway_cost_settled_units_total", map[string]string{"queue": flowQueue, "direction": "charged"}},
+		{"spillway_cost_settle_failures_total", map[string]string{"queue": flowQueue, "reason": "invalid"}},
 	}
 	deadline := time.Now().Add(45 * time.Second)
 	var mfs map[string]*dto.MetricFamily

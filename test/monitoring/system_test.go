@@ -28,15 +28,19 @@ import (
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/worker"
 	"github.com/spillway-dev/spillway/pkg/retry"
+	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
 // testQueue is the queue of the system under test. brokenQueue is an
 // admit-only queue of the second admitter whose dead-letter stream is
 // deleted once it runs, so reading it from JetStream fails at every
-// scrape (spillway_queue_inspect_errors_total counts that).
+// scrape (spillway_queue_inspect_errors_total counts that). flowQueue
+// has the flow-control features: per-key concurrency, per-key pushback,
+// debounced jobs and actual costs.
 const (
 	testQueue   = "jobs"
 	brokenQueue = "vanished"
+	flowQueue   = "flow"
 )
 
 // system is Spillway as deploy/ runs it, in this process:
@@ -74,6 +78,29 @@ func failingHandler(_ context.Context, j *queue.Job) error {
 	return nil
 }
 
+// flowHandler runs flowQueue's jobs: "busy" is pushed back (its key
+// pauses), "invalid" reports an actual cost that cannot be settled,
+// "cheap" and "dear" an actual cost below and above the job's, so units
+// are refunded and charged. Each holds its key's slot a little while,
+// so its client's next job finds the key at its max.
+func flowHandler(ctx context.Context, j *queue.Job) error {
+	switch string(j.Payload) {
+	case "busy":
+		return retry.Pushback(errors.New("monitoring test: the downstream is busy for this key"), 200*time.Millisecond)
+	case "invalid":
+		j.SetCostActual(-1)
+	case "cheap":
+		j.SetCostActual(0)
+	case "dear":
+		j.SetCostActual(j.Cost + 2)
+	}
+	select {
+	case <-time.After(30 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	return nil
+}
+
 // closedPort is a local address where nothing listens.
 func closedPort(t *testing.T) string {
 	t.Helper()
@@ -91,12 +118,23 @@ func closedPort(t *testing.T) string {
 // queueYAML: a per-client leaky bucket small enough that a few clients
 // get admitted, queued and rejected jobs; a backlog small enough to fill;
 // two quick attempts, so failing jobs are retried once, then dead.
+//
+// flowQueue admits its load (a roomy token bucket), runs one job of a
+// client at a time (so a client's second job waits for a slot), and a
+// pushback pauses only the job's client.
 const queueYAML = `
 queues:
   - name: ` + testQueue + `
     limits:
       - {key: "header:X-Client", algorithm: leaky_bucket, rate: 4/s, burst: 8, delay: 2}
     backlog: {capacity: 30, per_key_capacity: 12, leak_rate: 10/s}
+    retry: {max_attempts: 2, initial: 20ms, max: 50ms}
+    handler: {log: true}
+  - name: ` + flowQueue + `
+    limits:
+      - {key: "header:X-Client", algorithm: token_bucket, rate: 100/s, burst: 100}
+    concurrency: [{name: per-client, key: "header:X-Client", max: 1}]
+    backlog: {capacity: 200, leak_rate: 20/s, pushback: key}
     retry: {max_attempts: 2, initial: 20ms, max: 50ms}
     handler: {log: true}
 `
@@ -112,7 +150,7 @@ func newRegistry() *prometheus.Registry {
 func startSystem(t *testing.T) *system {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	handlers := map[string]worker.Handler{testQueue: failingHandler}
+	handlers := map[string]worker.Handler{testQueue: failingHandler, flowQueue: flowHandler}
 	s := &system{
 		devReg: newRegistry(), sharedReg: newRegistry(), workerReg: newRegistry(),
 		names:  []string{"the dev admitter", "the admitter with Redis down", "the worker"},
@@ -221,7 +259,8 @@ func (s *system) startWorker(t *testing.T, cfg *config.Config, handlers map[stri
 
 // startLoad submits jobs from three clients to both admitters, about
 // 60 a second in all (each client's limit is 4/s), one in five of them
-// failing and about one in seven pushed back, until the test ends.
+// failing and about one in seven pushed back, until the test ends; and
+// every other tick a job of flowQueue (see flowJob).
 func (s *system) startLoad(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -245,6 +284,9 @@ func (s *system) startLoad(t *testing.T) {
 				payload = "busy"
 			}
 			s.submit(ctx, targets[i%2], fmt.Sprintf("client-%d", i%3), payload)
+			if i%2 == 0 {
+				s.submitFlow(ctx, targets[(i/2)%2], i/2)
+			}
 		}
 	}()
 	t.Cleanup(func() {
@@ -255,9 +297,30 @@ func (s *system) startLoad(t *testing.T) {
 
 // submit posts one job; the metrics count its answer.
 func (s *system) submit(ctx context.Context, base, client, payload string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/queues/"+testQueue+"/jobs", strings.NewReader(payload))
+	s.post(ctx, base, testQueue, client, payload, nil)
+}
+
+// submitFlow posts flowQueue's job number n, from three clients in turn:
+// in every six, one pushed back, one with an invalid actual cost, one
+// cheaper and one dearer than submitted, and two debounced with one
+// debounce key, the second of which supersedes the first (or a job of
+// the previous six).
+func (s *system) submitFlow(ctx context.Context, base string, n int) {
+	payload := [...]string{"busy", "invalid", "cheap", "dear", "ok", "ok"}[n%6]
+	var h http.Header
+	if n%6 >= 4 {
+		h = http.Header{spillway.HeaderDebounce: {"100ms"}, spillway.HeaderDebounceKey: {"monitoring"}}
+	}
+	s.post(ctx, base, flowQueue, fmt.Sprintf("client-%d", n%3), payload, h)
+}
+
+func (s *system) post(ctx context.Context, base, q, client, payload string, h http.Header) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/queues/"+q+"/jobs", strings.NewReader(payload))
 	if err != nil {
 		return
+	}
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	req.Header.Set("X-Client", client)
 	resp, err := s.client.Do(req)
