@@ -112,6 +112,7 @@ func (d *drainer) run(ctx context.Context) {
 			newLeader(leaderDeps{
 				js: d.js, queue: d.cfg.Queue, drainStreams: d.drainStreams, book: d.book,
 				pause: d.pause, period: d.period, log: d.log, observe: d.observe, keys: d.keyPauses, weights: d.weights,
+				ackWait: d.cfg.AckWait,
 			}).run(lctx)
 		})
 	})
