@@ -43,6 +43,10 @@ import (
 //     it to another worker after the ack wait, which books a new start and
 //     runs the job again (at least once). A grant taken late — every
 //     handler was busy — books a new start too, so starts never crowd.
+//   - The leader grants no start to a job whose concurrency key is at its
+//     max (keycap.go): it follows the key slots' holders and holds such a
+//     job's flow until a slot frees. A worker that finds the key at its
+//     max at the start all the same hands the grant back (startKeys).
 //   - A job older than the queue's MaxAge, a job whose expiry (ExpiresAt)
 //     comes before the start it could have, or a message that is not a
 //     job, goes to DEAD from the leader, taking no start. A worker that
