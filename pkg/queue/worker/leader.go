@@ -63,6 +63,11 @@ type leader struct {
 	aheadAt     time.Time
 	// keysSeen is the version of the key pauses the scheduler holds.
 	keysSeen uint64
+	// keyNext is, per key token whose adaptive rate a pushback cut, when
+	// its next start may come (paceKey), unix ns; keyNextSweep is the size
+	// at which the past ones are forgotten.
+	keyNext      map[string]int64
+	keyNextSweep int
 	// caps are the key slots' holders, for holding the flows whose
 	// concurrency key is at its max (nil: no slots' bucket).
 	caps *keyCaps
@@ -89,6 +94,7 @@ func newLeader(deps leaderDeps) *leader {
 	l := &leader{
 		leaderDeps: deps, sched: newFairSched(deps.queue.Fairness.MinShare), filter: queue.SubjectFilter(deps.queue.Name, queue.Backlog),
 		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
+		keyNext: make(map[string]int64), keyNextSweep: 64,
 	}
 	l.holdPausedKeys()
 	if deps.drainStreams.keys != nil {
@@ -398,6 +404,7 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	}
 	l.stats.add(queue.SubjectToken(f.subject), start)
 	l.grantedKeys(f, j, start)
+	l.paceKey(f, start)
 	next := make(chan struct{})
 	time.AfterFunc(time.Until(start)-bookAhead*l.period, func() { close(next) })
 	return next
