@@ -75,12 +75,13 @@ type KeyPauses struct {
 
 	mu      sync.Mutex
 	until   map[string]int64 // key token → its pause's end, unix ns
-	// cuts are the keys' adaptive rates (PauseCut): the last cut of each
-	// key cut in the last LeakClimb+LeakProbe, by key token.
-	cuts    map[string]LeakState
 	version uint64           // grows at every change of until
 	changed chan struct{}    // told (without blocking) at every change
 	sweepAt int              // the size of until at which set forgets the pauses that ended
+
+	// cuts are the keys' adaptive rates (PauseCut): the last cut of each
+	// key cut in the last LeakClimb+LeakProbe, by key token.
+	cuts map[string]LeakState
 }
 
 // NewKeyPauses returns a KeyPauses with no key paused.
