@@ -397,3 +397,10 @@ func (k *KeyPauses) watch(ctx context.Context, kv jetstream.KeyValue, q string, 
 		}
 	}
 }
+
+// Leak is the leak's maximum rate and whether it is adaptive, as in force
+// now (a reload changes them in place: SetRate, SetAdaptive): what a key's
+// pushback cuts its own rate from (KeyPauses.PauseCut).
+func (p *YieldingPacer) Leak() (maxRate bucket.Rate, adaptive bool) {
+	return *p.maxRate.Load(), p.adaptive.Load()
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/leadership"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
@@ -116,7 +117,7 @@ func (d *drainer) run(ctx context.Context) {
 			newLeader(leaderDeps{
 				js: d.js, queue: d.cfg.Queue, drainStreams: d.drainStreams, book: d.book,
 				pause: d.pause, period: d.period, log: d.log, observe: d.observe, keys: d.keyPauses, weights: d.weights,
-				ackWait: d.cfg.AckWait,
+				ackWait: d.cfg.AckWait, leak: func() (bucket.Rate, bool) { return leakOf(d.cfg) },
 			}).run(lctx)
 		})
 	})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 )
 
@@ -51,11 +52,15 @@ func (l *leader) holdKeys() {
 // start, for one start's share of the key's adaptive rate, if a pushback
 // cut it: its next start is not before start + 1/rate.
 func (l *leader) paceKey(f *flow, start time.Time) {
-	if l.keys == nil || !l.queue.Adaptive {
+	if l.keys == nil {
+		return
+	}
+	maxRate, adaptive := l.leak()
+	if !adaptive {
 		return
 	}
 	token := queue.SubjectToken(f.subject)
-	rate, cut := l.keys.Rate(token, start, l.queue.LeakRate)
+	rate, cut := l.keys.Rate(token, start, maxRate)
 	if !cut || rate <= 0 {
 		return
 	}
@@ -119,12 +124,22 @@ func (r *runner) yieldKey(e *execution, after time.Duration) {
 	defer cancel()
 	token := queue.KeyToken(e.job.Key)
 	var err error
-	if q := r.cfg.Queue; q.Adaptive {
-		_, err = r.keyPauses.PauseCut(ctx, r.keyPauseKV, q.Name, token, after, q.LeakRate)
+	if maxRate, adaptive := leakOf(r.cfg); adaptive {
+		_, err = r.keyPauses.PauseCut(ctx, r.keyPauseKV, r.cfg.Queue.Name, token, after, maxRate)
 	} else {
-		_, err = r.keyPauses.Pause(ctx, r.keyPauseKV, q.Name, token, after)
+		_, err = r.keyPauses.Pause(ctx, r.keyPauseKV, r.cfg.Queue.Name, token, after)
 	}
 	if err != nil {
 		r.log.Warn("the downstream pushed back but pausing the job's key failed; the key runs on", "job", e.job.ID, "error", err)
 	}
+}
+
+// leakOf is the leak's maximum rate and whether it is adaptive, as the
+// pacer has them now (a reload changes them in place,
+// pace.YieldingPacer.Leak), else as the queue's configuration says.
+func leakOf(cfg WorkerConfig) (bucket.Rate, bool) {
+	if p, ok := cfg.Pacer.(interface{ Leak() (bucket.Rate, bool) }); ok {
+		return p.Leak()
+	}
+	return cfg.Queue.LeakRate, cfg.Queue.Adaptive
 }

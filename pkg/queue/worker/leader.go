@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
@@ -37,6 +38,9 @@ type leaderDeps struct {
 	// ackWait is the workers' ack wait: a key slot's holder that has not
 	// beaten for that long is dead (keycap.go).
 	ackWait time.Duration
+	// leak is the leak's maximum rate and whether it is adaptive, now
+	// (leakOf): a key's cut rate is kept by paceKey.
+	leak func() (bucket.Rate, bool)
 }
 
 // leader runs a queue's drain while its worker holds the lease.
