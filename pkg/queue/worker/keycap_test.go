@@ -21,7 +21,8 @@ import (
 // use — a's grants are not handed back start after start — never more
 // than one of a runs at once, and every job runs once.
 func TestDrainHoldsKeyAtMax(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures b's rate, which the package's other
+	// tests would share the CPU with.
 	const (
 		nA, nB = 10, 40
 		hold   = 200 * time.Millisecond
