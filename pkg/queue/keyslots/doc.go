@@ -23,4 +23,12 @@
 // update that adds its own. A holder with the acquiring job's own id is
 // that job's earlier delivery — JetStream gave the job again because its
 // worker stopped beating — and is replaced at once.
+//
+// # Following the holders
+//
+// A Watch follows a queue's entries with a key-value watch and keeps, per
+// entry, its holders' job ids and when it last changed, so that the
+// drain's leader holds back the keys at their max without reading the
+// bucket (one message per write of an entry: a slot taken, given back or
+// beaten).
 package keyslots

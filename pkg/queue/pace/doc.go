@@ -24,7 +24,9 @@
 // With the queue's pushback scope key (queue.PushbackKey) a pushback pauses
 // only its job's key instead: KeyPauses writes the pause's end to an entry
 // of KeyPushbackBucket, whose entries expire, and follows every worker's;
-// a key's pushback cuts an adaptive leak (Cut) without pausing it.
+// with an adaptive leak it cuts that key's own rate too (PauseCut, kept in
+// the same entry; KeyPauses.Rate), which the drain's leader keeps the
+// key's starts within; the queue's rate is not cut.
 //
 // # Weights
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
 )
@@ -77,11 +78,15 @@ type KeyPauses struct {
 	version uint64           // grows at every change of until
 	changed chan struct{}    // told (without blocking) at every change
 	sweepAt int              // the size of until at which set forgets the pauses that ended
+
+	// cuts are the keys' adaptive rates (PauseCut): the last cut of each
+	// key cut in the last LeakClimb+LeakProbe, by key token.
+	cuts map[string]LeakState
 }
 
 // NewKeyPauses returns a KeyPauses with no key paused.
 func NewKeyPauses() *KeyPauses {
-	return &KeyPauses{now: time.Now, until: make(map[string]int64), changed: make(chan struct{}, 1), sweepAt: minSweep}
+	return &KeyPauses{now: time.Now, until: make(map[string]int64), cuts: make(map[string]LeakState), changed: make(chan struct{}, 1), sweepAt: minSweep}
 }
 
 // Until is the end of the pause of the key whose token is token: zero or
@@ -139,6 +144,11 @@ func (k *KeyPauses) Each(fn func(token string, until time.Time)) uint64 {
 		}
 		list = append(list, paused{t, u})
 	}
+	for t, c := range k.cuts {
+		if cutGone(c, now) {
+			delete(k.cuts, t)
+		}
+	}
 	v := k.version
 	k.mu.Unlock()
 	for _, p := range list {
@@ -156,10 +166,39 @@ func (k *KeyPauses) Pauses() uint64 {
 	return k.pauses.Load()
 }
 
-// set records that token is paused until until (unix ns), unless a later
-// end is known already: a pause is extended, never shortened.
-func (k *KeyPauses) set(token string, until int64) {
+// Rate is the adaptive rate of the key whose token is token at now, in
+// thousandths of a start per second, for a queue whose leak_rate is
+// maxRate (its max), and whether the key's pushbacks cut it below maxRate
+// (PauseCut): then the drain starts the key's jobs no faster.
+func (k *KeyPauses) Rate(token string, now time.Time, maxRate bucket.Rate) (int64, bool) {
+	if k == nil {
+		return MilliRate(maxRate), false
+	}
 	k.mu.Lock()
+	st, ok := k.cuts[token]
+	k.mu.Unlock()
+	m := MilliRate(maxRate)
+	if !ok {
+		return m, false
+	}
+	r := st.Rate(now, maxRate, true)
+	return r, r < m
+}
+
+// cutGone reports whether cut st has no effect left by now (unix ns): the
+// rate is back at its max.
+func cutGone(st LeakState, now int64) bool {
+	return st.CutAt.IsZero() || now-st.CutAt.UnixNano() >= int64(LeakClimb+LeakProbe)
+}
+
+// set records that token is paused until until (unix ns), unless a later
+// end is known already: a pause is extended, never shortened; and its
+// cut, if later than the one known.
+func (k *KeyPauses) set(token string, until int64, cut LeakState) {
+	k.mu.Lock()
+	if !cut.CutAt.IsZero() && cut.CutAt.After(k.cuts[token].CutAt) && !cutGone(cut, k.now().UnixNano()) {
+		k.cuts[token] = cut
+	}
 	if until <= k.until[token] || until <= k.now().UnixNano() {
 		k.mu.Unlock()
 		return
@@ -173,6 +212,11 @@ func (k *KeyPauses) set(token string, until int64) {
 		for t, u := range k.until {
 			if u <= now {
 				delete(k.until, t)
+			}
+		}
+		for t, c := range k.cuts {
+			if cutGone(c, now) {
+				delete(k.cuts, t)
 			}
 		}
 		k.sweepAt = max(minSweep, 2*len(k.until))
@@ -193,6 +237,21 @@ const minSweep = 64
 // MaxPushbackPause), extending a pause in force, never shortening it. The
 // entry is written with compare-and-set. It returns the pause's end.
 func (k *KeyPauses) Pause(ctx context.Context, kv jetstream.KeyValue, q, token string, after time.Duration) (time.Time, error) {
+	return k.pause(ctx, kv, q, token, after, nil)
+}
+
+// PauseCut pauses the key as Pause does and cuts its own adaptive rate,
+// for a queue whose leak_rate is maxRate with adaptive: true, as a
+// pushback cuts the queue's (LeakState): to 7/10 of the key's rate now
+// (maxRate if it was not cut in the last LeakClimb+LeakProbe), not below
+// the floor, unless the key's last pause ended less than leakCutHoldoff
+// ago; the rate then climbs back as the queue's does. The cut is kept in
+// the key's entry with its pause; the queue's rate is not cut.
+func (k *KeyPauses) PauseCut(ctx context.Context, kv jetstream.KeyValue, q, token string, after time.Duration, maxRate bucket.Rate) (time.Time, error) {
+	return k.pause(ctx, kv, q, token, after, &maxRate)
+}
+
+func (k *KeyPauses) pause(ctx context.Context, kv jetstream.KeyValue, q, token string, after time.Duration, maxRate *bucket.Rate) (time.Time, error) {
 	if after <= 0 {
 		after = DefaultPushbackPause
 	}
@@ -201,6 +260,7 @@ func (k *KeyPauses) Pause(ctx context.Context, kv jetstream.KeyValue, q, token s
 	for {
 		var (
 			have int64
+			cut  LeakState
 			rev  uint64
 		)
 		e, err := kv.Get(ctx, key)
@@ -210,15 +270,24 @@ func (k *KeyPauses) Pause(ctx context.Context, kv jetstream.KeyValue, q, token s
 			return time.Time{}, fmt.Errorf("pace: key pause %s: %w", key, err)
 		default:
 			rev = e.Revision()
-			have, _ = decodeKeyPause(e.Value()) // unreadable: written over
+			have, cut, _ = decodeKeyPause(e.Value()) // unreadable: written over
 		}
 		now := k.now()
 		want := now.Add(after).UnixNano()
-		if have >= want {
-			k.set(token, have)
+		next := cut
+		if maxRate != nil && (cut.CutAt.IsZero() || cutGone(cut, now.UnixNano()) || now.UnixNano() >= have+int64(leakCutHoldoff)) {
+			from := MilliRate(*maxRate)
+			if !cutGone(cut, now.UnixNano()) {
+				from = cut.Rate(now, *maxRate, true)
+			}
+			next = LeakState{CutAt: now, From: from, To: max(LeakFloor(*maxRate), mulDiv(from, leakCutNum, leakCutDen))}
+		}
+		if have >= want && next == cut {
+			k.set(token, have, cut)
 			return time.Unix(0, have), nil
 		}
-		val := strconv.AppendInt(nil, want, 10)
+		want = max(want, have)
+		val := encodeKeyPause(want, next)
 		if rev == 0 {
 			_, err = kv.Create(ctx, key, val)
 		} else {
@@ -229,7 +298,7 @@ func (k *KeyPauses) Pause(ctx context.Context, kv jetstream.KeyValue, q, token s
 			if have <= now.UnixNano() {
 				k.pauses.Add(1)
 			}
-			k.set(token, want)
+			k.set(token, want, next)
 			return time.Unix(0, want), nil
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
 			// Another worker wrote it since we read: read again.
@@ -239,13 +308,43 @@ func (k *KeyPauses) Pause(ctx context.Context, kv jetstream.KeyValue, q, token s
 	}
 }
 
-// decodeKeyPause reads an entry's value: the pause's end, decimal unix ns.
-func decodeKeyPause(b []byte) (int64, error) {
-	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("pace: key pause %q: want unix nanoseconds", b)
+// encodeKeyPause is an entry's value: the pause's end in decimal unix ns,
+// and, once the key's adaptive rate was cut, the cut's time (unix ns) and
+// the rates before and after it (thousandths of a start per second),
+// separated by spaces.
+func encodeKeyPause(until int64, cut LeakState) []byte {
+	b := strconv.AppendInt(nil, until, 10)
+	if cut.CutAt.IsZero() {
+		return b
 	}
-	return n, nil
+	for _, n := range []int64{cut.CutAt.UnixNano(), cut.From, cut.To} {
+		b = strconv.AppendInt(append(b, ' '), n, 10)
+	}
+	return b
+}
+
+// decodeKeyPause reads an entry's value (encodeKeyPause).
+func decodeKeyPause(b []byte) (int64, LeakState, error) {
+	f := strings.Fields(string(b))
+	bad := func() (int64, LeakState, error) {
+		return 0, LeakState{}, fmt.Errorf("pace: key pause %q: want unix nanoseconds, then optionally the cut's unix nanoseconds and two rates", b)
+	}
+	if len(f) != 1 && len(f) != 4 {
+		return bad()
+	}
+	var n [4]int64
+	for i := range f {
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil || v < 0 {
+			return bad()
+		}
+		n[i] = v
+	}
+	var cut LeakState
+	if len(f) == 4 {
+		cut = LeakState{CutAt: time.Unix(0, n[1]), From: n[2], To: n[3]}
+	}
+	return n[0], cut, nil
 }
 
 // Run follows queue q's key pauses in kv (OpenKeyPushbackBucket) until ctx
@@ -292,9 +391,16 @@ func (k *KeyPauses) watch(ctx context.Context, kv jetstream.KeyValue, q string, 
 			if e.Operation() != jetstream.KeyValuePut {
 				continue // an entry expired or was removed: its end is known
 			}
-			if until, err := decodeKeyPause(e.Value()); err == nil {
-				k.set(strings.TrimPrefix(e.Key(), q+"."), until)
+			if until, cut, err := decodeKeyPause(e.Value()); err == nil {
+				k.set(strings.TrimPrefix(e.Key(), q+"."), until, cut)
 			}
 		}
 	}
+}
+
+// Leak is the leak's maximum rate and whether it is adaptive, as in force
+// now (a reload changes them in place: SetRate, SetAdaptive): what a key's
+// pushback cuts its own rate from (KeyPauses.PauseCut).
+func (p *YieldingPacer) Leak() (maxRate bucket.Rate, adaptive bool) {
+	return *p.maxRate.Load(), p.adaptive.Load()
 }

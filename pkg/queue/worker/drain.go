@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/leadership"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
@@ -43,6 +44,10 @@ import (
 //     it to another worker after the ack wait, which books a new start and
 //     runs the job again (at least once). A grant taken late — every
 //     handler was busy — books a new start too, so starts never crowd.
+//   - The leader grants no start to a job whose concurrency key is at its
+//     max (keycap.go): it follows the key slots' holders and holds such a
+//     job's flow until a slot frees. A worker that finds the key at its
+//     max at the start all the same hands the grant back (startKeys).
 //   - A job older than the queue's MaxAge, a job whose expiry (ExpiresAt)
 //     comes before the start it could have, or a message that is not a
 //     job, goes to DEAD from the leader, taking no start. A worker that
@@ -112,6 +117,7 @@ func (d *drainer) run(ctx context.Context) {
 			newLeader(leaderDeps{
 				js: d.js, queue: d.cfg.Queue, drainStreams: d.drainStreams, book: d.book,
 				pause: d.pause, period: d.period, log: d.log, observe: d.observe, keys: d.keyPauses, weights: d.weights,
+				ackWait: d.cfg.AckWait, leak: func() (bucket.Rate, bool) { return leakOf(d.cfg) },
 			}).run(lctx)
 		})
 	})

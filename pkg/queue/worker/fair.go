@@ -54,6 +54,13 @@ type fairSched struct {
 	// picked (the weights may change while its jobs wait); nil, or ok
 	// false: the weight stamped on the job.
 	weightOf func(key string) (weight int, ok bool)
+	// atMax, if set, tells whether one of a job's concurrency keys is at
+	// its max by now: the entry key of the first that is ("" if none),
+	// and when to look again if nothing changes before (keycap.go). A
+	// flow whose first due job's key is at its max is held (capped)
+	// until its entry changes (recheck) or that time.
+	atMax  func(keys []queue.ConcurrencyKey, now int64) (entry string, until int64)
+	capped map[string]map[*flow]struct{} // entry key → the flows it holds
 }
 
 // flowWindow is how many jobs of a due flow the scheduler holds.
@@ -93,6 +100,7 @@ type flow struct {
 	beyond  int          // its share of fairSched.beyond
 	held    int64        // unix ns: its key is paused until then (hold)
 	key     string       // the client key of its jobs (weightOf)
+	capOn   string       // the concurrency entry at its max holding it (atMax), or ""
 }
 
 // pendingJob is a job of a flow's window.
@@ -106,6 +114,10 @@ type pendingJob struct {
 
 	// key is its client key, kept on its flow (flow.key) once read.
 	key string
+	// conc are its concurrency bounds, and id its job id when it has
+	// some (the leader matches it with the slots' holders).
+	conc []queue.ConcurrencyKey
+	id   string
 }
 
 // goes reports whether j leaves its flow at the next pick by now: it is
@@ -132,6 +144,7 @@ func newFairSched(minShare float64) *fairSched {
 		waiting: flowHeap{less: byNext, place: func(f *flow) *int { return &f.waitIdx }},
 	}
 	s.keyFlows = make(map[string]*[len(spillway.Priorities)]*flow)
+	s.capped = make(map[string]map[*flow]struct{})
 	for i := range s.classes {
 		s.classes[i].due = flowHeap{less: byTag, place: func(f *flow) *int { return &f.dueIdx }}
 	}
@@ -234,10 +247,11 @@ func (s *fairSched) place(f *flow, now int64) {
 			delete(s.ahead, f)
 		}
 	}()
-	due, next := false, int64(0)
+	s.uncap(f)
+	due, next, first := false, int64(0), 0
 	for i, j := range f.window {
 		if j.goes(now) {
-			due = true
+			due, first = true, i
 			break
 		}
 		if i == 0 || j.wakes() < next {
@@ -251,6 +265,11 @@ func (s *fairSched) place(f *flow, now int64) {
 			next = f.held
 		}
 		due = false
+	}
+	if due && s.atMax != nil {
+		if until, capped := s.capFlow(f, first, next, now); capped {
+			next, due = until, false
+		}
 	}
 	c := &s.classes[classIndex(f.class)]
 	switch {
@@ -325,6 +344,64 @@ func (s *fairSched) hold(token string, until, now int64) {
 			f.held = until
 			s.place(f, now)
 		}
+	}
+}
+
+// capFlow reports whether f, due, is held because the key of its first
+// due job (window[first]) is at its max, and until when: it waits for a
+// slot of that key to free (recheck), or for the time atMax says, or its
+// job's expiry — or for one of the jobs before it to become due (before:
+// the soonest) — as for a job not due yet.
+func (s *fairSched) capFlow(f *flow, first int, before, now int64) (until int64, capped bool) {
+	j := f.window[first]
+	if len(j.conc) == 0 || j.bad != nil || j.expired(now) {
+		return 0, false
+	}
+	entry, until := s.atMax(j.conc, now)
+	if entry == "" {
+		return 0, false
+	}
+	if j.expires != 0 {
+		until = min(until, j.expires)
+	}
+	if first > 0 {
+		until = min(until, before)
+	}
+	f.capOn = entry
+	if s.capped[entry] == nil {
+		s.capped[entry] = make(map[*flow]struct{})
+	}
+	s.capped[entry][f] = struct{}{}
+	return until, true
+}
+
+// uncap forgets that f is held for a concurrency key at its max.
+func (s *fairSched) uncap(f *flow) {
+	if f.capOn == "" {
+		return
+	}
+	if m := s.capped[f.capOn]; m != nil {
+		delete(m, f)
+		if len(m) == 0 {
+			delete(s.capped, f.capOn)
+		}
+	}
+	f.capOn = ""
+}
+
+// recheck looks again at the flows held for the concurrency entry entry,
+// which changed: a slot of it may have freed.
+func (s *fairSched) recheck(entry string, now int64) {
+	m := s.capped[entry]
+	if len(m) == 0 {
+		return
+	}
+	flows := make([]*flow, 0, len(m))
+	for f := range m {
+		flows = append(flows, f)
+	}
+	for _, f := range flows {
+		s.place(f, now)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
@@ -34,6 +35,12 @@ type leaderDeps struct {
 	// weights are the fairness weights in force (nil: those stamped on
 	// the jobs).
 	weights *pace.Weights
+	// ackWait is the workers' ack wait: a key slot's holder that has not
+	// beaten for that long is dead (keycap.go).
+	ackWait time.Duration
+	// leak is the leak's maximum rate and whether it is adaptive, now
+	// (leakOf): a key's cut rate is kept by paceKey.
+	leak func() (bucket.Rate, bool)
 }
 
 // leader runs a queue's drain while its worker holds the lease.
@@ -60,6 +67,14 @@ type leader struct {
 	aheadAt     time.Time
 	// keysSeen is the version of the key pauses the scheduler holds.
 	keysSeen uint64
+	// keyNext is, per key token whose adaptive rate a pushback cut, when
+	// its next start may come (paceKey), unix ns; keyNextSweep is the size
+	// at which the past ones are forgotten.
+	keyNext      map[string]int64
+	keyNextSweep int
+	// caps are the key slots' holders, for holding the flows whose
+	// concurrency key is at its max (nil: no slots' bucket).
+	caps *keyCaps
 }
 
 // bookAhead is how many starts ahead of the next one due the leader
@@ -83,8 +98,12 @@ func newLeader(deps leaderDeps) *leader {
 	l := &leader{
 		leaderDeps: deps, sched: newFairSched(deps.queue.Fairness.MinShare), filter: queue.SubjectFilter(deps.queue.Name, queue.Backlog),
 		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
+		keyNext: make(map[string]int64), keyNextSweep: 64,
 	}
 	l.holdPausedKeys()
+	if deps.drainStreams.keys != nil {
+		l.caps = newKeyCaps(deps.queue.Name, deps.ackWait)
+	}
 	if deps.weights != nil {
 		l.sched.weightOf = deps.weights.WeightOf
 	}
@@ -108,6 +127,7 @@ func (l *leader) run(ctx context.Context) {
 	} else {
 		defer func() { _ = sub.Unsubscribe() }()
 	}
+	l.watchCaps(ctx)
 	for failures := 0; ctx.Err() == nil; failures++ {
 		if err = l.index(ctx); err == nil {
 			break
@@ -131,6 +151,7 @@ func (l *leader) run(ctx context.Context) {
 		}
 		l.read(ctx)
 		l.holdKeys()
+		l.recheckCaps()
 		now := time.Now()
 		if !l.sched.peek(now.UnixNano()) {
 			l.idle(ctx, now)
@@ -172,6 +193,7 @@ func (l *leader) idle(ctx context.Context, now time.Time) {
 	case <-t.C:
 	case <-l.wake:
 	case <-l.keys.Changed():
+	case <-l.capsChanged():
 	case <-ctx.Done():
 	}
 }
@@ -299,6 +321,9 @@ func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
 		due = j.EnqueuedAt
 	}
 	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1), key: j.Key}
+	if len(j.Concurrency) > 0 {
+		p.conc, p.id = j.Concurrency, j.ID
+	}
 	if !j.ExpiresAt.IsZero() {
 		p.expires = max(j.ExpiresAt.UnixNano(), 1)
 	}
@@ -352,9 +377,10 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	// A job whose booked start is past its expiry would never run: it
 	// goes to DEAD now, and the booking goes to the next job picked (if
 	// none is due, it is lost, as any booking not used). So does the
-	// booking of a job whose key was paused meanwhile until after it: the
-	// job goes back to its flow, which waits for the pause's end.
-	for j.expires != 0 && start.UnixNano() > j.expires || l.keyHeld(f, j, start) {
+	// booking of a job whose key was paused meanwhile until after it, or
+	// whose concurrency key reached its max: the job goes back to its
+	// flow, which waits for the pause's end, or for a slot.
+	for j.expires != 0 && start.UnixNano() > j.expires || l.keyHeld(f, j, start) || l.keyCapped(f, j) {
 		if j.expires != 0 && start.UnixNano() > j.expires {
 			l.expire(ctx, f.subject, j, start)
 		}
@@ -381,6 +407,8 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 		return nil
 	}
 	l.stats.add(queue.SubjectToken(f.subject), start)
+	l.grantedKeys(f, j, start)
+	l.paceKey(f, start)
 	next := make(chan struct{})
 	time.AfterFunc(time.Until(start)-bookAhead*l.period, func() { close(next) })
 	return next
