@@ -86,6 +86,10 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, limitPath, h.admin(h.keyLimit)},
 		{http.MethodPut, limitPath, h.admin(h.setKeyLimit)},
 		{http.MethodDelete, limitPath, h.admin(h.deleteKeyLimit)},
+		{http.MethodGet, "/v1/queues/{queue}/concurrency", h.admin(h.concurrencyList)}, // concurrencyoverrides.go
+		{http.MethodGet, concurrencyPath, h.admin(h.keyConcurrency)},
+		{http.MethodPut, concurrencyPath, h.admin(h.setKeyConcurrency)},
+		{http.MethodDelete, concurrencyPath, h.admin(h.deleteKeyConcurrency)},
 		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, "ok\n")
