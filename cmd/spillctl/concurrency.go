@@ -85,27 +85,9 @@ func runConcurrency(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return a.adminError(name+" "+sub, "concurrency", err)
 	}
-	switch {
-	case sub == "rm" && *asJSON:
-		return nil
-	case sub == "rm":
-		_, err := fmt.Fprintf(stdout, "%s/%s: override of %s removed\n", pos[1], pos[2], pos[3])
-		return err
-	case sub == "list" && *asJSON:
-		return writeJSON(stdout, l)
-	case sub == "list":
-		_, err := io.WriteString(stdout, concurrencyTable(*l))
-		return err
-	case *asJSON:
-		return writeJSON(stdout, k)
-	}
-	line := fmt.Sprintf("%s/%s %s: max %d (%s", k.Queue, k.Concurrency, k.Key, k.Max, k.Source)
-	if k.Pattern != "" && k.Pattern != k.Key {
-		line += " " + k.Pattern
-	}
-	line += origin(k.By, k.At, k.Line) + ")"
-	_, err = fmt.Fprintln(stdout, line)
-	return err
+	return printOverride(stdout, pos, *asJSON, l, func() string { return concurrencyTable(*l) }, k, func() string {
+		return fmt.Sprintf("%s/%s %s: max %d (%s%s)", k.Queue, k.Concurrency, k.Key, k.Max, k.Source, matched(k.Key, k.Pattern)+origin(k.By, k.At, k.Line))
+	})
 }
 
 // concurrencyTable is a ConcurrencyList for people: one row per entry,

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,33 +15,15 @@ import (
 func TestConcurrencyCommands(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 25, 16, 0, 0, 0, time.UTC)
-	var mu sync.Mutex
-	var seen []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer admin-key" {
-			w.Header().Set("Content-Type", spillway.ProblemContentType)
-			w.WriteHeader(http.StatusForbidden)
-			_ = json.NewEncoder(w).Encode(spillway.Problem{Type: spillway.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
-			return
+	url, seen := fakeAdmin(t, func(r *http.Request) any {
+		if strings.HasSuffix(r.URL.Path, "/concurrency") {
+			return spillway.ConcurrencyList{Queue: "email", Entries: []spillway.ConcurrencyEntry{{Name: "per-tenant",
+				KeyedBy: "header:X-Tenant", Max: 2, Overrides: []spillway.ConcurrencyOverride{{Key: "tenant-*", Max: 4, Source: "config", Line: 12}}}}}
 		}
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		seen = append(seen, r.Method+" "+r.URL.EscapedPath()+" "+strings.TrimSpace(string(b)))
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		switch {
-		case r.Method == http.MethodDelete:
-			w.WriteHeader(http.StatusNoContent)
-		case strings.HasSuffix(r.URL.Path, "/concurrency"):
-			_ = json.NewEncoder(w).Encode(spillway.ConcurrencyList{Queue: "email", Entries: []spillway.ConcurrencyEntry{{Name: "per-tenant",
-				KeyedBy: "header:X-Tenant", Max: 2, Overrides: []spillway.ConcurrencyOverride{{Key: "tenant-*", Max: 4, Source: "config", Line: 12}}}}})
-		default:
-			_ = json.NewEncoder(w).Encode(spillway.KeyConcurrencyMax{Queue: "email", Concurrency: "per-tenant", Key: "tenant-a", Max: 10,
-				Source: "runtime", Pattern: "tenant-a", By: "sha256:0123456789ab", At: &at})
-		}
-	}))
-	t.Cleanup(srv.Close)
-	env := map[string]string{"SPILLWAY_SERVER": srv.URL, "SPILLWAY_ADMIN_KEY": "admin-key"}
+		return spillway.KeyConcurrencyMax{Queue: "email", Concurrency: "per-tenant", Key: "tenant-a", Max: 10,
+			Source: "runtime", Pattern: "tenant-a", By: "sha256:0123456789ab", At: &at}
+	})
+	env := map[string]string{"SPILLWAY_SERVER": url, "SPILLWAY_ADMIN_KEY": "admin-key"}
 
 	out, _, err := spillctlEnv(t, env, "", "concurrency", "set", "email", "per-tenant", "tenant-a", "--max", "10")
 	if err != nil || !strings.Contains(out, "email/per-tenant tenant-a: max 10 (runtime by sha256:0123456789ab") {
@@ -70,13 +48,11 @@ func TestConcurrencyCommands(t *testing.T) {
 		`GET /v1/queues/email/concurrency `,
 		`DELETE /v1/queues/email/concurrency/per-tenant/keys/tenant-%2A `,
 	}
-	mu.Lock()
-	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
-		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	if got := seen(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	mu.Unlock()
 
-	submitKey := map[string]string{"SPILLWAY_SERVER": srv.URL, "SPILLWAY_ADMIN_KEY": "submit-key"}
+	submitKey := map[string]string{"SPILLWAY_SERVER": url, "SPILLWAY_ADMIN_KEY": "submit-key"}
 	if _, _, err := spillctlEnv(t, submitKey, "", "concurrency", "list", "email"); err == nil || !strings.Contains(err.Error(), "403") ||
 		!strings.Contains(err.Error(), "the concurrency endpoints take an admin key") {
 		t.Errorf("list without an admin key: %v", err)

@@ -131,27 +131,40 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return a.adminError(name+" "+sub, "limits", err)
 	}
-	switch {
-	case sub == "rm" && *asJSON:
-		return nil
+	return printOverride(stdout, pos, *asJSON, l, func() string { return limitTable(*l) }, k, func() string {
+		return fmt.Sprintf("%s/%s %s: %s %s (%s%s)", k.Queue, k.Tier, k.Key, k.Algorithm, paramsText(k.LimitParams), k.Source,
+			matched(k.Key, k.Pattern)+origin(k.By, k.At, k.Line))
+	})
+}
+
+// printOverride prints the answer of a limits or concurrency subcommand
+// (pos[0]): nothing for rm --json, a line for rm, a list as JSON or as
+// listTable, one key's answer as JSON or as keyLine.
+func printOverride(stdout io.Writer, pos []string, asJSON bool, list any, listTable func() string, key any, keyLine func() string) error {
+	var err error
+	switch sub := pos[0]; {
+	case sub == "rm" && asJSON:
 	case sub == "rm":
-		_, err := fmt.Fprintf(stdout, "%s/%s: override of %s removed\n", pos[1], pos[2], pos[3])
-		return err
-	case sub == "list" && *asJSON:
-		return writeJSON(stdout, l)
+		_, err = fmt.Fprintf(stdout, "%s/%s: override of %s removed\n", pos[1], pos[2], pos[3])
+	case sub == "list" && asJSON:
+		err = writeJSON(stdout, list)
 	case sub == "list":
-		_, err := io.WriteString(stdout, limitTable(*l))
-		return err
-	case *asJSON:
-		return writeJSON(stdout, k)
+		_, err = io.WriteString(stdout, listTable())
+	case asJSON:
+		err = writeJSON(stdout, key)
+	default:
+		_, err = fmt.Fprintln(stdout, keyLine())
 	}
-	line := fmt.Sprintf("%s/%s %s: %s %s (%s", k.Queue, k.Tier, k.Key, k.Algorithm, paramsText(k.LimitParams), k.Source)
-	if k.Pattern != "" && k.Pattern != k.Key {
-		line += " " + k.Pattern
-	}
-	line += origin(k.By, k.At, k.Line) + ")"
-	_, err = fmt.Fprintln(stdout, line)
 	return err
+}
+
+// matched is " PATTERN" when the override that matched key is a prefix
+// pattern, else "".
+func matched(key, pattern string) string {
+	if pattern != "" && pattern != key {
+		return " " + pattern
+	}
+	return ""
 }
 
 // adminKeyFlag adds --admin-key to fs; the function it returns is the key

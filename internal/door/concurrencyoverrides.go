@@ -74,10 +74,8 @@ func (h *httpDoor) keyConcurrency(w http.ResponseWriter, r *http.Request, _ stri
 	if !ok {
 		return
 	}
-	key := r.PathValue("key")
-	if len(key) > admit.MaxKeyLen {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "key",
-			Detail: fmt.Sprintf("a key of %d bytes: want at most %d", len(key), admit.MaxKeyLen)})
+	key, ok := clientKeyOf(w, r)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, "application/json", keyConcurrencyOf(q, c, key, c.Overrides.Match(key)))
@@ -102,19 +100,19 @@ func (h *httpDoor) setKeyConcurrency(w http.ResponseWriter, r *http.Request, by 
 	if !ok {
 		return
 	}
-	body, ok := readBody(w, r, min(h.cfg().HTTP.MaxBodyBytes, 64<<10), tooLarge)
+	body, ok := h.overrideBody(w, r)
 	if !ok {
 		return
 	}
 	n, field, err := decodeConcurrencyMax(body)
 	if err != nil {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: field, Detail: err.Error()})
+		badRequest(w, r, field, err)
 		return
 	}
 	rec := overrides.Record{Target: overrides.Target{Queue: q.Name, Concurrency: c.Name}, Key: p.String(), Max: n, By: by, At: time.Now().UTC()}
 	o, err := admit.RuntimeConcurrencyOverride(c, rec)
 	if err != nil { // decodeConcurrencyMax and concurrencyOverrideOf checked what it checks
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Detail: err.Error()})
+		badRequest(w, r, "", err)
 		return
 	}
 	if !h.storeOverride(w, r, rec) {
@@ -154,12 +152,8 @@ func (h *httpDoor) concurrencyOverrideOf(w http.ResponseWriter, r *http.Request)
 			Detail: fmt.Sprintf("concurrency entry %s is global: it has one key, which its own max bounds; overrides apply to header:NAME and ip entries", c.Name)})
 		return nil, c, overrides.Pattern{}, false
 	}
-	p, err := overrides.ParsePattern(r.PathValue("key"))
-	if err != nil {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "key", Detail: err.Error()})
-		return nil, c, overrides.Pattern{}, false
-	}
-	return q, c, p, true
+	p, ok := patternOf(w, r)
+	return q, c, p, ok
 }
 
 // decodeConcurrencyMax reads a PUT's body, {"max": N} with N from 1 to

@@ -1,14 +1,12 @@
 package door_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/spillway-dev/spillway/internal/door"
-	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -35,30 +33,7 @@ queues:
 // mix with them.
 func TestConcurrencyEndpoints(t *testing.T) {
 	t.Parallel()
-	keys, err := door.LoadAPIKeys(writeFile(t, "keys", testKey+"\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admins, err := door.LoadAPIKeys(writeFile(t, "admin-keys", adminKey+"\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := setup(t, concurrencyOverridesConfig, setupOptions{keys: keys, adminKeys: admins})
-	w := overrides.NewWatcher(b.limits, nil)
-	w.OnChange = b.admitter.SetRuntimeOverrides
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	call := func(method, path, key, body string) response {
-		t.Helper()
-		var h []string
-		if key != "" {
-			h = []string{"Authorization", "Bearer " + key}
-		}
-		return b.do(t, method, path, strings.NewReader(body), h...)
-	}
+	b, call := overridesSetup(t, concurrencyOverridesConfig)
 	keyPath := "/v1/queues/mail/concurrency/per-client/keys/"
 	// Authentication, as every admin endpoint's.
 	for _, c := range []struct {

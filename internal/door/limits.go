@@ -93,10 +93,8 @@ func (h *httpDoor) keyLimit(w http.ResponseWriter, r *http.Request, _ string) {
 	if !ok {
 		return
 	}
-	key := r.PathValue("key")
-	if len(key) > admit.MaxKeyLen {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "key",
-			Detail: fmt.Sprintf("a key of %d bytes: want at most %d", len(key), admit.MaxKeyLen)})
+	key, ok := clientKeyOf(w, r)
+	if !ok {
 		return
 	}
 	l := q.Limits[i]
@@ -123,14 +121,13 @@ func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string
 	if !ok {
 		return
 	}
-	body, ok := readBody(w, r, min(h.cfg().HTTP.MaxBodyBytes, 64<<10), tooLarge)
+	body, ok := h.overrideBody(w, r)
 	if !ok {
 		return
 	}
 	params, field, err := decodeLimitParams(body)
 	if err != nil {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: field,
-			Detail: err.Error()})
+		badRequest(w, r, field, err)
 		return
 	}
 	l := q.Limits[i]
@@ -186,12 +183,8 @@ func (h *httpDoor) overrideOf(w http.ResponseWriter, r *http.Request) (*config.Q
 			Detail: fmt.Sprintf("tier %s is global: it has one key, which its own parameters limit; overrides apply to header:NAME and ip tiers", l.Name)})
 		return nil, 0, overrides.Pattern{}, false
 	}
-	p, err := overrides.ParsePattern(r.PathValue("key"))
-	if err != nil {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "key", Detail: err.Error()})
-		return nil, 0, overrides.Pattern{}, false
-	}
-	return q, i, p, true
+	p, ok := patternOf(w, r)
+	return q, i, p, ok
 }
 
 // decodeLimitParams reads a PUT's body: a JSON object of limitParamNames.

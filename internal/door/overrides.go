@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -24,6 +25,39 @@ func (h *httpDoor) queueOf(w http.ResponseWriter, r *http.Request) (*config.Queu
 		return nil, false
 	}
 	return q, true
+}
+
+// clientKeyOf is {key} as a client key, the one a GET asks about;
+// answering 400 for one longer than any client key can be.
+func clientKeyOf(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key := r.PathValue("key")
+	if len(key) > admit.MaxKeyLen {
+		badRequest(w, r, "key", fmt.Errorf("a key of %d bytes: want at most %d", len(key), admit.MaxKeyLen))
+		return "", false
+	}
+	return key, true
+}
+
+// patternOf is {key} as a pattern, the one a PUT or DELETE is about;
+// answering 400 for one that is not.
+func patternOf(w http.ResponseWriter, r *http.Request) (overrides.Pattern, bool) {
+	p, err := overrides.ParsePattern(r.PathValue("key"))
+	if err != nil {
+		badRequest(w, r, "key", err)
+		return overrides.Pattern{}, false
+	}
+	return p, true
+}
+
+// overrideBody reads a PUT's body, at most 64 KiB (or
+// http.max_body_bytes if less).
+func (h *httpDoor) overrideBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	return readBody(w, r, min(h.cfg().HTTP.MaxBodyBytes, 64<<10), tooLarge)
+}
+
+// badRequest answers 400, naming field (if any) and saying err.
+func badRequest(w http.ResponseWriter, r *http.Request, field string, err error) {
+	problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: field, Detail: err.Error()})
 }
 
 // storeOverride stores rec in the runtime overrides' bucket, where every

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,21 +19,9 @@ import (
 // entry and a max out of range are problems, a NATS client sends none.
 func TestConcurrencyAdminCalls(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "admin"), []byte(adminKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	yaml := strings.Replace(adminConfig, "    backlog: {capacity: 10, leak_rate: 1/m}\n",
 		"    backlog: {capacity: 10, leak_rate: 1/m}\n    concurrency: [{name: per-client, key: \"header:X-Client\", max: 2}]\n", 1)
-	a, err := startAdmitter(dir, yaml)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := a.stop(); err != nil {
-			t.Errorf("stopping the admitter: %v", err)
-		}
-	})
+	a := adminSetup(t, yaml)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	checked := client.WithHTTPClient(apitest.Client(t, &http.Client{}))

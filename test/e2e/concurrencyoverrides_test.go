@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -66,47 +64,20 @@ func TestConcurrencyOverridesAcrossAdmitters(t *testing.T) {
 	keyURL := func(adm string) string {
 		return "http://" + adm + "/v1/queues/conc/concurrency/per-tenant/keys/tenant-a"
 	}
-	call := func(method, url, key, body string) (int, []byte) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
-	// within polls until cond, failing after d: how long it took.
-	within := func(d time.Duration, what string, cond func() bool) time.Duration {
-		t.Helper()
-		start := time.Now()
-		for !cond() {
-			if time.Since(start) > d {
-				t.Fatalf("%s: not within %v", what, d)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return time.Since(start)
-	}
 
 	admA, admB := c.admitters[0].addr, c.admitters[1].addr
 	before, s := stamped(admB)
 	if !slices.Equal(s, stampOf("2")) {
 		t.Fatalf("tenant-a's job without an override: stamped %q, want %q", s, stampOf("2"))
 	}
-	if code, body := call(http.MethodPut, keyURL(admA), e2eSubmitKey, `{"max": 5}`); code != http.StatusForbidden {
+	if code, body := keyedCall(t, client, http.MethodPut, keyURL(admA), e2eSubmitKey, `{"max": 5}`); code != http.StatusForbidden {
 		t.Errorf("PUT with a submit key: %d %s, want 403", code, body)
 	}
-	code, body := call(http.MethodPut, keyURL(admA), e2eAdminKey, `{"max": 5}`)
+	code, body := keyedCall(t, client, http.MethodPut, keyURL(admA), e2eAdminKey, `{"max": 5}`)
 	if code != http.StatusOK {
 		t.Fatalf("PUT through A: %d %s", code, body)
 	}
-	took := within(time.Second, "B stamping the new max", func() bool {
+	took := within(t, time.Second, "B stamping the new max", func() bool {
 		_, s := stamped(admB)
 		return slices.Equal(s, stampOf("5"))
 	})
@@ -132,15 +103,15 @@ func TestConcurrencyOverridesAcrossAdmitters(t *testing.T) {
 		t.Errorf("the job admitted before the PUT changed its stamp; want it to keep max 2")
 	}
 
-	code, body = call(http.MethodGet, keyURL(admB), e2eAdminKey, "")
+	code, body = keyedCall(t, client, http.MethodGet, keyURL(admB), e2eAdminKey, "")
 	var k spillway.KeyConcurrencyMax
 	if code != http.StatusOK || json.Unmarshal(body, &k) != nil || k.Source != spillway.LimitSourceRuntime || k.Max != 5 || k.By == "" || k.At == nil {
 		t.Errorf("GET through B: %d %s, want the runtime override with who set it and when", code, body)
 	}
-	if code, body := call(http.MethodDelete, keyURL(admB), e2eAdminKey, ""); code != http.StatusNoContent {
+	if code, body := keyedCall(t, client, http.MethodDelete, keyURL(admB), e2eAdminKey, ""); code != http.StatusNoContent {
 		t.Fatalf("DELETE through B: %d %s", code, body)
 	}
-	took = within(time.Second, "A stamping the entry's max again", func() bool {
+	took = within(t, time.Second, "A stamping the entry's max again", func() bool {
 		_, s := stamped(admA)
 		return slices.Equal(s, stampOf("2"))
 	})
