@@ -48,7 +48,8 @@ type HTTPOptions struct {
 	// resume, admin.go); nil or empty: those answer 403 to everyone.
 	AdminKeys *APIKeys
 	// Limits is the runtime overrides' bucket (overrides.Open), for the
-	// limits endpoints (limits.go); nil: they answer 503.
+	// limits and concurrency endpoints (limits.go,
+	// concurrencyoverrides.go); nil: their writes answer 503.
 	Limits jetstream.KeyValue
 	// Ready reports whether the admitter can take jobs (/readyz).
 	Ready func() error
