@@ -49,8 +49,41 @@ Examples:
 Flags:
 `
 
-// limitsArgs are how many positional arguments each subcommand takes.
-var limitsArgs = map[string]int{"list": 1, "get": 3, "set": 3, "rm": 3}
+// overrideArgs are how many positional arguments each subcommand of
+// limits and concurrency takes.
+var overrideArgs = map[string]int{"list": 1, "get": 3, "set": 3, "rm": 3}
+
+// overrideSubcommand checks the positional arguments of limits or
+// concurrency (cmd): a subcommand of overrideArgs and its arguments,
+// QUEUE and, but for list, which (TIER, NAME) and KEY.
+func overrideSubcommand(cmd string, pos []string, which string) (string, error) {
+	if len(pos) == 0 {
+		return "", usageErrorf("%s: want list, get, set or rm (see %s --help)", cmd, cmd)
+	}
+	sub, want := pos[0], overrideArgs[pos[0]]
+	if want == 0 {
+		return "", usageErrorf("%s: unknown subcommand %q: want list, get, set or rm (see %s --help)", cmd, sub, cmd)
+	}
+	if len(pos)-1 != want {
+		what := "QUEUE " + which + " KEY"
+		if sub == "list" {
+			what = "QUEUE"
+		}
+		return "", usageErrorf("%s %s: want %s, got %d arguments (see %s --help)", cmd, sub, what, len(pos)-1, cmd)
+	}
+	return sub, nil
+}
+
+// adminError is err of call, a command of an admin endpoint (those of
+// endpoints: "limits"), explained; a 401 or 403 says to give an admin
+// key.
+func (a *admitter) adminError(call, endpoints string, err error) error {
+	var pe *client.ProblemError
+	if errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden) {
+		return fmt.Errorf("%s: %w; the %s endpoints take an admin key: set --admin-key or $SPILLWAY_ADMIN_KEY", call, a.explain(err), endpoints)
+	}
+	return fmt.Errorf("%s: %w", call, a.explain(err))
+}
 
 func runLimits(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	const name = "spillctl limits"
@@ -70,19 +103,9 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 	if done || err != nil {
 		return err
 	}
-	if len(pos) == 0 {
-		return usageErrorf("%s: want list, get, set or rm (see %s --help)", name, name)
-	}
-	sub, want := pos[0], limitsArgs[pos[0]]
-	if want == 0 {
-		return usageErrorf("%s: unknown subcommand %q: want list, get, set or rm (see %s --help)", name, sub, name)
-	}
-	if len(pos)-1 != want {
-		what := "QUEUE TIER KEY"
-		if sub == "list" {
-			what = "QUEUE"
-		}
-		return usageErrorf("%s %s: want %s, got %d arguments (see %s --help)", name, sub, what, len(pos)-1, name)
+	sub, err := overrideSubcommand(name, pos, "TIER")
+	if err != nil {
+		return err
 	}
 	if sub == "set" && p == (spillway.LimitParams{}) {
 		return usageErrorf("%s set: give the parameters: --rate and --burst, or --limit and --window (see %s --help)", name, name)
@@ -106,33 +129,42 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 		err = a.c.DeleteKeyLimit(ctx, pos[1], pos[2], pos[3])
 	}
 	if err != nil {
-		var pe *client.ProblemError
-		if errors.As(err, &pe) && (pe.Status == http.StatusUnauthorized || pe.Status == http.StatusForbidden) {
-			return fmt.Errorf("%s %s: %w; the limits endpoints take an admin key: set --admin-key or $SPILLWAY_ADMIN_KEY", name, sub, a.explain(err))
-		}
-		return fmt.Errorf("%s %s: %w", name, sub, a.explain(err))
+		return a.adminError(name+" "+sub, "limits", err)
 	}
-	switch {
-	case sub == "rm" && *asJSON:
-		return nil
+	return printOverride(stdout, pos, *asJSON, l, func() string { return limitTable(*l) }, k, func() string {
+		return fmt.Sprintf("%s/%s %s: %s %s (%s%s)", k.Queue, k.Tier, k.Key, k.Algorithm, paramsText(k.LimitParams), k.Source,
+			matched(k.Key, k.Pattern)+origin(k.By, k.At, k.Line))
+	})
+}
+
+// printOverride prints the answer of a limits or concurrency subcommand
+// (pos[0]): nothing for rm --json, a line for rm, a list as JSON or as
+// listTable, one key's answer as JSON or as keyLine.
+func printOverride(stdout io.Writer, pos []string, asJSON bool, list any, listTable func() string, key any, keyLine func() string) error {
+	var err error
+	switch sub := pos[0]; {
+	case sub == "rm" && asJSON:
 	case sub == "rm":
-		_, err := fmt.Fprintf(stdout, "%s/%s: override of %s removed\n", pos[1], pos[2], pos[3])
-		return err
-	case sub == "list" && *asJSON:
-		return writeJSON(stdout, l)
+		_, err = fmt.Fprintf(stdout, "%s/%s: override of %s removed\n", pos[1], pos[2], pos[3])
+	case sub == "list" && asJSON:
+		err = writeJSON(stdout, list)
 	case sub == "list":
-		_, err := io.WriteString(stdout, limitTable(*l))
-		return err
-	case *asJSON:
-		return writeJSON(stdout, k)
+		_, err = io.WriteString(stdout, listTable())
+	case asJSON:
+		err = writeJSON(stdout, key)
+	default:
+		_, err = fmt.Fprintln(stdout, keyLine())
 	}
-	line := fmt.Sprintf("%s/%s %s: %s %s (%s", k.Queue, k.Tier, k.Key, k.Algorithm, paramsText(k.LimitParams), k.Source)
-	if k.Pattern != "" && k.Pattern != k.Key {
-		line += " " + k.Pattern
-	}
-	line += origin(k.By, k.At, k.Line) + ")"
-	_, err = fmt.Fprintln(stdout, line)
 	return err
+}
+
+// matched is " PATTERN" when the override that matched key is a prefix
+// pattern, else "".
+func matched(key, pattern string) string {
+	if pattern != "" && pattern != key {
+		return " " + pattern
+	}
+	return ""
 }
 
 // adminKeyFlag adds --admin-key to fs; the function it returns is the key

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,35 +20,16 @@ import (
 func TestLimitsCommands(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 25, 16, 0, 0, 0, time.UTC)
-	var mu sync.Mutex
-	var seen []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer admin-key" {
-			w.Header().Set("Content-Type", spillway.ProblemContentType)
-			w.WriteHeader(http.StatusForbidden)
-			_ = json.NewEncoder(w).Encode(spillway.Problem{Type: spillway.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
-			return
-		}
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		seen = append(seen, r.Method+" "+r.URL.EscapedPath()+" "+strings.TrimSpace(string(b)))
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		k := spillway.KeyLimit{Queue: "email", Tier: "per-key", Key: "tenant-a", Algorithm: "token_bucket",
-			LimitParams: spillway.LimitParams{Rate: "100/s", Burst: 200}, Source: "runtime", Pattern: "tenant-a", By: "sha256:0123456789ab", At: &at}
-		switch {
-		case r.Method == http.MethodDelete:
-			w.WriteHeader(http.StatusNoContent)
-		case strings.HasSuffix(r.URL.Path, "/limits"):
-			_ = json.NewEncoder(w).Encode(spillway.LimitList{Queue: "email", Tiers: []spillway.TierLimits{{Tier: "per-key", KeyedBy: "header:X-Api-Key",
+	url, seen := fakeAdmin(t, func(r *http.Request) any {
+		if strings.HasSuffix(r.URL.Path, "/limits") {
+			return spillway.LimitList{Queue: "email", Tiers: []spillway.TierLimits{{Tier: "per-key", KeyedBy: "header:X-Api-Key",
 				Mode: "enforce", Algorithm: "token_bucket", LimitParams: spillway.LimitParams{Rate: "10/s", Burst: 20},
-				Overrides: []spillway.LimitOverride{{Key: "tenant-*", LimitParams: spillway.LimitParams{Rate: "50/s", Burst: 50}, Source: "config", Line: 12}}}}})
-		default:
-			_ = json.NewEncoder(w).Encode(k)
+				Overrides: []spillway.LimitOverride{{Key: "tenant-*", LimitParams: spillway.LimitParams{Rate: "50/s", Burst: 50}, Source: "config", Line: 12}}}}}
 		}
-	}))
-	t.Cleanup(srv.Close)
-	env := map[string]string{"SPILLWAY_SERVER": srv.URL, "SPILLWAY_ADMIN_KEY": "admin-key"}
+		return spillway.KeyLimit{Queue: "email", Tier: "per-key", Key: "tenant-a", Algorithm: "token_bucket",
+			LimitParams: spillway.LimitParams{Rate: "100/s", Burst: 200}, Source: "runtime", Pattern: "tenant-a", By: "sha256:0123456789ab", At: &at}
+	})
+	env := map[string]string{"SPILLWAY_SERVER": url, "SPILLWAY_ADMIN_KEY": "admin-key"}
 
 	out, _, err := spillctlEnv(t, env, "", "limits", "set", "email", "per-key", "tenant-a", "--rate", "100/s", "--burst", "200")
 	if err != nil || !strings.Contains(out, "email/per-key tenant-a: token_bucket rate=100/s burst=200 (runtime by sha256:0123456789ab") {
@@ -68,13 +50,11 @@ func TestLimitsCommands(t *testing.T) {
 		`GET /v1/queues/email/limits `,
 		`DELETE /v1/queues/email/limits/per-key/keys/tenant-%2A `,
 	}
-	mu.Lock()
-	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
-		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	if got := seen(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	mu.Unlock()
 
-	submitKey := map[string]string{"SPILLWAY_SERVER": srv.URL, "SPILLWAY_ADMIN_KEY": "submit-key"}
+	submitKey := map[string]string{"SPILLWAY_SERVER": url, "SPILLWAY_ADMIN_KEY": "submit-key"}
 	if _, _, err := spillctlEnv(t, submitKey, "", "limits", "list", "email"); err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "--admin-key") {
 		t.Errorf("list without an admin key: %v", err)
 	}
@@ -85,5 +65,39 @@ func TestLimitsCommands(t *testing.T) {
 	}
 	if out, _, err := spillctlEnv(t, env, "", "limits", "--help"); err != nil || !strings.Contains(out, "Usage: spillctl limits list QUEUE") {
 		t.Errorf("--help: %v\n%s", err, out)
+	}
+}
+
+// fakeAdmin is an admitter's admin endpoints as spillctl sees them: a
+// request without the admin key "admin-key" is 403; the others are
+// recorded (seen: "METHOD escaped-path body") and answered 204 for a
+// DELETE, else with answer(r) as JSON.
+func fakeAdmin(t *testing.T, answer func(*http.Request) any) (url string, seen func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var requests []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer admin-key" {
+			w.Header().Set("Content-Type", spillway.ProblemContentType)
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(spillway.Problem{Type: spillway.ProblemForbidden, Title: "Forbidden", Status: 403, Detail: "this key may submit and read, not administer"})
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		requests = append(requests, r.Method+" "+r.URL.EscapedPath()+" "+strings.TrimSpace(string(b)))
+		mu.Unlock()
+		if r.Method == http.MethodDelete {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(answer(r))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(requests)
 	}
 }

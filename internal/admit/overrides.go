@@ -12,7 +12,7 @@ import (
 
 // Per-key overrides (docs/design.md#per-key-overrides): the configuration
 // the admitter runs is the file's with the runtime overrides merged into
-// its tiers' override tables, rebuilt on a reload and on each change of
+// its tiers' and its concurrency entries' override tables, rebuilt on a reload and on each change of
 // the runtime overrides, so that a submission reads both in one atomic
 // load of the configuration.
 
@@ -43,31 +43,25 @@ func (a *Admitter) SetRuntimeOverrides(records []overrides.Record) {
 	a.cfg.Store(a.withRuntime(a.over.base, a.over.runtime))
 }
 
-// withRuntime is base with records merged into its tiers' overrides; base
-// itself when there are none.
+// withRuntime is base with records merged into its tiers' and its
+// concurrency entries' overrides; base itself when there are none.
 func (a *Admitter) withRuntime(base *config.Config, records []overrides.Record) *config.Config {
 	if len(records) == 0 {
 		return base
 	}
-	byTier := map[[2]string][]overrides.Override{}
+	byTarget := map[overrides.Target][]overrides.Override{}
 	for _, r := range records {
-		q := base.Queue(r.Queue)
-		i := -1
-		if q != nil {
-			i = slices.IndexFunc(q.Limits, func(l config.Limit) bool { return l.Name == r.Tier })
+		o, found, err := runtimeOf(base, r)
+		switch {
+		case !found:
+			a.o.Logger.Warn("admit: a runtime override names a tier or concurrency entry the configuration lacks; ignoring it", "queue", r.Queue, "of", r.Target.String(), "key_hash", queue.KeyHash(r.Key))
+		case err != nil:
+			a.o.Logger.Warn("admit: a runtime override does not fit its tier or concurrency entry; ignoring it", "queue", r.Queue, "of", r.Target.String(), "key_hash", queue.KeyHash(r.Key), "err", err)
+		default:
+			byTarget[r.Target] = append(byTarget[r.Target], o)
 		}
-		if i < 0 {
-			a.o.Logger.Warn("admit: a runtime override names a tier the configuration lacks; ignoring it", "queue", r.Queue, "tier", r.Tier, "key_hash", queue.KeyHash(r.Key))
-			continue
-		}
-		o, err := RuntimeOverride(q.Limits[i], r)
-		if err != nil {
-			a.o.Logger.Warn("admit: a runtime override does not fit its tier; ignoring it", "queue", r.Queue, "tier", r.Tier, "key_hash", queue.KeyHash(r.Key), "err", err)
-			continue
-		}
-		byTier[[2]string{r.Queue, r.Tier}] = append(byTier[[2]string{r.Queue, r.Tier}], o)
 	}
-	if len(byTier) == 0 {
+	if len(byTarget) == 0 {
 		return base
 	}
 	c := *base
@@ -77,12 +71,42 @@ func (a *Admitter) withRuntime(base *config.Config, records []overrides.Record) 
 		q.Limits = slices.Clone(q.Limits)
 		for li := range q.Limits {
 			l := &q.Limits[li]
-			if rt := byTier[[2]string{q.Name, l.Name}]; len(rt) > 0 {
+			if rt := byTarget[overrides.Target{Queue: q.Name, Tier: l.Name}]; len(rt) > 0 {
 				l.Overrides = overrides.NewTable(l.Overrides.List(), rt)
+			}
+		}
+		q.Concurrency = slices.Clone(q.Concurrency)
+		for ci := range q.Concurrency {
+			cc := &q.Concurrency[ci]
+			if rt := byTarget[overrides.Target{Queue: q.Name, Concurrency: cc.Name}]; len(rt) > 0 {
+				cc.Overrides = overrides.NewTable(cc.Overrides.List(), rt)
 			}
 		}
 	}
 	return &c
+}
+
+// runtimeOf is record r as an override of the tier or concurrency entry
+// of cfg it names; found is false when cfg has no such one.
+func runtimeOf(cfg *config.Config, r overrides.Record) (_ overrides.Override, found bool, _ error) {
+	q := cfg.Queue(r.Queue)
+	if q == nil {
+		return overrides.Override{}, false, nil
+	}
+	if r.Concurrency != "" {
+		i := slices.IndexFunc(q.Concurrency, func(c config.Concurrency) bool { return c.Name == r.Concurrency })
+		if i < 0 {
+			return overrides.Override{}, false, nil
+		}
+		o, err := RuntimeConcurrencyOverride(q.Concurrency[i], r)
+		return o, true, err
+	}
+	i := slices.IndexFunc(q.Limits, func(l config.Limit) bool { return l.Name == r.Tier })
+	if i < 0 {
+		return overrides.Override{}, false, nil
+	}
+	o, err := RuntimeOverride(q.Limits[i], r)
+	return o, true, err
 }
 
 // RuntimeOverride is record r as an override of tier l: its parameters

@@ -61,10 +61,10 @@ func TestOverridesDecide(t *testing.T) {
 	}
 
 	a.SetRuntimeOverrides([]overrides.Record{
-		{Queue: "q", Tier: "per-client", Key: "big-x*", Params: overrides.Params{Rate: "1/m", Burst: 7}, By: "sha256:0", At: time.Now()},
-		{Queue: "q", Tier: "per-client", Key: "vip", Params: overrides.Params{Rate: "1/m", Burst: 1}, By: "sha256:0", At: time.Now()},
-		{Queue: "q", Tier: "no-such-tier", Key: "x", Params: overrides.Params{Rate: "1/m", Burst: 1}},
-		{Queue: "q", Tier: "per-client", Key: "bad", Params: overrides.Params{Limit: 3, Window: "1s"}},
+		{Target: overrides.Target{Queue: "q", Tier: "per-client"}, Key: "big-x*", Params: overrides.Params{Rate: "1/m", Burst: 7}, By: "sha256:0", At: time.Now()},
+		{Target: overrides.Target{Queue: "q", Tier: "per-client"}, Key: "vip", Params: overrides.Params{Rate: "1/m", Burst: 1}, By: "sha256:0", At: time.Now()},
+		{Target: overrides.Target{Queue: "q", Tier: "no-such-tier"}, Key: "x", Params: overrides.Params{Rate: "1/m", Burst: 1}},
+		{Target: overrides.Target{Queue: "q", Tier: "per-client"}, Key: "bad", Params: overrides.Params{Limit: 3, Window: "1s"}},
 	})
 	l := a.Config().Queue("q").Limits[0]
 	if o := l.Overrides.Match("vip"); o == nil || o.Source != overrides.SourceRuntime || o.Limit.Burst() != 1 {
@@ -105,7 +105,7 @@ func TestOverridesDecide(t *testing.T) {
 		t.Errorf("vip back on the config's override: %d admitted, want 0 (its bucket is spent)", got)
 	}
 	// A reload keeps the runtime overrides.
-	a.SetRuntimeOverrides([]overrides.Record{{Queue: "q", Tier: "per-client", Key: "z", Params: overrides.Params{Rate: "1/m", Burst: 3}}})
+	a.SetRuntimeOverrides([]overrides.Record{{Target: overrides.Target{Queue: "q", Tier: "per-client"}, Key: "z", Params: overrides.Params{Rate: "1/m", Burst: 3}}})
 	a.SetConfig(b.Config)
 	if o := a.Config().Queue("q").Limits[0].Overrides.Match("z"); o == nil || o.Limit.Burst() != 3 {
 		t.Errorf("z's runtime override after a reload: %+v", o)

@@ -504,14 +504,14 @@ func (s *Service) followOverrides(ctx, runCtx context.Context, replicas int) (je
 	select {
 	case <-w.Loaded():
 	case <-ctx.Done():
-		return nil, fmt.Errorf("admitterd: loading the runtime limit overrides: %w", ctx.Err())
+		return nil, fmt.Errorf("admitterd: loading the runtime limit and concurrency overrides: %w", ctx.Err())
 	case <-time.After(loadOverridesTimeout):
 		// Deciding without them would give overridden keys their tier's
 		// limit: better not to start, and say why.
-		return nil, fmt.Errorf("admitterd: the runtime limit overrides (JetStream KV bucket %s) were not read within %v; is JetStream reachable?", overrides.Bucket, loadOverridesTimeout)
+		return nil, fmt.Errorf("admitterd: the runtime limit and concurrency overrides (JetStream KV bucket %s) were not read within %v; is JetStream reachable?", overrides.Bucket, loadOverridesTimeout)
 	}
 	if n := len(w.Records()); n > 0 {
-		s.log.Info("runtime limit overrides loaded", "overrides", n)
+		s.log.Info("runtime limit and concurrency overrides loaded", "overrides", n)
 	}
 	return kv, nil
 }

@@ -25,13 +25,20 @@ type Concurrency struct {
 	// Max is how many jobs of one key run at once (1 to
 	// queue.MaxConcurrency).
 	Max int
-	// Overrides give some keys another max: the exact key's, else the
-	// longest matching prefix's (patterns as for tier overrides).
-	Overrides []queue.ConcurrencyRule
+	// Overrides give some keys another max (each Override's Max): the
+	// exact key's, else the longest matching prefix's, resolved by the
+	// same table as a tier's. The admitter merges the runtime overrides
+	// into it (a runtime override replaces the file's of its pattern).
+	Overrides *overrides.Table
 }
 
-// MaxOf is the max of key.
-func (c Concurrency) MaxOf(key string) int { return queue.ConcurrencyMax(c.Max, c.Overrides, key) }
+// MaxOf is the max of key: its override's, else the entry's.
+func (c Concurrency) MaxOf(key string) int {
+	if o := c.Overrides.Match(key); o != nil {
+		return o.Max
+	}
+	return c.Max
+}
 
 const wantConcurrencyName = `a name of 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'`
 
@@ -98,12 +105,13 @@ func (d *decoder) concurrency(list []*concurrencyDoc) []Concurrency {
 			ok = false
 		}
 		seen := map[overrides.Pattern]int{} // → line
+		var list []overrides.Override
 		for _, o := range cd.Overrides {
 			if o == nil || !d.placed(o) {
 				ok = false
 				continue
 			}
-			var r queue.ConcurrencyRule
+			r := overrides.Override{Source: overrides.SourceConfig, Line: d.pos[o].line}
 			if d.need(&o.Key, wantPattern) && d.str(&o.Key, &s, nil) {
 				p, err := overrides.ParsePattern(s)
 				switch line, dup := seen[p]; {
@@ -116,7 +124,7 @@ func (d *decoder) concurrency(list []*concurrencyDoc) []Concurrency {
 				default:
 					seen[p] = o.Key.n.Line
 				}
-				r.KeyPattern = p
+				r.Pattern = p
 			} else {
 				ok = false
 			}
@@ -125,8 +133,9 @@ func (d *decoder) concurrency(list []*concurrencyDoc) []Concurrency {
 			} else {
 				ok = false
 			}
-			c.Overrides = append(c.Overrides, r)
+			list = append(list, r)
 		}
+		c.Overrides = overrides.NewTable(list)
 		if ok {
 			out = append(out, c)
 		}

@@ -48,7 +48,8 @@ type HTTPOptions struct {
 	// resume, admin.go); nil or empty: those answer 403 to everyone.
 	AdminKeys *APIKeys
 	// Limits is the runtime overrides' bucket (overrides.Open), for the
-	// limits endpoints (limits.go); nil: they answer 503.
+	// limits and concurrency endpoints (limits.go,
+	// concurrencyoverrides.go); nil: their writes answer 503.
 	Limits jetstream.KeyValue
 	// Ready reports whether the admitter can take jobs (/readyz).
 	Ready func() error
@@ -86,6 +87,10 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, limitPath, h.admin(h.keyLimit)},
 		{http.MethodPut, limitPath, h.admin(h.setKeyLimit)},
 		{http.MethodDelete, limitPath, h.admin(h.deleteKeyLimit)},
+		{http.MethodGet, "/v1/queues/{queue}/concurrency", h.admin(h.concurrencyList)}, // concurrencyoverrides.go
+		{http.MethodGet, concurrencyPath, h.admin(h.keyConcurrency)},
+		{http.MethodPut, concurrencyPath, h.admin(h.setKeyConcurrency)},
+		{http.MethodDelete, concurrencyPath, h.admin(h.deleteKeyConcurrency)},
 		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, "ok\n")

@@ -32,11 +32,8 @@ var limitParamNames = []string{"rate", "burst", "delay", "nodelay", "limit", "wi
 // tierOf resolves {queue} and {tier}, answering 404 when either is
 // unknown.
 func (h *httpDoor) tierOf(w http.ResponseWriter, r *http.Request) (*config.Queue, int, bool) {
-	name := r.PathValue("queue")
-	q := h.cfg().Queue(name)
-	if q == nil {
-		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
-			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
+	q, ok := h.queueOf(w, r)
+	if !ok {
 		return nil, 0, false
 	}
 	tier := r.PathValue("tier")
@@ -64,11 +61,8 @@ func joinNames(names []string) string {
 // limits is GET /v1/queues/{queue}/limits: every tier's own parameters
 // and its overrides, the configuration's and the runtime's.
 func (h *httpDoor) limits(w http.ResponseWriter, r *http.Request, _ string) {
-	name := r.PathValue("queue")
-	q := h.cfg().Queue(name)
-	if q == nil {
-		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
-			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
+	q, ok := h.queueOf(w, r)
+	if !ok {
 		return
 	}
 	out := spillway.LimitList{Queue: q.Name, Tiers: make([]spillway.TierLimits, len(q.Limits))}
@@ -99,10 +93,8 @@ func (h *httpDoor) keyLimit(w http.ResponseWriter, r *http.Request, _ string) {
 	if !ok {
 		return
 	}
-	key := r.PathValue("key")
-	if len(key) > admit.MaxKeyLen {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "key",
-			Detail: fmt.Sprintf("a key of %d bytes: want at most %d", len(key), admit.MaxKeyLen)})
+	key, ok := clientKeyOf(w, r)
+	if !ok {
 		return
 	}
 	l := q.Limits[i]
@@ -129,18 +121,17 @@ func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string
 	if !ok {
 		return
 	}
-	body, ok := readBody(w, r, min(h.cfg().HTTP.MaxBodyBytes, 64<<10), tooLarge)
+	body, ok := h.overrideBody(w, r)
 	if !ok {
 		return
 	}
 	params, field, err := decodeLimitParams(body)
 	if err != nil {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: field,
-			Detail: err.Error()})
+		badRequest(w, r, field, err)
 		return
 	}
 	l := q.Limits[i]
-	rec := overrides.Record{Queue: q.Name, Tier: l.Name, Key: p.String(), Params: params, By: by, At: time.Now().UTC()}
+	rec := overrides.Record{Target: overrides.Target{Queue: q.Name, Tier: l.Name}, Key: p.String(), Params: params, By: by, At: time.Now().UTC()}
 	o, err := admit.RuntimeOverride(l, rec)
 	if err != nil {
 		var le *bucket.LimitError
@@ -155,12 +146,7 @@ func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string
 		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: field, Detail: err.Error()})
 		return
 	}
-	if h.o.Limits == nil {
-		h.unavailable(w, r, "setting a limit override", errors.New("this admitter has no overrides bucket"))
-		return
-	}
-	if err := overrides.Put(r.Context(), h.o.Limits, rec); err != nil {
-		h.unavailable(w, r, "storing a limit override of queue "+q.Name, err)
+	if !h.storeOverride(w, r, rec) {
 		return
 	}
 	h.o.Logger.Info("door: limit override set", "queue", q.Name, "tier", l.Name, "key_hash", queue.KeyHash(p.String()),
@@ -175,26 +161,8 @@ func (h *httpDoor) deleteKeyLimit(w http.ResponseWriter, r *http.Request, by str
 	if !ok {
 		return
 	}
-	if h.o.Limits == nil {
-		h.unavailable(w, r, "removing a limit override", errors.New("this admitter has no overrides bucket"))
-		return
-	}
 	l := q.Limits[i]
-	_, found, err := overrides.Get(r.Context(), h.o.Limits, q.Name, l.Name, p)
-	if err != nil {
-		h.unavailable(w, r, "reading a limit override of queue "+q.Name, err)
-		return
-	}
-	if !found {
-		detail := fmt.Sprintf("tier %s of queue %s has no runtime override of %.80q", l.Name, q.Name, p.String())
-		if o := l.Overrides.Get(p); o != nil && o.Source == overrides.SourceConfig {
-			detail += fmt.Sprintf("; its override at line %d of the configuration file stays until the file changes", o.Line)
-		}
-		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "No such override", Detail: detail})
-		return
-	}
-	if err := overrides.Delete(r.Context(), h.o.Limits, q.Name, l.Name, p); err != nil {
-		h.unavailable(w, r, "removing a limit override of queue "+q.Name, err)
+	if !h.removeOverride(w, r, overrides.Target{Queue: q.Name, Tier: l.Name}, p, l.Overrides.Get(p)) {
 		return
 	}
 	h.o.Logger.Info("door: limit override removed", "queue", q.Name, "tier", l.Name, "key_hash", queue.KeyHash(p.String()),
@@ -215,12 +183,8 @@ func (h *httpDoor) overrideOf(w http.ResponseWriter, r *http.Request) (*config.Q
 			Detail: fmt.Sprintf("tier %s is global: it has one key, which its own parameters limit; overrides apply to header:NAME and ip tiers", l.Name)})
 		return nil, 0, overrides.Pattern{}, false
 	}
-	p, err := overrides.ParsePattern(r.PathValue("key"))
-	if err != nil {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "key", Detail: err.Error()})
-		return nil, 0, overrides.Pattern{}, false
-	}
-	return q, i, p, true
+	p, ok := patternOf(w, r)
+	return q, i, p, ok
 }
 
 // decodeLimitParams reads a PUT's body: a JSON object of limitParamNames.

@@ -32,30 +32,7 @@ queues:
 // bucket's watch, GET saying where a key's limit comes from.
 func TestLimitsEndpoints(t *testing.T) {
 	t.Parallel()
-	keys, err := door.LoadAPIKeys(writeFile(t, "keys", testKey+"\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admins, err := door.LoadAPIKeys(writeFile(t, "admin-keys", adminKey+"\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := setup(t, limitsConfig, setupOptions{keys: keys, adminKeys: admins})
-	w := overrides.NewWatcher(b.limits, nil)
-	w.OnChange = b.admitter.SetRuntimeOverrides
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	call := func(method, path, key, body string) response {
-		t.Helper()
-		var h []string
-		if key != "" {
-			h = []string{"Authorization", "Bearer " + key}
-		}
-		return b.do(t, method, path, strings.NewReader(body), h...)
-	}
+	_, call := overridesSetup(t, limitsConfig)
 	keyPath := "/v1/queues/mail/limits/per-client/keys/"
 	// Authentication, as every admin endpoint's.
 	for _, c := range []struct {
@@ -168,5 +145,35 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// overridesSetup starts an admitter of yaml with a submit key (testKey)
+// and an admin key (adminKey), following the runtime overrides' bucket as
+// admitterd does; call sends one request with key (none if empty).
+func overridesSetup(t *testing.T, yaml string) (b *testBundle, call func(method, path, key, body string) response) {
+	t.Helper()
+	keys, err := door.LoadAPIKeys(writeFile(t, "keys", testKey+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admins, err := door.LoadAPIKeys(writeFile(t, "admin-keys", adminKey+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = setup(t, yaml, setupOptions{keys: keys, adminKeys: admins})
+	w := overrides.NewWatcher(b.limits, nil)
+	w.OnChange = b.admitter.SetRuntimeOverrides
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return b, func(method, path, key, body string) response {
+		t.Helper()
+		var h []string
+		if key != "" {
+			h = []string{"Authorization", "Bearer " + key}
+		}
+		return b.do(t, method, path, strings.NewReader(body), h...)
 	}
 }

@@ -1,6 +1,7 @@
-// Package overrides holds per-key limit overrides (docs/design.md#per-key-overrides):
+// Package overrides holds per-key overrides (docs/design.md#per-key-overrides):
 // a tier's limit given other parameters for one client key, or for every
-// key that starts with a prefix.
+// key that starts with a prefix; and likewise a concurrency entry's max
+// (docs/design.md#per-key-concurrency).
 //
 // # Patterns
 //
@@ -17,8 +18,9 @@
 // # Runtime overrides
 //
 // Those set through the admin API live in the JetStream KV bucket Bucket,
-// one entry per queue, tier and pattern (entryKey is the one place its
-// keys are spelled), whose value is a Record carrying the raw pattern,
-// the parameters, who set it and when. Every admitter follows the bucket
-// with a Watcher.
+// one entry per Target (a queue's tier or concurrency entry) and pattern
+// (entryKey is the one place its keys are spelled), whose value is a
+// Record carrying the raw pattern, the parameters or the max, who set it
+// and when. Every admitter follows the bucket with one Watcher, which
+// delivers both kinds.
 package overrides

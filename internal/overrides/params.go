@@ -48,12 +48,16 @@ const (
 	SourceRuntime Source = "runtime"
 )
 
-// Override is one override of a tier: the limit its pattern's keys get.
+// Override is one override of a tier — the limit its pattern's keys get
+// (Params, Limit) — or of a concurrency entry — how many jobs of one of
+// its pattern's keys run at once (Max).
 type Override struct {
 	Pattern Pattern
 	Params  Params
 	// Limit is Params built with the tier's algorithm.
-	Limit  bucket.Limit
+	Limit bucket.Limit
+	// Max, for a concurrency entry's override: 1 to queue.MaxConcurrency.
+	Max    int
 	Source Source
 	// By and At, for a runtime override: the fingerprint of the admin key
 	// that set it, and when.

@@ -18,22 +18,56 @@ import (
 // Bucket is the JetStream KV bucket of the runtime overrides.
 const Bucket = "spillway-limits"
 
-// entryKey is the one place a runtime override's KV key is spelled:
-// <queue>.<KeyToken of the tier's name and the pattern>. The token is a
-// hash, since a client key may hold any byte (and a tier's name a '.');
-// the raw tier and pattern are in the Record.
-func entryKey(queueName, tier string, p Pattern) string {
-	return queueName + "." + queue.KeyToken(tier+"\n"+p.String())
+// Target is what an override is of: a queue's limit tier (Tier, its
+// name) or its per-key concurrency entry (Concurrency, its name); one of
+// the two is set.
+type Target struct {
+	Queue string `json:"queue"`
+	// Tier is a limit tier's name, for an override of its parameters.
+	Tier string `json:"tier,omitempty"`
+	// Concurrency is a concurrency entry's name, for an override of its
+	// max (docs/design.md#per-key-concurrency).
+	Concurrency string `json:"concurrency,omitempty"`
 }
 
-// Record is a runtime override as its KV entry holds it (JSON).
+// String names t in messages: queue/tier, or queue/concurrency/name.
+func (t Target) String() string {
+	if t.Concurrency != "" {
+		return t.Queue + "/concurrency/" + t.Concurrency
+	}
+	return t.Queue + "/" + t.Tier
+}
+
+// valid reports whether t names a queue and exactly one of a tier and a
+// concurrency entry.
+func (t Target) valid() bool {
+	return t.Queue != "" && (t.Tier == "") != (t.Concurrency == "")
+}
+
+// entryKey is the one place a runtime override's KV key is spelled:
+// <queue>.<KeyToken of the tier's name and the pattern> for a tier's,
+// <queue>.concurrency.<KeyToken of the entry's name and the pattern> for
+// a concurrency entry's. The token is a hash, since a client key may hold
+// any byte (and a tier's name a '.'); the raw names and pattern are in
+// the Record.
+func entryKey(t Target, p Pattern) string {
+	if t.Concurrency != "" {
+		return t.Queue + ".concurrency." + queue.KeyToken(t.Concurrency+"\n"+p.String())
+	}
+	return t.Queue + "." + queue.KeyToken(t.Tier+"\n"+p.String())
+}
+
+// Record is a runtime override as its KV entry holds it (JSON): a tier's
+// with Params, a concurrency entry's with Max.
 type Record struct {
-	Queue string `json:"queue"`
-	// Tier is the tier's name.
-	Tier string `json:"tier"`
+	Target
 	// Key is the pattern as written ("tenant-a", "tenant-*").
-	Key    string `json:"key"`
-	Params Params `json:"params"`
+	Key string `json:"key"`
+	// Params, for a tier's override.
+	Params Params `json:"params,omitzero"`
+	// Max, for a concurrency entry's override: how many jobs of one of
+	// its keys run at once.
+	Max int `json:"max,omitempty"`
 	// By is the fingerprint of the admin key that set it; At is when.
 	By string    `json:"by"`
 	At time.Time `json:"at"`
@@ -48,7 +82,7 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      Bucket,
-		Description: "Spillway: per-key limit overrides set through the admin API (docs/design.md#per-key-overrides)",
+		Description: "Spillway: per-key limit and concurrency overrides set through the admin API (docs/design.md#per-key-overrides)",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
@@ -59,9 +93,11 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.
 	return kv, nil
 }
 
-// Put stores r, replacing the override of the same queue, tier and
-// pattern.
+// Put stores r, replacing the override of the same target and pattern.
 func Put(ctx context.Context, kv jetstream.KeyValue, r Record) error {
+	if !r.Target.valid() {
+		return fmt.Errorf("overrides: an override of %+v: want a queue and one of a tier and a concurrency entry", r.Target)
+	}
 	p, err := ParsePattern(r.Key)
 	if err != nil {
 		return err
@@ -70,30 +106,30 @@ func Put(ctx context.Context, kv jetstream.KeyValue, r Record) error {
 	if err != nil {
 		return fmt.Errorf("overrides: %w", err)
 	}
-	if _, err := kv.Put(ctx, entryKey(r.Queue, r.Tier, p), b); err != nil {
-		return fmt.Errorf("overrides: storing an override of %s/%s: %w", r.Queue, r.Tier, err)
+	if _, err := kv.Put(ctx, entryKey(r.Target, p), b); err != nil {
+		return fmt.Errorf("overrides: storing an override of %s: %w", r.Target, err)
 	}
 	return nil
 }
 
-// Delete removes the runtime override of pattern p of a queue's tier.
-// Deleting one that does not exist is not an error.
-func Delete(ctx context.Context, kv jetstream.KeyValue, queueName, tier string, p Pattern) error {
-	if err := kv.Delete(ctx, entryKey(queueName, tier, p)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("overrides: deleting an override of %s/%s: %w", queueName, tier, err)
+// Delete removes the runtime override of pattern p of t. Deleting one
+// that does not exist is not an error.
+func Delete(ctx context.Context, kv jetstream.KeyValue, t Target, p Pattern) error {
+	if err := kv.Delete(ctx, entryKey(t, p)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("overrides: deleting an override of %s: %w", t, err)
 	}
 	return nil
 }
 
-// Get reads the runtime override of pattern p of a queue's tier; ok is
-// false when there is none.
-func Get(ctx context.Context, kv jetstream.KeyValue, queueName, tier string, p Pattern) (_ Record, ok bool, _ error) {
-	e, err := kv.Get(ctx, entryKey(queueName, tier, p))
+// Get reads the runtime override of pattern p of t; ok is false when
+// there is none.
+func Get(ctx context.Context, kv jetstream.KeyValue, t Target, p Pattern) (_ Record, ok bool, _ error) {
+	e, err := kv.Get(ctx, entryKey(t, p))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Record{}, false, nil
 	}
 	if err != nil {
-		return Record{}, false, fmt.Errorf("overrides: reading an override of %s/%s: %w", queueName, tier, err)
+		return Record{}, false, fmt.Errorf("overrides: reading an override of %s: %w", t, err)
 	}
 	r, ok := decode(e.Value())
 	return r, ok, nil
@@ -103,7 +139,7 @@ func Get(ctx context.Context, kv jetstream.KeyValue, queueName, tier string, p P
 // Record of a valid pattern (logged by the caller, never applied).
 func decode(b []byte) (Record, bool) {
 	var r Record
-	if json.Unmarshal(b, &r) != nil || r.Queue == "" || r.Tier == "" {
+	if json.Unmarshal(b, &r) != nil || !r.Target.valid() {
 		return Record{}, false
 	}
 	if _, err := ParsePattern(r.Key); err != nil {

@@ -132,22 +132,32 @@ func (c *Client) DeleteKeyLimit(ctx context.Context, queue, tier, key string) er
 }
 
 func (c *Client) keyLimit(ctx context.Context, call, method, queue, tier, key string, body []byte) (*spillway.KeyLimit, error) {
-	if err := checkQueue(queue); err != nil {
-		return nil, err
-	}
-	if tier == "" || key == "" {
-		return nil, fmt.Errorf("%w: %s: want a tier and a key", ErrInvalidOption, call)
-	}
-	path := queuePath(queue) + "/limits/" + url.PathEscape(tier) + "/keys/" + url.PathEscape(key)
 	var kl spillway.KeyLimit
-	out := any(&kl)
-	if method == http.MethodDelete {
-		out = nil
-	}
-	if err := c.api(ctx, call, method, path, body, out); err != nil {
+	if err := c.keyOverride(ctx, call, method, queue, "limits", tier, key, body, &kl); err != nil {
 		return nil, err
 	}
 	return &kl, nil
+}
+
+// keyOverride sends one call about key's override of queue's tier (of is
+// "limits") or concurrency entry ("concurrency") named name, decoding
+// the answer into out (not for a DELETE).
+func (c *Client) keyOverride(ctx context.Context, call, method, queue, of, name, key string, body []byte, out any) error {
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	if name == "" || key == "" {
+		what := "a tier"
+		if of == "concurrency" {
+			what = "a concurrency entry"
+		}
+		return fmt.Errorf("%w: %s: want %s and a key", ErrInvalidOption, call, what)
+	}
+	path := queuePath(queue) + "/" + of + "/" + url.PathEscape(name) + "/keys/" + url.PathEscape(key)
+	if method == http.MethodDelete {
+		out = nil
+	}
+	return c.api(ctx, call, method, path, body, out)
 }
 
 // Metrics reads the admitter's own /metrics, in the Prometheus text

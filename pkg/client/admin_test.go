@@ -28,19 +28,7 @@ var adminConfig = strings.Replace(testConfig, "api_keys_file: keys}", "api_keys_
 // of them.
 func TestAdminCalls(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "admin"), []byte(adminKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a, err := startAdmitter(dir, adminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := a.stop(); err != nil {
-			t.Errorf("stopping the admitter: %v", err)
-		}
-	})
+	a := adminSetup(t, adminConfig)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	checked := client.WithHTTPClient(apitest.Client(t, &http.Client{}))
@@ -120,4 +108,24 @@ func TestAdminCalls(t *testing.T) {
 	if _, err := n.Pause(ctx, "limited", ""); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Pause over NATS: %v, want errors.ErrUnsupported", err)
 	}
+}
+
+// adminSetup starts an admitter of yaml (adminConfig or one like it)
+// whose admin keys file holds adminKey.
+func adminSetup(t *testing.T, yaml string) *admitter {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "admin"), []byte(adminKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := startAdmitter(dir, yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.stop(); err != nil {
+			t.Errorf("stopping the admitter: %v", err)
+		}
+	})
+	return a
 }

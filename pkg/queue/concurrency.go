@@ -66,27 +66,3 @@ func validConcurrencyName(s string) bool {
 // ValidConcurrencyName reports whether s may name a concurrency entry:
 // letters, digits, '_' and '-', 1 to 64 bytes.
 func ValidConcurrencyName(s string) bool { return validConcurrencyName(s) }
-
-// ConcurrencyRule is a concurrency entry's max for the keys its pattern
-// matches (an override).
-type ConcurrencyRule struct {
-	KeyPattern
-	Max int
-}
-
-// ConcurrencyMax is the max of key under an entry of max def and
-// overrides rules: the exact rule's, else the longest matching prefix's,
-// else def.
-func ConcurrencyMax(def int, rules []ConcurrencyRule, key string) int {
-	n, longest := def, -1
-	for _, r := range rules {
-		switch {
-		case !r.Match(key):
-		case !r.Prefix:
-			return r.Max
-		case len(r.Key) > longest:
-			n, longest = r.Max, len(r.Key)
-		}
-	}
-	return n
-}

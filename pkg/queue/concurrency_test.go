@@ -39,19 +39,3 @@ func TestConcurrencyStamp(t *testing.T) {
 		}
 	}
 }
-
-// ConcurrencyMax: the exact rule, else the longest prefix, else the
-// entry's own max.
-func TestConcurrencyMax(t *testing.T) {
-	t.Parallel()
-	rules := []queue.ConcurrencyRule{
-		{KeyPattern: queue.KeyPattern{Key: "t", Prefix: true}, Max: 3},
-		{KeyPattern: queue.KeyPattern{Key: "tenant-", Prefix: true}, Max: 5},
-		{KeyPattern: queue.KeyPattern{Key: "tenant-a"}, Max: 9},
-	}
-	for key, want := range map[string]int{"tenant-a": 9, "tenant-b": 5, "tx": 3, "other": 2} {
-		if got := queue.ConcurrencyMax(2, rules, key); got != want {
-			t.Errorf("ConcurrencyMax(%q) = %d, want %d", key, got, want)
-		}
-	}
-}

@@ -49,46 +49,19 @@ func TestOverridesAcrossAdmitters(t *testing.T) {
 	limitURL := func(adm string) string {
 		return "http://" + adm + "/v1/queues/tenants/limits/per-tenant/keys/tenant-a"
 	}
-	call := func(method, url, key, body string) (int, []byte) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
-	// within polls until cond, failing after d: how long it took.
-	within := func(d time.Duration, what string, cond func() bool) time.Duration {
-		t.Helper()
-		start := time.Now()
-		for !cond() {
-			if time.Since(start) > d {
-				t.Fatalf("%s: not within %v", what, d)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return time.Since(start)
-	}
 
 	admA, admB := c.admitters[0].addr, c.admitters[1].addr
 	if s1, s2 := status(admB), status(admB); s1 != spillway.Admitted || s2 != spillway.Rejected {
 		t.Fatalf("tenant-a without an override: %s then %s, want admitted then rejected", s1, s2)
 	}
-	if code, body := call(http.MethodPut, limitURL(admA), e2eSubmitKey, `{"rate": "1/h", "burst": 1000, "nodelay": true}`); code != http.StatusForbidden {
+	if code, body := keyedCall(t, client, http.MethodPut, limitURL(admA), e2eSubmitKey, `{"rate": "1/h", "burst": 1000, "nodelay": true}`); code != http.StatusForbidden {
 		t.Errorf("PUT with a submit key: %d %s, want 403", code, body)
 	}
-	code, body := call(http.MethodPut, limitURL(admA), e2eAdminKey, `{"rate": "1/h", "burst": 1000, "nodelay": true}`)
+	code, body := keyedCall(t, client, http.MethodPut, limitURL(admA), e2eAdminKey, `{"rate": "1/h", "burst": 1000, "nodelay": true}`)
 	if code != http.StatusOK {
 		t.Fatalf("PUT through A: %d %s", code, body)
 	}
-	took := within(time.Second, "the override in force on B", func() bool { return status(admB) == spillway.Admitted })
+	took := within(t, time.Second, "the override in force on B", func() bool { return status(admB) == spillway.Admitted })
 	t.Logf("the override set through A decided B's answers %v after PUT's answer", took.Round(time.Millisecond))
 
 	for i, p := range c.admitters {
@@ -104,15 +77,47 @@ func TestOverridesAcrossAdmitters(t *testing.T) {
 			t.Errorf("tenant-a on %s after the restart: %s, want admitted (the override in force)", adm, s)
 		}
 	}
-	code, body = call(http.MethodGet, limitURL(admA), e2eAdminKey, "")
+	code, body = keyedCall(t, client, http.MethodGet, limitURL(admA), e2eAdminKey, "")
 	var k spillway.KeyLimit
 	if code != http.StatusOK || json.Unmarshal(body, &k) != nil || k.Source != spillway.LimitSourceRuntime || k.Burst != 1000 || k.By == "" || k.At == nil {
 		t.Errorf("GET after the restart: %d %s, want the runtime override with who set it and when", code, body)
 	}
 
-	if code, body := call(http.MethodDelete, limitURL(admB), e2eAdminKey, ""); code != http.StatusNoContent {
+	if code, body := keyedCall(t, client, http.MethodDelete, limitURL(admB), e2eAdminKey, ""); code != http.StatusNoContent {
 		t.Fatalf("DELETE through B: %d %s", code, body)
 	}
-	took = within(time.Second, "the override gone on A", func() bool { return status(admA) == spillway.Rejected })
+	took = within(t, time.Second, "the override gone on A", func() bool { return status(admA) == spillway.Rejected })
 	t.Logf("the DELETE through B lifted the override on A %v after its answer", took.Round(time.Millisecond))
+}
+
+// keyedCall sends method url with body and Authorization: Bearer key
+// through client: the answer's status and body.
+func keyedCall(t *testing.T, client *http.Client, method, url, key, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// within polls cond every 20 ms until it holds, failing t after d: how
+// long it took.
+func within(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
 }
