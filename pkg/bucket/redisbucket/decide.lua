@@ -172,46 +172,21 @@ local function sliding(key, s, ns, n, lim, w, _, _, r)
   return true
 end
 
--- The sliding log is a list: a header (the sum of the costs of its entries,
--- one double), then one entry per admitted job, oldest first: seconds,
--- nanoseconds, cost (three doubles). Expired entries are dropped when a job
--- is admitted, as the Go code does.
-local CHUNK = 128
-
+-- The sliding log (lib.lua): expired entries are dropped when a job is
+-- admitted, as the Go code does.
 local function slog(key, s, ns, n, lim, w, _, _, r)
-  local len = rpcall('LLEN', key)
-  if type(len) ~= 'number' then
+  local len, sum, ls, ln
+  len, sum, ls, ln, s, ns = loadLog(key, s, ns)
+  if not len then
     return false
   end
   local count, expired, live = 0, 0, 0
-  local ls, ln
   if len > 0 then
-    local h, last = rcall('LINDEX', key, 0), rcall('LINDEX', key, -1)
-    if len < 2 or #h ~= 8 or #last ~= 24 then
-      return false
-    end
-    local sum = unpack('<d', h)
-    ls, ln = unpack('<ddd', last)
-    if since(s, ns, ls, ln) < 0 then
-      s, ns = ls, ln
-    end
     -- Entries at or before now − w have left the window: a prefix.
-    local gone, i, more = 0, 1, true
-    while more and i < len do
-      local items = rcall('LRANGE', key, i, i + CHUNK - 1)
-      for j = 1, #items do
-        local e = items[j]
-        if #e ~= 24 then
-          return false
-        end
-        local es, en, ec = unpack('<ddd', e)
-        if since(s, ns, es, en) < w then
-          more = false
-          break
-        end
-        expired, gone = expired + 1, gone + ec
-      end
-      i = i + CHUNK
+    local gone
+    expired, gone = expiredPrefix(key, len, s, ns, w)
+    if not expired then
+      return false
     end
     count = sum - gone
     live = len - 1 - expired
