@@ -32,19 +32,10 @@ local ADMITTED, QUEUED, EXCESS, REJECTED = 0, 1, 2, 3
 -- (s, ns). It returns false if the key holds foreign data.
 
 local function leaky(key, s, ns, n, a, p, burst, delay, r)
-  local lx, dt
-  lx, s, ns, dt = loadLevel(key, s, ns)
-  if lx == false then
+  local x, _
+  x, _, s, ns = loadLeaky(key, s, ns, p, a)
+  if x == false then
     return false
-  end
-  local x = 0
-  if lx then
-    x = lx + p -- the first unit, before leaking
-    if dt >= cdiv(x, a) then
-      x = 0
-    else
-      x = x - dt * a
-    end
   end
   r[2], r[3], r[4], r[5] = s, ns, 0, 0
   if n - 1 > burst then
@@ -69,20 +60,11 @@ local function leaky(key, s, ns, n, a, p, burst, delay, r)
 end
 
 local function token(key, s, ns, n, a, p, burst, _, r)
-  local lk, dt
-  lk, s, ns, dt = loadLevel(key, s, ns)
-  if lk == false then
-    return false
-  end
   local full = burst * p
-  local k = full
-  if lk then
-    k = lk
-    if dt >= cdiv(full - k, a) then
-      k = full
-    else
-      k = k + dt * a
-    end
+  local k, _
+  k, _, s, ns = loadTokens(key, s, ns, full, a)
+  if k == false then
+    return false
   end
   r[1], r[2], r[3], r[5] = ADMITTED, s, ns, 0
   if n > burst then

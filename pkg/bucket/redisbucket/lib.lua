@@ -122,6 +122,45 @@ local function loadLevel(key, s, ns)
   return level, s, ns, dt
 end
 
+-- loadLeaky reads a leaky bucket's level leaked to (s, ns): u = excess +
+-- the unit in service, scaled (0: empty). It returns false for foreign data;
+-- otherwise the level, whether the key had state, and the time (as
+-- loadLevel).
+local function loadLeaky(key, s, ns, p, a)
+  local lx, dt
+  lx, s, ns, dt = loadLevel(key, s, ns)
+  if lx == false then
+    return false
+  end
+  if not lx then
+    return 0, false, s, ns
+  end
+  local u = lx + p -- the first unit, before leaking
+  if dt >= cdiv(u, a) then
+    return 0, true, s, ns
+  end
+  return u - dt * a, true, s, ns
+end
+
+-- loadTokens reads a token bucket's tokens refilled to (s, ns), scaled (a
+-- key never seen is full: full). It returns false for foreign data;
+-- otherwise the tokens, whether the key had state, and the time (as
+-- loadLevel).
+local function loadTokens(key, s, ns, full, a)
+  local lk, dt
+  lk, s, ns, dt = loadLevel(key, s, ns)
+  if lk == false then
+    return false
+  end
+  if not lk then
+    return full, false, s, ns
+  end
+  if dt >= cdiv(full - lk, a) then
+    return full, true, s, ns
+  end
+  return lk + dt * a, true, s, ns
+end
+
 -- The sliding log is a list: a header (the sum of the costs of its entries,
 -- one double), then one entry per admitted job, oldest first: seconds,
 -- nanoseconds, cost (three doubles).

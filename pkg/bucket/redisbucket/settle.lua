@@ -24,22 +24,13 @@
 -- seen. It returns false if the key holds foreign data.
 
 local function leaky(key, s, ns, n, d, a, p, burst, _, _, _, r)
-  local lx, dt
-  lx, s, ns, dt = loadLevel(key, s, ns)
-  if lx == false then
+  local u, known
+  u, known, s, ns = loadLeaky(key, s, ns, p, a)
+  if u == false then
     return false
   end
-  if not lx and d < 0 then
+  if not known and d < 0 then
     return true
-  end
-  local u = 0
-  if lx then
-    u = lx + p
-    if dt >= cdiv(u, a) then
-      u = 0
-    else
-      u = u - dt * a
-    end
   end
   local q = burst + 1
   if d < 0 then
@@ -52,23 +43,14 @@ local function leaky(key, s, ns, n, d, a, p, burst, _, _, _, r)
 end
 
 local function token(key, s, ns, n, d, a, p, burst, _, _, _, r)
-  local lk, dt
-  lk, s, ns, dt = loadLevel(key, s, ns)
-  if lk == false then
+  local full = burst * p
+  local k, known
+  k, known, s, ns = loadTokens(key, s, ns, full, a)
+  if k == false then
     return false
   end
-  if not lk and d < 0 then
+  if not known and d < 0 then
     return true
-  end
-  local full = burst * p
-  local k = full
-  if lk then
-    k = lk
-    if dt >= cdiv(full - k, a) then
-      k = full
-    else
-      k = k + dt * a
-    end
   end
   if d < 0 then
     k = math.min(full, k + math.min(-d, burst) * p)
