@@ -1,21 +1,17 @@
 package admitterd_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
-	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/queuetest"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -35,16 +31,7 @@ queues:
     limits: [{key: "header:X-Client", algorithm: token_bucket, rate: 1/h, burst: 10}]
     backlog: {capacity: 10, leak_rate: 1/m}
 `, srv.URL()))
-	reg := prometheus.NewRegistry()
-	s, err := admitterd.Start(t.Context(), admitterd.Options{Config: cfg, Registry: reg, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	_, reg := start(t, cfg)
 	nc := srv.Connect(t)
 	sub := nats.NewMsg(spillway.SubmitPrefix + "q")
 	sub.Header.Set("X-Client", "c")
@@ -95,30 +82,7 @@ queues:
 	if resp := settle(charge, "1"); resp.Header.Get(spillway.HeaderStatus) != spillway.HandlerOK {
 		t.Fatalf("the same settle again: %s, want ok (and nothing done)", resp.Header.Get(spillway.HeaderStatus))
 	}
-	if got := counter(t, reg, "spillway_cost_settled_units_total", "refunded"); got != 4 {
+	if got := gauges(t, reg)["spillway_cost_settled_units_total{direction=refunded,queue=q}"]; got != 4 {
 		t.Errorf("refunded units %v, want 4 (once)", got)
 	}
-}
-
-// counter reads the sample of a counter family with the given direction.
-func counter(t *testing.T, reg *prometheus.Registry, name, direction string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "direction" && l.GetValue() == direction {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no %s{direction=%q}", name, direction)
-	return 0
 }

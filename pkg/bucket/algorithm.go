@@ -371,28 +371,3 @@ func (l *Limit) refund(r *refundResult, st state, now, at, n int64) bool {
 	}
 	return true
 }
-
-// refundLog removes from a sliding log the entry of a job of cost n admitted
-// at time at, if it is still in the window at now: the newest entry {at, n}
-// (two such entries are two jobs alike; either may go). It returns the log,
-// the refund's time and the time until the log is empty (≤ 0: empty now), or
-// ok false when the entry is not there. The log is changed in place.
-func (l *Limit) refundLog(log []logEntry, now, at, n int64) (out []logEntry, when, reset int64, ok bool) {
-	if len(log) == 0 {
-		return log, now, 0, false
-	}
-	now = max(now, log[len(log)-1].t)
-	if at <= now-l.window {
-		return log, now, 0, false // the entry has left the window
-	}
-	for i := len(log) - 1; i >= 0 && log[i].t >= at; i-- {
-		if log[i].t == at && log[i].n == n {
-			log = append(log[:i], log[i+1:]...)
-			if len(log) > 0 {
-				reset = log[len(log)-1].t + l.window - now
-			}
-			return log, now, reset, true
-		}
-	}
-	return log, now, 0, false
-}

@@ -298,30 +298,5 @@ func (l Limit) Decide(b *Bucket, now time.Time, cost int64) (Decision, error) {
 // invalid limit or cost, or when b was last used with a limit of another
 // algorithm.
 func (l Limit) Refund(b *Bucket, now, at time.Time, cost int64) error {
-	if err := checkRequest([]Tier{{Limit: l}}, cost); err != nil {
-		return err
-	}
-	if !b.used {
-		return nil
-	}
-	if b.limit != l.alg {
-		return fmt.Errorf("%w: bucket holds %s state, limit is %s", ErrInvalidLimit, b.limit, l.alg)
-	}
-	var reset int64
-	if l.alg == SlidingLog {
-		var ok bool
-		if b.log, _, reset, ok = l.refundLog(b.log, now.UnixNano(), at.UnixNano(), cost); !ok {
-			return nil
-		}
-	} else {
-		var r refundResult
-		if !l.refund(&r, b.st, now.UnixNano(), at.UnixNano(), cost) {
-			return nil
-		}
-		b.st, reset = r.next, r.reset
-	}
-	if reset <= 0 {
-		*b = Bucket{}
-	}
-	return nil
+	return l.Settle(b, now, at, cost, 0) // a settle at 0 gives back the whole cost
 }

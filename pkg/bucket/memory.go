@@ -179,40 +179,13 @@ func (l *shardLocks) unlock(m *Memory) {
 
 // Refund gives back, at the store's clock, the units decision d took from
 // the tiers in d.Consumed (see Store.Refund), all under the locks of their
-// shards at once, as Decide holds them. A key the store has forgotten (its
-// state was empty again) or evicted has nothing to give back. It never
-// returns an error for a decision this store made; ctx is not used.
+// shards at once, as Decide holds them: a settle at 0 (settle.go), which
+// gives back the whole cost and creates no state. A key the store has
+// forgotten (its state was empty again) or evicted has nothing to give
+// back. It never returns an error for a decision this store made; ctx is
+// not used.
 func (m *Memory) Refund(_ context.Context, d Decision) error {
-	return m.refund(m.now(), d)
-}
-
-func (m *Memory) refund(t int64, d Decision) error {
-	if err := CheckRefund(m, d); err != nil {
-		return err
-	}
-	if d.Consumed == 0 {
-		return nil
-	}
-	var (
-		hashes [MaxTiers]uint64
-		locks  shardLocks
-	)
-	tiers := d.tiers
-	for i := range tiers {
-		if d.Consumed&(1<<uint(i)) != 0 {
-			hashes[i] = m.hash(d.group, &tiers[i])
-			locks.add(uint8(hashes[i] >> m.shift))
-		}
-	}
-	at := d.At.UnixNano()
-	locks.lock(m)
-	for i := range tiers {
-		if d.Consumed&(1<<uint(i)) != 0 {
-			m.shardOf(hashes[i]).refund(hashes[i], &tiers[i].Limit, t, at, d.cost)
-		}
-	}
-	locks.unlock(m)
-	return nil
+	return m.settle(m.now(), d, 0)
 }
 
 // decideOne is decide for the common single tier: one lock, no arrays.
@@ -403,36 +376,6 @@ func (s *shard) commit(h uint64, l *Limit, r *tierResult, expired int, cost int6
 		}
 		s.logs[idx] = log
 	}
-}
-
-// refund gives back n units that a decision at time at took from the key h,
-// at time t: its state changes in place, or the key is forgotten when its
-// state is empty again. A key without state has nothing to give back.
-func (s *shard) refund(h uint64, l *Limit, t, at, n int64) {
-	idx, ok := s.lookup(h)
-	if !ok {
-		return
-	}
-	var r refundResult
-	if l.alg == SlidingLog {
-		var log []logEntry
-		if log, r.now, r.reset, ok = l.refundLog(s.logs[idx], t, at, n); !ok {
-			return
-		}
-		s.logs[idx] = log
-	} else if !l.refund(&r, s.entries[idx].st, t, at, n) {
-		return
-	}
-	if r.reset <= 0 {
-		s.remove(idx)
-		s.forgotten++
-		return
-	}
-	e := &s.entries[idx]
-	if l.alg != SlidingLog {
-		e.st = r.next
-	}
-	e.mark = min(r.now+r.reset, maxStamp) | refBit
 }
 
 // forgetAfter is how long a key stays after its state is empty again: a key

@@ -280,7 +280,9 @@ func (m *Memory) settle(t int64, d Decision, actual int64) error {
 }
 
 // settle settles the cost of a job of key h decided at time at, at time t:
-// as refund, but a charge to a key without state creates it.
+// its state changes in place, or the key is forgotten when its state is
+// empty again. A key without state has nothing to give back (a refund, or a
+// settle below the cost); a charge to it creates it.
 func (s *shard) settle(h uint64, l *Limit, t, at, cost, actual int64) {
 	idx, ok := s.lookup(h)
 	var r refundResult

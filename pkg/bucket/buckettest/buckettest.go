@@ -215,6 +215,47 @@ func (setup setupFunc) parallel(t *testing.T, name string, f func(t *testing.T, 
 	})
 }
 
+// eachLimit runs, as a parallel subtest name of t, f once per spec, each in
+// a subtest of its own with a store and clock of its own and a random
+// source seeded by the spec's index and seed.
+func (setup setupFunc) eachLimit(t *testing.T, name string, seed uint64, specs []bucket.Spec,
+	f func(t *testing.T, store bucket.Store, clock *Clock, l bucket.Limit, rng *rand.Rand),
+) {
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		for si, spec := range specs {
+			l := must(t, spec)
+			t.Run(l.String(), func(t *testing.T) {
+				store, clock := setup(t)
+				f(t, store, clock, l, rand.New(rand.NewPCG(uint64(si), seed)))
+			})
+		}
+	})
+}
+
+// decideTwins decides arrival i, a job of cost at the store's clock now, on
+// key "with" of l, then on key "without", and fails unless both get the
+// same answer to the nanosecond: with says what key "with" saw more,
+// without what "without" saw instead.
+func decideTwins(t *testing.T, store bucket.Store, l bucket.Limit, i int, now time.Time, cost int64, with, without string) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := store.Decide(ctx, "g", one("with", l), cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.Decide(ctx, "g", one("without", l), cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equal(a, b) {
+		t.Fatalf("arrival %d (+%v, cost %d): %s %+v\n%s %+v", i, now.Sub(Base), cost, with, a, without, b)
+	}
+}
+
+// one is the single tier of key key under l.
+func one(key string, l bucket.Limit) []bucket.Tier { return []bucket.Tier{{Key: key, Limit: l}} }
+
 // Exercise runs the whole suite against stores made by newStore.
 func Exercise(t *testing.T, newStore NewStore) {
 	setup := setupFunc(func(t *testing.T) (bucket.Store, *Clock) {

@@ -16,84 +16,65 @@ import (
 // have queued (its units are given back)".
 func exerciseRefund(t *testing.T, setup setupFunc) {
 	ctx := context.Background()
-	one := func(key string, l bucket.Limit) []bucket.Tier { return []bucket.Tier{{Key: key, Limit: l}} }
 
 	// A job decided and refunded leaves no trace: key "with" gets extra
 	// jobs, each given back now or later, before the next arrival; key
 	// "without" never sees them. Every arrival then gets the same answer on
 	// both keys, to the nanosecond.
-	t.Run("refund/restores", func(t *testing.T) {
-		t.Parallel()
-		for si, spec := range []bucket.Spec{
-			{Rate: "1/s", Burst: 9, Delay: 3},
-			{Algorithm: "token_bucket", Rate: "1/s", Burst: 10},
-			{Algorithm: "fixed_window", Limit: 10, Window: "2s"},
-			{Algorithm: "sliding_log", Limit: 10, Window: "2s"},
-			{Algorithm: "sliding_window", Limit: 10, Window: "2s"},
-			{Rate: "7/3s", Burst: 4, Delay: 1},
-			{Rate: "10/s", Burst: 3, NoDelay: true},
-			{Algorithm: "token_bucket", Rate: "3/s", Burst: 5},
-			{Algorithm: "fixed_window", Limit: 5, Window: "1500ms"},
-			{Algorithm: "sliding_window", Limit: 7, Window: "700ms"},
-			{Algorithm: "sliding_log", Limit: 4, Window: "333ms"},
-		} {
-			l := must(t, spec)
-			t.Run(l.String(), func(t *testing.T) {
-				store, clock := setup(t)
-				rng := rand.New(rand.NewPCG(uint64(si), 99))
-				now := Base.Add(123456789)
-				refunded := 0
-				for i := range 300 {
-					gap := time.Duration(rng.Int64N(int64(400 * time.Millisecond)))
-					if rng.IntN(10) == 0 {
-						gap += time.Duration(rng.Int64N(int64(5 * time.Second)))
-					}
-					next := now.Add(gap)
-					if rng.IntN(3) == 0 {
-						// An extra job at some time in the gap, given back at a
-						// later time in it (often at once).
-						at := now.Add(time.Duration(rng.Int64N(int64(gap) + 1)))
-						clock.Set(at)
-						cost := 1 + rng.Int64N(3)
-						d, err := store.Decide(ctx, "g", one("with", l), cost)
-						if err != nil {
-							t.Fatal(err)
-						}
-						back := at
-						if rng.IntN(2) == 0 {
-							back = at.Add(time.Duration(rng.Int64N(int64(next.Sub(at)) + 1)))
-						}
-						clock.Set(back)
-						if err := d.Refund(ctx); err != nil {
-							t.Fatal(err)
-						}
-						if d.Consumed != 0 {
-							refunded++
-						}
-					}
-					now = next
-					clock.Set(now)
-					cost := 1 + rng.Int64N(3)
-					if rng.IntN(3) != 0 {
-						cost = 1
-					}
-					got, err := store.Decide(ctx, "g", one("with", l), cost)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want, err := store.Decide(ctx, "g", one("without", l), cost)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !equal(got, want) {
-						t.Fatalf("arrival %d (+%v, cost %d): after refunds %+v\nnever decided %+v", i, now.Sub(Base), cost, got, want)
-					}
+	setup.eachLimit(t, "refund/restores", 99, []bucket.Spec{
+		{Rate: "1/s", Burst: 9, Delay: 3},
+		{Algorithm: "token_bucket", Rate: "1/s", Burst: 10},
+		{Algorithm: "fixed_window", Limit: 10, Window: "2s"},
+		{Algorithm: "sliding_log", Limit: 10, Window: "2s"},
+		{Algorithm: "sliding_window", Limit: 10, Window: "2s"},
+		{Rate: "7/3s", Burst: 4, Delay: 1},
+		{Rate: "10/s", Burst: 3, NoDelay: true},
+		{Algorithm: "token_bucket", Rate: "3/s", Burst: 5},
+		{Algorithm: "fixed_window", Limit: 5, Window: "1500ms"},
+		{Algorithm: "sliding_window", Limit: 7, Window: "700ms"},
+		{Algorithm: "sliding_log", Limit: 4, Window: "333ms"},
+	}, func(t *testing.T, store bucket.Store, clock *Clock, l bucket.Limit, rng *rand.Rand) {
+		now := Base.Add(123456789)
+		refunded := 0
+		for i := range 300 {
+			gap := time.Duration(rng.Int64N(int64(400 * time.Millisecond)))
+			if rng.IntN(10) == 0 {
+				gap += time.Duration(rng.Int64N(int64(5 * time.Second)))
+			}
+			next := now.Add(gap)
+			if rng.IntN(3) == 0 {
+				// An extra job at some time in the gap, given back at a
+				// later time in it (often at once).
+				at := now.Add(time.Duration(rng.Int64N(int64(gap) + 1)))
+				clock.Set(at)
+				cost := 1 + rng.Int64N(3)
+				d, err := store.Decide(ctx, "g", one("with", l), cost)
+				if err != nil {
+					t.Fatal(err)
 				}
-				t.Logf("%d extra jobs consumed and were given back", refunded)
-				if refunded < 15 {
-					t.Errorf("only %d extra jobs consumed and were refunded; the test proves little", refunded)
+				back := at
+				if rng.IntN(2) == 0 {
+					back = at.Add(time.Duration(rng.Int64N(int64(next.Sub(at)) + 1)))
 				}
-			})
+				clock.Set(back)
+				if err := d.Refund(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if d.Consumed != 0 {
+					refunded++
+				}
+			}
+			now = next
+			clock.Set(now)
+			cost := 1 + rng.Int64N(3)
+			if rng.IntN(3) != 0 {
+				cost = 1
+			}
+			decideTwins(t, store, l, i, now, cost, "after refunds", "never decided")
+		}
+		t.Logf("%d extra jobs consumed and were given back", refunded)
+		if refunded < 15 {
+			t.Errorf("only %d extra jobs consumed and were refunded; the test proves little", refunded)
 		}
 	})
 

@@ -149,7 +149,7 @@ func (s *Store) decideBatchSplit(ctx context.Context, group string, jobs []bucke
 				continue
 			}
 			rctx, cancel := s.refundContext(ctx)
-			_ = s.runRefunds(rctx, s.undoRequests(calls[i:]))
+			_ = s.runSettles(rctx, s.undoRequests(calls[i:]), "refund")
 			cancel()
 			if c.err != nil {
 				return nil, fmt.Errorf("job %d: %w", lo+i, c.err)

@@ -32,19 +32,10 @@ local ADMITTED, QUEUED, EXCESS, REJECTED = 0, 1, 2, 3
 -- (s, ns). It returns false if the key holds foreign data.
 
 local function leaky(key, s, ns, n, a, p, burst, delay, r)
-  local lx, dt
-  lx, s, ns, dt = loadLevel(key, s, ns)
-  if lx == false then
+  local x, _
+  x, _, s, ns = loadLeaky(key, s, ns, p, a)
+  if x == false then
     return false
-  end
-  local x = 0
-  if lx then
-    x = lx + p -- the first unit, before leaking
-    if dt >= cdiv(x, a) then
-      x = 0
-    else
-      x = x - dt * a
-    end
   end
   r[2], r[3], r[4], r[5] = s, ns, 0, 0
   if n - 1 > burst then
@@ -69,20 +60,11 @@ local function leaky(key, s, ns, n, a, p, burst, delay, r)
 end
 
 local function token(key, s, ns, n, a, p, burst, _, r)
-  local lk, dt
-  lk, s, ns, dt = loadLevel(key, s, ns)
-  if lk == false then
-    return false
-  end
   local full = burst * p
-  local k = full
-  if lk then
-    k = lk
-    if dt >= cdiv(full - k, a) then
-      k = full
-    else
-      k = k + dt * a
-    end
+  local k, _
+  k, _, s, ns = loadTokens(key, s, ns, full, a)
+  if k == false then
+    return false
   end
   r[1], r[2], r[3], r[5] = ADMITTED, s, ns, 0
   if n > burst then
@@ -172,46 +154,21 @@ local function sliding(key, s, ns, n, lim, w, _, _, r)
   return true
 end
 
--- The sliding log is a list: a header (the sum of the costs of its entries,
--- one double), then one entry per admitted job, oldest first: seconds,
--- nanoseconds, cost (three doubles). Expired entries are dropped when a job
--- is admitted, as the Go code does.
-local CHUNK = 128
-
+-- The sliding log (lib.lua): expired entries are dropped when a job is
+-- admitted, as the Go code does.
 local function slog(key, s, ns, n, lim, w, _, _, r)
-  local len = rpcall('LLEN', key)
-  if type(len) ~= 'number' then
+  local len, sum, ls, ln
+  len, sum, ls, ln, s, ns = loadLog(key, s, ns)
+  if not len then
     return false
   end
   local count, expired, live = 0, 0, 0
-  local ls, ln
   if len > 0 then
-    local h, last = rcall('LINDEX', key, 0), rcall('LINDEX', key, -1)
-    if len < 2 or #h ~= 8 or #last ~= 24 then
-      return false
-    end
-    local sum = unpack('<d', h)
-    ls, ln = unpack('<ddd', last)
-    if since(s, ns, ls, ln) < 0 then
-      s, ns = ls, ln
-    end
     -- Entries at or before now − w have left the window: a prefix.
-    local gone, i, more = 0, 1, true
-    while more and i < len do
-      local items = rcall('LRANGE', key, i, i + CHUNK - 1)
-      for j = 1, #items do
-        local e = items[j]
-        if #e ~= 24 then
-          return false
-        end
-        local es, en, ec = unpack('<ddd', e)
-        if since(s, ns, es, en) < w then
-          more = false
-          break
-        end
-        expired, gone = expired + 1, gone + ec
-      end
-      i = i + CHUNK
+    local gone
+    expired, gone = expiredPrefix(key, len, s, ns, w)
+    if not expired then
+      return false
     end
     count = sum - gone
     live = len - 1 - expired

@@ -43,7 +43,7 @@
 // shard its runs at once, so a decision still costs one round trip, to the
 // slowest shard). Each part decides its tiers all-or-nothing as the one
 // script does. When a part rejects the job, the parts that took their units
-// give them back in a second pipeline of refund.lua runs, at the time they
+// give them back in a second pipeline of settle.lua runs at 0, at the time they
 // decided, before the decision returns; so does a decision that fails in
 // one part after others took units. The decision as a whole changes
 // nothing, as on one server. The cost: a per-key tier's units are held for
@@ -88,7 +88,8 @@
 // # Scripts
 //
 // There are two scripts, embedded with go:embed: decide.lua for decisions
-// and refund.lua for refunds, each sent as one chunk after lib.lua, the
+// and settle.lua for settles and refunds (a refund is the settle at 0),
+// each sent as one chunk after lib.lua, the
 // helpers both share (exact division, times as pairs, window starts, state
 // loading, TIME). Limits travel as arguments (algorithm and parameters per
 // tier), so a new limit needs no new script. Each is a redis.Script: a run
@@ -99,8 +100,9 @@
 // NOSCRIPT run did not execute, so the retry applies nothing twice, and
 // SCRIPT FLUSH never surfaces as an error.
 //
-// The script uses only commands of Redis 3.2 and later, and the struct
-// library every Redis embeds; it is tested against Redis 7.
+// The scripts use only commands of Redis 3.2 and later (but LPOS, Redis
+// 6.0.6, for a sliding log's settle at a cost other than 0), and the struct
+// library every Redis embeds; they are tested against Redis 7.
 //
 // Arguments and replies are packed little-endian doubles (struct.pack in
 // the script, encoding/binary in Go): one bulk string each way instead of a
@@ -118,8 +120,9 @@
 // [Store.Refund] of the store that made d: every decision the store returns
 // carries its group, tiers and cost), gives back the units the decision
 // took from its consumed tiers (bucket.Decision.Consumed) when the backlog
-// refuses the job, with the semantics of bucket.Store.Refund. It is one run of refund.lua over the
-// consumed tiers' keys (on a cluster, one run per hash tag) at
+// refuses the job, with the semantics of bucket.Store.Refund. It is the
+// settle of the decision at 0 (see Settles): one run of settle.lua over the
+// consumed tiers' keys (on a cluster, one run per hash tag, in one pipeline) at
 // Redis TIME (or the injected clock, which it then carries with the
 // decision's time). The script reads every key before it writes any: a key
 // holding foreign data fails the refund as a whole ([ErrForeignData]). A
@@ -140,8 +143,9 @@
 // tag), laid out as a refund with the actual cost after the tiers. A
 // refund (a smaller cost) changes only keys with state; a charge (a larger
 // one) takes a missing key as a key never seen. A sliding log's entry is
-// found with LPOS from the tail (Redis ≥ 6.0.6) and replaced in place, or
-// removed, and the header's sum moved. Like refunds, settles are their own
+// found with LPOS from the tail (Redis ≥ 6.0.6) and replaced in place, or,
+// at 0, removed with LREM as a refund removes it, and the header's sum
+// moved. Like refunds, settles are their own
 // round trips.
 //
 // # Coalescing

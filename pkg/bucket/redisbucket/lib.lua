@@ -1,4 +1,4 @@
--- Helpers shared by decide.lua and refund.lua: each script is this file
+-- Helpers shared by decide.lua and settle.lua: each script is this file
 -- followed by its own. Exact arithmetic on doubles; see doc.go ("Exactness").
 
 local E9 = 1000000000
@@ -120,6 +120,96 @@ local function loadLevel(key, s, ns)
     return level, ls, ln, 0
   end
   return level, s, ns, dt
+end
+
+-- loadLeaky reads a leaky bucket's level leaked to (s, ns): u = excess +
+-- the unit in service, scaled (0: empty). It returns false for foreign data;
+-- otherwise the level, whether the key had state, and the time (as
+-- loadLevel).
+local function loadLeaky(key, s, ns, p, a)
+  local lx, dt
+  lx, s, ns, dt = loadLevel(key, s, ns)
+  if lx == false then
+    return false
+  end
+  if not lx then
+    return 0, false, s, ns
+  end
+  local u = lx + p -- the first unit, before leaking
+  if dt >= cdiv(u, a) then
+    return 0, true, s, ns
+  end
+  return u - dt * a, true, s, ns
+end
+
+-- loadTokens reads a token bucket's tokens refilled to (s, ns), scaled (a
+-- key never seen is full: full). It returns false for foreign data;
+-- otherwise the tokens, whether the key had state, and the time (as
+-- loadLevel).
+local function loadTokens(key, s, ns, full, a)
+  local lk, dt
+  lk, s, ns, dt = loadLevel(key, s, ns)
+  if lk == false then
+    return false
+  end
+  if not lk then
+    return full, false, s, ns
+  end
+  if dt >= cdiv(full - lk, a) then
+    return full, true, s, ns
+  end
+  return lk + dt * a, true, s, ns
+end
+
+-- The sliding log is a list: a header (the sum of the costs of its entries,
+-- one double), then one entry per admitted job, oldest first: seconds,
+-- nanoseconds, cost (three doubles).
+local CHUNK = 128 -- entries read per LRANGE
+
+-- loadLog reads a sliding log's head. It returns false for foreign data;
+-- otherwise the list's length (0: a key never seen), the header's sum, the
+-- newest entry's stamp, and the time (s, ns) — never before that stamp, as a
+-- clock that stepped back counts as no time passing.
+local function loadLog(key, s, ns)
+  local len = rpcall('LLEN', key)
+  if type(len) ~= 'number' then
+    return false
+  end
+  if len == 0 then
+    return 0, 0, s, ns, s, ns
+  end
+  local h, last = rcall('LINDEX', key, 0), rcall('LINDEX', key, -1)
+  if len < 2 or #h ~= 8 or #last ~= 24 then
+    return false
+  end
+  local ls, ln = unpack('<ddd', last)
+  if since(s, ns, ls, ln) < 0 then
+    s, ns = ls, ln
+  end
+  return len, unpack('<d', h), ls, ln, s, ns
+end
+
+-- expiredPrefix counts the entries of a log of len items that have left the
+-- window of w ns at (s, ns) — entries at or before (s, ns) − w, a prefix —
+-- and sums their costs. It returns false for foreign data.
+local function expiredPrefix(key, len, s, ns, w)
+  local expired, gone, i = 0, 0, 1
+  while i < len do
+    local items = rcall('LRANGE', key, i, i + CHUNK - 1)
+    for j = 1, #items do
+      local e = items[j]
+      if #e ~= 24 then
+        return false
+      end
+      local es, en, ec = unpack('<ddd', e)
+      if since(s, ns, es, en) < w then
+        return expired, gone
+      end
+      expired, gone = expired + 1, gone + ec
+    end
+    i = i + CHUNK
+  end
+  return expired, gone
 end
 
 -- redisTime reads Redis TIME as (seconds, nanoseconds): one clock for every

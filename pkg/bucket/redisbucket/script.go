@@ -13,21 +13,22 @@ import (
 )
 
 // The scripts are lib.lua (shared helpers) followed by decide.lua or
-// refund.lua, whose tops describe their argument and reply layouts.
+// settle.lua, whose tops describe their argument and reply layouts.
 var (
 	//go:embed lib.lua
 	luaLib string
 	//go:embed decide.lua
 	luaDecide string
-	//go:embed refund.lua
-	luaRefund string
+	//go:embed settle.lua
+	luaSettle string
 )
 
 var (
 	// decideScript decides: every decision, every algorithm.
 	decideScript = redis.NewScript(luaLib + luaDecide)
-	// refundScript gives back the units of one decision's consumed tiers.
-	refundScript = redis.NewScript(luaLib + luaRefund)
+	// settleScript settles the cost of one decision's consumed tiers; a
+	// refund is its settle at 0.
+	settleScript = redis.NewScript(luaLib + luaSettle)
 )
 
 // headerSize is the script header: decisions, clock flag, TTL extra.
@@ -130,9 +131,9 @@ func appendTier(b []byte, l *bucket.Limit) []byte {
 	return appendNum(b, p4)
 }
 
-// encodeRefund lays out the refund of decision d's consumed tiers for
-// refund.lua: its keys and its argument.
-func (s *Store) encodeRefund(group string, tiers []bucket.Tier, cost int64, d bucket.Decision) ([]string, []byte) {
+// encodeSettle lays out the settle at actual units (0: the refund) of
+// decision d's consumed tiers for settle.lua: its keys and its argument.
+func (s *Store) encodeSettle(group string, tiers []bucket.Tier, cost int64, d bucket.Decision, actual int64) ([]string, []byte) {
 	keys := make([]string, len(tiers))
 	lims := make([]bucket.Limit, len(tiers))
 	for i := range tiers {
@@ -141,7 +142,8 @@ func (s *Store) encodeRefund(group string, tiers []bucket.Tier, cost int64, d bu
 		}
 		lims[i] = tiers[i].Limit
 	}
-	return s.refundArgs(keys, lims, min(cost, 1<<53), d.At.Unix(), int64(d.At.Nanosecond()), d.Consumed) // cost as decide.lua received it
+	// cost as decide.lua received it
+	return s.settleArgs(keys, lims, min(cost, 1<<53), d.At.Unix(), int64(d.At.Nanosecond()), d.Consumed, actual)
 }
 
 // key is <prefix>{<group>:<hash>}:<algorithm>:<tier key>, <hash> 16 hex

@@ -1,14 +1,16 @@
 -- Spillway bucket settles: settle a decision's cost at the actual cost its
 -- handler reported (bucket.Store.Settle), the settles of
--- pkg/bucket/settle.go line for line. See doc.go ("Settles").
+-- pkg/bucket/settle.go line for line. A refund (bucket.Store.Refund) is the
+-- settle at 0: it gives back the whole cost. See doc.go ("Refunds",
+-- "Settles").
 --
 -- KEYS: one per tier to settle (the decision's consumed tiers), in order.
--- ARGV[1]: little-endian doubles, refund.lua's layout followed by one more:
+-- ARGV[1]: little-endian doubles:
 --   header:    ntiers, clock (0: read TIME; 1: the settle carries its time), ttl extra (ms),
 --              cost, decision seconds, decision nanoseconds,
 --              settle seconds, settle nanoseconds (ignored without clock)
 --   each tier: algorithm, p1, p2, p3, p4, as decide.lua takes them
---   then:      actual cost
+--   then:      actual cost (0 for a refund)
 -- Reply: status: 0 settled; k > 0: tier k's key holds data this script did
 -- not write, nothing was changed.
 --
@@ -22,22 +24,13 @@
 -- seen. It returns false if the key holds foreign data.
 
 local function leaky(key, s, ns, n, d, a, p, burst, _, _, _, r)
-  local lx, dt
-  lx, s, ns, dt = loadLevel(key, s, ns)
-  if lx == false then
+  local u, known
+  u, known, s, ns = loadLeaky(key, s, ns, p, a)
+  if u == false then
     return false
   end
-  if not lx and d < 0 then
+  if not known and d < 0 then
     return true
-  end
-  local u = 0
-  if lx then
-    u = lx + p
-    if dt >= cdiv(u, a) then
-      u = 0
-    else
-      u = u - dt * a
-    end
   end
   local q = burst + 1
   if d < 0 then
@@ -50,23 +43,14 @@ local function leaky(key, s, ns, n, d, a, p, burst, _, _, _, r)
 end
 
 local function token(key, s, ns, n, d, a, p, burst, _, _, _, r)
-  local lk, dt
-  lk, s, ns, dt = loadLevel(key, s, ns)
-  if lk == false then
+  local full = burst * p
+  local k, known
+  k, known, s, ns = loadTokens(key, s, ns, full, a)
+  if k == false then
     return false
   end
-  if not lk and d < 0 then
+  if not known and d < 0 then
     return true
-  end
-  local full = burst * p
-  local k = full
-  if lk then
-    k = lk
-    if dt >= cdiv(full - k, a) then
-      k = full
-    else
-      k = k + dt * a
-    end
   end
   if d < 0 then
     k = math.min(full, k + math.min(-d, burst) * p)
@@ -154,54 +138,38 @@ end
 -- slog finds the job's entry — stamped (as, an), of cost n, the newest such —
 -- if it can still be in the window, and fills r[1] = its index in the list,
 -- r[2] = the settle's time (never before the log's newest entry), r[5] = the
--- entry's new cost (0: it leaves the log). For a larger actual cost the
--- entry grows until the window's live entries sum to the limit.
-local CHUNK = 128
-
+-- entry's new cost. For a larger actual cost the entry grows until the
+-- window's live entries sum to the limit. For 0 (a refund) r[1] is the
+-- entry itself: commit removes the newest such with LREM from the tail, so
+-- a refund needs no LPOS (Redis 6.0.6).
 local function slog(key, s, ns, n, d, lim, w, _, _, as, an, r)
-  local len = rpcall('LLEN', key)
-  if type(len) ~= 'number' then
+  local len, sum, ls, ln
+  len, sum, ls, ln, s, ns = loadLog(key, s, ns)
+  if not len then
     return false
   end
   if len == 0 then
     return true
   end
-  local h, last = rcall('LINDEX', key, 0), rcall('LINDEX', key, -1)
-  if len < 2 or #h ~= 8 or #last ~= 24 then
-    return false
-  end
-  local ls, ln = unpack('<ddd', last)
-  if since(s, ns, ls, ln) < 0 then
-    s, ns = ls, ln
-  end
   if since(s, ns, as, an) >= w then
     return true -- the entry has left the window
+  end
+  local actual = n + d
+  if actual == 0 then
+    r[1], r[2], r[5] = pack('<ddd', as, an, n), {s, ns}, 0
+    return true
   end
   local idx = rcall('LPOS', key, pack('<ddd', as, an, n), 'RANK', -1)
   if not idx or idx == 0 then
     return true -- not in the log
   end
-  local actual = n + d
   if d > 0 then
     -- The live entries' sum: the header's less the expired prefix's.
-    local gone, i, more = 0, 1, true
-    while more and i < len do
-      local items = rcall('LRANGE', key, i, i + CHUNK - 1)
-      for j = 1, #items do
-        local e = items[j]
-        if #e ~= 24 then
-          return false
-        end
-        local es, en, ec = unpack('<ddd', e)
-        if since(s, ns, es, en) < w then
-          more = false
-          break
-        end
-        gone = gone + ec
-      end
-      i = i + CHUNK
+    local expired, gone = expiredPrefix(key, len, s, ns, w)
+    if not expired then
+      return false
     end
-    local live = unpack('<d', h) - gone
+    local live = sum - gone
     local grow = math.min(d, math.max(0, lim - live))
     if grow == 0 then
       return true
@@ -233,8 +201,9 @@ local function commit(key, r, n, as, an, w, extra)
   local actual = r[5]
   local sum = unpack('<d', rcall('LINDEX', key, 0))
   if actual == 0 then
-    rcall('LSET', key, val, '')
-    rcall('LREM', key, 1, '')
+    if rcall('LREM', key, -1, val) == 0 then
+      return -- not in the log
+    end
     if rcall('LLEN', key) < 2 then
       rcall('DEL', key)
       return

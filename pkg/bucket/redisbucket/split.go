@@ -241,16 +241,16 @@ func assemble(c *call) (undo bool) {
 	return committed && c.dec.Verdict == bucket.Rejected
 }
 
-// refundRequest is one refund script run.
-type refundRequest struct {
+// settleRequest is one run of settle.lua (a refund is a settle at 0).
+type settleRequest struct {
 	keys []string
 	blob []byte
 }
 
 // undoRequests lays out the refunds of the committed parts of calls: each
 // part's consumed tiers, at the part's own decision time.
-func (s *Store) undoRequests(calls []*call) []refundRequest {
-	var out []refundRequest
+func (s *Store) undoRequests(calls []*call) []settleRequest {
+	var out []settleRequest
 	for _, c := range calls {
 		for j := range c.parts {
 			p := &c.parts[j]
@@ -266,16 +266,17 @@ func (s *Store) undoRequests(calls []*call) []refundRequest {
 			if mask == 0 {
 				continue
 			}
-			keys, blob := s.refundArgs(p.keys, p.lims, c.cost, p.sec, p.nsec, mask)
-			out = append(out, refundRequest{keys: keys, blob: blob})
+			keys, blob := s.settleArgs(p.keys, p.lims, c.cost, p.sec, p.nsec, mask, 0)
+			out = append(out, settleRequest{keys: keys, blob: blob})
 		}
 	}
 	return out
 }
 
-// refundArgs lays out, for refund.lua, the refund of the tiers of mask
-// among keys and lims, of a job of cost decided at (as, an).
-func (s *Store) refundArgs(keys []string, lims []bucket.Limit, cost, as, an int64, mask uint8) ([]string, []byte) {
+// settleArgs lays out, for settle.lua, the settle at actual units (0: the
+// refund) of the tiers of mask among keys and lims, of a job of cost
+// decided at (as, an).
+func (s *Store) settleArgs(keys []string, lims []bucket.Limit, cost, as, an int64, mask uint8, actual int64) ([]string, []byte) {
 	clock := int64(0)
 	if s.clock != nil {
 		clock = 1
@@ -283,7 +284,7 @@ func (s *Store) refundArgs(keys []string, lims []bucket.Limit, cost, as, an int6
 	sec, nsec := s.scriptTime()
 	n := bits.OnesCount8(mask)
 	out := make([]string, 0, n)
-	b := make([]byte, 0, (8+5*n)*8)
+	b := make([]byte, 0, (9+5*n)*8)
 	b = appendNum(b, int64(n))
 	b = appendNum(b, clock)
 	b = appendNum(b, s.ttlExtra)
@@ -298,26 +299,27 @@ func (s *Store) refundArgs(keys []string, lims []bucket.Limit, cost, as, an int6
 			out = append(out, keys[i])
 		}
 	}
-	return out, b
+	return out, appendNum(b, actual)
 }
 
-// runRefunds sends refunds in one pipeline and returns the first error.
-func (s *Store) runRefunds(ctx context.Context, reqs []refundRequest) error {
+// runSettles sends settles (refunds: op "refund") in one pipeline and
+// returns their errors joined.
+func (s *Store) runSettles(ctx context.Context, reqs []settleRequest, op string) error {
 	if len(reqs) == 0 {
 		return nil
 	}
-	cmds := s.runPipelined(ctx, refundScript, len(reqs),
+	cmds := s.runPipelined(ctx, settleScript, len(reqs),
 		func(i int) []string { return reqs[i].keys }, func(i int) []byte { return reqs[i].blob })
 	var errs []error
 	for i := range reqs {
 		status, err := cmds[i].Int64()
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("redisbucket: refund: %w", err))
+			errs = append(errs, fmt.Errorf("redisbucket: %s: %w", op, err))
 		case status < 0 || int(status) > len(reqs[i].keys):
 			errs = append(errs, errMalformed)
 		case status > 0:
-			errs = append(errs, fmt.Errorf("%w: key %q (nothing refunded)", ErrForeignData, reqs[i].keys[status-1]))
+			errs = append(errs, fmt.Errorf("%w: key %q (nothing %sed)", ErrForeignData, reqs[i].keys[status-1], op))
 		}
 	}
 	return errors.Join(errs...)
@@ -336,13 +338,14 @@ func (s *Store) roundTripSplit(ctx context.Context, batch []*call) {
 			undo = append(undo, c)
 		}
 	}
-	_ = s.runRefunds(ctx, s.undoRequests(undo))
+	_ = s.runSettles(ctx, s.undoRequests(undo), "refund")
 }
 
-// refundSplit is Refund for split decisions: one refund script per tag of
-// the consumed tiers, in one pipeline.
-func (s *Store) refundSplit(ctx context.Context, group string, tiers []bucket.Tier, cost int64, d bucket.Decision) error {
-	var reqs []refundRequest
+// splitSettles lays out the settle at actual units (0: the refund) of
+// split decision d: one run of settle.lua per tag of the consumed tiers,
+// each at the time its tiers were decided.
+func (s *Store) splitSettles(group string, tiers []bucket.Tier, cost int64, d bucket.Decision, actual int64) []settleRequest {
+	var reqs []settleRequest
 	done := uint8(0)
 	for i := range tiers {
 		bit := uint8(1) << uint(i)
@@ -363,8 +366,8 @@ func (s *Store) refundSplit(ctx context.Context, group string, tiers []bucket.Ti
 		if d.TierAt[i] != 0 {
 			at = time.Unix(0, d.TierAt[i])
 		}
-		k, blob := s.refundArgs(keys, lims, min(cost, 1<<53), at.Unix(), int64(at.Nanosecond()), 1<<uint(len(keys))-1)
-		reqs = append(reqs, refundRequest{keys: k, blob: blob})
+		k, blob := s.settleArgs(keys, lims, min(cost, 1<<53), at.Unix(), int64(at.Nanosecond()), 1<<uint(len(keys))-1, actual)
+		reqs = append(reqs, settleRequest{keys: k, blob: blob})
 	}
-	return s.runRefunds(ctx, reqs)
+	return reqs
 }

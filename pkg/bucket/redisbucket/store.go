@@ -312,11 +312,11 @@ func (s *Store) bind(d bucket.Decision, err error, group string, tiers []bucket.
 }
 
 // Refund gives back the units decision d, which this store made, took from
-// its consumed tiers (see bucket.Store.Refund; d.Refund(ctx) calls it) in
-// one script run at Redis TIME (or the injected
-// clock), under the same keys and hash tag as Decide. A key that expired or
-// was deleted has nothing to give back. A decision with Consumed 0 needs no
-// round trip: Refund returns nil at once.
+// its consumed tiers (see bucket.Store.Refund; d.Refund(ctx) calls it): a
+// settle at 0 (settle.go), in one run of settle.lua at Redis TIME (or the
+// injected clock), under the same keys and hash tag as Decide. A key that
+// expired or was deleted has nothing to give back. A decision with
+// Consumed 0 needs no round trip: Refund returns nil at once.
 //
 // Refunds are rare (the backlog was full), so they do not join the
 // coalesced decision batches: each is its own round trip, bounded by
@@ -324,41 +324,7 @@ func (s *Store) bind(d bucket.Decision, err error, group string, tiers []bucket.
 // that go-redis retries after a network error may give back twice — never
 // beyond an empty state, but more than the job took.
 func (s *Store) Refund(ctx context.Context, d bucket.Decision) error {
-	if err := bucket.CheckRefund(s, d); err != nil {
-		return fmt.Errorf("redisbucket: %w", err)
-	}
-	group, tiers, cost := d.Request()
-	if s.client == nil {
-		return errors.New("redisbucket: the Store was not built with New")
-	}
-	if strings.ContainsAny(group, "{}") {
-		return fmt.Errorf("%w %q: it must not hold '{' or '}'", ErrInvalidGroup, group)
-	}
-	if d.Consumed == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redisbucket: %w (nothing refunded)", err)
-	}
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	if s.splitTiers {
-		return s.refundSplit(ctx, group, tiers, cost, d)
-	}
-	keys, arg := s.encodeRefund(group, tiers, cost, d)
-	status, err := s.runScript(ctx, refundScript, keys, arg).Int64()
-	switch {
-	case err != nil:
-		return fmt.Errorf("redisbucket: refund: %w", err)
-	case status == 0:
-		return nil
-	case status < 1 || int(status) > len(keys):
-		return errMalformed
-	}
-	return fmt.Errorf("%w: key %q (nothing refunded)", ErrForeignData, keys[status-1])
+	return s.settle(ctx, d, 0, "refund")
 }
 
 // withdraw takes a cancelled caller's call out of the queue if it is still
