@@ -90,6 +90,7 @@ Commands:
   pause      pause a queue: its workers start none of its jobs (admin key)
   resume     resume a paused queue (admin key)
   limits     per-key limit overrides: list, get, set, rm (admin key)
+  weights    fairness weights of a queue's drain: list, get, set, rm (admin key)
   top        live view of the queues with per-second rates (Ctrl-C to quit)
   dlq        dead letters: list, replay to READY or the backlog, purge
   bench      load-test an admitter: closed or open loop, latency percentiles
@@ -101,7 +102,7 @@ Where things are (flags override the environment):
   --server URL     admitter HTTP API   $SPILLWAY_SERVER    (http://127.0.0.1:8080)
   --nats URL       NATS server         $SPILLWAY_NATS_URL  (nats://127.0.0.1:4222)
   --api-key KEY    Bearer token        $SPILLWAY_API_KEY
-  --admin-key KEY  pause, resume, limits $SPILLWAY_ADMIN_KEY
+  --admin-key KEY  pause, resume, limits, weights $SPILLWAY_ADMIN_KEY
 
 Output is for people by default; --json prints one JSON document for
 programs instead.
@@ -138,6 +139,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runResume(ctx, args[1:], getenv, stdout)
 	case "limits":
 		return runLimits(ctx, args[1:], getenv, stdout)
+	case "weights":
+		return runWeights(ctx, args[1:], getenv, stdout)
 	case "top":
 		return runTop(ctx, args[1:], getenv, stdout)
 	case "dlq":
@@ -149,5 +152,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "probe":
 		return runProbe(ctx, args[1:], stdout)
 	}
-	return usageErrorf("spillctl: unknown command %q; the commands are: submit, status, cancel, queues, pause, resume, limits, top, dlq, bench, simulate, probe (see spillctl --help)", args[0])
+	return usageErrorf("spillctl: unknown command %q; the commands are: submit, status, cancel, queues, pause, resume, limits, weights, top, dlq, bench, simulate, probe (see spillctl --help)", args[0])
 }
