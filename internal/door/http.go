@@ -72,6 +72,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		o.Logger = slog.Default()
 	}
 	h := &httpDoor{o: o, inflight: newInflight(o.Registerer)}
+	h.weightChanges = newWeightChanges(o.Registerer)
 	routes := []route{
 		{http.MethodPost, "/v1/queues/{queue}/jobs", h.submit},
 		{http.MethodPost, "/v1/queues/{queue}/jobs:batch", h.submitBatch}, // batch.go
@@ -228,6 +229,9 @@ type httpDoor struct {
 	o        HTTPOptions
 	keys     keysCache // GET /v1/queues/{queue}/keys (backlogkeys.go)
 	inflight *inflight // http.max_inflight_bytes (inflight.go)
+	// weightChanges counts the runtime weight rules set and removed
+	// (weights.go).
+	weightChanges *prometheus.CounterVec
 }
 
 func (h *httpDoor) cfg() *config.Config { return h.o.Admitter.Config() }

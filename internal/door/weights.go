@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/config"
@@ -25,6 +26,18 @@ import (
 // prefix such as tenant-*, or * (PUT, DELETE). The runtime rules are the
 // queue's entry pace.RuntimeWeightsKey of the pacers' bucket, which the
 // workers follow: this door writes it and reads it, it never caches it.
+
+// newWeightChanges is spillway_weight_rule_changes_total, registered
+// with reg (nil: not registered).
+func newWeightChanges(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spillway_weight_rule_changes_total",
+		Help: "Runtime fairness weight rules set and removed through this admitter's admin API, by queue and action (set, removed)."},
+		[]string{"queue", "action"})
+	if reg != nil {
+		reg.MustRegister(c)
+	}
+	return c
+}
 
 // weightPath is the path of one key's or pattern's weight.
 const weightPath = "/v1/queues/{queue}/weights/{key}"
@@ -198,6 +211,7 @@ func (h *httpDoor) setWeight(w http.ResponseWriter, r *http.Request, by string) 
 		h.unavailable(w, r, "storing a weight of queue "+q.Name, err)
 		return
 	}
+	h.weightChanges.WithLabelValues(q.Name, "set").Inc()
 	h.o.Logger.Info("door: weight set", "queue", q.Name, "key_hash", queue.KeyHash(p.String()), "prefix", p.Prefix,
 		"weight", weight, "by", by)
 	writeJSON(w, http.StatusOK, "application/json", spillway.KeyWeight{Queue: q.Name, Key: p.String(), Weight: weight,
@@ -231,6 +245,7 @@ func (h *httpDoor) deleteWeight(w http.ResponseWriter, r *http.Request, by strin
 		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "No such weight", Detail: detail})
 		return
 	}
+	h.weightChanges.WithLabelValues(q.Name, "removed").Inc()
 	h.o.Logger.Info("door: weight removed", "queue", q.Name, "key_hash", queue.KeyHash(p.String()), "prefix", p.Prefix, "by", by)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -77,6 +77,9 @@ func TestWeightsFromTheAdminAPIReachWaitingJobs(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &kw) != nil || kw.Weight != 3 || kw.Source != spillway.WeightSourceRuntime {
 		t.Errorf("GET weight of %s on admitter 1: %d %s, want 3 from the runtime rule", key, code, body)
 	}
+	if n := metric(t, c.admitters[0].addr, `spillway_weight_rule_changes_total{action="set",queue="fair"}`); n != 1 {
+		t.Errorf("admitter 0: spillway_weight_rule_changes_total{action=\"set\",queue=\"fair\"} = %v, want 1", n)
+	}
 	time.Sleep(time.Until(to.Add(500 * time.Millisecond)))
 
 	ss := r.starts(c.hook.snapshot())
