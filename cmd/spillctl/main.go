@@ -89,8 +89,8 @@ Commands:
   queues     list queues: depth, capacity, leak rate, in flight, dead, paused
   pause      pause a queue: its workers start none of its jobs (admin key)
   resume     resume a paused queue (admin key)
-  limits     per-key limit overrides: list, get, set, rm (admin key)
   weights    fairness weights of a queue's drain: list, get, set, rm (admin key)
+  limits     per-key limit overrides: list, get, set, rm (admin key)
   top        live view of the queues with per-second rates (Ctrl-C to quit)
   dlq        dead letters: list, replay to READY or the backlog, purge
   bench      load-test an admitter: closed or open loop, latency percentiles
@@ -137,10 +137,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runPause(ctx, args[1:], getenv, stdout)
 	case "resume":
 		return runResume(ctx, args[1:], getenv, stdout)
-	case "limits":
-		return runLimits(ctx, args[1:], getenv, stdout)
 	case "weights":
 		return runWeights(ctx, args[1:], getenv, stdout)
+	case "limits":
+		return runLimits(ctx, args[1:], getenv, stdout)
 	case "top":
 		return runTop(ctx, args[1:], getenv, stdout)
 	case "dlq":

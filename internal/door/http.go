@@ -87,10 +87,6 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, limitPath, h.admin(h.keyLimit)},
 		{http.MethodPut, limitPath, h.admin(h.setKeyLimit)},
 		{http.MethodDelete, limitPath, h.admin(h.deleteKeyLimit)},
-		{http.MethodGet, "/v1/queues/{queue}/weights", h.admin(h.weights)}, // weights.go
-		{http.MethodGet, weightPath, h.admin(h.keyWeight)},
-		{http.MethodPut, weightPath, h.admin(h.setWeight)},
-		{http.MethodDelete, weightPath, h.admin(h.deleteWeight)},
 		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, "ok\n")
@@ -98,6 +94,11 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, "/readyz", h.readyz},
 		{http.MethodGet, "/openapi.json", contract},
 		{http.MethodGet, "/openapi.yaml", contract},
+		// The weights endpoints (weights.go).
+		{http.MethodGet, "/v1/queues/{queue}/weights", h.admin(h.weights)},
+		{http.MethodGet, weightPath, h.admin(h.keyWeight)},
+		{http.MethodPut, weightPath, h.admin(h.setWeight)},
+		{http.MethodDelete, weightPath, h.admin(h.deleteWeight)},
 	}
 	if o.Metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", o.Metrics.ServeHTTP})
