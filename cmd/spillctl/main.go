@@ -89,6 +89,7 @@ Commands:
   queues     list queues: depth, capacity, leak rate, in flight, dead, paused
   pause      pause a queue: its workers start none of its jobs (admin key)
   resume     resume a paused queue (admin key)
+  weights    fairness weights of a queue's drain: list, get, set, rm (admin key)
   limits     per-key limit overrides: list, get, set, rm (admin key)
   concurrency  per-key concurrency overrides: list, get, set, rm (admin key)
   top        live view of the queues with per-second rates (Ctrl-C to quit)
@@ -102,7 +103,7 @@ Where things are (flags override the environment):
   --server URL     admitter HTTP API   $SPILLWAY_SERVER    (http://127.0.0.1:8080)
   --nats URL       NATS server         $SPILLWAY_NATS_URL  (nats://127.0.0.1:4222)
   --api-key KEY    Bearer token        $SPILLWAY_API_KEY
-  --admin-key KEY  pause, resume, limits, concurrency $SPILLWAY_ADMIN_KEY
+  --admin-key KEY  pause, resume, limits, concurrency, weights $SPILLWAY_ADMIN_KEY
 
 Output is for people by default; --json prints one JSON document for
 programs instead.
@@ -137,6 +138,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runPause(ctx, args[1:], getenv, stdout)
 	case "resume":
 		return runResume(ctx, args[1:], getenv, stdout)
+	case "weights":
+		return runWeights(ctx, args[1:], getenv, stdout)
 	case "limits":
 		return runLimits(ctx, args[1:], getenv, stdout)
 	case "concurrency":
@@ -152,5 +155,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "probe":
 		return runProbe(ctx, args[1:], stdout)
 	}
-	return usageErrorf("spillctl: unknown command %q; the commands are: submit, status, cancel, queues, pause, resume, limits, concurrency, top, dlq, bench, simulate, probe (see spillctl --help)", args[0])
+	return usageErrorf("spillctl: unknown command %q; the commands are: submit, status, cancel, queues, pause, resume, limits, concurrency, weights, top, dlq, bench, simulate, probe (see spillctl --help)", args[0])
 }

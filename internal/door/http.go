@@ -73,6 +73,7 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		o.Logger = slog.Default()
 	}
 	h := &httpDoor{o: o, inflight: newInflight(o.Registerer)}
+	h.weightChanges = newWeightChanges(o.Registerer)
 	routes := []route{
 		{http.MethodPost, "/v1/queues/{queue}/jobs", h.submit},
 		{http.MethodPost, "/v1/queues/{queue}/jobs:batch", h.submitBatch}, // batch.go
@@ -98,6 +99,11 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodGet, "/readyz", h.readyz},
 		{http.MethodGet, "/openapi.json", contract},
 		{http.MethodGet, "/openapi.yaml", contract},
+		// The weights endpoints (weights.go).
+		{http.MethodGet, "/v1/queues/{queue}/weights", h.admin(h.weights)},
+		{http.MethodGet, weightPath, h.admin(h.keyWeight)},
+		{http.MethodPut, weightPath, h.admin(h.setWeight)},
+		{http.MethodDelete, weightPath, h.admin(h.deleteWeight)},
 	}
 	if o.Metrics != nil {
 		routes = append(routes, route{http.MethodGet, "/metrics", o.Metrics.ServeHTTP})
@@ -229,6 +235,9 @@ type httpDoor struct {
 	o        HTTPOptions
 	keys     keysCache // GET /v1/queues/{queue}/keys (backlogkeys.go)
 	inflight *inflight // http.max_inflight_bytes (inflight.go)
+	// weightChanges counts the runtime weight rules set and removed
+	// (weights.go).
+	weightChanges *prometheus.CounterVec
 }
 
 func (h *httpDoor) cfg() *config.Config { return h.o.Admitter.Config() }

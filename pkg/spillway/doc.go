@@ -49,5 +49,6 @@
 //
 // QueueInfo, QueueList and KeyList are the reads of GET /v1/queues and
 // /v1/queues/{queue}/keys; PauseRequest and PauseReply the admin pause;
-// LimitList, KeyLimit and LimitParams the runtime overrides' endpoints.
+// LimitList, KeyLimit and LimitParams the runtime overrides' endpoints;
+// WeightList, KeyWeight and WeightRequest the fairness weights' ones.
 package spillway

@@ -32,7 +32,10 @@
 //
 // Admitters publish each queue's fairness weights to its WeightsKey entry
 // (PublishWeights); every worker follows it (Weights), so that the drain
-// weighs the jobs already waiting by the weights in force.
+// weighs the jobs already waiting by the weights in force. The admin
+// API's runtime rules are an entry of their own, RuntimeWeightsKey
+// (SetRuntimeWeight, DeleteRuntimeWeight), that the workers follow too
+// and merge over the configuration's (MergeWeights).
 //
 // # Pause
 //

@@ -103,10 +103,15 @@ func PublishWeights(ctx context.Context, kv jetstream.KeyValue, q string, rules 
 // with neither, there are no weights in force and the weight stamped on
 // each job counts (WeightOf's ok is false). Safe for concurrent use; a nil
 // *Weights has no weights in force.
+//
+// The runtime rules (RuntimeWeightsKey) are followed too, and apply over
+// whichever configuration rules are in force (MergeWeights).
 type Weights struct {
 	mu       sync.Mutex
 	fallback queue.Fairness
-	rules    *queue.Fairness // the entry's, nil when there is none
+	rules    *queue.Fairness    // the entry's, nil when there is none
+	runtime  []queue.WeightRule // the runtime entry's
+	merged   *queue.Fairness    // rules (or fallback) with runtime, when runtime has rules
 }
 
 // NewWeights returns a Weights that gives fallback's weights until Run
@@ -123,6 +128,11 @@ func (w *Weights) WeightOf(key string) (weight int, ok bool) {
 		return 1, false
 	}
 	w.mu.Lock()
+	if w.merged != nil {
+		f := *w.merged
+		w.mu.Unlock()
+		return f.WeightOf(key), true
+	}
 	f := w.fallback
 	if w.rules != nil {
 		f = *w.rules
@@ -136,7 +146,15 @@ func (w *Weights) WeightOf(key string) (weight int, ok bool) {
 
 // Run follows queue q's entry in kv until ctx ends, watching again after
 // a failure; while the watch is broken the last weights hold.
+// The runtime rules' entry is followed alike, on a goroutine of its own
+// that Run waits for.
 func (w *Weights) Run(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.runRuntime(ctx, kv, q, log)
+	}()
+	defer func() { <-done }()
 	for failures := 0; ctx.Err() == nil; {
 		err := w.watch(ctx, kv, q, log)
 		if ctx.Err() != nil {
@@ -168,6 +186,7 @@ func (w *Weights) watch(ctx context.Context, kv jetstream.KeyValue, q string, lo
 			if e.Operation() != jetstream.KeyValuePut {
 				w.mu.Lock()
 				w.rules = nil // removed: the worker's own weights again
+				w.mergeLocked()
 				w.mu.Unlock()
 				continue
 			}
@@ -178,6 +197,7 @@ func (w *Weights) watch(ctx context.Context, kv jetstream.KeyValue, q string, lo
 			}
 			w.mu.Lock()
 			w.rules = &queue.Fairness{Weights: rules}
+			w.mergeLocked()
 			w.mu.Unlock()
 		}
 	}
