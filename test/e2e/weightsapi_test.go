@@ -93,7 +93,10 @@ func TestWeightsFromTheAdminAPIReachWaitingJobs(t *testing.T) {
 	if done, _ := countIn(ss, time.Time{}, to, func(s fdStartAt) string { return s.Key }); done["a"] >= 300 || done["b"] >= 300 {
 		t.Fatalf("a key's backlog ran dry before the measurement ended (%v started): the test measured no contention", done)
 	}
-	if total < int(5*leak*0.9) {
-		t.Errorf("%d starts in the 5 s measured, want about %d (leak 30/s)", total, int(5*leak))
+	// Enough starts that the share means something. The leak's own rate
+	// is held to its bounds by the leak tests; here, on a machine loaded
+	// to 6 runnable threads a core, one run in 25 saw 134 starts (89 %).
+	if total < int(5*leak)*3/4 {
+		t.Errorf("%d starts in the 5 s measured, want at least %d of about %d (leak 30/s): too few to weigh shares by", total, int(5*leak)*3/4, int(5*leak))
 	}
 }
