@@ -1,7 +1,10 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,4 +229,78 @@ func TestKeyTailMoveCrashBeforeAck(t *testing.T) {
 	if n := rec.count(worker.DeadLettered); n != 0 {
 		t.Errorf("%d dead letters", n)
 	}
+}
+
+// A job whose move to READY's tail READY refuses (full) is not lost and
+// spends no try: it waits in its worker, beyond the bound, and the worker
+// pulls nothing more until a waiter is done. READY holds 6 jobs at most,
+// all of key a (max 1); a worker of concurrency 2 may hold 2 waiting.
+func TestKeyTailMoveReadyFull(t *testing.T) {
+	t.Parallel()
+	cfg := queuetest.QueueConfig("conctailfull")
+	cfg.ReadyCapacity = 6
+	ctx, b := queuetest.StartQueue(t, cfg)
+	keys := []queue.ConcurrencyKey{{Name: "per-key", Max: 1, Token: queue.KeyToken("a")}}
+	var jobs []*queue.Job
+	for range 6 {
+		j := queuetest.NewJob(t, "conctailfull", "a")
+		j.Concurrency = keys
+		if _, err := b.Pub.Publish(ctx, queue.Ready, j); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	rec := newRecorder()
+	kc := &keyCounter{running: map[string]int{}, peak: map[string]int{}}
+	logs := &lockedBuffer{}
+	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 2, Observe: rec.observe, AckWait: 3 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))}, func(ctx context.Context, j *queue.Job) error {
+		kc.enter(j.Key)
+		defer kc.leave(j.Key)
+		rec.started(j)
+		if j.Attempt != 1 {
+			t.Errorf("job %s: try %d, want 1", j.ID, j.Attempt)
+		}
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	rec.waitFor(t, 30*time.Second, "6 successes", func() bool { return rec.count(worker.Succeeded) == 6 })
+	for _, j := range jobs {
+		if n := rec.startCount(j.ID); n != 1 {
+			t.Errorf("job %s ran %d times, want once", j.ID, n)
+		}
+	}
+	if n := rec.count(worker.DeadLettered); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+	if !strings.Contains(logs.String(), "tail failed; it waits in this worker") {
+		t.Errorf("no move to READY's tail was refused: the test did not fill READY; logs:\n%s", logs.String())
+	}
+	kc.mu.Lock()
+	if kc.peak["a"] > 1 {
+		t.Errorf("%d of a's jobs ran at once, max 1", kc.peak["a"])
+	}
+	kc.mu.Unlock()
+	rec.waitFor(t, 10*time.Second, "READY empty", func() bool {
+		return queuetest.Stored(t, ctx, b.JS, queue.StreamName("conctailfull", queue.Ready)) == 0
+	})
+}
+
+// lockedBuffer is a log's output, written and read from several
+// goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
