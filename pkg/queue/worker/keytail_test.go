@@ -234,7 +234,8 @@ func TestKeyTailMoveCrashBeforeAck(t *testing.T) {
 // A job whose move to READY's tail READY refuses (full) is not lost and
 // spends no try: it waits in its worker, beyond the bound, and the worker
 // pulls nothing more until a waiter is done. READY holds 6 jobs at most,
-// all of key a (max 1); a worker of concurrency 2 may hold 2 waiting.
+// all of key a (max 1); a worker of concurrency 2 may hold 2 waiting, so
+// the fourth job it pulls is moved — and READY refuses it.
 func TestKeyTailMoveReadyFull(t *testing.T) {
 	t.Parallel()
 	cfg := queuetest.QueueConfig("conctailfull")
@@ -253,6 +254,7 @@ func TestKeyTailMoveReadyFull(t *testing.T) {
 	rec := newRecorder()
 	kc := &keyCounter{running: map[string]int{}, peak: map[string]int{}}
 	logs := &lockedBuffer{}
+	release := make(chan struct{})
 	queuetest.RunWorker(t, b.JS, worker.WorkerConfig{Queue: b.Config, Concurrency: 2, Observe: rec.observe, AckWait: 3 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))}, func(ctx context.Context, j *queue.Job) error {
 		kc.enter(j.Key)
@@ -261,9 +263,13 @@ func TestKeyTailMoveReadyFull(t *testing.T) {
 		if j.Attempt != 1 {
 			t.Errorf("job %s: try %d, want 1", j.ID, j.Attempt)
 		}
-		time.Sleep(50 * time.Millisecond)
+		<-release // the first holds key a's slot, READY full, until a move was refused
 		return nil
 	})
+	rec.waitFor(t, 30*time.Second, "a move to READY's tail refused", func() bool {
+		return strings.Contains(logs.String(), "tail failed; it waits in this worker")
+	})
+	close(release)
 	rec.waitFor(t, 30*time.Second, "6 successes", func() bool { return rec.count(worker.Succeeded) == 6 })
 	for _, j := range jobs {
 		if n := rec.startCount(j.ID); n != 1 {
@@ -272,9 +278,6 @@ func TestKeyTailMoveReadyFull(t *testing.T) {
 	}
 	if n := rec.count(worker.DeadLettered); n != 0 {
 		t.Errorf("%d dead letters", n)
-	}
-	if !strings.Contains(logs.String(), "tail failed; it waits in this worker") {
-		t.Errorf("no move to READY's tail was refused: the test did not fill READY; logs:\n%s", logs.String())
 	}
 	kc.mu.Lock()
 	if kc.peak["a"] > 1 {
