@@ -76,6 +76,7 @@ func (k *keyWaits) room(done <-chan struct{}, n int) int {
 		paused := time.Until(k.until)
 		ch := k.freed
 		k.mu.Unlock()
+		var t *time.Timer
 		var timeout <-chan time.Time
 		switch {
 		case places < 0:
@@ -84,14 +85,19 @@ func (k *keyWaits) room(done <-chan struct{}, n int) int {
 		case places > 0:
 			return min(n, places) // READY's head is a job moved lately: no more than may wait
 		default:
-			t := time.NewTimer(paused)
-			defer t.Stop()
+			t = time.NewTimer(paused)
 			timeout = t.C
 		}
 		select {
 		case <-ch:
 		case <-timeout:
 		case <-done:
+			n = 0
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if n == 0 {
 			return 0
 		}
 	}
@@ -110,6 +116,8 @@ func (k *keyWaits) enter() bool {
 
 // force takes a place among the waiters even beyond most: a job whose
 // move to the tail failed waits here, and the pull waits for it (room).
+// So about one pull's jobs (worker.concurrency) wait beyond most: a
+// pull that starts before the last pull's jobs got here may add its own.
 func (k *keyWaits) force() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
