@@ -35,3 +35,18 @@ func TestConcurrencyWaitsCounted(t *testing.T) {
 		t.Errorf("waiting %v, want 1", got)
 	}
 }
+
+// A READY job moved to READY's tail while its key is at its max counts as
+// a move, not as a wait.
+func TestConcurrencyMovesCounted(t *testing.T) {
+	t.Parallel()
+	m := newMetrics(prometheus.NewRegistry())
+	ready := queue.StreamName("q", queue.Ready)
+	m.observe(worker.Event{Kind: worker.KeyMoved, Queue: "q", Stream: ready, Sequence: 3})
+	if got := value(t, m.keyMoves.WithLabelValues("q")); got != 1 {
+		t.Errorf("moves %v, want 1", got)
+	}
+	if got := value(t, m.keyWaits.WithLabelValues("q", "ready")); got != 0 {
+		t.Errorf("ready waits %v, want 0", got)
+	}
+}

@@ -24,6 +24,7 @@ type metrics struct {
 	// only, never by key.
 	keyWaits   *prometheus.CounterVec
 	keyWaiting *prometheus.GaugeVec
+	keyMoves   *prometheus.CounterVec
 
 	mu      sync.Mutex
 	running map[runKey]struct{}            // started and not yet ended, so the gauge never drifts
@@ -105,6 +106,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "READY jobs waiting in this process for a slot of their key's concurrency max, by queue.",
 	}, []string{"queue"})
 	reg.MustRegister(m.keyWaits, m.keyWaiting)
+	m.keyMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "spillway_concurrency_moves_total",
+		Help: "READY jobs moved to READY's tail, unrun and without spending a try, because their key was at its concurrency max while this process held as many jobs waiting as it may, by queue.",
+	}, []string{"queue"})
+	reg.MustRegister(m.keyMoves)
 	m.running = make(map[runKey]struct{})
 	m.pacers = make(map[string]*pace.YieldingPacer)
 	lc := leakCollector{m: m,
@@ -197,6 +203,8 @@ func (m *metrics) observe(e worker.Event) {
 		}
 	case worker.KeyWaited:
 		m.keyWaiting.WithLabelValues(e.Queue).Dec()
+	case worker.KeyMoved:
+		m.keyMoves.WithLabelValues(e.Queue).Inc()
 	}
 }
 

@@ -263,7 +263,7 @@ func ParseJob(h nats.Header, data []byte) (Job, error) {
 	}
 	for k, vs := range h {
 		switch k {
-		case HeaderConcurrencyKey:
+		case HeaderConcurrencyKey, HeaderKeyMoves: // HeaderKeyMoves paces a worker's moves, not the job's
 			continue
 		case spillway.HeaderJobID, spillway.HeaderQueue, spillway.HeaderKey, spillway.HeaderCost, spillway.HeaderNotBefore,
 			spillway.HeaderAttempt, spillway.HeaderPriority, HeaderEnqueuedAt, HeaderWeight, HeaderExpiresAt, nats.MsgIdHdr:

@@ -17,7 +17,8 @@ import (
 // A move takes a job from one stream of its queue to another: a failed
 // backlog job to READY for its retry, a job that failed for good (or
 // expired, or is not a job) to DEAD, a dead letter back to READY or the
-// backlog. Every move is the same three steps, here and nowhere else:
+// backlog, a READY job whose key is at its concurrency max to READY's
+// tail (TailMove). Every move is the same three steps, here and nowhere else:
 // copy the message to the destination under a message id of its own, wait
 // for JetStream's acknowledgement, then settle the source (ack it, or
 // delete it). A crash between the copy and the settle leaves the job in
@@ -25,7 +26,7 @@ import (
 // store nothing new, so the job is never lost and stored twice only when
 // the duplicate window has passed.
 //
-// A Move is built by RetryMove, DeadMove or ReplayMove and made by Do; its
+// A Move is built by RetryMove, DeadMove, ReplayMove or TailMove and made by Do; its
 // zero value moves nothing.
 type Move struct {
 	src Source

@@ -119,6 +119,14 @@ func TestMoveHeaderRule(t *testing.T) {
 				nats.MsgIdHdr: {"job-1:replay:5"}, spillway.HeaderAttempt: {"0"}, HeaderEnqueuedAt: {stamp},
 			}),
 		},
+		{
+			name: "to READY's tail, its key at its max", subject: ReadySubject("q", "job-1"),
+			mv: TailMove(Source{Queue: "q", Subject: ReadySubject("q", "job-1"), Stream: "SPILLWAY_q_READY", Seq: 9, Header: source()}, 1, now.Add(time.Minute), 2),
+			want: with(map[string][]string{
+				nats.MsgIdHdr: {"SPILLWAY_q_READY:9"}, spillway.HeaderAttempt: {"1"}, spillway.HeaderNotBefore: {later},
+				HeaderEnqueuedAt: {"2026-01-01T00:00:00Z"}, HeaderExpiresAt: {"2026-01-01T00:00:02Z"}, HeaderKeyMoves: {"2"},
+			}),
+		},
 	} {
 		m, err := c.mv.message()
 		if err != nil {
@@ -257,6 +265,24 @@ func TestMoveToReadyNeedsAnID(t *testing.T) {
 		m, err := mv.message()
 		if err != nil || m.Subject != subjectOf("q", Dead, KeyToken("k")) {
 			t.Errorf("id %q to DEAD: %v, %v", id, m, err)
+		}
+	}
+}
+
+// A job's move count reads as 0 when absent or not a count.
+func TestKeyMoves(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		h    nats.Header
+		want int
+	}{
+		{nil, 0},
+		{nats.Header{HeaderKeyMoves: {"3"}}, 3},
+		{nats.Header{HeaderKeyMoves: {"-1"}}, 0},
+		{nats.Header{HeaderKeyMoves: {"x"}}, 0},
+	} {
+		if got := KeyMoves(c.h); got != c.want {
+			t.Errorf("KeyMoves(%v) = %d, want %d", c.h, got, c.want)
 		}
 	}
 }

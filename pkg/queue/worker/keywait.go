@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/queue/keyslots"
 )
 
@@ -20,7 +21,9 @@ import (
 //     count a try), until a slot frees; then it takes a handler slot and
 //     runs. Other keys' jobs go on starting: the pull goes on while
 //     handlers are free. The jobs waiting so in one worker are bounded
-//     (keyWaits.most); while that many wait, the worker pulls nothing.
+//     (keyWaits.most); a job that would wait beyond them goes to READY's
+//     tail instead, due a little later (keytail.go), so that a key with
+//     many jobs in READY does not hold back the jobs behind them.
 //   - A backlog job whose key is at its max is not started: its grant goes
 //     back (keyGrantBack later), and whoever takes it books a new start.
 //   - The slots are renewed every AckWait/3 while the job runs, and given
@@ -31,14 +34,19 @@ import (
 const keyGrantBack = 500 * time.Millisecond
 
 // keyWaits are a worker's side of the key slots: the slots and the READY
-// jobs waiting for one.
+// jobs waiting here for one, or for their not-before after a move to
+// READY's tail (keytail.go).
 type keyWaits struct {
 	slots *keyslots.Slots
-	most  int // READY jobs that may wait for a key slot in this worker
+	most  int // READY jobs that may wait here for a key slot
 
 	mu      sync.Mutex
 	waiting int
-	freed   chan struct{} // closed, and replaced, when a waiter stops waiting
+	// until: while most jobs wait, the pull waits until then, or until
+	// one stops waiting — READY's head was a job this worker moved to
+	// the tail lately, not due yet (keyWaits.pause).
+	until time.Time
+	freed chan struct{} // closed, and replaced, when a waiter stops waiting
 }
 
 // newKeyWaits returns the key slots of a worker of cfg in kv.
@@ -50,36 +58,87 @@ func newKeyWaits(kv jetstream.KeyValue, cfg WorkerConfig) *keyWaits {
 	}
 }
 
-// room bounds n, the jobs a pull may ask for, by how many more may wait
-// for a key slot here; while none may, it waits. It returns 0 if done
-// closes first.
+// room lets a pull ask for n jobs. A full set of waiters does not stop
+// the pull: a job that would wait beyond it goes to READY's tail
+// instead, so other keys' jobs go on starting. The pull waits, until a
+// waiter stops waiting, only while more than most wait (a move to the
+// tail failed, and the job waits here all the same) or, until the pause
+// ends, while the set is full and READY's head is a job moved lately and
+// not due (pause); during the pause it asks for no more jobs than may
+// wait. It returns 0 if done closes first.
 func (k *keyWaits) room(done <-chan struct{}, n int) int {
 	if k == nil {
 		return n
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for k.waiting >= k.most {
+	for {
+		k.mu.Lock()
+		places := k.most - k.waiting
+		paused := time.Until(k.until)
 		ch := k.freed
 		k.mu.Unlock()
+		var t *time.Timer
+		var timeout <-chan time.Time
+		switch {
+		case places < 0:
+		case paused <= 0:
+			return n
+		case places > 0:
+			return min(n, places) // READY's head is a job moved lately: no more than may wait
+		default:
+			t = time.NewTimer(paused)
+			timeout = t.C
+		}
 		select {
 		case <-ch:
+		case <-timeout:
 		case <-done:
-			k.mu.Lock()
+			n = 0
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if n == 0 {
 			return 0
 		}
-		k.mu.Lock()
 	}
-	return min(n, k.most-k.waiting)
 }
 
-func (k *keyWaits) add(d int) {
+// enter takes a place among the waiters, if one is free.
+func (k *keyWaits) enter() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.waiting += d
-	if d < 0 {
-		close(k.freed)
-		k.freed = make(chan struct{})
+	if k.waiting >= k.most {
+		return false
+	}
+	k.waiting++
+	return true
+}
+
+// force takes a place among the waiters even beyond most: a job whose
+// move to the tail failed waits here, and the pull waits for it (room).
+// So about one pull's jobs (worker.concurrency) wait beyond most: a
+// pull that starts before the last pull's jobs got here may add its own.
+func (k *keyWaits) force() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.waiting++
+}
+
+// leave gives a waiter's place back.
+func (k *keyWaits) leave() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.waiting--
+	close(k.freed)
+	k.freed = make(chan struct{})
+}
+
+// pause makes the pull wait, while the set is full, until t at most.
+func (k *keyWaits) pause(t time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if t.After(k.until) {
+		k.until = t
 	}
 }
 
@@ -129,31 +188,42 @@ func (r *runner) releaseKeys(e *execution) {
 
 // waitKeys takes the key slots of READY job e before it runs. A job whose
 // key is at its max waits here, without a handler slot (slot is put back
-// and set false), its delivery kept alive, until it holds them. It
-// reports false when the worker stopped first: the job is handed back,
-// not having started.
-func (r *runner) waitKeys(e *execution, slot *bool) bool {
+// and set false), its delivery kept alive, until it holds them; placed
+// says it holds a waiter's place already (it waited for its not-before).
+// If no place is free the job goes to READY's tail instead (toTail). It
+// reports false when the job does not run here: moved, or the worker
+// stopped first and the job was handed back, not having started.
+func (r *runner) waitKeys(e *execution, slot *bool, placed bool) bool {
 	if r.keys == nil || len(e.job.Concurrency) == 0 {
 		return true
 	}
 	h, ok, err := r.keys.slots.TryAcquire(r.ctx, e.job.ID, e.job.Concurrency)
 	if ok {
+		if placed {
+			r.keys.leave()
+		}
 		r.hold(e, h)
 		return true
 	}
 	if err != nil && r.ctx.Err() == nil {
 		r.log.Warn("reading a job's key slots failed; it waits and looks again", "job", e.job.ID, "error", err)
 	}
+	if !placed && !r.keys.enter() {
+		moves := queue.KeyMoves(e.header)
+		if r.toTail(e, time.Now().Add(keyTailDelay(moves)), moves+1) {
+			return false
+		}
+		r.keys.force() // not moved: it waits here, beyond the bound
+	}
 	if *slot {
 		r.slots.put()
 		*slot = false
 	}
-	r.keys.add(1)
 	r.observe(Event{Kind: KeyWaiting, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
 	stop := heartbeat(e.msg, r.cfg.AckWait/3)
 	h, err = r.keys.slots.Acquire(r.ctx, e.job.ID, e.job.Concurrency, nil)
 	stop()
-	r.keys.add(-1)
+	r.keys.leave()
 	r.observe(Event{Kind: KeyWaited, Job: e.job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq})
 	if err != nil {
 		if e.claim() { // stopping before it started: not a try

@@ -89,6 +89,14 @@ func (e *execution) claim() bool {
 	return true
 }
 
+// unclaim gives back a claim whose settle did not happen (a move to
+// READY's tail that failed): whoever stops the job next settles it.
+func (e *execution) unclaim() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settled = false
+}
+
 func newRunner(ctx, hctx context.Context, p parts, h Handler, cons jetstream.Consumer) *runner {
 	return &runner{
 		parts: p, handle: h, cons: cons, ctx: ctx, hctx: hctx,
@@ -265,7 +273,17 @@ func (r *runner) execute(e *execution, slot bool) {
 	}
 	e.job = &job
 	e.attempt = job.Attempt + int(meta.NumDelivered)
-	if wait := time.Until(job.NotBefore); wait > 0 {
+	if r.stale(e, meta.NumDelivered) { // a move to READY's tail copied it (keytail.go)
+		return
+	}
+	// A job bounded by a key's max and not due waits among the key's
+	// waiters, whose number is bounded; if they are full it goes to
+	// READY's tail again, as it is, and the pull waits (keytail.go).
+	placed, paced := r.placeNotDue(e, job)
+	if placed < 0 {
+		return // moved
+	}
+	if wait := time.Until(job.NotBefore); wait > 0 && !paced {
 		// Not due: a failed backlog job's retry, or a clock ahead of ours
 		// stamped it. Held here, with heartbeats and no handler, until it
 		// is: handed back, it would be delivered again, and every delivery
@@ -278,6 +296,9 @@ func (r *runner) execute(e *execution, slot bool) {
 		err := loop.Sleep(r.ctx, wait)
 		stop()
 		if err != nil {
+			if placed > 0 {
+				r.keys.leave()
+			}
 			if e.claim() { // stopping: back to READY until it is due
 				if err := e.msg.NakWithDelay(max(time.Until(job.NotBefore), 0)); err != nil {
 					r.log.Warn("handing back a job that is not due failed; JetStream will deliver it again after the ack wait", "job", job.ID, "error", err)
@@ -286,7 +307,7 @@ func (r *runner) execute(e *execution, slot bool) {
 			return
 		}
 	}
-	if !r.waitKeys(e, &slot) { // per-key concurrency (keywait.go)
+	if !r.waitKeys(e, &slot, placed > 0) { // per-key concurrency (keywait.go)
 		return
 	}
 	if !slot {

@@ -141,10 +141,14 @@ const (
 	// KeyWaited: a READY job that waited for a key slot holds it now, or
 	// the worker stopped first.
 	KeyWaited
+	// KeyMoved: a READY job whose key is at its max went to READY's tail,
+	// due after Event.Delay, as this worker held as many jobs waiting as
+	// it may (docs/design.md#per-key-concurrency). Not a try.
+	KeyMoved
 )
 
 var eventNames = [...]string{"released", "started", "succeeded", "retrying", "dead_lettered", "handed_back",
-	"key_waiting", "key_waited"}
+	"key_waiting", "key_waited", "key_moved"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
