@@ -54,9 +54,9 @@ func (a *Admitter) withRuntime(base *config.Config, records []overrides.Record) 
 		o, found, err := runtimeOf(base, r)
 		switch {
 		case !found:
-			a.o.Logger.Warn("admit: a runtime override names a tier or concurrency entry the configuration lacks; ignoring it", "queue", r.Queue, "of", r.Target.String(), "key_hash", queue.KeyHash(r.Key))
+			a.o.Logger.Warn("admit: a runtime override names a tier or concurrency entry the configuration lacks; ignoring it", "queue", r.Queue, "of", r.String(), "key_hash", queue.KeyHash(r.Key))
 		case err != nil:
-			a.o.Logger.Warn("admit: a runtime override does not fit its tier or concurrency entry; ignoring it", "queue", r.Queue, "of", r.Target.String(), "key_hash", queue.KeyHash(r.Key), "err", err)
+			a.o.Logger.Warn("admit: a runtime override does not fit its tier or concurrency entry; ignoring it", "queue", r.Queue, "of", r.String(), "key_hash", queue.KeyHash(r.Key), "err", err)
 		default:
 			byTarget[r.Target] = append(byTarget[r.Target], o)
 		}

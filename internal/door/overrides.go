@@ -68,7 +68,7 @@ func (h *httpDoor) storeOverride(w http.ResponseWriter, r *http.Request, rec ove
 		return false
 	}
 	if err := overrides.Put(r.Context(), h.o.Limits, rec); err != nil {
-		h.unavailable(w, r, "storing an override of "+rec.Target.String(), err)
+		h.unavailable(w, r, "storing an override of "+rec.String(), err)
 		return false
 	}
 	return true

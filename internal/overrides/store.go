@@ -95,7 +95,7 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.
 
 // Put stores r, replacing the override of the same target and pattern.
 func Put(ctx context.Context, kv jetstream.KeyValue, r Record) error {
-	if !r.Target.valid() {
+	if !r.valid() {
 		return fmt.Errorf("overrides: an override of %+v: want a queue and one of a tier and a concurrency entry", r.Target)
 	}
 	p, err := ParsePattern(r.Key)
@@ -139,7 +139,7 @@ func Get(ctx context.Context, kv jetstream.KeyValue, t Target, p Pattern) (_ Rec
 // Record of a valid pattern (logged by the caller, never applied).
 func decode(b []byte) (Record, bool) {
 	var r Record
-	if json.Unmarshal(b, &r) != nil || !r.Target.valid() {
+	if json.Unmarshal(b, &r) != nil || !r.valid() {
 		return Record{}, false
 	}
 	if _, err := ParsePattern(r.Key); err != nil {

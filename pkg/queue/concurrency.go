@@ -56,7 +56,8 @@ func validConcurrencyName(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+		letter, digit := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z', '0' <= c && c <= '9'
+		if !letter && !digit && c != '_' && c != '-' {
 			return false
 		}
 	}

@@ -123,7 +123,9 @@ func (s *Slots) TryAcquire(ctx context.Context, job string, keys []queue.Concurr
 		ek := EntryKey(s.queue, k.Name, k.Token)
 		ok, err := s.take(ctx, ek, job, k.Max)
 		if err != nil || !ok {
-			h.Release(context.WithoutCancel(ctx))
+			// A slot not given back is no one's once its holder's beat
+			// stops: others take it over an ack wait later.
+			_ = h.Release(context.WithoutCancel(ctx))
 			return nil, false, err
 		}
 		h.keys = append(h.keys, ek)
