@@ -27,7 +27,7 @@ http: {listen: "127.0.0.1:0"}
 worker: {ack_wait: 3s, grace_period: 5s}
 queues:
   - name: conc
-    limits: [{key: "header:X-Tenant", rate: 1000/s, burst: 1000}]
+    limits: [{key: "header:X-Tenant", rate: 1000/s, burst: 1000, nodelay: true}]
     backlog: {capacity: 1000, leak_rate: 50/s}
     concurrency:
       - {name: per-tenant, key: "header:X-Tenant", max: 2}
