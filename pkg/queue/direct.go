@@ -11,9 +11,9 @@ import (
 
 // A queue's READY and BACKLOG streams allow direct gets (StreamConfig): a
 // handle whose stream info says so reads a message with
-// $JS.API.DIRECT.GET, which any replica answers with the raw message —
-// no API advisory, no JSON and base64 — where a stream message get is an
-// API request only the stream's leader answers. A replica may lag behind
+// $JS.API.DIRECT.GET, which any replica answers with the raw message,
+// where a stream message get is an API request only the stream's leader
+// answers, in JSON with the message in base64. A replica may lag behind
 // the leader: it may answer "no such message" for one stored already, or
 // return one deleted already.
 //
