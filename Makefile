@@ -48,25 +48,13 @@ help: ## Show this help
 deps: ## Install the Debian packages the tests need when missing (scripts/deps; root or sudo -n; no-op when all present)
 	scripts/deps
 
-# test/e2e is the longest package (about 7 minutes, its tests mostly one after another, most of
-# it waiting on rates and timeouts), and the code it tests runs in child processes (admitter,
-# worker) built without the race detector: under -race only its harness and its embedded
-# JetStream server were instrumented, which made every JetStream call of the children slower
-# (20,000 publishes took 15 s, not 1.3 s) and took CPU from the tests beside it. So it runs
-# without -race, in a `go test` of its own started at once in the background, while the race
-# tests of everything else and then the commands and examples run in the foreground, one
-# package at a time (-p 1): as before, test/e2e's timing checks share the machine with one
-# other package, never two (its fair-drain checks fail when both cores are busy). The fuzz
-# step, which keeps both cores busy, starts once test/e2e is done.
+# The race tests list test/e2e first: it is the longest package (about 6 minutes, its tests
+# mostly one after another), so it starts at once and the rest share the other core meanwhile.
 # `go vet` is not a step of its own: lint runs govet with every analyzer enabled.
-E2E_PKG := ./test/e2e/
-RACE_PKGS = $$($(GO) list ./pkg/... ./internal/... ./test/... ./bench/... | grep -vx 'github.com/spillway-dev/spillway/test/e2e')
-test: deps natscli ## What CI runs: deps, the nats CLI, lint (govet included), test/e2e beside race tests of pkg/ internal/ test/ bench/ and the commands and examples, a short fuzz of every target
+test: deps natscli ## What CI runs: deps, the nats CLI, lint (govet included), race tests of pkg/ internal/ test/ bench/, the commands and examples, a short fuzz of every target
 	@$(MAKE) --no-print-directory lint
-	$(GO) test -count=1 $(GOTESTFLAGS) $(E2E_PKG) & e2e=$$!; rc=0; \
-	$(GO) test -count=1 -race -p 1 $(GOTESTFLAGS) $(RACE_PKGS) || rc=$$?; \
-	if [ $$rc -eq 0 ]; then $(GO) test -count=1 -p 1 $(GOTESTFLAGS) ./cmd/... ./examples/... || rc=$$?; fi; \
-	wait $$e2e || rc=$$?; exit $$rc
+	$(GO) test -count=1 -race $(GOTESTFLAGS) ./test/e2e/ ./pkg/... ./internal/... ./test/... ./bench/...
+	$(GO) test -count=1 $(GOTESTFLAGS) ./cmd/... ./examples/...
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(CI_FUZZTIME)
 
 examples: deps natscli ## Every example of examples/ against a dev-mode admitter, the nats CLI one included
