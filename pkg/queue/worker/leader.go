@@ -43,7 +43,13 @@ type leaderDeps struct {
 	leak func() (bucket.Rate, bool)
 }
 
-// leader runs a queue's drain while its worker holds the lease.
+// leader runs a queue's drain while its worker holds the lease. It learns
+// the backlog from one consumer of it (follow), headers only, in stream
+// order: each job is delivered to it once, and the scheduler holds it
+// while its flow's window has room (fairSched.add). A flow whose window
+// had none is read by subject when it has (readFlow): such a read costs
+// nats-server a scan of every message between two jobs of the flow, so
+// it is kept for the flows beyond the scheduler's bound.
 type leader struct {
 	leaderDeps
 	sched  *fairSched
@@ -449,7 +455,7 @@ func (l *leader) readFlow(ctx context.Context, f *flow, want func(*flow) bool) {
 			}
 			return
 		}
-		if l.granted[m.Sequence] {
+		if _, inflight := l.inflight[m.Sequence]; inflight || l.granted[m.Sequence] {
 			f.last = m.Sequence
 			continue
 		}
@@ -577,7 +583,7 @@ func (l *leader) sweepInflight(ctx context.Context) {
 		return
 	}
 	for seq, g := range l.inflight {
-		if g < info.State.FirstSeq || info.State.Msgs == 0 && g <= info.State.LastSeq {
+		if g < info.State.FirstSeq {
 			delete(l.inflight, seq)
 		}
 	}
