@@ -195,8 +195,8 @@ func (s *fairSched) flow(subject string) *flow {
 // its later deliveries are dropped until such a read finds the stream's
 // end (exhausted), so that a window never has a gap.
 func (s *fairSched) add(subject string, j pendingJob, now int64) {
-	s.passed(j.seq)
 	f := s.flow(subject)
+	defer s.passed(j.seq) // after the look at f.last, which passed may forget
 	if j.seq <= f.last {
 		return
 	}
