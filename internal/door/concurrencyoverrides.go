@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/config"
@@ -26,10 +25,10 @@ const concurrencyPath = "/v1/queues/{queue}/concurrency/{name}/keys/{key}"
 
 // concurrencyOf resolves {queue} and {name}, answering 404 when either is
 // unknown.
-func (h *httpDoor) concurrencyOf(w http.ResponseWriter, r *http.Request) (*config.Queue, config.Concurrency, bool) {
+func (h *httpDoor) concurrencyOf(w http.ResponseWriter, r *http.Request) (overrideScope, bool) {
 	q, ok := h.queueOf(w, r)
 	if !ok {
-		return nil, config.Concurrency{}, false
+		return nil, false
 	}
 	name := r.PathValue("name")
 	i := slices.IndexFunc(q.Concurrency, func(c config.Concurrency) bool { return c.Name == name })
@@ -43,9 +42,9 @@ func (h *httpDoor) concurrencyOf(w http.ResponseWriter, r *http.Request) (*confi
 			detail = fmt.Sprintf("queue %s has no concurrency entry %.80q: name one of %s", q.Name, name, joinNames(names))
 		}
 		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown concurrency entry", Detail: detail})
-		return nil, config.Concurrency{}, false
+		return nil, false
 	}
-	return q, q.Concurrency[i], true
+	return concurrencyScope{q: q, c: q.Concurrency[i]}, true
 }
 
 // concurrencyList is GET /v1/queues/{queue}/concurrency: every entry's
@@ -67,24 +66,32 @@ func (h *httpDoor) concurrencyList(w http.ResponseWriter, r *http.Request, _ str
 	writeJSON(w, http.StatusOK, "application/json", out)
 }
 
-// keyConcurrency is GET .../concurrency/{name}/keys/{key}: the max the
-// key gets, and where it comes from.
-func (h *httpDoor) keyConcurrency(w http.ResponseWriter, r *http.Request, _ string) {
-	q, c, ok := h.concurrencyOf(w, r)
-	if !ok {
-		return
-	}
-	key, ok := clientKeyOf(w, r)
-	if !ok {
-		return
-	}
-	writeJSON(w, http.StatusOK, "application/json", keyConcurrencyOf(q, c, key, c.Overrides.Match(key)))
+// concurrencyScope is entry c of queue q, the scope of a concurrency
+// override: GET, PUT and DELETE of .../concurrency/{name}/keys/{key}
+// (keyOverride, setKeyOverride, deleteKeyOverride). A PUT's body is
+// {"max": N}.
+type concurrencyScope struct {
+	q *config.Queue
+	c config.Concurrency
 }
 
-// keyConcurrencyOf is the KeyConcurrencyMax of key under entry c of q:
-// o's, or the entry's own max when o is nil.
-func keyConcurrencyOf(q *config.Queue, c config.Concurrency, key string, o *overrides.Override) spillway.KeyConcurrencyMax {
-	k := spillway.KeyConcurrencyMax{Queue: q.Name, Concurrency: c.Name, Key: key, Max: c.Max, Source: spillway.LimitSourceDefault}
+func (s concurrencyScope) target() overrides.Target {
+	return overrides.Target{Queue: s.q.Name, Concurrency: s.c.Name}
+}
+
+func (s concurrencyScope) table() *overrides.Table { return s.c.Overrides }
+
+func (s concurrencyScope) keyed() (string, error) {
+	if s.c.Key.Kind == config.KeyGlobal {
+		return "name", fmt.Errorf("concurrency entry %s is global: it has one key, which its own max bounds; overrides apply to header:NAME and ip entries", s.c.Name)
+	}
+	return "", nil
+}
+
+// answer is the KeyConcurrencyMax of key under the entry: o's, or the
+// entry's own max when o is nil.
+func (s concurrencyScope) answer(key string, o *overrides.Override) any {
+	k := spillway.KeyConcurrencyMax{Queue: s.q.Name, Concurrency: s.c.Name, Key: key, Max: s.c.Max, Source: spillway.LimitSourceDefault}
 	if o != nil {
 		k.Max, k.Source, k.Pattern = o.Max, string(o.Source), o.Pattern.String()
 		k.By, k.At, k.Line = o.By, timeOrNil(o.At), o.Line
@@ -92,68 +99,24 @@ func keyConcurrencyOf(q *config.Queue, c config.Concurrency, key string, o *over
 	return k
 }
 
-// setKeyConcurrency is PUT .../concurrency/{name}/keys/{key} with
-// {"max": N}: the override is stored in the runtime overrides' bucket,
-// where every admitter follows it. 200 with the override.
-func (h *httpDoor) setKeyConcurrency(w http.ResponseWriter, r *http.Request, by string) {
-	q, c, p, ok := h.concurrencyOverrideOf(w, r)
-	if !ok {
-		return
-	}
-	body, ok := h.overrideBody(w, r)
-	if !ok {
-		return
-	}
+// override reads the max (decodeConcurrencyMax).
+func (s concurrencyScope) override(body []byte, rec *overrides.Record) (overrides.Override, string, error) {
 	n, field, err := decodeConcurrencyMax(body)
 	if err != nil {
-		badRequest(w, r, field, err)
-		return
+		return overrides.Override{}, field, err
 	}
-	rec := overrides.Record{Target: overrides.Target{Queue: q.Name, Concurrency: c.Name}, Key: p.String(), Max: n, By: by, At: time.Now().UTC()}
-	o, err := admit.RuntimeConcurrencyOverride(c, rec)
-	if err != nil { // decodeConcurrencyMax and concurrencyOverrideOf checked what it checks
-		badRequest(w, r, "", err)
-		return
+	rec.Max = n
+	o, err := admit.RuntimeConcurrencyOverride(s.c, *rec)
+	if err != nil { // decodeConcurrencyMax and keyed checked what it checks
+		return overrides.Override{}, "", err
 	}
-	if !h.storeOverride(w, r, rec) {
-		return
-	}
-	h.o.Logger.Info("door: concurrency override set", "queue", q.Name, "concurrency", c.Name, "key_hash", queue.KeyHash(p.String()),
-		"prefix", p.Prefix, "max", n, "by", by)
-	writeJSON(w, http.StatusOK, "application/json", keyConcurrencyOf(q, c, p.String(), &o))
+	return o, "", nil
 }
 
-// deleteKeyConcurrency is DELETE .../concurrency/{name}/keys/{key}: the
-// runtime override of that pattern is removed (204); 404 when there is
-// none.
-func (h *httpDoor) deleteKeyConcurrency(w http.ResponseWriter, r *http.Request, by string) {
-	q, c, p, ok := h.concurrencyOverrideOf(w, r)
-	if !ok {
-		return
-	}
-	if !h.removeOverride(w, r, overrides.Target{Queue: q.Name, Concurrency: c.Name}, p, c.Overrides.Get(p)) {
-		return
-	}
-	h.o.Logger.Info("door: concurrency override removed", "queue", q.Name, "concurrency", c.Name, "key_hash", queue.KeyHash(p.String()),
-		"prefix", p.Prefix, "by", by)
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// concurrencyOverrideOf resolves {queue}, {name} and {key}, the override
-// a PUT or DELETE is about: 404 as concurrencyOf, 400 for a key that is
-// not a pattern, or for a global entry, which has no keys to override.
-func (h *httpDoor) concurrencyOverrideOf(w http.ResponseWriter, r *http.Request) (*config.Queue, config.Concurrency, overrides.Pattern, bool) {
-	q, c, ok := h.concurrencyOf(w, r)
-	if !ok {
-		return nil, c, overrides.Pattern{}, false
-	}
-	if c.Key.Kind == config.KeyGlobal {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "name",
-			Detail: fmt.Sprintf("concurrency entry %s is global: it has one key, which its own max bounds; overrides apply to header:NAME and ip entries", c.Name)})
-		return nil, c, overrides.Pattern{}, false
-	}
-	p, ok := patternOf(w, r)
-	return q, c, p, ok
+func (s concurrencyScope) kind() string   { return "concurrency" }
+func (s concurrencyScope) logArgs() []any { return []any{"queue", s.q.Name, "concurrency", s.c.Name} }
+func (s concurrencyScope) setting(o overrides.Override) (string, any) {
+	return "max", o.Max
 }
 
 // decodeConcurrencyMax reads a PUT's body, {"max": N} with N from 1 to

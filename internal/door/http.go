@@ -85,13 +85,13 @@ func NewHTTP(o HTTPOptions) http.Handler {
 		{http.MethodPost, "/v1/queues/{queue}/pause", h.admin(h.pause)},          // admin.go
 		{http.MethodPost, "/v1/queues/{queue}/resume", h.admin(h.resume)},        // admin.go
 		{http.MethodGet, "/v1/queues/{queue}/limits", h.admin(h.limits)},         // limits.go
-		{http.MethodGet, limitPath, h.admin(h.keyLimit)},
-		{http.MethodPut, limitPath, h.admin(h.setKeyLimit)},
-		{http.MethodDelete, limitPath, h.admin(h.deleteKeyLimit)},
+		{http.MethodGet, limitPath, h.admin(keyOverride(h.tierOf))},              // overrides.go: one key's override of a tier or an entry
+		{http.MethodPut, limitPath, h.admin(h.setKeyOverride(h.tierOf))},
+		{http.MethodDelete, limitPath, h.admin(h.deleteKeyOverride(h.tierOf))},
 		{http.MethodGet, "/v1/queues/{queue}/concurrency", h.admin(h.concurrencyList)}, // concurrencyoverrides.go
-		{http.MethodGet, concurrencyPath, h.admin(h.keyConcurrency)},
-		{http.MethodPut, concurrencyPath, h.admin(h.setKeyConcurrency)},
-		{http.MethodDelete, concurrencyPath, h.admin(h.deleteKeyConcurrency)},
+		{http.MethodGet, concurrencyPath, h.admin(keyOverride(h.concurrencyOf))},
+		{http.MethodPut, concurrencyPath, h.admin(h.setKeyOverride(h.concurrencyOf))},
+		{http.MethodDelete, concurrencyPath, h.admin(h.deleteKeyOverride(h.concurrencyOf))},
 		{http.MethodGet, "/livez", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			_, _ = io.WriteString(w, "ok\n")

@@ -14,7 +14,6 @@ import (
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/overrides"
 	"github.com/spillway-dev/spillway/pkg/bucket"
-	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
@@ -31,10 +30,10 @@ var limitParamNames = []string{"rate", "burst", "delay", "nodelay", "limit", "wi
 
 // tierOf resolves {queue} and {tier}, answering 404 when either is
 // unknown.
-func (h *httpDoor) tierOf(w http.ResponseWriter, r *http.Request) (*config.Queue, int, bool) {
+func (h *httpDoor) tierOf(w http.ResponseWriter, r *http.Request) (overrideScope, bool) {
 	q, ok := h.queueOf(w, r)
 	if !ok {
-		return nil, 0, false
+		return nil, false
 	}
 	tier := r.PathValue("tier")
 	i := slices.IndexFunc(q.Limits, func(l config.Limit) bool { return l.Name == tier })
@@ -48,9 +47,9 @@ func (h *httpDoor) tierOf(w http.ResponseWriter, r *http.Request) (*config.Queue
 		}
 		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown tier",
 			Detail: fmt.Sprintf("queue %s has no tier %.80q: name one of %s, or give its index from 0 to %d", q.Name, tier, joinNames(names), len(q.Limits)-1)})
-		return nil, 0, false
+		return nil, false
 	}
-	return q, i, true
+	return tierScope{q: q, i: i}, true
 }
 
 func joinNames(names []string) string {
@@ -86,25 +85,35 @@ func timeOrNil(t time.Time) *time.Time {
 	return &t
 }
 
-// keyLimit is GET .../limits/{tier}/keys/{key}: the limit the key gets,
-// and where it comes from.
-func (h *httpDoor) keyLimit(w http.ResponseWriter, r *http.Request, _ string) {
-	q, i, ok := h.tierOf(w, r)
-	if !ok {
-		return
-	}
-	key, ok := clientKeyOf(w, r)
-	if !ok {
-		return
-	}
-	l := q.Limits[i]
-	writeJSON(w, http.StatusOK, "application/json", keyLimitOf(q, i, key, l.Limit, l.Overrides.Match(key)))
+// tierScope is tier i of queue q, the scope of a limit override: GET,
+// PUT and DELETE of .../limits/{tier}/keys/{key} (keyOverride,
+// setKeyOverride, deleteKeyOverride). A PUT's body holds the parameters
+// as a JSON object.
+type tierScope struct {
+	q *config.Queue
+	i int
 }
 
-// keyLimitOf is the KeyLimit of key in tier i of q: o's, or the tier's
-// own limit when o is nil.
-func keyLimitOf(q *config.Queue, i int, key string, def bucket.Limit, o *overrides.Override) spillway.KeyLimit {
-	k := spillway.KeyLimit{Queue: q.Name, Tier: q.Limits[i].Name, TierIndex: i, Key: key, Algorithm: def.Algorithm().String(),
+func (s tierScope) tier() config.Limit { return s.q.Limits[s.i] }
+
+func (s tierScope) target() overrides.Target {
+	return overrides.Target{Queue: s.q.Name, Tier: s.tier().Name}
+}
+
+func (s tierScope) table() *overrides.Table { return s.tier().Overrides }
+
+func (s tierScope) keyed() (string, error) {
+	if l := s.tier(); l.Key.Kind == config.KeyGlobal {
+		return "tier", fmt.Errorf("tier %s is global: it has one key, which its own parameters limit; overrides apply to header:NAME and ip tiers", l.Name)
+	}
+	return "", nil
+}
+
+// answer is the KeyLimit of key in the tier: o's, or the tier's own limit
+// when o is nil.
+func (s tierScope) answer(key string, o *overrides.Override) any {
+	def := s.tier().Limit
+	k := spillway.KeyLimit{Queue: s.q.Name, Tier: s.tier().Name, TierIndex: s.i, Key: key, Algorithm: def.Algorithm().String(),
 		LimitParams: overrides.ParamsOf(def), Source: spillway.LimitSourceDefault}
 	if o != nil {
 		k.LimitParams, k.Source, k.Pattern = o.Params, string(o.Source), o.Pattern.String()
@@ -113,26 +122,17 @@ func keyLimitOf(q *config.Queue, i int, key string, def bucket.Limit, o *overrid
 	return k
 }
 
-// setKeyLimit is PUT .../limits/{tier}/keys/{key} with the parameters as
-// a JSON object: the override is stored in the runtime overrides' bucket,
-// where every admitter follows it. 200 with the override.
-func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string) {
-	q, i, p, ok := h.overrideOf(w, r)
-	if !ok {
-		return
-	}
-	body, ok := h.overrideBody(w, r)
-	if !ok {
-		return
-	}
+// override reads the parameters (decodeLimitParams) and builds the limit
+// they make with the tier's algorithm; a parameter it does not take is
+// named with the tier.
+func (s tierScope) override(body []byte, rec *overrides.Record) (overrides.Override, string, error) {
 	params, field, err := decodeLimitParams(body)
 	if err != nil {
-		badRequest(w, r, field, err)
-		return
+		return overrides.Override{}, field, err
 	}
-	l := q.Limits[i]
-	rec := overrides.Record{Target: overrides.Target{Queue: q.Name, Tier: l.Name}, Key: p.String(), Params: params, By: by, At: time.Now().UTC()}
-	o, err := admit.RuntimeOverride(l, rec)
+	rec.Params = params
+	l := s.tier()
+	o, err := admit.RuntimeOverride(l, *rec)
 	if err != nil {
 		var le *bucket.LimitError
 		field := ""
@@ -143,48 +143,15 @@ func (h *httpDoor) setKeyLimit(w http.ResponseWriter, r *http.Request, by string
 				err = fmt.Errorf("%s %q for tier %s (%s): %s", le.Field, le.Value, l.Name, l.Limit.Algorithm(), le.Reason)
 			}
 		}
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: field, Detail: err.Error()})
-		return
+		return overrides.Override{}, field, err
 	}
-	if !h.storeOverride(w, r, rec) {
-		return
-	}
-	h.o.Logger.Info("door: limit override set", "queue", q.Name, "tier", l.Name, "key_hash", queue.KeyHash(p.String()),
-		"prefix", p.Prefix, "limit", o.Limit.String(), "by", by)
-	writeJSON(w, http.StatusOK, "application/json", keyLimitOf(q, i, p.String(), l.Limit, &o))
+	return o, "", nil
 }
 
-// deleteKeyLimit is DELETE .../limits/{tier}/keys/{key}: the runtime
-// override of that pattern is removed (204); 404 when there is none.
-func (h *httpDoor) deleteKeyLimit(w http.ResponseWriter, r *http.Request, by string) {
-	q, i, p, ok := h.overrideOf(w, r)
-	if !ok {
-		return
-	}
-	l := q.Limits[i]
-	if !h.removeOverride(w, r, overrides.Target{Queue: q.Name, Tier: l.Name}, p, l.Overrides.Get(p)) {
-		return
-	}
-	h.o.Logger.Info("door: limit override removed", "queue", q.Name, "tier", l.Name, "key_hash", queue.KeyHash(p.String()),
-		"prefix", p.Prefix, "by", by)
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// overrideOf resolves {queue}, {tier} and {key}, the override a PUT or
-// DELETE is about: 404 as tierOf, 400 for a key that is not a pattern, or
-// for a global tier, which has no keys to override.
-func (h *httpDoor) overrideOf(w http.ResponseWriter, r *http.Request) (*config.Queue, int, overrides.Pattern, bool) {
-	q, i, ok := h.tierOf(w, r)
-	if !ok {
-		return nil, 0, overrides.Pattern{}, false
-	}
-	if l := q.Limits[i]; l.Key.Kind == config.KeyGlobal {
-		problem(w, r, http.StatusBadRequest, spillway.Problem{Type: spillway.ProblemBadRequest, Title: "Bad request", Field: "tier",
-			Detail: fmt.Sprintf("tier %s is global: it has one key, which its own parameters limit; overrides apply to header:NAME and ip tiers", l.Name)})
-		return nil, 0, overrides.Pattern{}, false
-	}
-	p, ok := patternOf(w, r)
-	return q, i, p, ok
+func (s tierScope) kind() string   { return "limit" }
+func (s tierScope) logArgs() []any { return []any{"queue", s.q.Name, "tier", s.tier().Name} }
+func (s tierScope) setting(o overrides.Override) (string, any) {
+	return "limit", o.Limit.String()
 }
 
 // decodeLimitParams reads a PUT's body: a JSON object of limitParamNames.

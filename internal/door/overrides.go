@@ -4,16 +4,137 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit"
 	"github.com/spillway-dev/spillway/internal/config"
 	"github.com/spillway-dev/spillway/internal/overrides"
+	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
 )
 
-// What the limits (limits.go) and concurrency (concurrency.go) endpoints
-// share: the queue they name, and the runtime overrides' bucket they
-// write (docs/design.md#per-key-overrides).
+// What the limits (limits.go) and concurrency (concurrencyoverrides.go)
+// endpoints share: the queue they name, the runtime overrides' bucket
+// they write (docs/design.md#per-key-overrides), and the endpoints of one
+// key's override — GET, PUT and DELETE of .../keys/{key} — which are the
+// same for a limit tier and a concurrency entry but for what their scope
+// says.
+
+// overrideScope is what a runtime override is of, resolved from a
+// request's path: a queue's limit tier (tierScope) or one of its
+// concurrency entries (concurrencyScope).
+type overrideScope interface {
+	// target is the scope's name in the overrides' bucket.
+	target() overrides.Target
+	// table is the scope's overrides in force, the file's and the
+	// runtime's.
+	table() *overrides.Table
+	// keyed is an error naming its field when the scope has one key,
+	// which its own limit bounds and no override applies to; nil when it
+	// has keys.
+	keyed() (field string, err error)
+	// answer is what a GET or PUT answers about key: o's, or the scope's
+	// own when o is nil.
+	answer(key string, o *overrides.Override) any
+	// override fills rec's value (Params, Max) from a PUT's body and
+	// checks the override it makes; an error names the field it is about
+	// ("" for none).
+	override(body []byte, rec *overrides.Record) (_ overrides.Override, field string, _ error)
+	// kind names the scope's overrides in log lines ("limit"), logArgs
+	// the scope itself, and setting what o sets.
+	kind() string
+	logArgs() []any
+	setting(o overrides.Override) (key string, value any)
+}
+
+// scopeOf resolves {queue} and the scope a request's path names,
+// answering 404 when either is unknown.
+type scopeOf func(w http.ResponseWriter, r *http.Request) (overrideScope, bool)
+
+// keyOverride is GET .../keys/{key} of the scope of: the override the key
+// gets, and where it comes from.
+func keyOverride(of scopeOf) func(w http.ResponseWriter, r *http.Request, by string) {
+	return func(w http.ResponseWriter, r *http.Request, _ string) {
+		s, ok := of(w, r)
+		if !ok {
+			return
+		}
+		key, ok := clientKeyOf(w, r)
+		if !ok {
+			return
+		}
+		writeJSON(w, http.StatusOK, "application/json", s.answer(key, s.table().Match(key)))
+	}
+}
+
+// setKeyOverride is PUT .../keys/{key} of the scope of, with the
+// override's value as a JSON object: the override is stored in the
+// runtime overrides' bucket, where every admitter follows it. 200 with
+// the override.
+func (h *httpDoor) setKeyOverride(of scopeOf) func(w http.ResponseWriter, r *http.Request, by string) {
+	return func(w http.ResponseWriter, r *http.Request, by string) {
+		s, p, ok := overridePatternOf(w, r, of)
+		if !ok {
+			return
+		}
+		body, ok := h.overrideBody(w, r)
+		if !ok {
+			return
+		}
+		rec := overrides.Record{Target: s.target(), Key: p.String(), By: by, At: time.Now().UTC()}
+		o, field, err := s.override(body, &rec)
+		if err != nil {
+			badRequest(w, r, field, err)
+			return
+		}
+		if !h.storeOverride(w, r, rec) {
+			return
+		}
+		key, value := s.setting(o)
+		h.logOverride(s, p, "set", key, value, "by", by)
+		writeJSON(w, http.StatusOK, "application/json", s.answer(p.String(), &o))
+	}
+}
+
+// deleteKeyOverride is DELETE .../keys/{key} of the scope of: the
+// runtime override of that pattern is removed (204); 404 when there is
+// none.
+func (h *httpDoor) deleteKeyOverride(of scopeOf) func(w http.ResponseWriter, r *http.Request, by string) {
+	return func(w http.ResponseWriter, r *http.Request, by string) {
+		s, p, ok := overridePatternOf(w, r, of)
+		if !ok {
+			return
+		}
+		if !h.removeOverride(w, r, s.target(), p, s.table().Get(p)) {
+			return
+		}
+		h.logOverride(s, p, "removed", "by", by)
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// overridePatternOf resolves the scope and {key}, the override a PUT or
+// DELETE is about: 404 as of, 400 for a key that is not a pattern, or for
+// a scope with one key, which has no keys to override.
+func overridePatternOf(w http.ResponseWriter, r *http.Request, of scopeOf) (overrideScope, overrides.Pattern, bool) {
+	s, ok := of(w, r)
+	if !ok {
+		return nil, overrides.Pattern{}, false
+	}
+	if field, err := s.keyed(); err != nil {
+		badRequest(w, r, field, err)
+		return nil, overrides.Pattern{}, false
+	}
+	p, ok := patternOf(w, r)
+	return s, p, ok
+}
+
+// logOverride logs that the override of pattern p of s was set or
+// removed (action), with more after its scope and pattern.
+func (h *httpDoor) logOverride(s overrideScope, p overrides.Pattern, action string, more ...any) {
+	args := append(s.logArgs(), "key_hash", queue.KeyHash(p.String()), "prefix", p.Prefix)
+	h.o.Logger.Info("door: "+s.kind()+" override "+action, append(args, more...)...)
+}
 
 // queueOf resolves {queue}, answering 404 when it is unknown.
 func (h *httpDoor) queueOf(w http.ResponseWriter, r *http.Request) (*config.Queue, bool) {

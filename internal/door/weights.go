@@ -42,18 +42,6 @@ func newWeightChanges(reg prometheus.Registerer) *prometheus.CounterVec {
 // weightPath is the path of one key's or pattern's weight.
 const weightPath = "/v1/queues/{queue}/weights/{key}"
 
-// weightsQueue resolves {queue}, answering 404 when it is unknown.
-func (h *httpDoor) weightsQueue(w http.ResponseWriter, r *http.Request) (*config.Queue, bool) {
-	name := r.PathValue("queue")
-	q := h.cfg().Queue(name)
-	if q == nil {
-		problem(w, r, http.StatusNotFound, spillway.Problem{Type: spillway.ProblemNotFound, Title: "Unknown queue",
-			Detail: fmt.Sprintf("no queue %.80q; GET /v1/queues lists them", name)})
-		return nil, false
-	}
-	return q, true
-}
-
 // weightPattern reads {key} as a rule's pattern, as the configuration
 // reads a key of backlog.fairness.weights: a trailing * makes a prefix.
 func weightPattern(s string) (queue.KeyPattern, error) {
@@ -122,7 +110,7 @@ func (rs weightRules) weightOf(queueName, key string) spillway.KeyWeight {
 // configuration's and the runtime's, by pattern, each saying whether it
 // is in force.
 func (h *httpDoor) weights(w http.ResponseWriter, r *http.Request, _ string) {
-	q, ok := h.weightsQueue(w, r)
+	q, ok := h.queueOf(w, r)
 	if !ok {
 		return
 	}
@@ -160,7 +148,7 @@ func sortWeightRules(rules []spillway.WeightRule) {
 // keyWeight is GET /v1/queues/{queue}/weights/{key}: the weight the key
 // gets, and the rule it comes from.
 func (h *httpDoor) keyWeight(w http.ResponseWriter, r *http.Request, _ string) {
-	q, ok := h.weightsQueue(w, r)
+	q, ok := h.queueOf(w, r)
 	if !ok {
 		return
 	}
@@ -253,7 +241,7 @@ func (h *httpDoor) deleteWeight(w http.ResponseWriter, r *http.Request, by strin
 // weightRuleOf resolves {queue} and {key}, the rule a PUT or DELETE is
 // about: 404 for an unknown queue, 400 for a key that is no pattern.
 func (h *httpDoor) weightRuleOf(w http.ResponseWriter, r *http.Request) (*config.Queue, queue.KeyPattern, bool) {
-	q, ok := h.weightsQueue(w, r)
+	q, ok := h.queueOf(w, r)
 	if !ok {
 		return nil, queue.KeyPattern{}, false
 	}

@@ -271,6 +271,9 @@ func (c Config) StreamConfig(d Destination) jetstream.StreamConfig {
 	case Backlog:
 		sc.MaxMsgs = c.Capacity
 		sc.Discard = jetstream.DiscardNew
+		// A job is read by its sequence, at its start and by the drain's
+		// leader, from any replica (direct.go says who confirms what).
+		sc.AllowDirect = true
 		if c.PerKeyCapacity > 0 {
 			sc.MaxMsgsPerSubject = c.PerKeyCapacity
 			sc.DiscardNewPerSubject = true

@@ -207,12 +207,14 @@ func ReplayMove(src Source, to Destination, id string, now time.Time) Move {
 
 // RemoveMsg removes a settled job's message from its stream — the settle
 // of a move from the backlog, or a cancel; one removed already is fine.
+// Whether it is, after a delete that failed, is read from the stream's
+// leader when s is a Stream handle: a lagging replica could say either.
 func RemoveMsg(ctx context.Context, s jetstream.Stream, seq uint64) error {
 	err := s.DeleteMsg(ctx, seq)
 	if err == nil {
 		return nil
 	}
-	if _, gerr := s.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+	if _, gerr := leaderGetMsg(ctx, s, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
 		return nil
 	}
 	return err

@@ -135,7 +135,7 @@ func natsUses() map[string]natsUse {
 		"$JS.API.INFO",
 		"$JS.API.STREAM.CREATE." + stream(queue.Ready), "$JS.API.STREAM.UPDATE." + stream(queue.Backlog),
 		"$JS.API.STREAM.INFO." + stream(queue.Dead), "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
-		"$JS.API.STREAM.MSG.GET." + stream(queue.Backlog), "$JS.API.STREAM.MSG.DELETE." + stream(queue.Backlog),
+		"$JS.API.STREAM.MSG.GET." + stream(queue.Backlog), "$JS.API.DIRECT.GET." + stream(queue.Backlog), "$JS.API.STREAM.MSG.DELETE." + stream(queue.Backlog),
 		"$JS.API.CONSUMER.CREATE." + stream(queue.Ready), "$JS.API.CONSUMER.MSG.NEXT." + stream(queue.Ready) + ".spillway-ready",
 		"$JS.API.DIRECT.GET.KV_" + pace.PacerBucket,
 		"$JS.ACK." + stream(queue.Ready) + ".spillway-ready.1.2.3.4.0",

@@ -36,7 +36,7 @@ func CancelBacklogJob(ctx context.Context, js jetstream.JetStream, q string, seq
 	if seq == 0 {
 		return fmt.Errorf("admin: cancel job %s: no backlog sequence", id)
 	}
-	s, err := js.Stream(ctx, queue.StreamName(q, queue.Backlog))
+	s, err := queue.Stream(ctx, js, queue.StreamName(q, queue.Backlog)) // a gone message confirmed by the stream's leader
 	if err != nil {
 		return fmt.Errorf("admin: backlog of %s: %w", q, err)
 	}

@@ -3,7 +3,6 @@ package keyslots
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/kvwatch"
 )
 
 // Watch follows the holders of a queue's key slots as the bucket holds
@@ -96,56 +95,20 @@ func (w *Watch) set(ek string, jobs []string) {
 // closes known once the entries at the start were delivered (nil: none
 // told).
 func (w *Watch) Run(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger, known chan<- struct{}) {
-	var once sync.Once
-	told := func() {
-		if known != nil {
-			once.Do(func() { close(known) })
-		}
-	}
-	defer told()
-	for failures := 0; ctx.Err() == nil; {
-		err := w.watch(ctx, kv, q, told)
-		if ctx.Err() != nil {
+	kvwatch.Run(ctx, kv, q+".>", known, log, "the queue's key slots", func(e jetstream.KeyValueEntry) {
+		if !strings.HasPrefix(e.Key(), q+".") {
 			return
 		}
-		failures++
-		log.Warn("watching the queue's key slots failed; watching again", "error", err, "failures", failures)
-		_ = loop.Sleep(ctx, loop.Backoff(failures))
-	}
-}
-
-func (w *Watch) watch(ctx context.Context, kv jetstream.KeyValue, q string, known func()) error {
-	kw, err := kv.Watch(ctx, q+".>")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = kw.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-kw.Updates():
-			if !ok {
-				return errors.New("keyslots: the watch ended")
+		var jobs []string
+		if e.Operation() == jetstream.KeyValuePut {
+			var v Entry
+			if json.Unmarshal(e.Value(), &v) != nil {
+				return // not ours to read; take rewrites it
 			}
-			if e == nil { // the entries at the start are all delivered
-				known()
-				continue
+			for _, hd := range v.Holders {
+				jobs = append(jobs, hd.Job)
 			}
-			if !strings.HasPrefix(e.Key(), q+".") {
-				continue
-			}
-			var jobs []string
-			if e.Operation() == jetstream.KeyValuePut {
-				var v Entry
-				if json.Unmarshal(e.Value(), &v) != nil {
-					continue // not ours to read; take rewrites it
-				}
-				for _, hd := range v.Holders {
-					jobs = append(jobs, hd.Job)
-				}
-			}
-			w.set(e.Key(), jobs)
 		}
-	}
+		w.set(e.Key(), jobs)
+	})
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/kvwatch"
 )
 
 // A queue whose pushback scope is its keys (queue.PushbackKey) pauses only
@@ -352,50 +352,14 @@ func decodeKeyPause(b []byte) (int64, LeakState, error) {
 // pauses known hold. It closes known once the entries at the start were
 // delivered (nil: none told).
 func (k *KeyPauses) Run(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger, known chan<- struct{}) {
-	var once sync.Once
-	told := func() {
-		if known != nil {
-			once.Do(func() { close(known) })
+	kvwatch.Run(ctx, kv, q+".*", known, log, "the queue's key pauses", func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			return // an entry expired or was removed: its end is known
 		}
-	}
-	defer told()
-	for failures := 0; ctx.Err() == nil; {
-		err := k.watch(ctx, kv, q, told)
-		if ctx.Err() != nil {
-			return
+		if until, cut, err := decodeKeyPause(e.Value()); err == nil {
+			k.set(strings.TrimPrefix(e.Key(), q+"."), until, cut)
 		}
-		failures++
-		log.Warn("watching the queue's key pauses failed; watching again", "error", err, "failures", failures)
-		_ = loop.Sleep(ctx, loop.Backoff(failures))
-	}
-}
-
-func (k *KeyPauses) watch(ctx context.Context, kv jetstream.KeyValue, q string, known func()) error {
-	w, err := kv.Watch(ctx, q+".*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("pace: the key pause watch ended")
-			}
-			if e == nil { // the initial values are all delivered
-				known()
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue // an entry expired or was removed: its end is known
-			}
-			if until, cut, err := decodeKeyPause(e.Value()); err == nil {
-				k.set(strings.TrimPrefix(e.Key(), q+"."), until, cut)
-			}
-		}
-	}
+	})
 }
 
 // Leak is the leak's maximum rate and whether it is adaptive, as in force

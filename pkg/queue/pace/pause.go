@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/kvwatch"
 )
 
 // A queue is paused (docs/design.md#pause) by an operator: its workers
@@ -145,49 +145,17 @@ func (p *Pauser) set(paused bool) (changed bool) {
 // failure. While the watch is broken the last state holds. It closes
 // known once the entry's value at the start was delivered.
 func (p *Pauser) Run(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger, known chan<- struct{}) {
-	var once sync.Once
-	told := func() { once.Do(func() { close(known) }) }
-	defer told()
-	for failures := 0; ctx.Err() == nil; {
-		err := p.watch(ctx, kv, q, log, told)
-		if ctx.Err() != nil {
-			return
+	kvwatch.Run(ctx, kv, PauseKey(q), known, log, "the queue's pause state", func(e jetstream.KeyValueEntry) {
+		st := PauseState{}
+		if e.Operation() == jetstream.KeyValuePut {
+			st = DecodePause(e.Value())
 		}
-		failures++
-		log.Warn("watching the queue's pause state failed; watching again", "error", err, "failures", failures)
-		_ = loop.Sleep(ctx, loop.Backoff(failures))
-	}
-}
-
-func (p *Pauser) watch(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger, known func()) error {
-	w, err := kv.Watch(ctx, PauseKey(q))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("pace: the pause watch ended")
-			}
-			if e == nil { // the initial values are all delivered
-				known()
-				continue
-			}
-			st := PauseState{}
-			if e.Operation() == jetstream.KeyValuePut {
-				st = DecodePause(e.Value())
-			}
-			if p.set(st.Paused) {
-				if st.Paused {
-					log.Info("queue paused: starting none of its jobs until it is resumed", "by", st.By, "reason", st.Reason)
-				} else {
-					log.Info("queue resumed", "by", st.By)
-				}
+		if p.set(st.Paused) {
+			if st.Paused {
+				log.Info("queue paused: starting none of its jobs until it is resumed", "by", st.By, "reason", st.Reason)
+			} else {
+				log.Info("queue resumed", "by", st.By)
 			}
 		}
-	}
+	})
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/kvwatch"
 )
 
 // A queue's runtime weight rules, those set through the admin API
@@ -267,44 +267,16 @@ func (w *Weights) setRuntime(rules []queue.WeightRule) {
 // ctx ends, watching again after a failure; while the watch is broken the
 // last rules hold.
 func (w *Weights) runRuntime(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger) {
-	for failures := 0; ctx.Err() == nil; {
-		err := w.watchRuntime(ctx, kv, q, log)
-		if ctx.Err() != nil {
+	kvwatch.Run(ctx, kv, RuntimeWeightsKey(q), nil, log, "the queue's runtime fairness weights", func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			w.setRuntime(nil) // every runtime rule removed
 			return
 		}
-		failures++
-		log.Warn("watching the queue's runtime fairness weights failed; watching again", "error", err, "failures", failures)
-		_ = loop.Sleep(ctx, loop.Backoff(failures))
-	}
-}
-
-func (w *Weights) watchRuntime(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger) error {
-	wa, err := kv.Watch(ctx, RuntimeWeightsKey(q))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = wa.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-wa.Updates():
-			if !ok {
-				return errors.New("pace: the runtime weights watch ended")
-			}
-			if e == nil {
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				w.setRuntime(nil) // every runtime rule removed
-				continue
-			}
-			rs, err := DecodeRuntimeWeights(e.Value())
-			if err != nil {
-				log.Warn("the queue's runtime fairness weights entry is unreadable; the weights in force stay", "error", err)
-				continue
-			}
-			w.setRuntime(rulesOf(rs))
+		rs, err := DecodeRuntimeWeights(e.Value())
+		if err != nil {
+			log.Warn("the queue's runtime fairness weights entry is unreadable; the weights in force stay", "error", err)
+			return
 		}
-	}
+		w.setRuntime(rulesOf(rs))
+	})
 }

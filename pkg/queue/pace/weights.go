@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
-	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/kvwatch"
 )
 
 // A queue's fairness weights in force (docs/design.md#fair-drain) are one
@@ -149,56 +149,28 @@ func (w *Weights) WeightOf(key string) (weight int, ok bool) {
 // The runtime rules' entry is followed alike, on a goroutine of its own
 // that Run waits for.
 func (w *Weights) Run(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.runRuntime(ctx, kv, q, log)
-	}()
-	defer func() { <-done }()
-	for failures := 0; ctx.Err() == nil; {
-		err := w.watch(ctx, kv, q, log)
-		if ctx.Err() != nil {
+	var wg sync.WaitGroup
+	wg.Go(func() { w.runRuntime(ctx, kv, q, log) })
+	defer wg.Wait()
+	kvwatch.Run(ctx, kv, WeightsKey(q), nil, log, "the queue's fairness weights", func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			w.setRules(nil) // removed: the worker's own weights again
 			return
 		}
-		failures++
-		log.Warn("watching the queue's fairness weights failed; watching again", "error", err, "failures", failures)
-		_ = loop.Sleep(ctx, loop.Backoff(failures))
-	}
+		rules, err := DecodeWeights(e.Value())
+		if err != nil {
+			log.Warn("the queue's fairness weights entry is unreadable; the weights in force stay", "error", err)
+			return
+		}
+		w.setRules(&queue.Fairness{Weights: rules})
+	})
 }
 
-func (w *Weights) watch(ctx context.Context, kv jetstream.KeyValue, q string, log *slog.Logger) error {
-	wa, err := kv.Watch(ctx, WeightsKey(q))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = wa.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-wa.Updates():
-			if !ok {
-				return errors.New("pace: the weights watch ended")
-			}
-			if e == nil {
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				w.mu.Lock()
-				w.rules = nil // removed: the worker's own weights again
-				w.mergeLocked()
-				w.mu.Unlock()
-				continue
-			}
-			rules, err := DecodeWeights(e.Value())
-			if err != nil {
-				log.Warn("the queue's fairness weights entry is unreadable; the weights in force stay", "error", err)
-				continue
-			}
-			w.mu.Lock()
-			w.rules = &queue.Fairness{Weights: rules}
-			w.mergeLocked()
-			w.mu.Unlock()
-		}
-	}
+// setRules makes rules the configuration's rules in force (nil: the
+// fallback's).
+func (w *Weights) setRules(rules *queue.Fairness) {
+	w.mu.Lock()
+	w.rules = rules
+	w.mergeLocked()
+	w.mu.Unlock()
 }

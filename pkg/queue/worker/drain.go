@@ -39,7 +39,9 @@ import (
 //     handler from its backlog message, heartbeating the grant. Its
 //     StartGate, if any, is asked first: a job cancelled meanwhile is
 //     deleted and not run (admin.CancelBacklogJob). A success
-//     deletes the backlog message, then acks the grant; a failure that may
+//     deletes the backlog message, then acks the grant (a plain ack: the
+//     delete is the job's durable end, and a grant whose ack is lost
+//     comes back, finds no message and is acked then); a failure that may
 //     be retried moves the job to READY (the move's message id is its
 //     backlog place, so a crash between the move and the delete stores it
 //     once); the last failure dead-letters it.
@@ -56,10 +58,10 @@ import (
 //     job, goes to DEAD from the leader, taking no start. A worker that
 //     reaches a granted job's start after its expiry dead-letters it too.
 //
-// The drain's JetStream traffic is per start (a grant, its pull, a get, a
-// delete, an ack, and a look at the grants consumer at most every
-// demandFresh) plus one headers-only delivery per job to the leader, a
-// pull per 128 of them, and the reads by subject of the flows whose
+// The drain's JetStream traffic is per start (a grant, its pull, a direct
+// get, a delete, a plain ack, and a look at the grants consumer at most
+// every demandFresh) plus one headers-only delivery per job to the leader,
+// a pull per 128 of them, and the reads by subject of the flows whose
 // window had no room; a backlog that waits costs the lease's renewals,
 // idle pulls and the leader consumer's heartbeats, whatever its depth.
 
@@ -236,13 +238,18 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 		d.handBack(msg, 0, nil)
 		return
 	}
+	// A direct get, from any replica (queue.Stream): a "no such message"
+	// is confirmed by the stream's leader before the grant is acked as
+	// settled; a message that a lagging replica still holds after its
+	// delete runs the job again, as a grant taken again after a lost ack
+	// would: at least once.
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	raw, err := d.backlog.GetMsg(rctx, seq)
 	cancel()
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		d.slots.put()
-		_ = ack(ctx, msg) // settled already, by whoever ran it before
+		_ = ackGrant(msg) // settled already, by whoever ran it before
 		return
 	case err != nil:
 		d.slots.put()

@@ -694,3 +694,33 @@ func TestBacklogBusyWorkerHandsDueJobsOn(t *testing.T) {
 		t.Errorf("the busy worker ran %v, want only its long job", busy.order)
 	}
 }
+
+// A replica that lags behind the backlog's leader may answer a direct get
+// "no such message" for a job that is there. Neither the leader nor a
+// worker acts on that word alone: with every direct get of the backlog
+// answered so, every job still runs, once, and leaves the backlog.
+func TestBacklogLaggingReplicaLosesNoJob(t *testing.T) {
+	t.Parallel()
+	ctx, b := queuetest.StartQueue(t, queuetest.QueueConfig("lag"))
+	jobs := append(publishBacklog(t, ctx, b, "a", 3, time.Time{}), publishBacklog(t, ctx, b, "b", 3, time.Time{})...)
+	lagging, lied := b.Server.LaggingDirect(t, queue.StreamName("lag", queue.Backlog))
+	rec := newRecorder()
+	queuetest.RunWorker(t, lagging, worker.WorkerConfig{Queue: b.Config, AckWait: time.Second, Observe: rec.observe}, func(ctx context.Context, j *queue.Job) error {
+		rec.started(j)
+		return nil
+	})
+	rec.waitFor(t, 30*time.Second, "every job", func() bool { return rec.count(worker.Succeeded) == len(jobs) })
+	rec.mu.Lock()
+	for _, j := range jobs {
+		if n := len(rec.starts[j.ID]); n != 1 {
+			t.Errorf("job %s started %d times, want once", j.ID, n)
+		}
+	}
+	rec.mu.Unlock()
+	if n := queuetest.Stored(t, ctx, b.JS, queue.StreamName("lag", queue.Backlog)); n != 0 {
+		t.Errorf("the backlog holds %d jobs, want none", n)
+	}
+	if lied.Load() < int64(len(jobs)) {
+		t.Errorf("%d direct gets of the backlog, want at least one a job: the reads did not go direct", lied.Load())
+	}
+}

@@ -63,12 +63,14 @@ type execution struct {
 }
 
 // settleSource removes a settled job from where it was: it acks a READY
-// delivery; it deletes a backlog job's message, then acks its grant.
+// delivery, and waits for the ack's confirmation; it deletes a backlog
+// job's message, then acks its grant, without waiting (ackGrant).
 func (e *execution) settleSource(ctx context.Context) error {
 	if e.backlog != nil {
 		if err := queue.RemoveMsg(ctx, e.backlog, e.seq); err != nil {
 			return err
 		}
+		return ackGrant(e.msg)
 	}
 	return ack(ctx, e.msg)
 }

@@ -41,8 +41,19 @@ func heartbeat(msg jetstream.Msg, every time.Duration) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
+// ackGrant acknowledges a backlog job's grant without waiting for
+// JetStream to confirm: the job's durable end is its backlog message's
+// delete, made before. A grant whose ack is lost is delivered again after
+// the ack wait, finds no backlog message and is acked again (drainer.start).
+func ackGrant(msg jetstream.Msg) error {
+	if err := msg.Ack(); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		return err
+	}
+	return nil
+}
+
 // ack acknowledges msg and waits for JetStream to confirm, trying again a
-// few times on a timeout.
+// few times on a timeout: a READY job's ack is its durable end.
 func ack(ctx context.Context, msg jetstream.Msg) error {
 	var err error
 	for try := 1; try <= 3; try++ {

@@ -381,7 +381,10 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainSt
 	}); err != nil {
 		return nil, d, err
 	}
-	if d.backlog, err = w.js.Stream(ctx, queue.StreamName(w.cfg.Queue.Name, queue.Backlog)); err != nil {
+	// Opened after EnsureStreams, so its gets are direct: a job's at its
+	// start, the leader's; a "no such message" is confirmed by the
+	// stream's leader (queue.Stream).
+	if d.backlog, err = queue.Stream(ctx, w.js, queue.StreamName(w.cfg.Queue.Name, queue.Backlog)); err != nil {
 		return nil, d, fmt.Errorf("worker: stream %s: %w", queue.StreamName(w.cfg.Queue.Name, queue.Backlog), err)
 	}
 	if d.gstream, err = w.js.Stream(ctx, gname); err != nil {
