@@ -21,9 +21,12 @@ import (
 //   - One worker process at a time leads a queue's drain (lease). The
 //     leader keeps an index of the backlog by flow — a key's jobs of one
 //     priority class, one backlog subject — holding a window of each
-//     flow's first jobs (headers only), and learns of new jobs by reading
-//     the stream after the last one it read, woken by the jobs' own
-//     publishes. Its fair scheduler (fairSched) picks the next job.
+//     flow's first jobs (headers only). One consumer of the backlog
+//     delivers it every job's headers in stream order, those the backlog
+//     held when it took the lease and those that arrive after; it grants
+//     nothing until it has seen the former (leader.caughtUp). Only a flow
+//     whose window had no room is read by subject. Its fair scheduler
+//     (fairSched) picks the next job.
 //   - For each pick it books a start from the pace.Pacer — shared by all
 //     workers — and publishes a grant: the job's backlog sequence and its
 //     booked start, on the queue's GRANTS stream, with the sequence as the
@@ -56,9 +59,11 @@ import (
 //     reaches a granted job's start after its expiry dead-letters it too.
 //
 // The drain's JetStream traffic is per start (a grant, its pull, a direct
-// get, a delete, a plain ack, and a look at the grants consumer at most every
-// demandFresh) plus one get per arriving job; a backlog that waits costs
-// nothing but the lease's renewals and idle pulls, whatever its depth.
+// get, a delete, a plain ack, and a look at the grants consumer at most
+// every demandFresh) plus one headers-only delivery per job to the leader,
+// a pull per 128 of them, and the reads by subject of the flows whose
+// window had no room; a backlog that waits costs the lease's renewals,
+// idle pulls and the leader consumer's heartbeats, whatever its depth.
 
 // requestTimeout bounds one JetStream API request of the drain loop.
 const requestTimeout = 5 * time.Second

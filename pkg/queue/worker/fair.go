@@ -2,6 +2,7 @@ package worker
 
 import (
 	"container/heap"
+	"math"
 
 	"github.com/spillway-dev/spillway/pkg/queue"
 	"github.com/spillway-dev/spillway/pkg/spillway"
@@ -11,10 +12,14 @@ import (
 // leak goes to (docs/design.md#fair-drain). It sees the backlog as flows:
 // the jobs of one key in one priority class, in stream order — one backlog
 // subject each. Of each flow it holds a window of jobs, their headers
-// only: flowWindow of them while the flow has due jobs, and up to
-// flowLookahead while none of them is due, so that a due job behind many
-// that wait (scheduled ones, or a burst whose publishes reached the stream
-// out of not-before order) is seen and goes.
+// only, as the leader's consumer delivers them in stream order (add): up to
+// flowLookahead of them while the windows hold fewer than maxLookahead
+// jobs past their first flowWindow, so that a backlog within that bound is
+// seen whole. A flow whose window had no room for a job is read by subject
+// (push) once it has: flowWindow jobs while the flow has due jobs, and up
+// to flowLookahead while none of them is due, so that a due job behind
+// many that wait (scheduled ones, or a burst whose publishes reached the
+// stream out of not-before order) is seen and goes.
 //
 //   - Among the flows of a class that have a due job, it picks by
 //     start-time fair queuing: each flow carries a finish tag in virtual
@@ -31,8 +36,8 @@ import (
 //     starts while its jobs are due.
 //
 // Its cost is bounded by the flows, not by the backlog's depth: per flow a
-// window of headers, a tag and a place in a heap; the windows of waiting
-// flows beyond flowWindow hold at most maxLookahead jobs in all.
+// window of headers, a tag and a place in a heap; the windows hold at most
+// maxLookahead jobs beyond their first flowWindow in all.
 type fairSched struct {
 	minShare int64 // per mille of the starts each lower class keeps
 	flows    map[string]*flow
@@ -44,6 +49,12 @@ type fairSched struct {
 	reads, ahead map[*flow]struct{}
 	// beyond is how many jobs the windows hold past flowWindow, in all.
 	beyond int
+	// seen is the last backlog sequence the consumer delivered (passed);
+	// linger are the flows with nothing to hold whose last is past it,
+	// kept until it passes the lowest of those, lingerLow.
+	seen      uint64
+	linger    map[*flow]struct{}
+	lingerLow uint64
 	// keyFlows are the flows of each key token, one per class, for
 	// holding a key's flows together (hold); heldUntil, if set, is when a
 	// key's pause ends (unix ns, 0: not paused), asked when its flow is
@@ -72,7 +83,7 @@ const flowWindow = 8
 const flowLookahead = 256
 
 // maxLookahead bounds the jobs held past flowWindow over all flows (about
-// 60 bytes each).
+// 60 bytes each): a backlog of about that many jobs is held whole.
 const maxLookahead = 1 << 15
 
 // tagScale is a start's cost in virtual time for a flow of weight 1.
@@ -141,6 +152,7 @@ func newFairSched(minShare float64) *fairSched {
 	s := &fairSched{
 		minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow),
 		reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{}),
+		linger: make(map[*flow]struct{}), lingerLow: math.MaxUint64,
 		waiting: flowHeap{less: byNext, place: func(f *flow) *int { return &f.waitIdx }},
 	}
 	s.keyFlows = make(map[string]*[len(spillway.Priorities)]*flow)
@@ -171,15 +183,24 @@ func (s *fairSched) flow(subject string) *flow {
 	return f
 }
 
-// add offers a job read from the stream, or seen arriving. A job at or
-// before the flow's last read is known already; with the window full, it
-// is left in the stream for a later read.
+// add offers a job the leader's consumer delivered: the backlog's jobs
+// arrive in stream order, every flow's among the others'. A job at or
+// before its flow's last is known already (read by subject ahead of the
+// consumer, or granted). The flow's window takes the job while it has
+// room — up to flowLookahead jobs, past flowWindow only while the windows
+// hold fewer than maxLookahead past theirs (mayHoldBeyond) — so a backlog
+// within that bound is held whole and never read by subject. A window
+// without room leaves the job in the stream and marks its flow more: the
+// flow is read by subject from its last (readFlow) when it has room, and
+// its later deliveries are dropped until such a read finds the stream's
+// end (exhausted), so that a window never has a gap.
 func (s *fairSched) add(subject string, j pendingJob, now int64) {
 	f := s.flow(subject)
+	defer s.passed(j.seq) // after the look at f.last, which passed may forget
 	if j.seq <= f.last {
 		return
 	}
-	if len(f.window) >= flowWindow || f.more {
+	if f.more || len(f.window) >= flowLookahead || !s.mayHoldBeyond(f) {
 		f.more = true
 		s.place(f, now)
 		return
@@ -188,6 +209,27 @@ func (s *fairSched) add(subject string, j pendingJob, now int64) {
 	f.window = append(f.window, j)
 	f.last = j.seq
 	s.place(f, now)
+}
+
+// passed records that the consumer has delivered the backlog up to seq,
+// and forgets the flows that stayed only for a delivery up to their last.
+func (s *fairSched) passed(seq uint64) {
+	s.seen = max(s.seen, seq)
+	if len(s.linger) == 0 || s.seen < s.lingerLow {
+		return
+	}
+	s.lingerLow = math.MaxUint64
+	for f := range s.linger {
+		if f.last > s.seen {
+			s.lingerLow = min(s.lingerLow, f.last)
+			continue
+		}
+		delete(s.linger, f)
+		if len(f.window) == 0 && !f.more && s.flows[f.subject] == f {
+			delete(s.flows, f.subject)
+			s.forgetKeyFlow(f)
+		}
+	}
 }
 
 // push appends j, read from the stream after f's last read, to f's
@@ -302,7 +344,15 @@ func (s *fairSched) place(f *flow, now int64) {
 		if f.waitIdx >= 0 {
 			heap.Remove(&s.waiting, f.waitIdx)
 		}
-		if !f.more {
+		switch {
+		case f.more:
+		case f.last > s.seen:
+			// Read by subject ahead of the consumer: it stays, so that the
+			// delivery of a job it held is known (add), until the
+			// consumer has passed its last (passed).
+			s.linger[f] = struct{}{}
+			s.lingerLow = min(s.lingerLow, f.last)
+		default:
 			delete(s.flows, f.subject)
 			s.forgetKeyFlow(f)
 		}

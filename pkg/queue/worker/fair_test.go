@@ -203,3 +203,95 @@ func TestFairSchedLookahead(t *testing.T) {
 		t.Fatalf("%d jobs counted past the window after every job went, want 0", s.beyond)
 	}
 }
+
+// TestFairSchedAddHoldsPastTheWindow: a flow's deliveries are held past
+// flowWindow up to flowLookahead; the next one is left in the stream and
+// marks the flow, whose later deliveries are dropped until a read by
+// subject reaches the stream's end; then deliveries are held again, and
+// one at or before the flow's last is known already.
+func TestFairSchedAddHoldsPastTheWindow(t *testing.T) {
+	s := newFairSched(0)
+	sub := "spillway.backlog.q.a"
+	for seq := uint64(1); seq <= flowLookahead+2; seq++ {
+		s.add(sub, pendingJob{seq: seq, due: 0, weight: 1}, 0)
+	}
+	f := s.flows[sub]
+	if len(f.window) != flowLookahead || !f.more || f.last != flowLookahead {
+		t.Fatalf("window %d jobs, more %v, last %d; want %d, true, %d", len(f.window), f.more, f.last, flowLookahead, flowLookahead)
+	}
+	for len(f.window) >= flowWindow { // starts until the flow needs a read
+		s.pick(0)
+	}
+	if _, ok := s.reads[f]; !ok {
+		t.Fatal("a marked flow with room is not read by subject")
+	}
+	// The read finds the two jobs the window had no room for, then the end.
+	s.push(f, pendingJob{seq: flowLookahead + 1, weight: 1}, 0)
+	s.push(f, pendingJob{seq: flowLookahead + 2, weight: 1}, 0)
+	s.exhausted(f, 0)
+	s.add(sub, pendingJob{seq: flowLookahead + 2, weight: 1}, 0) // delivered again: known
+	s.add(sub, pendingJob{seq: flowLookahead + 3, weight: 1}, 0)
+	var got []uint64
+	for {
+		_, j, ok := s.pick(0)
+		if !ok {
+			break
+		}
+		got = append(got, j.seq)
+	}
+	want := []uint64{}
+	for seq := uint64(flowLookahead - flowWindow + 2); seq <= flowLookahead+3; seq++ {
+		want = append(want, seq)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("picked %v, want %v: every job once, in order", got, want)
+	}
+}
+
+// TestFairSchedAddBound: past flowWindow, windows hold at most
+// maxLookahead jobs in all; a flow whose window is full then is marked.
+func TestFairSchedAddBound(t *testing.T) {
+	s := newFairSched(0)
+	flows := maxLookahead/(flowLookahead-flowWindow) + 2
+	seq := uint64(0)
+	for i := range flows {
+		for range flowLookahead {
+			seq++
+			s.add(fmt.Sprintf("spillway.backlog.q.k%d", i), pendingJob{seq: seq, due: 100, weight: 1}, 0)
+		}
+	}
+	if s.beyond != maxLookahead {
+		t.Fatalf("%d jobs held past the windows, want the bound %d", s.beyond, maxLookahead)
+	}
+	last := s.flows[fmt.Sprintf("spillway.backlog.q.k%d", flows-1)]
+	if len(last.window) != flowWindow || !last.more {
+		t.Fatalf("a flow delivered past the bound holds %d jobs, more %v; want %d, true", len(last.window), last.more, flowWindow)
+	}
+}
+
+// TestFairSchedForgetsAfterTheConsumer: a flow read by subject ahead of
+// the consumer and drained stays known until the consumer has delivered
+// its last job, so that the late delivery of a job already picked is not
+// offered again.
+func TestFairSchedForgetsAfterTheConsumer(t *testing.T) {
+	s := newFairSched(0)
+	sub := "spillway.backlog.q.a"
+	f := s.flow(sub)
+	s.push(f, pendingJob{seq: 10, weight: 1}, 0)
+	s.exhausted(f, 0)
+	if _, j, _ := s.pick(0); j.seq != 10 {
+		t.Fatalf("picked %d, want 10", j.seq)
+	}
+	s.add("spillway.backlog.q.b", pendingJob{seq: 5, weight: 1}, 0)
+	s.add(sub, pendingJob{seq: 10, weight: 1}, 0) // the consumer catches up
+	if _, j, ok := s.pick(0); !ok || j.seq != 5 {
+		t.Fatalf("picked %d (%v), want 5 alone", j.seq, ok)
+	}
+	if _, j, ok := s.pick(0); ok {
+		t.Fatalf("job %d picked again after its late delivery", j.seq)
+	}
+	s.add("spillway.backlog.q.b", pendingJob{seq: 11, weight: 1}, 0)
+	if s.flows[sub] != nil || len(s.linger) != 0 {
+		t.Fatalf("the drained flow is still known after the consumer passed it")
+	}
+}

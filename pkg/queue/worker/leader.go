@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,24 +43,40 @@ type leaderDeps struct {
 	leak func() (bucket.Rate, bool)
 }
 
-// leader runs a queue's drain while its worker holds the lease.
+// leader runs a queue's drain while its worker holds the lease. It learns
+// the backlog from one consumer of it (follow), headers only, in stream
+// order: each job is delivered to it once, and the scheduler holds it
+// while its flow's window has room (fairSched.add). A flow whose window
+// had none is read by subject when it has (readFlow): such a read costs
+// nats-server a scan of every message between two jobs of the flow, so
+// it is kept for the flows beyond the scheduler's bound.
 type leader struct {
 	leaderDeps
 	sched  *fairSched
 	filter string
-	wake   chan struct{} // a job was published to the backlog
+	// arrivals hand the backlog's jobs, as the consumer delivers them,
+	// from follow to the leader's loop: while it is full, the consumer
+	// waits.
+	arrivals chan arrival
 	// granted are the jobs granted and not yet settled when this leader
 	// began: they are not granted again.
 	granted map[uint64]bool
-	next    uint64 // the first backlog sequence the feed has not read
-	stats   *releaseStats
+	// inflight are the jobs this leader granted, by the grant's sequence,
+	// until the grants stream's first is past it (sweepInflight).
+	inflight      map[uint64]uint64
+	inflightSweep int
+	// catching is set while the consumer has yet to deliver what the
+	// backlog held when this leader began, up to startLast: nothing is
+	// granted from that partial view (caughtUp). indexed are the backlog's
+	// subjects then, and heardAt is when the last job was delivered.
+	catching  bool
+	startLast uint64
+	indexed   map[string]uint64
+	heardAt   time.Time
+	stats     *releaseStats
 	// takenAt is when the grants consumer was last seen with fewer than
 	// two grants waiting: demand trusts that for demandFresh.
 	takenAt time.Time
-	// arrived is set when a job is published to the backlog: the feed
-	// reads the stream then, or at feedAt (at most a second later).
-	arrived atomic.Bool
-	feedAt  time.Time
 	// aheadBudget is how many look-ahead reads may be made now, refilled
 	// at readAheadRate since aheadAt.
 	aheadBudget float64
@@ -84,10 +100,20 @@ type leader struct {
 // the leak loses.
 const bookAhead = 2
 
-// feedRecheck is how soon the leader reads the backlog again after a
-// wake or a read that found jobs, for jobs announced before the stream
-// stored them.
-const feedRecheck = 20 * time.Millisecond
+// arrivalsBuffer is how many delivered jobs the consumer and the hand-off
+// to the leader's loop may each hold: headers only, some hundred bytes
+// each.
+const arrivalsBuffer = 256
+
+// catchUpQuiet is how long a leader that has not caught up waits for a
+// delivery before it asks the stream whether anything it held at the
+// start is left (its jobs may have gone meanwhile).
+const catchUpQuiet = 100 * time.Millisecond
+
+// followHeartbeat is the consumer's idle heartbeat: a consumer that has
+// not been heard of for twice that (the stream's server restarted, or its
+// leader moved) is made again.
+const followHeartbeat = time.Second
 
 // demandFresh is how long the leader trusts that its grants are being
 // taken before it asks the grants consumer again: at most that much of the
@@ -97,7 +123,7 @@ const demandFresh = 50 * time.Millisecond
 func newLeader(deps leaderDeps) *leader {
 	l := &leader{
 		leaderDeps: deps, sched: newFairSched(deps.queue.Fairness.MinShare), filter: queue.SubjectFilter(deps.queue.Name, queue.Backlog),
-		wake: make(chan struct{}, 1), granted: make(map[uint64]bool), stats: newReleaseStats(),
+		arrivals: make(chan arrival, arrivalsBuffer), granted: make(map[uint64]bool), inflight: make(map[uint64]uint64), inflightSweep: 1024, stats: newReleaseStats(),
 		keyNext: make(map[string]int64), keyNextSweep: 64,
 	}
 	l.holdPausedKeys()
@@ -115,39 +141,28 @@ func (l *leader) run(ctx context.Context) {
 	log := l.log
 	log.Info("leading the backlog's drain")
 	defer log.Info("no longer leading the backlog's drain")
-	sub, err := l.js.Conn().Subscribe(l.filter, func(*nats.Msg) {
-		l.arrived.Store(true)
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		log.Error("watching the backlog for new jobs failed; reading it every second instead", "error", err)
-	} else {
-		defer func() { _ = sub.Unsubscribe() }()
-	}
 	l.watchCaps(ctx)
 	for failures := 0; ctx.Err() == nil; failures++ {
-		if err = l.index(ctx); err == nil {
+		err := l.index(ctx)
+		if err == nil {
 			break
 		}
 		log.Warn("reading the backlog's keys failed; retrying", "error", err, "failures", failures+1)
 		_ = loop.Sleep(ctx, loop.Backoff(failures+1))
 	}
+	if ctx.Err() != nil {
+		return
+	}
+	var follower sync.WaitGroup
+	defer follower.Wait()
+	follower.Go(func() { l.follow(ctx) })
 	go l.publishStats(ctx)
 	var pipe chan struct{}
 	for ctx.Err() == nil {
-		if woken := l.arrived.Swap(false); woken || !time.Now().Before(l.feedAt) {
-			l.feedAt = time.Now().Add(time.Second)
-			if n := l.feed(ctx); woken || n > 0 {
-				// A publish reaches the subscription before the stream
-				// stores it, and wakes that come together are one: a job
-				// announced now may be stored only after this read, even
-				// if it found others. Look again soon, and again while
-				// the looks find jobs late.
-				l.feedAt = time.Now().Add(feedRecheck)
-			}
+		l.take()
+		if l.catching && !l.caughtUp(ctx) {
+			l.idle(ctx, time.Now())
+			continue
 		}
 		l.read(ctx)
 		l.holdKeys()
@@ -180,9 +195,12 @@ func (l *leader) run(ctx context.Context) {
 
 // idle waits for a job to become due or arrive.
 func (l *leader) idle(ctx context.Context, now time.Time) {
-	wait := time.Until(l.feedAt) // the feed is read at least every second
+	wait := time.Second
 	if len(l.sched.ahead) > 0 {
-		wait = min(wait, 100*time.Millisecond) // and the look-ahead goes on
+		wait = 100 * time.Millisecond // the look-ahead goes on
+	}
+	if l.catching {
+		wait = min(wait, catchUpQuiet)
 	}
 	if at, ok := l.sched.nextDue(); ok {
 		wait = min(wait, time.Duration(at-now.UnixNano()))
@@ -191,15 +209,17 @@ func (l *leader) idle(ctx context.Context, now time.Time) {
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-l.wake:
+	case a := <-l.arrivals:
+		l.offer(a)
 	case <-l.keys.Changed():
 	case <-l.capsChanged():
 	case <-ctx.Done():
 	}
 }
 
-// index reads which flows the backlog holds and each one's first job;
-// the feed reads what arrives after.
+// index reads the jobs granted and not settled, and what the backlog
+// holds: its last sequence, which the consumer is to reach before the
+// leader grants (caughtUp), and its subjects.
 func (l *leader) index(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 4*requestTimeout)
 	defer cancel()
@@ -224,36 +244,169 @@ func (l *leader) index(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l.next = info.State.LastSeq + 1
-	now := time.Now().UnixNano()
-	for subject := range info.State.Subjects {
-		f := l.sched.flow(subject)
-		f.more = true
-		l.sched.place(f, now)
-	}
+	l.catching = info.State.Msgs > 0
+	l.startLast = info.State.LastSeq
+	l.indexed = info.State.Subjects
+	l.heardAt = time.Now()
 	l.log.Debug("backlog indexed", "flows", len(info.State.Subjects), "jobs", info.State.Msgs, "granted", len(l.granted))
 	return nil
 }
 
-// feed reads the jobs published since the last read, and says how many.
-func (l *leader) feed(ctx context.Context) (n int) {
-	for ; ctx.Err() == nil; n++ {
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		m, err := l.backlog.GetMsg(rctx, l.next, jetstream.WithGetMsgSubject(l.filter))
-		cancel()
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+// arrival is a backlog job as the consumer delivered it: its subject, its
+// headers as the scheduler sees them, and how many of the backlog's
+// messages the consumer had yet to deliver after it.
+type arrival struct {
+	subject string
+	job     pendingJob
+	pending uint64
+}
+
+// feedConsumer is the consumer of the backlog that the leader follows it
+// with. The backlog is a work-queue stream: its consumers ack explicitly
+// (an ack would take the job out of it, so this one never acks), deliver
+// from its first message, and do not overlap — one name, which a new
+// leader takes over from its predecessor by deleting it.
+const feedConsumer = "spillway-drain-feed"
+
+// follow hands the backlog's jobs to the leader's loop (arrivals) until
+// ctx ends: a consumer of the backlog's subjects, headers only, delivers
+// every job in stream order, from the stream's first. A consumer that
+// fails is made again, delivering the stream from its first again: the
+// loop knows the jobs it holds or was read past (fairSched.add), and the
+// jobs granted and not settled (offer).
+func (l *leader) follow(ctx context.Context) {
+	for failures := 0; ctx.Err() == nil; failures++ {
+		err := l.consume(ctx)
+		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			if ctx.Err() == nil {
-				l.log.Warn("reading new backlog jobs failed; trying again", "error", err)
-			}
-			return
-		}
-		l.next = m.Sequence + 1
-		l.sched.add(m.Subject, l.pending(m), time.Now().UnixNano())
+		l.log.Warn("following the backlog failed; following it again from its first job", "error", err, "failures", failures+1)
+		_ = loop.Sleep(ctx, loop.Backoff(failures+1))
 	}
-	return n
+}
+
+// consume hands over the jobs one consumer delivers until it fails or ctx
+// ends; the consumer is deleted then.
+func (l *leader) consume(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if err := l.backlog.DeleteConsumer(rctx, feedConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return err
+	}
+	c, err := l.backlog.CreateConsumer(rctx, jetstream.ConsumerConfig{
+		Name: feedConsumer, Description: "the drain leader's view of the backlog",
+		FilterSubject: l.filter, DeliverPolicy: jetstream.DeliverAllPolicy, HeadersOnly: true,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: feedAckWait, MaxDeliver: -1, MaxAckPending: -1,
+		InactiveThreshold: feedInactive, MemoryStorage: true,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = l.backlog.DeleteConsumer(dctx, feedConsumer)
+		cancel()
+	}()
+	it, err := c.Messages(jetstream.PullMaxMessages(arrivalsBuffer), jetstream.PullExpiry(5*followHeartbeat),
+		jetstream.PullHeartbeat(followHeartbeat), jetstream.WithMessagesErrOnMissingHeartbeat(true))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return err
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		a := arrival{subject: m.Subject(), job: l.pending(md.Sequence.Stream, m.Headers()), pending: md.NumPending}
+		select {
+		case l.arrivals <- a:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// feedAckWait is how long the feed consumer waits before it delivers a
+// job again (it never acks one): a job that waits that long in the
+// backlog is delivered again, and known (fairSched.add, offer).
+const feedAckWait = 24 * time.Hour
+
+// feedInactive is how long the server keeps the feed consumer of a
+// leader that stopped pulling from it (it died, or waits for a resume).
+const feedInactive = 10 * time.Minute
+
+// take offers the jobs handed over so far, at most a hand-off's worth.
+func (l *leader) take() {
+	for range arrivalsBuffer {
+		select {
+		case a := <-l.arrivals:
+			l.offer(a)
+		default:
+			return
+		}
+	}
+}
+
+// offer gives a delivered job to the scheduler, unless it was granted
+// and not settled: before this leader began, or by it (a consumer made
+// again delivers those again).
+func (l *leader) offer(a arrival) {
+	l.heardAt = time.Now()
+	if l.catching && (a.pending == 0 || a.job.seq >= l.startLast) {
+		l.caught("delivered")
+	}
+	if _, inflight := l.inflight[a.job.seq]; inflight || l.granted[a.job.seq] {
+		l.sched.passed(a.job.seq)
+		return
+	}
+	l.sched.add(a.subject, a.job, l.heardAt.UnixNano())
+}
+
+// caughtUp reports whether the leader may grant although the consumer has
+// not delivered all the backlog held when it began: nothing of that is
+// left in the stream (asked after catchUpQuiet without a delivery), or
+// the windows hold maxLookahead jobs past their first flowWindow. Then the
+// flows that had no room, and those of the subjects not delivered yet,
+// are read by subject (readFlow), and the consumer's deliveries of those
+// flows are dropped until the reads reach the stream's end.
+func (l *leader) caughtUp(ctx context.Context) bool {
+	switch {
+	case l.sched.beyond >= maxLookahead:
+		now := time.Now().UnixNano()
+		for subject := range l.indexed {
+			if l.sched.flows[subject] == nil {
+				f := l.sched.flow(subject)
+				f.last, f.more = l.sched.seen, true
+				l.sched.place(f, now)
+			}
+		}
+		l.caught("windows full")
+	case time.Since(l.heardAt) >= catchUpQuiet:
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		m, err := l.backlog.GetMsg(rctx, l.sched.seen+1, jetstream.WithGetMsgSubject(l.filter))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && m.Sequence > l.startLast {
+			l.caught("nothing left")
+			break
+		}
+		l.heardAt = time.Now()
+		return false
+	default:
+		return false
+	}
+	return true
+}
+
+// caught ends the catching up.
+func (l *leader) caught(why string) {
+	l.catching, l.indexed = false, nil
+	l.log.Debug("backlog caught up", "why", why, "flows", len(l.sched.flows), "seen", l.sched.seen)
 }
 
 // read fills the windows that need it from the stream, and reads ahead
@@ -302,25 +455,26 @@ func (l *leader) readFlow(ctx context.Context, f *flow, want func(*flow) bool) {
 			}
 			return
 		}
-		if l.granted[m.Sequence] {
+		if _, inflight := l.inflight[m.Sequence]; inflight || l.granted[m.Sequence] {
 			f.last = m.Sequence
 			continue
 		}
-		l.sched.push(f, l.pending(m), now)
+		l.sched.push(f, l.pending(m.Sequence, m.Header), now)
 	}
 }
 
-// pending is a backlog message as the scheduler sees it.
-func (l *leader) pending(m *jetstream.RawStreamMsg) pendingJob {
-	j, err := queue.ParseJob(m.Header, nil)
+// pending is the backlog message at seq, with headers h, as the
+// scheduler sees it.
+func (l *leader) pending(seq uint64, h nats.Header) pendingJob {
+	j, err := queue.ParseJob(h, nil)
 	if err != nil {
-		return pendingJob{seq: m.Sequence, bad: err}
+		return pendingJob{seq: seq, bad: err}
 	}
 	due := j.NotBefore
 	if due.IsZero() {
 		due = j.EnqueuedAt
 	}
-	p := pendingJob{seq: m.Sequence, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1), key: j.Key}
+	p := pendingJob{seq: seq, due: due.UnixNano(), enqueued: j.EnqueuedAt.UnixNano(), weight: max(j.Weight, 1), key: j.Key}
 	if len(j.Concurrency) > 0 {
 		p.conc, p.id = j.Concurrency, j.ID
 	}
@@ -397,7 +551,7 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 	m.Header.Set(headerGrantStart, strconv.FormatInt(start.UnixNano(), 10))
 	m.Header.Set(nats.MsgIdHdr, "grant:"+strconv.FormatUint(j.seq, 10))
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	_, err = l.js.PublishMsg(rctx, m, jetstream.WithExpectStream(queue.GrantsStreamName(q.Name)))
+	ack, err := l.js.PublishMsg(rctx, m, jetstream.WithExpectStream(queue.GrantsStreamName(q.Name)))
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -406,12 +560,34 @@ func (l *leader) grantNext(ctx context.Context) chan struct{} {
 		l.sched.putBack(f.subject, j, time.Now().UnixNano())
 		return nil
 	}
+	l.inflight[j.seq] = ack.Sequence
+	if len(l.inflight) >= l.inflightSweep {
+		l.sweepInflight(ctx)
+	}
 	l.stats.add(queue.SubjectToken(f.subject), start)
 	l.grantedKeys(f, j, start)
 	l.paceKey(f, start)
 	next := make(chan struct{})
 	time.AfterFunc(time.Until(start)-bookAhead*l.period, func() { close(next) })
 	return next
+}
+
+// sweepInflight forgets the grants settled: those before the grants
+// stream's first (a grant leaves it when a worker acks it). The next sweep
+// comes when twice as many are left.
+func (l *leader) sweepInflight(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	info, err := l.gstream.Info(rctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	for seq, g := range l.inflight {
+		if g < info.State.FirstSeq {
+			delete(l.inflight, seq)
+		}
+	}
+	l.inflightSweep = max(2*len(l.inflight), 1024)
 }
 
 // settled dead-letters a picked job that must not start — not a job,
