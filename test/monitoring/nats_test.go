@@ -115,7 +115,8 @@ func TestNATSExporterSource(t *testing.T) {
 	}
 
 	// The dashboard's stream_name matcher, $queue expanded, matches the
-	// READY and GRANTS streams and not BACKLOG (no consumer) or DEAD
+	// READY and GRANTS streams and not BACKLOG (whose one consumer, the drain
+	// leader's headers-only feed, never acks: its ack pending is the depth) or DEAD
 	// (Prometheus anchors regexes).
 	matcher := regexp.MustCompile(`stream_name=~"([^"]+)"`)
 	var regexes []string
