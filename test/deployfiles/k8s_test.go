@@ -376,8 +376,9 @@ var depthQuery = regexp.MustCompile(`^max\(spillway_queue_depth\{([^{}]*)\}\)$`)
 var depthMatcher = regexp.MustCompile(`^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"\s*$`)
 
 // TestScaledObject checks that KEDA scales the workers on the depth of the
-// backlog of each queue they work. The backlog's one consumer (the drain
-// leader's headers-only feed) never acks and has no lag that could say it (docs/design.md#the-scheduler), and the grants consumer's
+// backlog of each queue they work. The backlog's one consumer, the drain
+// leader's headers-only feed (docs/design.md#the-scheduler), exists only
+// while a worker leads, and the grants consumer's
 // pending grants stay under two by design, whatever the depth; so each
 // trigger asks Prometheus for the admitters' spillway_queue_depth.
 func TestScaledObject(t *testing.T) {
