@@ -39,14 +39,7 @@ func TestFairSchedExpiredJobsTakeNoTurn(t *testing.T) {
 	s.add(a, pendingJob{seq: 4, due: 0, weight: 1}, 0)
 	s.add(b, pendingJob{seq: 5, due: 0, weight: 1}, 0)
 	s.add(b, pendingJob{seq: 6, due: 0, weight: 1}, 0)
-	var got []uint64
-	for {
-		_, j, ok := s.pick(10)
-		if !ok {
-			break
-		}
-		got = append(got, j.seq)
-	}
+	got := pickAll(s, 10)
 	want := []uint64{1, 2, 3, 5, 4, 6}
 	if len(got) != len(want) {
 		t.Fatalf("picks %v, want %v", got, want)

@@ -231,14 +231,7 @@ func TestFairSchedAddHoldsPastTheWindow(t *testing.T) {
 	s.exhausted(f, 0)
 	s.add(sub, pendingJob{seq: flowLookahead + 2, weight: 1}, 0) // delivered again: known
 	s.add(sub, pendingJob{seq: flowLookahead + 3, weight: 1}, 0)
-	var got []uint64
-	for {
-		_, j, ok := s.pick(0)
-		if !ok {
-			break
-		}
-		got = append(got, j.seq)
-	}
+	got := pickAll(s, 0)
 	want := []uint64{}
 	for seq := uint64(flowLookahead - flowWindow + 2); seq <= flowLookahead+3; seq++ {
 		want = append(want, seq)
@@ -293,5 +286,18 @@ func TestFairSchedForgetsAfterTheConsumer(t *testing.T) {
 	s.add("spillway.backlog.q.b", pendingJob{seq: 11, weight: 1}, 0)
 	if s.flows[sub] != nil || len(s.linger) != 0 {
 		t.Fatalf("the drained flow is still known after the consumer passed it")
+	}
+}
+
+// pickAll picks from s at now until nothing goes, and returns the picked
+// jobs' sequences in order.
+func pickAll(s *fairSched, now int64) []uint64 {
+	var got []uint64
+	for {
+		_, j, ok := s.pick(now)
+		if !ok {
+			return got
+		}
+		got = append(got, j.seq)
 	}
 }
