@@ -79,23 +79,28 @@ func failingHandler(_ context.Context, j *queue.Job) error {
 }
 
 // flowHandler runs flowQueue's jobs: "busy" is pushed back (its key
-// pauses), "invalid" reports an actual cost that cannot be settled,
-// "cheap" and "dear" an actual cost below and above the job's, so units
-// are refunded and charged. Each holds its key's slot a little while,
-// so its client's next job finds the key at its max.
+// pauses, for less time than its client takes to send the next busy
+// job, so each one begins a pause), "invalid" reports an actual cost
+// that cannot be settled, "cheap" and "dear" an actual cost below and
+// above the job's, so units are refunded and charged. "slow" holds its
+// key's slot longer than the others, so the second of a pair sent
+// together finds its key at its max.
 func flowHandler(ctx context.Context, j *queue.Job) error {
+	hold := 30 * time.Millisecond
 	switch string(j.Payload) {
 	case "busy":
-		return retry.Pushback(errors.New("monitoring test: the downstream is busy for this key"), 200*time.Millisecond)
+		return retry.Pushback(errors.New("monitoring test: the downstream is busy for this key"), 50*time.Millisecond)
 	case "invalid":
 		j.SetCostActual(-1)
 	case "cheap":
 		j.SetCostActual(0)
 	case "dear":
 		j.SetCostActual(j.Cost + 2)
+	case "slow":
+		hold = 150 * time.Millisecond
 	}
 	select {
-	case <-time.After(30 * time.Millisecond):
+	case <-time.After(hold):
 	case <-ctx.Done():
 	}
 	return nil
@@ -259,8 +264,10 @@ func (s *system) startWorker(t *testing.T, cfg *config.Config, handlers map[stri
 
 // startLoad submits jobs from three clients to both admitters, about
 // 60 a second in all (each client's limit is 4/s), one in five of them
-// failing and about one in seven pushed back, until the test ends; and
-// every other tick a job of flowQueue (see flowJob).
+// failing and about one in seven pushed back, until the test ends; every
+// other tick a job of flowQueue (see submitFlow); and every 32nd tick a
+// pair of slow flowQueue jobs from a client of their own, one after the
+// other, so that the second waits for the first's slot of the key.
 func (s *system) startLoad(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -286,6 +293,11 @@ func (s *system) startLoad(t *testing.T) {
 			s.submit(ctx, targets[i%2], fmt.Sprintf("client-%d", i%3), payload)
 			if i%2 == 0 {
 				s.submitFlow(ctx, targets[(i/2)%2], i/2)
+			}
+			if i%32 == 1 {
+				for range 2 {
+					s.post(ctx, targets[0], flowQueue, "client-pair", "slow", nil)
+				}
 			}
 		}
 	}()
