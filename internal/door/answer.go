@@ -146,13 +146,12 @@ func plainJSON(s string) bool {
 // rate limits', added before). The body is appended to a.buf among the
 // header values, which set copies: one buffer for both.
 //
-// Content-Length is the server's to set: an answer of less than its
-// buffer (2 kB; this body is a few hundred bytes at most) whose handler
-// returns without flushing gets it from the server, the same value. Left
-// out of the handler's headers, they stay at eight — the most a map
-// holds before it grows, and the server copies them once more when the
-// status is written — which saves the admitter allocations and CPU on
-// every admitted job.
+// Content-Length is the server's to set: it gives an answer whose
+// handler returns unflushed with less than its buffer (2 kB; this body
+// is a few hundred bytes at most) the same value. Without it the
+// handler sets eight headers, which a Go map holds in its first group of
+// slots; a ninth grew the map, and the copy the server makes of it when
+// the status is written.
 func writeSubmitReply(w http.ResponseWriter, a *answerHeaders, rep *spillway.SubmitReply) {
 	a.buf = append(a.buf, "/v1/jobs/"...)
 	a.buf = append(a.buf, rep.ID...)
