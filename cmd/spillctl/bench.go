@@ -207,11 +207,20 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stdout, line)
 	}
 
+	cpu0, cpuOK := ownCPU()
 	rep, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		return usageErrorf("spillctl bench: %w", err)
 	}
 	sum := summarize(rep, *via, where, cfg)
+	if cpu1, ok := ownCPU(); ok && cpuOK {
+		// Every answered job, the warm-up's included: a batch's warm-up
+		// answer counts its jobs.
+		jobs := rep.Counts.Total() + rep.Warmup*int64(max(1, *batchSize))
+		if jobs > 0 {
+			sum.CPUPerJobUS = float64(cpu1-cpu0) / 1e3 / float64(jobs)
+		}
+	}
 	if *asJSON {
 		if err := writeJSON(stdout, sum); err != nil {
 			return err
@@ -310,6 +319,12 @@ type benchSummary struct {
 	WarmupAnswers  int64   `json:"warmup_answers"`
 	Interrupted    bool    `json:"interrupted,omitempty"`
 	Canceled       int64   `json:"canceled,omitempty"`
+	// CPUPerJobUS is spillctl's own CPU time (user + system, from
+	// getrusage) from the start of the warm-up to the end of the run, in
+	// microseconds per answered job, the warm-up's answers included: what
+	// the load generator costs beside the servers it loads. Absent where
+	// the system does not say.
+	CPUPerJobUS float64 `json:"cpu_us_per_job,omitempty"`
 }
 
 func summarize(rep *loadgen.Report, via, where string, cfg loadgen.Config) benchSummary {
@@ -362,6 +377,9 @@ func formatBench(s benchSummary) string {
 	}
 	if s.WarmupAnswers > 0 {
 		fmt.Fprintf(&b, "warm-up     %d answers not counted\n", s.WarmupAnswers)
+	}
+	if s.CPUPerJobUS > 0 {
+		fmt.Fprintf(&b, "own CPU     %s µs per job (spillctl's user + system, warm-up included)\n", sig3(s.CPUPerJobUS))
 	}
 	return b.String()
 }

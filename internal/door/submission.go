@@ -164,14 +164,18 @@ func scheduleHeader(field string) bool {
 // tab) is ignored alone. The submission is taken either way: a trace is
 // the producer's aid, never a reason to refuse its job — and no value
 // that NATS headers cannot carry reaches the job's message.
+//
+// The names are asked in canonical form, as every door's get finds them
+// in any case: http.Header.Get canonicalizes a name it is given in
+// another, a new string on every submission.
 func traceHeaders(get func(string) string) nats.Header {
-	parent := get("traceparent")
+	parent := get("Traceparent")
 	if !validTraceparent(parent) {
 		return nil
 	}
 	h := nats.Header{}
 	h.Set("traceparent", parent)
-	if state := get("tracestate"); state != "" && validTracestate(state) {
+	if state := get("Tracestate"); state != "" && validTracestate(state) {
 		h.Set("tracestate", state)
 	}
 	return h
