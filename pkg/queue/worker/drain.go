@@ -156,7 +156,13 @@ func (d *drainer) take(ctx context.Context) {
 				d.mu.Lock()
 				d.waiting[msg] = struct{}{}
 				d.mu.Unlock()
-				d.starts.Go(func() { d.start(ctx, msg, seq, start) })
+				// On a kept goroutine, as a READY job's execution: its
+				// stack has grown to what the start's get and claim need.
+				d.starts.Add(1)
+				d.r.keep.Go(func() {
+					defer d.starts.Done()
+					d.start(ctx, msg, seq, start)
+				})
 			}
 			err = batch.Error()
 		}
