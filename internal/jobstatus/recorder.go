@@ -258,20 +258,28 @@ func (r *Recorder) write(ctx context.Context, batch []Record) {
 		failed int
 		first  error
 	)
-	for _, p := range jobs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := r.store.record(ctx, p.rec); err != nil {
-				r.dropped.Add(uint64(p.updates))
-				mu.Lock()
-				failed++
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
+	put := func(p pending) {
+		defer func() { <-sem }()
+		if err := r.store.record(ctx, p.rec); err != nil {
+			r.dropped.Add(uint64(p.updates))
+			mu.Lock()
+			failed++
+			if first == nil {
+				first = err
 			}
-		})
+			mu.Unlock()
+		}
+	}
+	// The last write runs on this goroutine: a batch of one, the most
+	// common under a steady flow of jobs, starts none (a goroutine per
+	// write grew its stack anew for the JSON and the put each time).
+	for i, p := range jobs {
+		sem <- struct{}{}
+		if i == len(jobs)-1 {
+			put(p)
+			break
+		}
+		wg.Go(func() { put(p) })
 	}
 	wg.Wait()
 	if failed > 0 {
