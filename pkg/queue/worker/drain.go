@@ -158,10 +158,15 @@ func (d *drainer) take(ctx context.Context) {
 				d.mu.Unlock()
 				// On a kept goroutine, as a READY job's execution: its
 				// stack has grown to what the start's get and claim need.
+				// The job then runs on it too; run waits for the starts,
+				// not for the runs (the runner's grace period is for those).
 				d.starts.Add(1)
 				d.r.keep.Go(func() {
-					defer d.starts.Done()
-					d.start(ctx, msg, seq, start)
+					run := d.start(ctx, msg, seq, start)
+					d.starts.Done()
+					if run != nil {
+						run()
+					}
 				})
 			}
 			err = batch.Error()
@@ -207,9 +212,9 @@ func (d *drainer) grantOf(ctx context.Context, msg jetstream.Msg) (seq uint64, s
 	return seq, start, true
 }
 
-// start waits for a grant's start and runs its job in the slot reserved
-// for it.
-func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, start time.Time) {
+// start waits for a grant's start and readies its job to run in the slot
+// reserved for it: it returns the job's run, nil if it does not run now.
+func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, start time.Time) (run func()) {
 	defer func() {
 		d.mu.Lock()
 		delete(d.waiting, msg)
@@ -229,20 +234,20 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 	if err != nil {
 		d.slots.unreserve()
 		d.handBack(msg, 0, nil) // stopping, or the pacer failed: another start
-		return
+		return nil
 	}
 	if d.pause.Paused() {
 		// Paused after the start was booked: the grant goes back, and
 		// whoever takes it after the resume books a new start.
 		d.slots.unreserve()
 		d.handBack(msg, 0, nil)
-		return
+		return nil
 	}
 	if !d.slots.claim() {
 		// A READY job took the slot meanwhile: another worker, or this one
 		// later, books the job a new start.
 		d.handBack(msg, 0, nil)
-		return
+		return nil
 	}
 	// A direct get, from any replica (queue.Stream): a "no such message"
 	// is confirmed by the stream's leader before the grant is acked as
@@ -256,15 +261,15 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		d.slots.put()
 		_ = ackGrant(msg) // settled already, by whoever ran it before
-		return
+		return nil
 	case err != nil:
 		d.slots.put()
 		d.handBack(msg, time.Second, err)
-		return
+		return nil
 	}
 	if d.keyPaused(msg, raw.Subject) {
 		d.slots.put()
-		return
+		return nil
 	}
 	e := &execution{
 		msg: msg, stream: queue.StreamName(d.cfg.Queue.Name, queue.Backlog), seq: seq, subject: raw.Subject,
@@ -276,7 +281,7 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 		if e.claim() {
 			d.r.deadLetter(e, 0, "invalid job", err, 0)
 		}
-		return
+		return nil
 	}
 	if now := time.Now(); !job.ExpiresAt.IsZero() && now.After(job.ExpiresAt) {
 		// Granted before its expiry but started after it (a late grant,
@@ -286,20 +291,20 @@ func (d *drainer) start(ctx context.Context, msg jetstream.Msg, seq uint64, star
 			e.job = &job
 			d.r.deadLetter(e, 0, queue.ReasonExpired, expiredError(job.ExpiresAt, now), 0)
 		}
-		return
+		return nil
 	}
 	e.job, e.attempt = &job, job.Attempt+1
 	if !d.r.startKeys(e) { // per-key concurrency (keywait.go): at its max, the grant goes back
 		d.slots.put()
-		return
+		return nil
 	}
 	if !d.gate(ctx, e) {
 		d.r.releaseKeys(e)
 		d.slots.put()
-		return
+		return nil
 	}
 	d.observe(Event{Kind: Released, Job: &job, Attempt: e.attempt, Stream: e.stream, Sequence: e.seq, Waited: time.Since(job.EnqueuedAt)})
-	d.r.runBacklog(e, job)
+	return d.r.runBacklog(e, job)
 }
 
 // booker is a pace.Pacer that can book a start ahead without waiting for it

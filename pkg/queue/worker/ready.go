@@ -158,15 +158,16 @@ func (r *runner) start(msg jetstream.Msg) {
 	r.keep.Go(func() { r.execute(e, slot) })
 }
 
-// runBacklog runs a backlog job whose booked start came, in the handler
-// slot the drainer took for it.
-func (r *runner) runBacklog(e *execution, job queue.Job) {
+// runBacklog counts a backlog job whose booked start came as running and
+// returns its run, in the handler slot the drainer took for it: the
+// drainer calls it on the goroutine that started the job.
+func (r *runner) runBacklog(e *execution, job queue.Job) (run func()) {
 	r.track(e)
-	r.keep.Go(func() {
+	return func() {
 		defer r.finish(e)
 		defer r.slots.put()
 		r.try(e, job)
-	})
+	}
 }
 
 func (r *runner) track(e *execution) {
