@@ -299,7 +299,7 @@ func encode(rec Record) (Record, []byte, error) {
 		rec.UpdatedAt = time.Now()
 	}
 	rec = rec.normalized()
-	data, err := json.Marshal(rec)
+	data, err := marshal(rec)
 	if err != nil {
 		return Record{}, nil, fmt.Errorf("jobstatus: job %s: %w", rec.ID, err)
 	}
