@@ -112,7 +112,11 @@ func TestWriteSubmitReply(t *testing.T) {
 			writeSubmitReply(w, &a, &rep)
 		}))
 		t.Cleanup(srv.Close)
-		resp, err := srv.Client().Post(srv.URL, "application/octet-stream", nil)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
