@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -23,6 +24,14 @@ func TestMarshalIsJSONMarshal(t *testing.T) {
 		{ID: "é", Queue: "tab\there", State: "queued", LastError: "line\u2028sep", Submitter: "\x00\x7f"},
 		{ID: "a", Attempts: -2, StartedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("X", 3600))},
 		{ID: "a", LastError: string([]byte{0xff, 'a'})},
+	}
+	// records[2] sets every field: a field added to Record and not to
+	// marshal then shows as a difference from json.Marshal.
+	full := reflect.ValueOf(records[2])
+	for i := range full.NumField() {
+		if full.Field(i).IsZero() {
+			t.Fatalf("records[2] leaves Record.%s zero: set it there, and write it in marshal", full.Type().Field(i).Name)
+		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	alphabet := []rune("abcXYZ019-_ .:\"\\<>&\n\té€\u2028")
