@@ -314,27 +314,15 @@ func (l *leader) consume(ctx context.Context) error {
 	}
 	defer it.Stop()
 	defer context.AfterFunc(ctx, it.Stop)()
-	lost := make(chan error, 1)
-	var got feedProgress
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go got.watch(wctx, c, it, lost)
 	for {
-		got.wait(true)
 		m, err := it.Next()
-		got.wait(false)
 		if err != nil {
-			select {
-			case err = <-lost:
-			default:
-			}
 			return err
 		}
 		md, err := m.Metadata()
 		if err != nil {
 			return err
 		}
-		got.received(md.Sequence.Consumer)
 		a := arrival{subject: m.Subject(), job: l.pending(md.Sequence.Stream, m.Headers()), pending: md.NumPending}
 		select {
 		case l.arrivals <- a:
@@ -343,72 +331,6 @@ func (l *leader) consume(ctx context.Context) error {
 		}
 	}
 }
-
-// feedProgress is how far the leader has received the feed consumer's
-// deliveries, for watch.
-type feedProgress struct {
-	mu       sync.Mutex
-	last     uint64    // the consumer sequence of the last delivery received
-	waitFrom time.Time // when Next began waiting; zero while it does not
-}
-
-func (p *feedProgress) received(seq uint64) {
-	p.mu.Lock()
-	p.last = seq
-	p.mu.Unlock()
-}
-
-func (p *feedProgress) wait(waiting bool) {
-	p.mu.Lock()
-	p.waitFrom = time.Time{}
-	if waiting {
-		p.waitFrom = time.Now()
-	}
-	p.mu.Unlock()
-}
-
-// watch ends the feed (it.Stop, its reason on lost) when the consumer says
-// it delivered more than the leader received while the leader has waited
-// for the next delivery a while: a delivery lost on its way, as when the
-// backlog's stream leader moves. The consumer never acks, so it would
-// deliver such a job again only after feedAckWait; made again, it delivers
-// the backlog from its first, and the jobs known are dropped as such.
-func (p *feedProgress) watch(ctx context.Context, c jetstream.Consumer, it jetstream.MessagesContext, lost chan<- error) {
-	t := time.NewTicker(feedCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		p.mu.Lock()
-		idle := !p.waitFrom.IsZero() && time.Since(p.waitFrom) >= feedCheck
-		p.mu.Unlock()
-		if !idle {
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		info, err := c.Info(rctx)
-		cancel()
-		if err != nil {
-			continue // the next check asks again
-		}
-		p.mu.Lock()
-		missing := !p.waitFrom.IsZero() && time.Since(p.waitFrom) >= feedCheck && info.Delivered.Consumer > p.last
-		last := p.last
-		p.mu.Unlock()
-		if missing {
-			lost <- fmt.Errorf("the feed consumer delivered up to %d, the leader received up to %d: deliveries lost", info.Delivered.Consumer, last)
-			it.Stop()
-			return
-		}
-	}
-}
-
-// feedCheck is how long the leader waits for the feed's next delivery
-// before it asks the consumer whether it delivered one that never came.
-const feedCheck = 5 * time.Second
 
 // feedAckWait is how long the feed consumer waits before it delivers a
 // job again (it never acks one): a job that waits that long in the
