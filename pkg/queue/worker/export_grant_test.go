@@ -18,3 +18,7 @@ func GrantMsg(q string, seq uint64, start time.Time) *nats.Msg {
 	m.Header.Set(nats.MsgIdHdr, "grant:"+strconv.FormatUint(seq, 10))
 	return m
 }
+
+// FeedConsumer is the consumer of the backlog the drain's leader follows
+// it with (tests only).
+const FeedConsumer = feedConsumer

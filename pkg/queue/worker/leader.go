@@ -287,6 +287,16 @@ func (l *leader) follow(ctx context.Context) {
 
 // consume hands over the jobs one consumer delivers until it fails or ctx
 // ends; the consumer is deleted then.
+//
+// A delivery can be lost on its way: one sent to this process's
+// connection as the server it was connected to went down. The consumer
+// counts it delivered all the same, and it never acks, so it would send
+// that job again only after feedAckWait; the loop, which takes a job at
+// or before its flow's last as known (fairSched.add), would not take it
+// then either. So the feed keeps its place (feedPlace): a delivery whose
+// consumer sequence skips some, or a quiet feed whose consumer says it
+// delivered more than came, has the skipped jobs read from the stream and
+// handed over first, in stream order.
 func (l *leader) consume(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
@@ -314,8 +324,15 @@ func (l *leader) consume(ctx context.Context) error {
 	}
 	defer it.Stop()
 	defer context.AfterFunc(ctx, it.Stop)()
+	var at feedPlace
 	for {
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextMaxWait(feedQuiet))
+		if errors.Is(err, nats.ErrTimeout) {
+			if err := l.feedCheck(ctx, c, &at); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -323,12 +340,93 @@ func (l *leader) consume(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a := arrival{subject: m.Subject(), job: l.pending(md.Sequence.Stream, m.Headers()), pending: md.NumPending}
-		select {
-		case l.arrivals <- a:
-		case <-ctx.Done():
-			return ctx.Err()
+		switch {
+		case md.NumDelivered > 1:
+			// Delivered again, after feedAckWait: the loop knows it, or
+			// takes it. The place stays, for a later delivery or a quiet
+			// feed to tell what was lost before it.
+		case md.Sequence.Stream <= at.stream:
+			at.consumer = max(at.consumer, md.Sequence.Consumer)
+			continue // read from the stream already (feedFill)
+		default:
+			if md.Sequence.Consumer > at.consumer+1 {
+				if err := l.feedFill(ctx, &at, md.Sequence.Consumer-1, md.Sequence.Stream); err != nil {
+					return err
+				}
+			}
+			at.consumer, at.stream = md.Sequence.Consumer, md.Sequence.Stream
 		}
+		if err := l.handOver(ctx, arrival{subject: m.Subject(), job: l.pending(md.Sequence.Stream, m.Headers()), pending: md.NumPending}); err != nil {
+			return err
+		}
+	}
+}
+
+// feedPlace is how far the feed has handed the backlog over: the last
+// consumer sequence received or read past, and the stream sequence up to
+// which every job was handed over.
+type feedPlace struct {
+	consumer, stream uint64
+}
+
+// feedQuiet is how long the feed waits for a delivery before it asks the
+// consumer whether it delivered one that never came (feedCheck).
+const feedQuiet = 2 * time.Second
+
+// feedCheck asks the consumer of a quiet feed how far it delivered: past
+// at, the deliveries were lost on their way, and their jobs are read from
+// the stream (feedFill).
+func (l *leader) feedCheck(ctx context.Context, c jetstream.Consumer, at *feedPlace) error {
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	info, err := c.Info(rctx)
+	cancel()
+	if err != nil {
+		return nil // the next quiet spell asks again
+	}
+	if d := info.Delivered; d.Consumer > at.consumer {
+		return l.feedFill(ctx, at, d.Consumer, d.Stream+1)
+	}
+	return nil
+}
+
+// feedFill hands over the jobs of the stream after at.stream and before
+// the stream sequence until, whose deliveries, up to consumer sequence
+// delivered, were lost: read by the feed's filter, in stream order. A job
+// deleted meanwhile needs no hand-over.
+func (l *leader) feedFill(ctx context.Context, at *feedPlace, delivered, until uint64) error {
+	l.log.Info("the backlog's feed lost deliveries on their way; reading their jobs from the stream",
+		"after_consumer_seq", at.consumer, "through_consumer_seq", delivered, "after_stream_seq", at.stream, "before_stream_seq", until)
+	for seq := at.stream + 1; seq < until; {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		m, err := l.backlog.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(l.filter))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if m.Sequence >= until {
+			break
+		}
+		if err := l.handOver(ctx, arrival{subject: m.Subject, job: l.pending(m.Sequence, m.Header), pending: until - m.Sequence}); err != nil {
+			return err
+		}
+		seq = m.Sequence + 1
+	}
+	at.consumer = max(at.consumer, delivered)
+	at.stream = max(at.stream, until-1)
+	return nil
+}
+
+// handOver gives a job to the leader's loop, waiting while its hand-off is
+// full.
+func (l *leader) handOver(ctx context.Context, a arrival) error {
+	select {
+	case l.arrivals <- a:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
