@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/queue"
+	"github.com/spillway-dev/spillway/pkg/queue/internal/loop"
 	"github.com/spillway-dev/spillway/pkg/queue/keyslots"
 	"github.com/spillway-dev/spillway/pkg/queue/pace"
 	"github.com/spillway-dev/spillway/pkg/retry"
@@ -283,9 +286,19 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 // pulling, lets running handlers finish within the grace period, and hands
 // everything else back to JetStream for another worker. It returns nil
 // after a graceful stop — ctx ending while it starts is one too: nothing
-// was pulled yet — or the error that kept it from starting.
+// was pulled yet — or the error that kept it from starting. While the
+// NATS cluster cannot take its setup for now (clusterUnready: a server
+// down or not yet known, no JetStream meta leader), it waits and tries
+// again.
 func (w *Worker) Run(ctx context.Context) error {
-	ready, streams, err := w.start(ctx)
+	ready, streams, err := w.tryStart(ctx)
+	for failures := 1; err != nil && clusterUnready(ctx, err); failures++ {
+		w.log.Warn("the NATS cluster cannot set up the queue's streams and buckets yet; trying again", "error", err, "failures", failures)
+		if loop.Sleep(ctx, loop.Backoff(failures)) != nil {
+			return nil
+		}
+		ready, streams, err = w.tryStart(ctx)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -403,6 +416,49 @@ func (w *Worker) start(ctx context.Context) (ready jetstream.Consumer, d drainSt
 	}
 	return ready, d, nil
 }
+
+// tryStart sets the queue up (start) within startTimeout: a request that
+// reached a server as it went down is never answered, and ctx may have no
+// deadline, or a far one.
+func (w *Worker) tryStart(ctx context.Context) (jetstream.Consumer, drainStreams, error) {
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	return w.start(sctx)
+}
+
+// startTimeout bounds one try of a worker's setup: some ten JetStream
+// requests, each a stream's or consumer's creation in the worst case,
+// which a loaded cluster takes seconds to replicate.
+const startTimeout = 15 * time.Second
+
+// clusterUnready reports whether err, from a JetStream request made with
+// ctx (still alive), says the cluster cannot answer it now but may soon: a
+// new replicated stream that has no place while a server is down or not
+// yet known (placement's "peer offline"), JetStream unavailable for the
+// moment (no meta leader) or not led, or no answer in time. A
+// configuration the cluster refuses for good is none of these, nor is "no
+// responders": a server without JetStream.
+func clusterUnready(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jsClusterNotAvailable, jsClusterNotLeader:
+			return true
+		}
+		return apiErr.ErrorCode == jsClusterNoPeers && strings.Contains(apiErr.Description, "peer offline")
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
+// JetStream's error codes of a cluster that cannot take a request now.
+const (
+	jsClusterNoPeers      jetstream.ErrorCode = 10005 // no suitable peers for placement
+	jsClusterNotAvailable jetstream.ErrorCode = 10008 // JetStream system temporarily unavailable
+	jsClusterNotLeader    jetstream.ErrorCode = 10009 // JetStream cluster can not handle request
+)
 
 // parts are what the worker hands the two loops it runs, the runner
 // (READY) and the drainer (the backlog): its configuration and what both
