@@ -63,7 +63,8 @@ import (
 // every demandFresh) plus one headers-only delivery per job to the leader,
 // a pull per 128 of them, and the reads by subject of the flows whose
 // window had no room; a backlog that waits costs the lease's renewals,
-// idle pulls and the leader consumer's heartbeats, whatever its depth.
+// idle pulls, and the leader consumer's heartbeats and an info of it per
+// feedQuiet (consume), whatever its depth.
 
 // requestTimeout bounds one JetStream API request of the drain loop.
 const requestTimeout = 5 * time.Second
