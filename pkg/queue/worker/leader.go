@@ -340,16 +340,25 @@ func (l *leader) consume(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// Deliveries come in consumer order, one consumer sequence each,
+		// redeliveries too; the sequence may go back when the consumer's
+		// state lags behind a leader change.
 		switch {
 		case md.NumDelivered > 1:
 			// Delivered again, after feedAckWait: the loop knows it, or
-			// takes it. The place stays, for a later delivery or a quiet
-			// feed to tell what was lost before it.
+			// takes it. After a skip the place stays, for the next first
+			// delivery or a quiet feed to tell what was lost: the stream
+			// sequence a redelivery carries says nothing of that.
+			if md.Sequence.Consumer <= at.consumer+1 {
+				at.consumer = md.Sequence.Consumer
+			}
 		case md.Sequence.Stream <= at.stream:
-			at.consumer = max(at.consumer, md.Sequence.Consumer)
-			continue // read from the stream already (feedFill)
+			// Handed over already (feedFill, or before a leader change):
+			// what a skip before it lost was too, being earlier.
+			at.consumer = md.Sequence.Consumer
+			continue
 		default:
-			if md.Sequence.Consumer > at.consumer+1 {
+			if md.Sequence.Consumer != at.consumer+1 {
 				if err := l.feedFill(ctx, &at, md.Sequence.Consumer-1, md.Sequence.Stream); err != nil {
 					return err
 				}
@@ -370,8 +379,10 @@ type feedPlace struct {
 }
 
 // feedQuiet is how long the feed waits for a delivery before it asks the
-// consumer whether it delivered one that never came (feedCheck).
-const feedQuiet = 2 * time.Second
+// consumer whether it delivered one that never came (feedCheck): longer
+// than the two missed heartbeats (followHeartbeat) after which the
+// consumer is taken as gone, so that those end the wait first.
+const feedQuiet = 3 * time.Second
 
 // feedCheck asks the consumer of a quiet feed how far it delivered: past
 // at, the deliveries were lost on their way, and their jobs are read from
@@ -383,7 +394,10 @@ func (l *leader) feedCheck(ctx context.Context, c jetstream.Consumer, at *feedPl
 	if err != nil {
 		return nil // the next quiet spell asks again
 	}
-	if d := info.Delivered; d.Consumer > at.consumer {
+	// The consumer's state may lag behind a leader change, its consumer
+	// sequence behind what came: the stream sequence it delivered up to
+	// tells a loss too.
+	if d := info.Delivered; d.Consumer > at.consumer || d.Stream > at.stream {
 		return l.feedFill(ctx, at, d.Consumer, d.Stream+1)
 	}
 	return nil
@@ -392,14 +406,14 @@ func (l *leader) feedCheck(ctx context.Context, c jetstream.Consumer, at *feedPl
 // feedFill hands over the jobs of the stream after at.stream and before
 // the stream sequence until, whose deliveries, up to consumer sequence
 // delivered, were lost: read by the feed's filter, in stream order. A job
-// deleted meanwhile needs no hand-over.
+// deleted meanwhile needs no hand-over. A read that fails is tried again
+// a few times before the feed is given up (made again, from the first
+// job): the reads come when a server went down, and may meet its
+// stream's leader election.
 func (l *leader) feedFill(ctx context.Context, at *feedPlace, delivered, until uint64) error {
-	l.log.Info("the backlog's feed lost deliveries on their way; reading their jobs from the stream",
-		"after_consumer_seq", at.consumer, "through_consumer_seq", delivered, "after_stream_seq", at.stream, "before_stream_seq", until)
+	found := 0
 	for seq := at.stream + 1; seq < until; {
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		m, err := l.backlog.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(l.filter))
-		cancel()
+		m, err := l.feedRead(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -412,12 +426,36 @@ func (l *leader) feedFill(ctx context.Context, at *feedPlace, delivered, until u
 		if err := l.handOver(ctx, arrival{subject: m.Subject, job: l.pending(m.Sequence, m.Header), pending: until - m.Sequence}); err != nil {
 			return err
 		}
+		found++
 		seq = m.Sequence + 1
 	}
-	at.consumer = max(at.consumer, delivered)
-	at.stream = max(at.stream, until-1)
+	if found > 0 {
+		l.log.Info("the backlog's feed lost deliveries on their way; their jobs were read from the stream",
+			"jobs", found, "through_consumer_seq", delivered, "before_stream_seq", until)
+	}
+	at.consumer, at.stream = max(at.consumer, delivered), max(at.stream, until-1)
 	return nil
 }
+
+// feedRead reads the feed's first job at or after seq, trying again a few
+// times after a failure.
+func (l *leader) feedRead(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	for try := 1; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		m, err := l.backlog.GetMsg(rctx, seq, jetstream.WithGetMsgSubject(l.filter))
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) || try == feedReadTries || ctx.Err() != nil {
+			return m, err
+		}
+		l.log.Warn("reading a job the backlog's feed lost failed; trying again", "stream_seq", seq, "error", err, "failures", try)
+		if err := loop.Sleep(ctx, loop.Backoff(try)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// feedReadTries is how many times feedRead tries a read.
+const feedReadTries = 5
 
 // handOver gives a job to the leader's loop, waiting while its hand-off is
 // full.

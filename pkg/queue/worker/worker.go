@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -292,7 +291,7 @@ func NewWorker(js jetstream.JetStream, cfg WorkerConfig, h Handler) (*Worker, er
 // again.
 func (w *Worker) Run(ctx context.Context) error {
 	ready, streams, err := w.tryStart(ctx)
-	for failures := 1; err != nil && clusterUnready(ctx, err); failures++ {
+	for failures := 1; err != nil && clusterUnready(ctx, err, w.js.Conn().LastError()); failures++ {
 		w.log.Warn("the NATS cluster cannot set up the queue's streams and buckets yet; trying again", "error", err, "failures", failures)
 		if loop.Sleep(ctx, loop.Backoff(failures)) != nil {
 			return nil
@@ -434,11 +433,14 @@ const startTimeout = 15 * time.Second
 // clusterUnready reports whether err, from a JetStream request made with
 // ctx (still alive), says the cluster cannot answer it now but may soon: a
 // new replicated stream that has no place while a server is down or not
-// yet known (placement's "peer offline"), JetStream unavailable for the
-// moment (no meta leader) or not led, or no answer in time. A
-// configuration the cluster refuses for good is none of these, nor is "no
-// responders": a server without JetStream.
-func clusterUnready(ctx context.Context, err error) bool {
+// yet known (placement's "peer offline", alone: a placement refused for a
+// tag or for storage as well stays refused), JetStream unavailable for
+// the moment (no meta leader) or not led, or no answer in time — unless
+// the connection's last error (connErr) is a permissions violation, which
+// leaves a request unanswered for good. A configuration the cluster
+// refuses for good is none of these, nor is "no responders": a server
+// without JetStream.
+func clusterUnready(ctx context.Context, err, connErr error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -448,10 +450,17 @@ func clusterUnready(ctx context.Context, err error) bool {
 		case jsClusterNotAvailable, jsClusterNotLeader:
 			return true
 		}
-		return apiErr.ErrorCode == jsClusterNoPeers && strings.Contains(apiErr.Description, "peer offline")
+		return apiErr.ErrorCode == jsClusterNoPeers && apiErr.Description == placementPeerOffline
+	}
+	if errors.Is(connErr, nats.ErrPermissionViolation) {
+		return false
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
+
+// placementPeerOffline is the whole of a placement's refusal when its only
+// reason is a server down or not yet heard from.
+const placementPeerOffline = "no suitable peers for placement, peer offline"
 
 // JetStream's error codes of a cluster that cannot take a request now.
 const (
