@@ -6,6 +6,12 @@
 // synchronous publish (the answer must follow the PubAck), and replying
 // "admitted". No job-status record, no config, no metrics, no tiers.
 //
+// With --subject-per-job it stores each job under a subject that ends with
+// the job's id (stream FLOOR_BY_ID, subjects floor.byid.<id>), as the
+// admitter stores a READY job so that the job is found by its id without
+// an index: the floor of that part of the design, whose cost is
+// nats-server's (a subject kept per stored message).
+//
 // scripts/bench-admission runs it after the admitter, on the same
 // nats-server and redis-server, under the same loads: its figures are the
 // floor this machine sets for the admitter's (docs/performance.md).
@@ -39,6 +45,7 @@ func main() {
 	redisURL := fs.String("redis", "redis://127.0.0.1:6379/0", "the Redis server's `URL`")
 	queueName := fs.String("queue", "floor", "answer requests for this `QUEUE` (subject spillway.submit.QUEUE)")
 	keyHeader := fs.String("key-header", "X-Api-Key", "the `NAME` of the header that carries the client key")
+	perJob := fs.Bool("subject-per-job", false, "store each job under floor.byid.<id> (stream FLOOR_BY_ID) rather than floor.jobs (stream FLOOR)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: admissionfloor [flags]\n\nThe minimal admission pipeline (NATS request, redis_rate decision, synchronous\nJetStream publish, reply) for comparison with the admitter in scripts/bench-admission.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -49,13 +56,13 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	if err := run(*natsURL, *redisURL, *queueName, *keyHeader); err != nil {
+	if err := run(*natsURL, *redisURL, *queueName, *keyHeader, *perJob); err != nil {
 		fmt.Fprintln(os.Stderr, "admissionfloor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL, redisURL, queueName, keyHeader string) error {
+func run(natsURL, redisURL, queueName, keyHeader string, perJob bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -81,14 +88,18 @@ func run(natsURL, redisURL, queueName, keyHeader string) error {
 	if err != nil {
 		return err
 	}
+	stream, subjects, subject := "FLOOR", "floor.jobs", func(string) string { return "floor.jobs" }
+	if perJob {
+		stream, subjects, subject = "FLOOR_BY_ID", "floor.byid.*", func(id string) string { return "floor.byid." + id }
+	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:       "FLOOR",
-		Subjects:   []string{"floor.jobs"},
+		Name:       stream,
+		Subjects:   []string{subjects},
 		Retention:  jetstream.WorkQueuePolicy,
 		Storage:    jetstream.FileStorage,
 		Duplicates: 2 * time.Minute,
 	}); err != nil {
-		return fmt.Errorf("stream FLOOR: %w", err)
+		return fmt.Errorf("stream %s: %w", stream, err)
 	}
 
 	answer := func(m *nats.Msg) {
@@ -104,7 +115,7 @@ func run(natsURL, redisURL, queueName, keyHeader string) error {
 			rep.Status, rep.Type = spillway.Rejected, spillway.ProblemRateLimited
 		default:
 			id := uuid.Must(uuid.NewV7()).String()
-			job := nats.NewMsg("floor.jobs")
+			job := nats.NewMsg(subject(id))
 			job.Header.Set(jetstream.MsgIDHeader, id)
 			job.Data = m.Data
 			if _, err := js.PublishMsg(rctx, job); err != nil {
