@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spillway-dev/spillway/internal/leanhttp"
 	"github.com/spillway-dev/spillway/internal/loadgen"
 	"github.com/spillway-dev/spillway/pkg/bucket"
 	"github.com/spillway-dev/spillway/pkg/client"
@@ -58,6 +59,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("spillctl bench", flag.ContinueOnError)
 	q := fs.String("queue", "demo", "the `QUEUE` to submit to")
 	via := fs.String("via", "http", "front `DOOR`: http | nats")
+	httpTransport := fs.String("http-transport", "std", "the HTTP client's `TRANSPORT`: std (net/http's) | lean (plain HTTP/1.1 on the caller's goroutine: its CPU per job is close to the NATS client's, so on a shared machine the admitter's side is what is measured)")
 	server := serverFlag(fs, getenv)
 	natsURL := natsFlag(fs, getenv)
 	apiKey := apiKeyFlag(fs)
@@ -121,6 +123,8 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return usageErrorf("spillctl bench: --spin-wait %v: want 0 or more", *spin)
 	case *timeout <= 0:
 		return usageErrorf("spillctl bench: --timeout %v: want a positive duration", *timeout)
+	case *httpTransport != "std" && *httpTransport != "lean":
+		return usageErrorf("spillctl bench: --http-transport %q: want std or lean", *httpTransport)
 	}
 	for i := range *keys {
 		cfg.Keys = append(cfg.Keys, "bench-"+strconv.Itoa(i))
@@ -148,10 +152,25 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		if len(servers) > 1 && batch != nil {
 			return usageErrorf("spillctl bench: --batch takes one --server, not %d", len(servers))
 		}
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = max(cfg.Callers, min(*maxOut, 1024))
-		tr.MaxIdleConns = tr.MaxIdleConnsPerHost * len(servers)
-		hc := &http.Client{Timeout: *timeout, Transport: tr}
+		idle := max(cfg.Callers, min(*maxOut, 1024))
+		hc := &http.Client{Timeout: *timeout}
+		if *httpTransport == "lean" {
+			for _, s := range servers {
+				if u, ok := httpURL(strings.TrimSpace(s)); ok && u.Scheme != "http" {
+					return usageErrorf("spillctl bench: --http-transport lean speaks plain http:// only, not --server %q (use --http-transport std)", s)
+				}
+			}
+			// No Client.Timeout: with a transport net/http does not
+			// know, it costs a goroutine and a timer per request. The
+			// client's WithTimeout bounds each exchange by its context,
+			// whose deadline the transport puts on the connection.
+			hc = &http.Client{Transport: &leanhttp.Transport{MaxIdlePerHost: idle}}
+		} else {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.MaxIdleConnsPerHost = idle
+			tr.MaxIdleConns = idle * len(servers)
+			hc.Transport = tr
+		}
 		defer hc.CloseIdleConnections()
 		for i, s := range servers {
 			a, err := newAdmitter("spillctl bench", strings.TrimSpace(s), keyOr(*apiKey, getenv), *timeout, append(clientOpts, client.WithHTTPClient(hc))...)
@@ -213,6 +232,9 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 		return usageErrorf("spillctl bench: %w", err)
 	}
 	sum := summarize(rep, *via, where, cfg)
+	if *via == "http" {
+		sum.HTTPTransport = *httpTransport
+	}
 	if cpu1, ok := ownCPU(); ok && cpuOK {
 		// Every answered job, the warm-up's included: a batch's warm-up
 		// answer counts its jobs.
@@ -325,6 +347,9 @@ type benchSummary struct {
 	// the load generator costs beside the servers it loads. Absent where
 	// the system does not say.
 	CPUPerJobUS float64 `json:"cpu_us_per_job,omitempty"`
+	// HTTPTransport is the HTTP client's transport, std or lean (HTTP
+	// only): --http-transport.
+	HTTPTransport string `json:"http_transport,omitempty"`
 }
 
 func summarize(rep *loadgen.Report, via, where string, cfg loadgen.Config) benchSummary {
