@@ -59,7 +59,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("spillctl bench", flag.ContinueOnError)
 	q := fs.String("queue", "demo", "the `QUEUE` to submit to")
 	via := fs.String("via", "http", "front `DOOR`: http | nats")
-	httpTransport := fs.String("http-transport", "std", "the HTTP client's `TRANSPORT`: std (net/http's) | lean (plain HTTP/1.1 on the caller's goroutine: its CPU per job is close to the NATS client's, so on a shared machine the admitter's side is what is measured)")
+	httpTransport := fs.String("http-transport", "std", "the HTTP client's `TRANSPORT`: std (net/http's) | lean (plain HTTP/1.1 on the caller's goroutine: its CPU per job is nearer the NATS client's, so on a machine shared with the admitter more of what is measured is the admitter)")
 	server := serverFlag(fs, getenv)
 	natsURL := natsFlag(fs, getenv)
 	apiKey := apiKeyFlag(fs)
