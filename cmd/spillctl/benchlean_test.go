@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spillway-dev/spillway/internal/admit/admittest"
 	"github.com/spillway-dev/spillway/internal/admitterd"
@@ -33,19 +30,7 @@ queues:
 // admitted, none failed, in the closed and the open loop.
 func TestBenchLeanTransport(t *testing.T) {
 	t.Parallel()
-	svc, err := admitterd.Start(t.Context(), admitterd.Options{
-		Config: admittest.LoadConfig(t, fmt.Sprintf(benchConfig, t.TempDir())), Dev: true, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatalf("starting the admitter: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := svc.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
+	svc := startAdmitter(t, admitterd.Options{Config: admittest.LoadConfig(t, fmt.Sprintf(benchConfig, t.TempDir())), Dev: true})
 	server := "http://" + svc.HTTPAddr()
 	for _, load := range []struct {
 		args []string

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/spillway-dev/spillway/internal/admitterd"
 	"github.com/spillway-dev/spillway/internal/testkit/redistest"
 )
 
@@ -20,6 +23,27 @@ func spillctl(t *testing.T, stdin string, args ...string) (stdout, stderr string
 	var out, errb bytes.Buffer
 	err = run(context.Background(), args, func(string) string { return "" }, strings.NewReader(stdin), &out, &errb)
 	return out.String(), errb.String(), err
+}
+
+// startAdmitter starts an admitter with o (its log discarded unless o
+// has a Logger) and shuts it down when the test ends.
+func startAdmitter(t *testing.T, o admitterd.Options) *admitterd.Service {
+	t.Helper()
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	svc, err := admitterd.Start(t.Context(), o)
+	if err != nil {
+		t.Fatalf("starting the admitter: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := svc.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return svc
 }
 
 func TestHelp(t *testing.T) {

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -52,17 +50,7 @@ func TestTopKeysFromARealAdmitter(t *testing.T) {
 	}
 	ns := queuetest.Start(t)
 	yaml := func(extra string) string { return fmt.Sprintf(topKeysConfig, ns.URL(), keysFile, keysFile, extra) }
-	svc, err := admitterd.Start(t.Context(), admitterd.Options{Config: admittest.LoadConfig(t, yaml("")), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatalf("starting the admitter: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := svc.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
+	svc := startAdmitter(t, admitterd.Options{Config: admittest.LoadConfig(t, yaml(""))})
 	env := map[string]string{"SPILLWAY_SERVER": "http://" + svc.HTTPAddr(), "SPILLWAY_API_KEY": apiKey}
 
 	// tenant-a: 1 admitted, then high, normal, low queued; tenant-b: 1

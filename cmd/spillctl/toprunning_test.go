@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -75,19 +74,9 @@ func TestTopShowsRunningPerKey(t *testing.T) {
 			return ctx.Err()
 		}
 	}
-	svc, err := admitterd.Start(t.Context(), admitterd.Options{
+	svc := startAdmitter(t, admitterd.Options{
 		Config: admittest.LoadConfig(t, fmt.Sprintf(runningConfig, t.TempDir())), Dev: true,
-		Handlers: map[string]worker.Handler{"bounded": hold}, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatalf("starting the admitter: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := svc.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
+		Handlers: map[string]worker.Handler{"bounded": hold},
 	})
 	t.Cleanup(func() { close(release) }) // runs first: the jobs end, then the admitter stops
 	env := map[string]string{"SPILLWAY_SERVER": "http://" + svc.HTTPAddr()}
@@ -107,6 +96,7 @@ func TestTopShowsRunningPerKey(t *testing.T) {
 
 	busy, other := queue.KeyHash("busy"), queue.KeyHash("other")
 	var out string
+	var err error
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		out, _, err = spillctlEnv(t, env, "", "top", "--once", "--queue", "bounded")
 		if err == nil && strings.Contains(out, "2 keys running") {
