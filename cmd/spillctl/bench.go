@@ -153,7 +153,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 			return usageErrorf("spillctl bench: --batch takes one --server, not %d", len(servers))
 		}
 		idle := max(cfg.Callers, min(*maxOut, 1024))
-		hc := &http.Client{Timeout: *timeout}
+		var hc *http.Client
 		if *httpTransport == "lean" {
 			for _, s := range servers {
 				if u, ok := httpURL(strings.TrimSpace(s)); ok && u.Scheme != "http" {
@@ -169,7 +169,7 @@ func runBench(ctx context.Context, args []string, getenv func(string) string, st
 			tr := http.DefaultTransport.(*http.Transport).Clone()
 			tr.MaxIdleConnsPerHost = idle
 			tr.MaxIdleConns = idle * len(servers)
-			hc.Transport = tr
+			hc = &http.Client{Timeout: *timeout, Transport: tr}
 		}
 		defer hc.CloseIdleConnections()
 		for i, s := range servers {
