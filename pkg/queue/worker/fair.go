@@ -45,8 +45,10 @@ type fairSched struct {
 	waiting  flowHeap // flows with jobs, none due yet: by their next due time
 	order    uint64
 	// reads are the flows that need a read from the stream (needsRead);
-	// ahead are those whose window has room while they wait (mayReadAhead).
-	reads, ahead map[*flow]struct{}
+	// ahead are those whose window has room while they wait (mayReadAhead)
+	// and holds fewer than flowWindow jobs, aheadFull those holding more,
+	// which may read only while beyond < maxLookahead (readAhead).
+	reads, ahead, aheadFull map[*flow]struct{}
 	// beyond is how many jobs the windows hold past flowWindow, in all.
 	beyond int
 	// seen is the last backlog sequence the consumer delivered (passed);
@@ -151,7 +153,7 @@ func (j pendingJob) wakes() int64 {
 func newFairSched(minShare float64) *fairSched {
 	s := &fairSched{
 		minShare: int64(minShare*1000 + 0.5), flows: make(map[string]*flow),
-		reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{}),
+		reads: make(map[*flow]struct{}), ahead: make(map[*flow]struct{}), aheadFull: make(map[*flow]struct{}),
 		linger: make(map[*flow]struct{}), lingerLow: math.MaxUint64,
 		waiting: flowHeap{less: byNext, place: func(f *flow) *int { return &f.waitIdx }},
 	}
@@ -265,6 +267,29 @@ func (f *flow) mayReadAhead() bool {
 	return f.more && len(f.window) > 0 && len(f.window) < flowLookahead && f.dueIdx < 0
 }
 
+// readAhead yields the flows that may read ahead now: those whose window
+// holds fewer than flowWindow jobs, then, while the windows hold fewer
+// than maxLookahead past theirs, the others. A flow it yields may take
+// jobs (push) before the next is yielded. Once the bound is reached, the
+// flows with full windows — up to a backlog's depth ÷ flowWindow of them
+// — are not walked at all.
+func (s *fairSched) readAhead(yield func(*flow) bool) {
+	for f := range s.ahead {
+		if !yield(f) {
+			return
+		}
+	}
+	for f := range s.aheadFull {
+		if s.beyond >= maxLookahead || !yield(f) {
+			return
+		}
+	}
+}
+
+// mayReadAheadSoon reports whether some flow may read ahead now or once
+// the windows hold fewer jobs past theirs.
+func (s *fairSched) mayReadAheadSoon() bool { return len(s.ahead) > 0 || len(s.aheadFull) > 0 }
+
 // mayHoldBeyond reports whether f's window may take one more job read
 // ahead.
 func (s *fairSched) mayHoldBeyond(f *flow) bool {
@@ -283,10 +308,14 @@ func (s *fairSched) place(f *flow, now int64) {
 		} else {
 			delete(s.reads, f)
 		}
-		if f.mayReadAhead() {
+		delete(s.ahead, f)
+		delete(s.aheadFull, f)
+		switch {
+		case !f.mayReadAhead():
+		case len(f.window) < flowWindow:
 			s.ahead[f] = struct{}{}
-		} else {
-			delete(s.ahead, f)
+		default:
+			s.aheadFull[f] = struct{}{}
 		}
 	}()
 	s.uncap(f)

@@ -204,6 +204,59 @@ func TestFairSchedLookahead(t *testing.T) {
 	}
 }
 
+// TestFairSchedReadAheadAtTheBound: once the windows hold maxLookahead
+// jobs past their first flowWindow, the read-ahead walks only the flows
+// that may still read — those holding fewer than flowWindow — and not the
+// waiting flows with full windows, which can be as many as a backlog's
+// depth ÷ flowWindow; once jobs go and the bound is left, those read again.
+func TestFairSchedReadAheadAtTheBound(t *testing.T) {
+	s := newFairSched(0)
+	const hour = int64(3600e9)
+	seq := uint64(0)
+	fillFlow := func(sub string, n int, due int64) *flow {
+		f := s.flow(sub)
+		f.more = true
+		for range n {
+			if !s.mayHoldBeyond(f) {
+				break
+			}
+			seq++
+			s.push(f, pendingJob{seq: seq, due: due, weight: 1}, 0)
+		}
+		return f
+	}
+	// Due jobs past the windows, up to the bound: flows that read nothing
+	// ahead, having due jobs.
+	for i := 0; s.beyond < maxLookahead; i++ {
+		fillFlow(fmt.Sprintf("spillway.backlog.q.due%d", i), flowLookahead, 0)
+	}
+	const full = 2000
+	for i := range full {
+		fillFlow(fmt.Sprintf("spillway.backlog.q.full%d", i), flowWindow, hour)
+	}
+	small := fillFlow("spillway.backlog.q.small", 3, hour)
+	walked := func() map[*flow]bool {
+		m := make(map[*flow]bool)
+		for f := range s.readAhead {
+			m[f] = true
+		}
+		return m
+	}
+	if got := walked(); len(got) != 1 || !got[small] {
+		t.Fatalf("at the bound (%d held past the windows) the read-ahead walked %d flows, want only the one holding 3 jobs", s.beyond, len(got))
+	}
+	// The due jobs go: the windows hold less than the bound past theirs,
+	// and the waiting flows with full windows may read ahead again.
+	for s.beyond >= maxLookahead-flowLookahead {
+		if _, _, ok := s.pick(0); !ok {
+			t.Fatalf("no due job to start with %d held past the windows", s.beyond)
+		}
+	}
+	if got := walked(); len(got) != full+1 || !got[small] {
+		t.Fatalf("below the bound (%d held past the windows) the read-ahead walked %d flows, want %d", s.beyond, len(got), full+1)
+	}
+}
+
 // TestFairSchedAddHoldsPastTheWindow: a flow's deliveries are held past
 // flowWindow up to flowLookahead; the next one is left in the stream and
 // marks the flow, whose later deliveries are dropped until a read by

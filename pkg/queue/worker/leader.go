@@ -196,7 +196,7 @@ func (l *leader) run(ctx context.Context) {
 // idle waits for a job to become due or arrive.
 func (l *leader) idle(ctx context.Context, now time.Time) {
 	wait := time.Second
-	if len(l.sched.ahead) > 0 {
+	if l.sched.mayReadAheadSoon() {
 		wait = 100 * time.Millisecond // the look-ahead goes on
 	}
 	if l.catching {
@@ -561,7 +561,7 @@ func (l *leader) read(ctx context.Context) {
 		l.aheadBudget--
 		return true
 	}
-	for f := range l.sched.ahead {
+	for f := range l.sched.readAhead {
 		if l.aheadBudget < 1 {
 			break
 		}
